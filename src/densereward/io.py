@@ -1,0 +1,167 @@
+"""Run directories, atomic file writes, append-only JSONL, W&B set-up and secrets.
+
+Everything a run writes goes through these helpers so a crash never leaves a
+half-written result, cache or metrics file: whole files are written to a temporary file
+in the same directory and ``os.replace``-d into place; JSONL is append-only with one
+``write`` of one complete line, flushed and fsync-ed, and readers skip a torn last line.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import math
+import os
+import re
+import tempfile
+from collections.abc import Iterable, Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "atomic_write_text",
+    "atomic_write_json",
+    "append_jsonl",
+    "read_jsonl",
+    "make_run_dir",
+    "configure_wandb",
+    "get_api_key",
+    "redact",
+    "to_jsonable",
+]
+
+_SECRET_ENV_PATTERN = re.compile(r"(API_KEY|TOKEN|SECRET|PASSWORD)", re.IGNORECASE)
+
+
+def to_jsonable(obj: Any) -> Any:
+    """Convert numpy scalars/arrays, Paths, dataclasses and NaN to JSON-safe values (NaN -> None)."""
+    import dataclasses
+
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return to_jsonable(dataclasses.asdict(obj))
+    if isinstance(obj, Mapping):
+        return {str(k): to_jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [to_jsonable(v) for v in obj]
+    if isinstance(obj, Path):
+        return str(obj)
+    if hasattr(obj, "tolist") and not isinstance(obj, (str, bytes)):
+        return to_jsonable(obj.tolist())
+    if isinstance(obj, float) and (math.isnan(obj) or math.isinf(obj)):
+        return None
+    return obj
+
+
+def atomic_write_text(path: str | Path, text: str) -> Path:
+    """Write ``text`` to ``path`` atomically (temp file in the same dir, fsync, ``os.replace``)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def atomic_write_json(path: str | Path, obj: Any, *, indent: int = 2) -> Path:
+    """Atomically write ``obj`` as JSON (numpy values converted, NaN written as null)."""
+    return atomic_write_text(path, json.dumps(to_jsonable(obj), indent=indent, allow_nan=False) + "\n")
+
+
+def append_jsonl(path: str | Path, record: Mapping[str, Any]) -> None:
+    """Append one JSON line to ``path`` with a single write, flushed and fsync-ed.
+
+    A crash can at worst leave a torn *last* line, which :func:`read_jsonl` skips.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    line = json.dumps(to_jsonable(record), allow_nan=False) + "\n"
+    with open(path, "a", encoding="utf-8") as f:
+        f.write(line)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def read_jsonl(path: str | Path) -> Iterator[dict[str, Any]]:
+    """Yield the complete records of a JSONL file, skipping a torn (unparsable) last line."""
+    with open(path, encoding="utf-8") as f:
+        lines = f.readlines()
+    for i, line in enumerate(lines):
+        if not line.strip():
+            continue
+        try:
+            yield json.loads(line)
+        except json.JSONDecodeError:
+            if i == len(lines) - 1:
+                return  # torn last line from a crash
+            raise
+
+
+def make_run_dir(output_root: str | Path, run_name: str | None = None, *, exist_ok: bool = False) -> Path:
+    """Create exactly one run directory ``<output_root>/<run_name or timestamp>``.
+
+    Raises:
+        FileExistsError: if it exists and ``exist_ok`` is False (use ``--resume`` to continue a run).
+    """
+    name = run_name or _dt.datetime.now().strftime("run-%Y%m%d-%H%M%S")
+    d = Path(output_root) / name
+    d.mkdir(parents=True, exist_ok=exist_ok)
+    return d
+
+
+def get_api_key(env_var: str, *, dotenv_path: str | Path | None = ".env") -> str | None:
+    """Read an API key from the environment, else from a ``.env`` file. Never from configs.
+
+    Returns ``None`` when the variable is not set (local servers usually need no key).
+    """
+    value = os.environ.get(env_var)
+    if value:
+        return value
+    if dotenv_path is not None and Path(dotenv_path).is_file():
+        from dotenv import dotenv_values
+
+        return dotenv_values(dotenv_path).get(env_var) or None
+    return None
+
+
+def redact(obj: Any, secrets: Iterable[str] = ()) -> Any:
+    """Return a copy of ``obj`` with secret-looking keys and any of ``secrets`` masked.
+
+    Keys matching ``API_KEY|TOKEN|SECRET|PASSWORD`` get ``'***'``; any string containing one
+    of ``secrets`` (non-empty) has it replaced by ``'***'``.
+    """
+    secrets = [s for s in secrets if s]
+    if isinstance(obj, Mapping):
+        return {
+            k: ("***" if _SECRET_ENV_PATTERN.search(str(k)) and v else redact(v, secrets))
+            for k, v in obj.items()
+        }
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(redact(v, secrets) for v in obj)
+    if isinstance(obj, str):
+        for s in secrets:
+            obj = obj.replace(s, "***")
+        return obj
+    return obj
+
+
+def configure_wandb(run_dir: str | Path) -> str:
+    """Set W&B to offline mode unless an API key is configured; keep its files in ``run_dir``.
+
+    Returns the mode chosen (``"online"`` or ``"offline"``). Respects an explicit
+    ``WANDB_MODE`` already set by the user.
+    """
+    os.environ.setdefault("WANDB_DIR", str(run_dir))
+    os.environ.setdefault("WANDB_SILENT", "true")
+    if "WANDB_MODE" not in os.environ:
+        has_key = bool(os.environ.get("WANDB_API_KEY")) or (Path.home() / ".netrc").is_file() and "api.wandb.ai" in (
+            Path.home() / ".netrc"
+        ).read_text(errors="ignore")
+        os.environ["WANDB_MODE"] = "online" if has_key else "offline"
+    return os.environ["WANDB_MODE"]
