@@ -1,0 +1,116 @@
+"""Crash safety of the score cache and of result / metric files (nothing half-written)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from densereward.cache import ScoreCache, cache_key
+from densereward.io import append_jsonl, atomic_write_json, read_jsonl, redact
+
+
+def _spawn(code: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-c", textwrap.dedent(code)], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+
+def test_cache_key_is_order_independent_and_sensitive():
+    assert cache_key(a=1, b=2) == cache_key(b=2, a=1)
+    assert cache_key(a=1, b=2) != cache_key(a=1, b=3)
+
+
+def test_cache_survives_kill_during_writes(tmp_path):
+    d = tmp_path / "cache"
+    proc = _spawn(f"""
+        from densereward.cache import ScoreCache
+        c = ScoreCache({str(d)!r})
+        i = 0
+        while True:
+            c.set(f"k{{i}}", {{"logprobs": {{"A": -0.1 * i}}, "i": i}})
+            if i == 50:
+                print("ready", flush=True)
+            i += 1
+    """)
+    assert proc.stdout.readline().strip() == b"ready"
+    time.sleep(0.3)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    c = ScoreCache(d)
+    n = len(c)
+    assert n > 50
+    for i in range(n):  # every committed entry is complete and readable
+        v = c.get(f"k{i}")
+        assert v == {"logprobs": {"A": -0.1 * i}, "i": i}
+    c.set("after", 1)
+    assert c.get("after") == 1
+    c.close()
+
+
+def test_cache_concurrent_writers(tmp_path):
+    d = tmp_path / "cache"
+    code = """
+        import sys
+        from densereward.cache import ScoreCache
+        c = ScoreCache({d!r})
+        for i in range(200):
+            c.set(f"{{sys.argv[1]}}-{{i}}", i)
+    """
+    procs = [
+        subprocess.Popen([sys.executable, "-c", textwrap.dedent(code.format(d=str(d))), w]) for w in ("a", "b")
+    ]
+    assert [p.wait(timeout=120) for p in procs] == [0, 0]
+    c = ScoreCache(d)
+    assert len(c) == 400 and c.get("a-199") == 199 and c.get("b-0") == 0
+    c.close()
+
+
+def test_atomic_write_never_leaves_partial_file(tmp_path):
+    path = tmp_path / "results.json"
+    atomic_write_json(path, {"v": 0})
+    proc = _spawn(f"""
+        from densereward.io import atomic_write_json
+        i = 0
+        print("go", flush=True)
+        while True:
+            atomic_write_json({str(path)!r}, {{"v": i, "pad": "x" * 200000}})
+            i += 1
+    """)
+    assert proc.stdout.readline().strip() == b"go"
+    time.sleep(0.5)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    data = json.loads(path.read_text())  # complete JSON, whichever version won
+    assert "v" in data
+    leftovers = [p for p in os.listdir(tmp_path) if p.endswith(".tmp")]
+    assert len(leftovers) <= 1  # at most the killed writer's temp file, never the target
+
+
+def test_jsonl_torn_last_line_is_skipped(tmp_path):
+    path = tmp_path / "reward_quality.jsonl"
+    append_jsonl(path, {"step": 1, "verifier/tpr": 0.5})
+    append_jsonl(path, {"step": 2, "verifier/tpr": float("nan")})
+    with open(path, "a") as f:
+        f.write('{"step": 3, "verifier/t')  # a crash mid-line
+    rows = list(read_jsonl(path))
+    assert [r["step"] for r in rows] == [1, 2]
+    assert rows[1]["verifier/tpr"] is None  # NaN stored as null, the file stays valid JSON
+
+
+def test_jsonl_corruption_in_the_middle_raises(tmp_path):
+    path = tmp_path / "x.jsonl"
+    path.write_text('{"a": 1}\n{broken\n{"a": 2}\n')
+    with pytest.raises(json.JSONDecodeError):
+        list(read_jsonl(path))
+
+
+def test_redact_masks_secret_keys_and_values():
+    key = "sk-planted-0123456789"
+    out = redact({"OPENAI_API_KEY": key, "nested": {"url": f"http://x?key={key}", "hf_token": "abc"}, "n": 1}, [key])
+    assert key not in json.dumps(out)
+    assert out["OPENAI_API_KEY"] == "***" and out["nested"]["hf_token"] == "***" and out["n"] == 1
