@@ -1,0 +1,473 @@
+"""Local ``transformers`` backend: exact next-token log-probabilities from the full logits.
+
+Each :class:`~densereward.backends.base.ChatPrompt` is rendered with the tokenizer's chat
+template (the prefill becomes the start of a final assistant turn that the template
+*continues*), run through the causal LM, and the log-softmax over the **whole**
+vocabulary is read at the last position. Nothing is truncated to a top-k, so the mass on
+the score tokens (Kwok et al. 2026, eq. 1) is known exactly.
+
+Speed on CPU (measured on 2 cores with the embedded SmolLM2-135M): prompts are sorted by
+length and batched with left padding in chunks of ``config.batch_size`` so padding stays
+small; only the last position's logits are computed (``logits_to_keep=1``); and the
+longest common token prefix of a chunk (the shared system prompt / rubric / problem when
+one response is scored under several criteria or repeats) is run once and its key/value
+cache broadcast to the chunk (see :meth:`TransformersBackend.next_token_logprobs`).
+
+Heavy imports (torch, transformers) happen inside the class so that importing this module
+(the backend registry imports every backend) stays cheap.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from ..config import VerifierConfig
+from ..errors import BackendError, BackendUnavailableError, ScoreTokenError
+from .base import BackendUsage, ChatPrompt, TokenLogprobs, register_backend
+
+__all__ = ["TransformersBackend", "render_prompt_ids", "resolve_model_path", "candidate_token_ids"]
+
+logger = logging.getLogger(__name__)
+
+_MIN_SHARED_PREFIX = 32
+"""A chunk's common prefix shorter than this (tokens) is not worth a separate cached pass."""
+
+
+def resolve_model_path(config: VerifierConfig) -> str:
+    """``config.model``, or the embedded default model's directory when it is ``None``.
+
+    Raises:
+        BackendUnavailableError: if the default model cannot be prepared.
+    """
+    if config.model is not None:
+        return str(config.model)
+    from .default_model import ensure_default_model
+
+    return str(ensure_default_model())
+
+
+def render_prompt_ids(tokenizer: Any, prompt: ChatPrompt) -> list[int]:
+    """Token ids of ``prompt`` rendered with the tokenizer's chat template.
+
+    The messages are followed by an assistant turn whose content is ``prompt.prefill``,
+    rendered with ``continue_final_message=True`` so that the sequence ends right after
+    the prefill (no end-of-turn token); an empty prefill uses ``add_generation_prompt``
+    instead. The text is then encoded without adding special tokens (the template writes
+    them). The transformers and vLLM backends both call this function, so both models see
+    identical token ids.
+
+    Args:
+        tokenizer: a Hugging Face tokenizer with a chat template.
+        prompt: the chat prompt.
+
+    Returns:
+        ``(T,)`` token ids, ``T >= 1``.
+
+    Raises:
+        BackendError: if the chat template cannot render the messages (e.g. a role the
+            template rejects, or no chat template).
+    """
+    messages = [{"role": m["role"], "content": m["content"]} for m in prompt.messages]
+    try:
+        if prompt.prefill:
+            text = tokenizer.apply_chat_template(
+                [*messages, {"role": "assistant", "content": prompt.prefill}],
+                tokenize=False,
+                continue_final_message=True,
+            )
+        else:
+            text = tokenizer.apply_chat_template(
+                messages, tokenize=False, add_generation_prompt=True
+            )
+    except Exception as e:  # jinja errors, missing template, ...
+        raise BackendError(f"the chat template could not render the prompt: {e}") from e
+    ids = tokenizer.encode(text, add_special_tokens=False)
+    if not ids:
+        raise BackendError("the rendered prompt is empty")
+    return list(ids)
+
+
+def candidate_token_ids(tokenizer: Any, candidates: Sequence[str]) -> list[int]:
+    """The single token id of each candidate string (``encode(c, add_special_tokens=False)``).
+
+    Args:
+        tokenizer: a Hugging Face tokenizer.
+        candidates: ``(N,)`` candidate token strings such as ``"A"`` or ``" A"``.
+
+    Returns:
+        ``(N,)`` token ids in candidate order.
+
+    Raises:
+        ScoreTokenError: if a candidate does not encode to exactly one token.
+    """
+    ids = []
+    for c in candidates:
+        enc = tokenizer.encode(c, add_special_tokens=False)
+        if len(enc) != 1:
+            raise ScoreTokenError(
+                f"score token {c!r} is {len(enc)} tokens ({enc}) in this tokenizer, not 1; "
+                "choose single-token spellings (the engine drops such alternatives)"
+            )
+        ids.append(int(enc[0]))
+    return ids
+
+
+def _common_prefix_len(seqs: Sequence[Sequence[int]]) -> int:
+    """Length of the longest common prefix of token-id sequences."""
+    first = seqs[0]
+    n = min(len(s) for s in seqs)
+    for i in range(n):
+        t = first[i]
+        if any(s[i] != t for s in seqs[1:]):
+            return i
+    return n
+
+
+@register_backend("transformers")
+class TransformersBackend:
+    """Verifier backend on a local Hugging Face causal LM (exact full-vocabulary logits).
+
+    Args:
+        config: the verifier configuration; reads ``model`` (``None`` = the embedded
+            SmolLM2-135M-Instruct), ``device`` and ``dtype`` (``auto``: float32 on CPU,
+            bfloat16 on GPU), ``batch_size`` (prompts per forward pass) and ``seed``.
+        share_prefix: run the longest common token prefix of each chunk once and broadcast
+            its key/value cache (a win when several prompts share a long prefix: criteria,
+            repeats, one problem with many responses). Numerically equivalent to the plain
+            pass up to float rounding.
+
+    Raises:
+        BackendUnavailableError: if torch/transformers are missing or the model cannot be
+            loaded.
+
+    Example:
+        >>> from densereward.config import VerifierConfig
+        >>> b = TransformersBackend(VerifierConfig())  # doctest: +SKIP
+        >>> p = ChatPrompt(({"role": "user", "content": "Grade 2+2=4 from A to T."},), "<score>")
+        >>> b.next_token_logprobs([p], ["A", "T"])[0].logprobs  # doctest: +SKIP
+        {'A': -7.1, 'T': -4.3}
+    """
+
+    name = "transformers"
+
+    def __init__(self, config: VerifierConfig, *, share_prefix: bool = True) -> None:
+        try:
+            import torch
+            from transformers import AutoModelForCausalLM, AutoTokenizer
+        except ImportError as e:  # pragma: no cover - both are core dependencies
+            raise BackendUnavailableError(
+                f"the transformers backend needs torch and transformers: {e}"
+            ) from e
+        self.config = config
+        self.share_prefix = share_prefix
+        self.usage = BackendUsage()
+        self.model_id = resolve_model_path(config)
+        self._lock = threading.Lock()
+        self._closed = False
+        self._candidate_cache: dict[tuple[str, ...], list[int]] = {}
+
+        device = config.device
+        if device == "auto":
+            device = "cuda" if torch.cuda.is_available() else "cpu"
+        self.device = torch.device(device)
+        dtypes = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+        if config.dtype == "auto":
+            self.dtype = torch.float32 if self.device.type == "cpu" else torch.bfloat16
+        elif config.dtype in dtypes:
+            self.dtype = dtypes[config.dtype]
+        else:
+            raise BackendUnavailableError(
+                f"verifier.dtype={config.dtype!r}; use auto | float32 | bfloat16 | float16"
+            )
+        try:
+            self.tokenizer = AutoTokenizer.from_pretrained(self.model_id)
+            self.model = AutoModelForCausalLM.from_pretrained(self.model_id, dtype=self.dtype)
+        except (OSError, ValueError) as e:
+            raise BackendUnavailableError(
+                f"could not load verifier model {self.model_id!r}: {e}"
+            ) from e
+        self.model.to(self.device).eval()
+        if self.tokenizer.pad_token_id is None:
+            self.tokenizer.pad_token = self.tokenizer.eos_token
+        self.pad_id = int(self.tokenizer.pad_token_id)
+        self.max_length = int(getattr(self.model.config, "max_position_embeddings", 0) or 0) or None
+
+    # ------------------------------------------------------------------ helpers
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise BackendError("the transformers backend was closed")
+
+    def render(self, prompt: ChatPrompt) -> list[int]:
+        """Token ids of ``prompt`` (see :func:`render_prompt_ids`), ``(T,)``.
+
+        Raises:
+            BackendError: if the template fails or the prompt exceeds the model's context.
+        """
+        ids = render_prompt_ids(self.tokenizer, prompt)
+        if self.max_length is not None and len(ids) >= self.max_length:
+            raise BackendError(
+                f"prompt is {len(ids)} tokens; the model's context is {self.max_length} "
+                "(lower verifier.max_response_chars)"
+            )
+        return ids
+
+    def tokenize(self, text: str) -> list[int] | None:
+        """Token ids of ``text`` on its own (as a score token right after the prefill)."""
+        return list(self.tokenizer.encode(text, add_special_tokens=False))
+
+    def _candidate_ids(self, candidates: Sequence[str]) -> list[int]:
+        key = tuple(candidates)
+        if key not in self._candidate_cache:
+            self._candidate_cache[key] = candidate_token_ids(self.tokenizer, candidates)
+        return self._candidate_cache[key]
+
+    def _chunks(self, lengths: Sequence[int]) -> list[list[int]]:
+        """Indices grouped into chunks of at most ``batch_size`` prompts of similar length."""
+        order = sorted(range(len(lengths)), key=lambda i: lengths[i])
+        bs = max(1, int(self.config.batch_size))
+        return [order[i : i + bs] for i in range(0, len(order), bs)]
+
+    def _last_logprobs(self, seqs: Sequence[Sequence[int]]) -> Any:
+        """Full-vocabulary next-token log-softmax after each sequence.
+
+        Args:
+            seqs: ``(B,)`` token-id sequences (any lengths >= 1).
+
+        Returns:
+            float32 tensor ``(B, V)`` on CPU.
+        """
+        import torch
+
+        prefix_len = 0
+        if self.share_prefix and len(seqs) > 1:
+            prefix_len = _common_prefix_len(seqs)
+            prefix_len = min(prefix_len, min(len(s) for s in seqs) - 1)  # keep >= 1 suffix token
+            if prefix_len < _MIN_SHARED_PREFIX:
+                prefix_len = 0
+        suffixes = [list(s[prefix_len:]) for s in seqs]
+        width = max(len(s) for s in suffixes)
+        b = len(seqs)
+        input_ids = torch.full((b, width), self.pad_id, dtype=torch.long)
+        suffix_mask = torch.zeros((b, width), dtype=torch.long)
+        for i, s in enumerate(suffixes):  # left padding: the last position is real
+            input_ids[i, width - len(s) :] = torch.tensor(s, dtype=torch.long)
+            suffix_mask[i, width - len(s) :] = 1
+        position_ids = (prefix_len + suffix_mask.cumsum(-1) - 1).clamp(min=0)
+        kwargs: dict[str, Any] = {}
+        if prefix_len:
+            prefix = torch.tensor(
+                [list(seqs[0][:prefix_len])], dtype=torch.long, device=self.device
+            )
+            out = self.model(input_ids=prefix, use_cache=True, logits_to_keep=1)
+            cache = out.past_key_values
+            cache.batch_repeat_interleave(b)
+            attention_mask = torch.cat(
+                [torch.ones((b, prefix_len), dtype=torch.long), suffix_mask], dim=1
+            )
+            kwargs["past_key_values"] = cache
+            kwargs["use_cache"] = True
+        else:
+            attention_mask = suffix_mask
+            kwargs["use_cache"] = False
+        out = self.model(
+            input_ids=input_ids.to(self.device),
+            attention_mask=attention_mask.to(self.device),
+            position_ids=position_ids.to(self.device),
+            logits_to_keep=1,
+            **kwargs,
+        )
+        logits = out.logits[:, -1, :].float()
+        return torch.log_softmax(logits, dim=-1).cpu()
+
+    # ------------------------------------------------------------------ protocol
+
+    def next_token_logprobs(
+        self, prompts: Sequence[ChatPrompt], candidates: Sequence[str]
+    ) -> list[TokenLogprobs]:
+        """Exact log-probabilities of each candidate as the next token after each prompt.
+
+        The prompts are rendered (:func:`render_prompt_ids`), sorted by token length and
+        run in chunks of ``config.batch_size`` with left padding and explicit position ids,
+        so every prompt's numbers do not depend on what it was batched with (up to float
+        rounding, ~1e-6). The log-softmax is over the full vocabulary, so
+        ``sum(exp(logprobs))`` over the candidates is the true mass on them.
+
+        Args:
+            prompts: ``(B,)`` prompts.
+            candidates: ``(N,)`` candidate token strings, each a single token.
+
+        Returns:
+            ``(B,)`` results in prompt order; each maps every candidate to its natural-log
+            probability (``exact=True``, ``restricted=False``).
+
+        Raises:
+            ScoreTokenError: if a candidate is not exactly one token.
+            BackendError: if a prompt is longer than the model's context or the forward
+                pass fails.
+        """
+        import torch
+
+        self._check_open()
+        if not prompts:
+            return []
+        cand_ids = self._candidate_ids(candidates)
+        t0 = time.perf_counter()
+        with self._lock:
+            seqs = [self.render(p) for p in prompts]
+            results: list[TokenLogprobs | None] = [None] * len(seqs)
+            try:
+                with torch.inference_mode():
+                    for chunk in self._chunks([len(s) for s in seqs]):
+                        lp = self._last_logprobs([seqs[i] for i in chunk])[:, cand_ids]
+                        for row, i in enumerate(chunk):
+                            vals = lp[row].tolist()
+                            results[i] = TokenLogprobs(
+                                logprobs={
+                                    c: float(v) for c, v in zip(candidates, vals, strict=True)
+                                }
+                            )
+            except RuntimeError as e:  # out of memory, device errors
+                self.usage.n_failures += 1
+                raise BackendError(f"transformers forward pass failed: {e}") from e
+            self.usage.n_calls += 1
+            self.usage.n_prompts += len(seqs)
+            self.usage.n_prompt_tokens += sum(len(s) for s in seqs)
+            self.usage.seconds += time.perf_counter() - t0
+        return results  # type: ignore[return-value]
+
+    async def anext_token_logprobs(
+        self, prompts: Sequence[ChatPrompt], candidates: Sequence[str]
+    ) -> list[TokenLogprobs]:
+        """Async variant of :meth:`next_token_logprobs` (runs it in a worker thread)."""
+        return await asyncio.to_thread(self.next_token_logprobs, prompts, candidates)
+
+    def generate(
+        self,
+        prompts: Sequence[ChatPrompt],
+        *,
+        max_new_tokens: int,
+        temperature: float = 1.0,
+        seed: int | None = None,
+        stop: Sequence[str] = (),
+    ) -> list[str]:
+        """Sample one continuation of each prompt (the text after its prefill).
+
+        Args:
+            prompts: ``(B,)`` prompts.
+            max_new_tokens: length bound in tokens, ``>= 1``.
+            temperature: sampling temperature; ``0`` = greedy.
+            seed: seeds torch's global generator before sampling (``None``: ``config.seed``).
+                Results depend on the batch composition (chunks of ``config.batch_size``).
+            stop: strings that end a continuation; the text is cut before the first one
+                (as vLLM and OpenAI servers do).
+
+        Returns:
+            ``(B,)`` decoded continuations without special tokens.
+
+        Raises:
+            BackendError: on invalid arguments or a failed generation.
+        """
+        import torch
+
+        self._check_open()
+        if max_new_tokens < 1:
+            raise BackendError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+        if temperature < 0 or math.isnan(temperature):
+            raise BackendError(f"temperature must be >= 0, got {temperature}")
+        if not prompts:
+            return []
+        t0 = time.perf_counter()
+        with self._lock:
+            seqs = [self.render(p) for p in prompts]
+            texts: list[str] = [""] * len(seqs)
+            torch.manual_seed(self.config.seed if seed is None else seed)
+            gen_kwargs: dict[str, Any] = {
+                "max_new_tokens": max_new_tokens,
+                "pad_token_id": self.pad_id,
+            }
+            if temperature > 0:
+                gen_kwargs.update(do_sample=True, temperature=temperature, top_k=0, top_p=1.0)
+            else:
+                gen_kwargs.update(do_sample=False, temperature=None, top_k=None, top_p=None)
+            if stop:
+                gen_kwargs.update(stop_strings=list(stop), tokenizer=self.tokenizer)
+            n_new = 0
+            try:
+                with torch.inference_mode():
+                    for chunk in self._chunks([len(s) for s in seqs]):
+                        width = max(len(seqs[i]) for i in chunk)
+                        ids = torch.full((len(chunk), width), self.pad_id, dtype=torch.long)
+                        mask = torch.zeros_like(ids)
+                        for row, i in enumerate(chunk):
+                            ids[row, width - len(seqs[i]) :] = torch.tensor(seqs[i])
+                            mask[row, width - len(seqs[i]) :] = 1
+                        out = self.model.generate(
+                            input_ids=ids.to(self.device),
+                            attention_mask=mask.to(self.device),
+                            **gen_kwargs,
+                        )
+                        new = out[:, width:].cpu()
+                        for row, i in enumerate(chunk):
+                            toks = [t for t in new[row].tolist() if t != self.pad_id]
+                            n_new += len(toks)
+                            texts[i] = _cut_at_stop(
+                                self.tokenizer.decode(toks, skip_special_tokens=True), stop
+                            )
+            except RuntimeError as e:
+                self.usage.n_failures += 1
+                raise BackendError(f"transformers generation failed: {e}") from e
+            self.usage.n_calls += 1
+            self.usage.n_prompts += len(seqs)
+            self.usage.n_prompt_tokens += sum(len(s) for s in seqs)
+            self.usage.n_completion_tokens += n_new
+            self.usage.seconds += time.perf_counter() - t0
+        return texts
+
+    async def agenerate(
+        self,
+        prompts: Sequence[ChatPrompt],
+        *,
+        max_new_tokens: int,
+        temperature: float = 1.0,
+        seed: int | None = None,
+        stop: Sequence[str] = (),
+    ) -> list[str]:
+        """Async variant of :meth:`generate` (runs it in a worker thread)."""
+        return await asyncio.to_thread(
+            self.generate,
+            prompts,
+            max_new_tokens=max_new_tokens,
+            temperature=temperature,
+            seed=seed,
+            stop=stop,
+        )
+
+    def close(self) -> None:
+        """Drop the model (frees its memory). Idempotent; later calls raise BackendError."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            self.model = None
+
+    def __repr__(self) -> str:
+        return f"TransformersBackend(model={Path(self.model_id).name!r}, device={self.device}, dtype={self.dtype})"
+
+
+def _cut_at_stop(text: str, stop: Sequence[str]) -> str:
+    """``text`` up to (excluding) the earliest occurrence of any stop string."""
+    cut = len(text)
+    for s in stop:
+        if s:
+            j = text.find(s)
+            if j != -1:
+                cut = min(cut, j)
+    return text[:cut]

@@ -1,0 +1,664 @@
+"""OpenAI-compatible HTTP backend (vLLM serve, SGLang, OpenAI) with log-probabilities.
+
+The score is read at the token right after an assistant *prefill* (e.g. ``"<score>"``):
+the request carries the conversation plus a final assistant message holding the prefill,
+with vLLM's / SGLang's chat-template switches ``continue_final_message=true,
+add_generation_prompt=false`` so the model continues that message instead of opening a
+new turn, ``max_tokens=1``, ``logprobs=true, top_logprobs=k`` and temperature 0
+(LLM-as-a-Verifier, Kwok et al. 2026, sec. 3: the score is the expectation over the
+score-token distribution, eq. 1). Servers report at most ``top_logprobs`` alternatives
+(20 for OpenAI and vLLM's default ``--max-logprobs``), so candidates outside the top-k are
+absent and the result has ``exact=False``; the engine reports the mass it saw.
+
+Optionally (``restrict_to_candidates=True``) the request also carries vLLM's
+``allowed_token_ids`` (ids from the server's ``/tokenize`` endpoint), so the reported
+distribution is over the score tokens only; the result then has ``restricted=True``.
+That needs a server whose log-probabilities are taken after the logits processors
+(vLLM: ``--logprobs-mode processed_logprobs``); with raw log-probabilities the
+restriction changes nothing but the sampled token.
+
+Transport: one private asyncio event loop in a daemon thread owns an ``httpx.AsyncClient``,
+a semaphore (``max_concurrency`` requests in flight) and a requests-per-minute limiter.
+Sync methods and async methods (from any event loop) submit coroutines to that loop, so
+both work inside and outside a running event loop. Each request has a timeout and is
+retried with exponential backoff (``tenacity``) on 429/408/5xx, connection errors,
+timeouts and malformed JSON, honouring ``Retry-After``; after ``max_retries`` retries it
+raises :class:`~densereward.errors.BackendError` (the engine turns that into an
+abstention or an error per ``on_error``). The API key (``get_api_key(api_key_env)``) is
+sent only in the ``Authorization`` header and never appears in messages, logs or reprs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import json
+import logging
+import math
+import threading
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any, TypeVar
+
+from ..config import VerifierConfig
+from ..errors import BackendError, BackendUnavailableError, ConfigError
+from ..io import get_api_key, redact
+from .base import BackendUsage, ChatPrompt, TokenLogprobs, register_backend
+
+__all__ = ["OpenAIBackend"]
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+_RETRY_STATUS = frozenset({408, 409, 425, 429, 500, 502, 503, 504})
+_EXTENSION_OWNERS = frozenset({"vllm", "sglang", "sglang-team", "lmsys"})
+
+
+class _Secret(str):
+    """A string whose ``repr`` is masked, so a key held in an attribute never shows in reprs."""
+
+    def __repr__(self) -> str:
+        return "'***'"
+
+
+class _RetryableError(BackendError):
+    """A transient failure worth retrying; ``retry_after`` (s) from the server, if given."""
+
+    def __init__(self, message: str, retry_after: float | None = None):
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+def _parse_retry_after(value: str | None) -> float | None:
+    """Seconds to wait from a ``Retry-After`` header (delta-seconds or HTTP date), or None."""
+    if not value:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    from email.utils import parsedate_to_datetime
+
+    try:
+        when = parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, when.timestamp() - time.time())
+
+
+class _LoopThread:
+    """A private asyncio event loop running in a daemon thread."""
+
+    def __init__(self, name: str):
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self.loop)
+        self.loop.run_forever()
+
+    def submit(self, coro: Awaitable[T]) -> concurrent.futures.Future[T]:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop)  # type: ignore[arg-type]
+
+    def in_loop_thread(self) -> bool:
+        return threading.current_thread() is self._thread
+
+    def stop(self) -> None:
+        if self.loop.is_closed():
+            return
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        if self.in_loop_thread():  # e.g. garbage-collected on the loop thread: cannot join itself
+            return
+        self._thread.join(timeout=10)
+        self.loop.close()
+
+
+class _RateLimiter:
+    """Spaces request starts at least ``60 / requests_per_minute`` seconds apart."""
+
+    def __init__(self, requests_per_minute: float | None):
+        self.interval = 60.0 / requests_per_minute if requests_per_minute else 0.0
+        self._next = 0.0
+        self._lock = asyncio.Lock()
+
+    async def wait(self) -> None:
+        if self.interval <= 0:
+            return
+        async with self._lock:
+            now = time.monotonic()
+            delay = self._next - now
+            self._next = max(now, self._next) + self.interval
+        if delay > 0:
+            await asyncio.sleep(delay)
+
+
+@register_backend("openai")
+class OpenAIBackend:
+    """Verifier backend over an OpenAI-compatible chat-completions endpoint.
+
+    Args:
+        config: the verifier configuration; uses ``base_url`` (e.g.
+            ``http://127.0.0.1:8000/v1``), ``model`` (``None`` = the first model the
+            server lists), ``api_key_env``, ``max_concurrency``, ``requests_per_minute``,
+            ``timeout_s`` (seconds per request), ``max_retries`` and ``seed``.
+        restrict_to_candidates: send vLLM's ``allowed_token_ids`` with the score-token ids
+            so the distribution is over the candidates only (see the module docstring).
+        top_logprobs: alternatives asked for per request, in ``[1, 20]`` for OpenAI; a
+            vLLM server started with ``--max-logprobs K`` accepts up to ``K``.
+        server_extensions: send ``continue_final_message`` / ``add_generation_prompt``
+            (vLLM, SGLang). ``None`` = detect from the ``owned_by`` field of ``/models``.
+        retry_base_s: first backoff wait in seconds (doubles each retry, with jitter).
+        retry_max_s: cap of one backoff wait (and of an honoured ``Retry-After``), seconds.
+        health_timeout_s: timeout of the start-up health check (``GET {base_url}/models``).
+
+    Raises:
+        ConfigError: if ``base_url`` is missing or an argument is out of range.
+        BackendUnavailableError: if the server does not answer the health check (the
+            message names the URL).
+    """
+
+    name = "openai"
+
+    def __init__(
+        self,
+        config: VerifierConfig,
+        *,
+        restrict_to_candidates: bool = False,
+        top_logprobs: int = 20,
+        server_extensions: bool | None = None,
+        retry_base_s: float = 0.5,
+        retry_max_s: float = 30.0,
+        health_timeout_s: float = 5.0,
+    ):
+        if not config.base_url:
+            raise ConfigError(
+                f"the {self.name!r} backend needs verifier.base_url (e.g. http://127.0.0.1:8000/v1)"
+            )
+        if top_logprobs < 1:
+            raise ConfigError(f"top_logprobs must be >= 1, got {top_logprobs}")
+        if config.max_concurrency < 1:
+            raise ConfigError(
+                f"verifier.max_concurrency must be >= 1, got {config.max_concurrency}"
+            )
+        if config.max_retries < 0:
+            raise ConfigError(f"verifier.max_retries must be >= 0, got {config.max_retries}")
+        if config.timeout_s <= 0:
+            raise ConfigError(f"verifier.timeout_s must be > 0, got {config.timeout_s}")
+        if retry_base_s < 0 or retry_max_s < 0:
+            raise ConfigError("retry_base_s and retry_max_s must be >= 0")
+        self.config = config
+        self.base_url = config.base_url.rstrip("/")
+        self.restrict_to_candidates = restrict_to_candidates
+        self.top_logprobs = int(top_logprobs)
+        self.retry_base_s = float(retry_base_s)
+        self.retry_max_s = float(retry_max_s)
+        self.usage = BackendUsage()
+        key = get_api_key(config.api_key_env)
+        self._api_key = _Secret(key) if key else None
+        self._secrets = [self._api_key] if self._api_key else []
+        self._token_ids: dict[str, int] = {}
+        self._closed = False
+        self._loop = _LoopThread(name=f"densereward-{self.name}-http")
+        try:
+            self._loop.submit(self._open()).result()
+            models = self._loop.submit(self._health_check(health_timeout_s)).result()
+        except BaseException:
+            self.close()
+            raise
+        listed = [m.get("id") for m in models if isinstance(m, Mapping) and m.get("id")]
+        self.model_id = config.model or (listed[0] if listed else "")
+        if not self.model_id:
+            self.close()
+            raise BackendUnavailableError(
+                f"the server at {self.base_url} lists no models; set verifier.model"
+            )
+        if server_extensions is None:
+            owners = {str(m.get("owned_by", "")).lower() for m in models if isinstance(m, Mapping)}
+            server_extensions = bool(owners & _EXTENSION_OWNERS)
+        self.server_extensions = server_extensions
+
+    # ------------------------------------------------------------------ plumbing
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}(base_url={self.base_url!r}, model_id={getattr(self, 'model_id', None)!r}, "
+            f"restrict_to_candidates={self.restrict_to_candidates})"
+        )
+
+    def __enter__(self) -> OpenAIBackend:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _redact(self, text: str) -> str:
+        return redact(text, self._secrets)
+
+    async def _open(self) -> None:
+        import httpx
+
+        headers = {"Authorization": f"Bearer {self._api_key}"} if self._api_key else {}
+        limits = httpx.Limits(
+            max_connections=self.config.max_concurrency,
+            max_keepalive_connections=self.config.max_concurrency,
+        )
+        self._client = httpx.AsyncClient(
+            headers=headers, timeout=httpx.Timeout(self.config.timeout_s), limits=limits
+        )
+        self._semaphore = asyncio.Semaphore(self.config.max_concurrency)
+        self._limiter = _RateLimiter(self.config.requests_per_minute)
+
+    async def _health_check(self, timeout_s: float) -> list[Any]:
+        import httpx
+
+        url = f"{self.base_url}/models"
+        try:
+            resp = await self._client.get(url, timeout=timeout_s)
+        except httpx.HTTPError as e:
+            raise BackendUnavailableError(
+                f"verifier server at {self.base_url} is not reachable ({type(e).__name__}: "
+                f"{self._redact(str(e)) or 'no answer'}); start it or fix verifier.base_url"
+            ) from None
+        if resp.status_code in (401, 403):
+            raise BackendUnavailableError(
+                f"verifier server at {self.base_url} refused the credentials (HTTP {resp.status_code}); "
+                f"check the key in ${self.config.api_key_env}"
+            )
+        if resp.status_code != 200:
+            raise BackendUnavailableError(
+                f"verifier server at {self.base_url}: GET {url} returned HTTP {resp.status_code}"
+            )
+        try:
+            data = resp.json()
+        except ValueError:
+            raise BackendUnavailableError(
+                f"verifier server at {self.base_url}: GET {url} did not return JSON"
+            ) from None
+        return list(data.get("data") or []) if isinstance(data, Mapping) else []
+
+    def _run(self, coro: Awaitable[T]) -> T:
+        """Run ``coro`` on the private loop and wait (works inside a running event loop too)."""
+        self._check_open(coro)
+        return self._loop.submit(coro).result()
+
+    async def _arun(self, coro: Awaitable[T]) -> T:
+        self._check_open(coro)
+        return await asyncio.wrap_future(self._loop.submit(coro))
+
+    def _check_open(self, coro: Awaitable[Any]) -> None:
+        if self._closed:
+            if asyncio.iscoroutine(coro):
+                coro.close()  # never scheduled: close it so it is not reported as un-awaited
+            raise BackendError(f"{type(self).__name__} for {self.base_url} is closed")
+
+    def _wait_s(self, attempt: int, error: BaseException | None) -> float:
+        """Backoff before retry ``attempt`` (1-based): ``Retry-After`` or ``base * 2**(attempt-1)`` + jitter."""
+        import random
+
+        retry_after = getattr(error, "retry_after", None)
+        if retry_after is not None:
+            return min(float(retry_after), self.retry_max_s)
+        base = self.retry_base_s * 2 ** (attempt - 1)
+        return min(base * (1.0 + 0.25 * random.random()), self.retry_max_s)
+
+    async def _post(self, path: str, payload: Mapping[str, Any]) -> dict[str, Any]:
+        """POST JSON with bounded concurrency, rate limit, timeout and retries.
+
+        Raises:
+            BackendError: on a non-retryable HTTP error, or when retries are exhausted.
+        """
+        from tenacity import (
+            AsyncRetrying,
+            RetryCallState,
+            retry_if_exception_type,
+            stop_after_attempt,
+        )
+
+        def wait(state: RetryCallState) -> float:
+            exc = state.outcome.exception() if state.outcome else None
+            return self._wait_s(state.attempt_number, exc)
+
+        def before_sleep(state: RetryCallState) -> None:
+            self.usage.n_retries += 1
+            exc = state.outcome.exception() if state.outcome else None
+            logger.warning(
+                "%s: retry %d/%d of POST %s after %s",
+                self.name, state.attempt_number, self.config.max_retries, path, self._redact(str(exc)),
+            )  # fmt: skip
+
+        url = f"{self.base_url}{path}"
+        try:
+            async for attempt in AsyncRetrying(
+                stop=stop_after_attempt(self.config.max_retries + 1),
+                wait=wait,
+                retry=retry_if_exception_type(_RetryableError),
+                before_sleep=before_sleep,
+                reraise=True,
+            ):
+                with attempt:
+                    return await self._post_once(url, payload)
+        except _RetryableError as e:
+            self.usage.n_failures += 1
+            raise BackendError(
+                f"{self.name} backend: POST {url} failed after {self.config.max_retries} retries: {self._redact(str(e))}"
+            ) from None
+        except BackendError:
+            self.usage.n_failures += 1
+            raise
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    async def _post_once(self, url: str, payload: Mapping[str, Any]) -> dict[str, Any]:
+        import httpx
+
+        async with self._semaphore:
+            await self._limiter.wait()
+            self.usage.n_calls += 1
+            try:
+                resp = await self._client.post(url, json=payload)
+            except httpx.TimeoutException as e:
+                raise _RetryableError(
+                    f"timed out after {self.config.timeout_s:g} s ({type(e).__name__})"
+                ) from None
+            except httpx.TransportError as e:
+                raise _RetryableError(
+                    f"connection error ({type(e).__name__}: {self._redact(str(e))})"
+                ) from None
+        if resp.status_code != 200:
+            detail = self._redact(resp.text)[:300]
+            msg = f"HTTP {resp.status_code} from {url}: {detail}"
+            if resp.status_code in _RETRY_STATUS:
+                raise _RetryableError(msg, _parse_retry_after(resp.headers.get("Retry-After")))
+            if resp.status_code in (401, 403):
+                msg += f" (check the key in ${self.config.api_key_env})"
+            raise BackendError(msg)
+        try:
+            data = json.loads(resp.content)
+        except ValueError:
+            raise _RetryableError(
+                f"malformed JSON from {url}: {self._redact(resp.text)[:120]!r}"
+            ) from None
+        if (
+            not isinstance(data, dict)
+            or not isinstance(data.get("choices"), list)
+            or not data["choices"]
+        ):
+            raise _RetryableError(
+                f"response from {url} has no choices: {self._redact(resp.text)[:120]!r}"
+            )
+        usage = data.get("usage") or {}
+        self.usage.n_prompt_tokens += int(usage.get("prompt_tokens") or 0)
+        self.usage.n_completion_tokens += int(usage.get("completion_tokens") or 0)
+        return data
+
+    def _messages(self, prompt: ChatPrompt) -> list[dict[str, str]]:
+        msgs = [{"role": m["role"], "content": m["content"]} for m in prompt.messages]
+        if prompt.prefill:
+            msgs.append({"role": "assistant", "content": prompt.prefill})
+        return msgs
+
+    def _chat_payload(self, prompt: ChatPrompt, **params: Any) -> dict[str, Any]:
+        payload: dict[str, Any] = {
+            "model": self.model_id,
+            "messages": self._messages(prompt),
+            **params,
+        }
+        if self.server_extensions:
+            payload["continue_final_message"] = bool(prompt.prefill)
+            payload["add_generation_prompt"] = not prompt.prefill
+        return payload
+
+    async def _gather(self, factories: Sequence[Callable[[], Awaitable[T]]]) -> list[T]:
+        t0 = time.monotonic()
+        try:
+            return list(await asyncio.gather(*(f() for f in factories)))
+        finally:
+            self.usage.seconds += time.monotonic() - t0
+
+    # ------------------------------------------------------------------ tokens
+
+    async def _atokenize(self, text: str) -> list[int] | None:
+        import httpx
+
+        root = self.base_url[: -len("/v1")] if self.base_url.endswith("/v1") else self.base_url
+        payload = {"model": self.model_id, "prompt": text, "add_special_tokens": False}
+        try:
+            async with self._semaphore:
+                resp = await self._client.post(f"{root}/tokenize", json=payload)
+        except httpx.HTTPError:
+            return None
+        if resp.status_code != 200:
+            return None
+        try:
+            tokens = resp.json().get("tokens")
+        except (ValueError, AttributeError):
+            return None
+        return [int(t) for t in tokens] if isinstance(tokens, list) else None
+
+    def tokenize(self, text: str) -> list[int] | None:
+        """Token ids of ``text`` from the server's ``/tokenize`` endpoint (vLLM, SGLang).
+
+        Returns:
+            The ids (no special tokens added), or ``None`` when the server has no
+            tokenizer endpoint (OpenAI) or it failed.
+        """
+        return self._run(self._atokenize(text))
+
+    async def _candidate_ids(self, candidates: Sequence[str]) -> list[int]:
+        missing = [c for c in candidates if c not in self._token_ids]
+        results = await asyncio.gather(*(self._atokenize(c) for c in missing))
+        for c, ids in zip(missing, results, strict=True):
+            if ids is None:
+                raise BackendError(
+                    f"restrict_to_candidates needs the server's /tokenize endpoint; {self.base_url} did not tokenize {c!r}"
+                )
+            if len(ids) != 1:
+                raise BackendError(
+                    f"score token {c!r} is {len(ids)} tokens on the server, not one: {ids}"
+                )
+            self._token_ids[c] = ids[0]
+        return sorted({self._token_ids[c] for c in candidates})
+
+    # ------------------------------------------------------------------ log-probs
+
+    @staticmethod
+    def _parse_logprobs(data: Mapping[str, Any], candidates: Sequence[str]) -> dict[str, float]:
+        """Candidate -> log-prob from the first generated token's alternatives.
+
+        A candidate listed more than once (two token ids that decode to the same string)
+        gets ``logsumexp`` of its entries: the probability that the next text is that
+        string. ``null`` values become ``NaN``; NaN and ``-inf`` are kept as they are for
+        the engine to count.
+
+        Raises:
+            BackendError: when the answer has no log-probabilities at all (the server does
+                not support ``logprobs``: use the ``sampled`` backend).
+        """
+        choice = data["choices"][0]
+        content = (
+            (choice.get("logprobs") or {}).get("content") if isinstance(choice, Mapping) else None
+        )
+        if not content:
+            raise BackendError(
+                "the answer has no logprobs; for endpoints without logprobs use backend 'sampled'"
+            )
+        first = content[0]
+        entries = list(first.get("top_logprobs") or [])
+        if not entries and first.get("token") is not None:
+            entries = [first]
+        wanted = set(candidates)
+        found: dict[str, list[float]] = {}
+        for e in entries:
+            tok = e.get("token")
+            if tok not in wanted:
+                continue
+            lp = e.get("logprob")
+            found.setdefault(tok, []).append(float("nan") if lp is None else float(lp))
+        out: dict[str, float] = {}
+        for tok, lps in found.items():
+            if len(lps) == 1 or any(math.isnan(x) for x in lps):
+                out[tok] = lps[0] if len(lps) == 1 else float("nan")
+            else:
+                m = max(lps)
+                out[tok] = m if m == -math.inf else m + math.log(sum(math.exp(x - m) for x in lps))
+        return out
+
+    async def _one_logprobs(
+        self, prompt: ChatPrompt, candidates: Sequence[str], allowed: list[int] | None
+    ) -> TokenLogprobs:
+        k = (
+            min(self.top_logprobs, len(set(candidates)))
+            if allowed is not None
+            else self.top_logprobs
+        )
+        payload = self._chat_payload(
+            prompt,
+            max_tokens=1,
+            temperature=0.0,
+            logprobs=True,
+            top_logprobs=k,
+            seed=self.config.seed,
+        )
+        if allowed is not None:
+            payload["allowed_token_ids"] = allowed
+        data = await self._post("/chat/completions", payload)
+        try:
+            logprobs = self._parse_logprobs(data, candidates)
+        except BackendError as e:
+            self.usage.n_failures += 1
+            raise BackendError(f"{self.name} backend ({self.base_url}): {e}") from None
+        exact = len(logprobs) == len(set(candidates))
+        return TokenLogprobs(logprobs=logprobs, exact=exact, restricted=allowed is not None)
+
+    async def _anext_token_logprobs(
+        self, prompts: Sequence[ChatPrompt], candidates: Sequence[str]
+    ) -> list[TokenLogprobs]:
+        allowed = await self._candidate_ids(candidates) if self.restrict_to_candidates else None
+        self.usage.n_prompts += len(prompts)
+        return await self._gather(
+            [lambda p=p: self._one_logprobs(p, candidates, allowed) for p in prompts]
+        )
+
+    def next_token_logprobs(
+        self, prompts: Sequence[ChatPrompt], candidates: Sequence[str]
+    ) -> list[TokenLogprobs]:
+        """Log-probabilities of each candidate as the next token after each prompt's prefill.
+
+        One chat-completions request per prompt (``max_tokens=1``, temperature 0,
+        ``logprobs=true, top_logprobs=k``), up to ``max_concurrency`` in flight.
+
+        Args:
+            prompts: ``(B,)`` prompts.
+            candidates: the score-token spellings to report.
+
+        Returns:
+            ``(B,)`` :class:`TokenLogprobs`; candidates outside the server's top-k are
+            absent and ``exact`` is False unless every candidate was seen. ``restricted``
+            is True when ``restrict_to_candidates`` is on.
+
+        Raises:
+            BackendError: when a request failed after the retries (counted in
+                ``usage.n_failures``), or returned no log-probabilities.
+        """
+        return self._run(self._anext_token_logprobs(prompts, candidates))
+
+    async def anext_token_logprobs(
+        self, prompts: Sequence[ChatPrompt], candidates: Sequence[str]
+    ) -> list[TokenLogprobs]:
+        """Async variant of :meth:`next_token_logprobs` (callable from any event loop)."""
+        return await self._arun(self._anext_token_logprobs(prompts, candidates))
+
+    # ------------------------------------------------------------------ generation
+
+    @staticmethod
+    def _choice_text(choice: Mapping[str, Any]) -> str:
+        """The generated text; falls back to ``reasoning_content`` (SGLang, vLLM < 0.11) or
+        ``reasoning`` (newer vLLM) when a reasoning parser left ``content`` empty."""
+        msg = choice.get("message") or {}
+        return msg.get("content") or msg.get("reasoning_content") or msg.get("reasoning") or ""
+
+    async def _agenerate(
+        self,
+        prompts: Sequence[ChatPrompt],
+        max_new_tokens: int,
+        temperature: float,
+        seed: int | None,
+        stop: Sequence[str],
+    ) -> list[str]:
+        if max_new_tokens < 1:
+            raise ConfigError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+        self.usage.n_prompts += len(prompts)
+
+        async def one(i: int, prompt: ChatPrompt) -> str:
+            params: dict[str, Any] = {"max_tokens": max_new_tokens, "temperature": temperature}
+            if seed is not None:
+                params["seed"] = seed + i
+            if stop:
+                params["stop"] = list(stop)
+            data = await self._post("/chat/completions", self._chat_payload(prompt, **params))
+            return self._choice_text(data["choices"][0])
+
+        return await self._gather([lambda i=i, p=p: one(i, p) for i, p in enumerate(prompts)])
+
+    def generate(
+        self,
+        prompts: Sequence[ChatPrompt],
+        *,
+        max_new_tokens: int,
+        temperature: float = 1.0,
+        seed: int | None = None,
+        stop: Sequence[str] = (),
+    ) -> list[str]:
+        """Sample one continuation of each prompt's prefill (the reasoning style's analysis).
+
+        Args:
+            prompts: ``(B,)`` prompts.
+            max_new_tokens: length bound in tokens, >= 1.
+            temperature: sampling temperature (0 = greedy).
+            seed: per-request seed ``seed + i`` for prompt ``i`` (servers that honour it
+                are reproducible); ``None`` = unseeded.
+            stop: stop strings.
+
+        Returns:
+            ``(B,)`` texts (``content``, or ``reasoning_content`` / ``reasoning`` when a reasoning parser
+            left ``content`` empty).
+
+        Raises:
+            BackendError: when a request failed after the retries.
+        """
+        return self._run(self._agenerate(prompts, max_new_tokens, temperature, seed, stop))
+
+    async def agenerate(
+        self,
+        prompts: Sequence[ChatPrompt],
+        *,
+        max_new_tokens: int,
+        temperature: float = 1.0,
+        seed: int | None = None,
+        stop: Sequence[str] = (),
+    ) -> list[str]:
+        """Async variant of :meth:`generate`."""
+        return await self._arun(self._agenerate(prompts, max_new_tokens, temperature, seed, stop))
+
+    def close(self) -> None:
+        """Close the HTTP client and stop the private event loop. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        client = getattr(self, "_client", None)
+        if (
+            client is not None
+            and not self._loop.loop.is_closed()
+            and not self._loop.in_loop_thread()
+        ):
+            try:
+                self._loop.submit(client.aclose()).result(timeout=10)
+            except Exception:  # noqa: BLE001 - best effort on shutdown
+                logger.debug("closing the HTTP client failed", exc_info=True)
+        self._loop.stop()
+
+    def __del__(self) -> None:
+        with contextlib.suppress(Exception):  # interpreter shutdown
+            self.close()

@@ -1,0 +1,104 @@
+"""Verification-dynamics metrics: pure functions on arrays of scores and 0/1 labels.
+
+Threshold metrics accept continuous scores: ``V = 1[score >= threshold]`` (default 0.5), or
+``V = score`` with ``soft=True``. Undefined values are ``NaN`` (never 0 or 0.5).
+"""
+
+from __future__ import annotations
+
+from .bootstrap import bootstrap_ci, bootstrap_many
+from .classification import (
+    REPORT_KEYS,
+    accept,
+    accuracy,
+    auprc,
+    auroc,
+    balanced_accuracy,
+    brier_score,
+    classification_report,
+    expected_calibration_error,
+    f1,
+    fnr,
+    fpr,
+    precision,
+    recall,
+    reliability_curve,
+    tnr,
+    tpr,
+)
+from .difficulty import (
+    balanced_subsample,
+    bin_labels,
+    difficulty_bins,
+    difficulty_quartiles,
+    per_generator_balanced,
+    per_group,
+    problem_difficulty,
+)
+from .pairwise import pair_gaps, pairwise_accuracy, score_gap_snr, tie_rate
+from .progress import mean_value_order_correlation, value_order_correlation
+from .similarity import (
+    SELF_VERIFICATION_KEYWORDS,
+    MiniLMEmbedder,
+    cosine_similarity,
+    self_verification_keyword_rate,
+    solver_verifier_similarity,
+)
+from .tts import (
+    gap_closed,
+    pass_rate,
+    precision_from_rates,
+    simulate_rejection_sampling,
+    tts_pass_rate,
+    tts_verification_gain,
+    verifier_gain,
+    verifier_gain_from_rates,
+)
+
+__all__ = [
+    "REPORT_KEYS",
+    "SELF_VERIFICATION_KEYWORDS",
+    "MiniLMEmbedder",
+    "accept",
+    "accuracy",
+    "auprc",
+    "auroc",
+    "balanced_accuracy",
+    "balanced_subsample",
+    "bin_labels",
+    "bootstrap_ci",
+    "bootstrap_many",
+    "brier_score",
+    "classification_report",
+    "cosine_similarity",
+    "difficulty_bins",
+    "difficulty_quartiles",
+    "expected_calibration_error",
+    "f1",
+    "fnr",
+    "fpr",
+    "gap_closed",
+    "mean_value_order_correlation",
+    "pair_gaps",
+    "pairwise_accuracy",
+    "pass_rate",
+    "per_generator_balanced",
+    "per_group",
+    "precision",
+    "precision_from_rates",
+    "problem_difficulty",
+    "recall",
+    "reliability_curve",
+    "score_gap_snr",
+    "self_verification_keyword_rate",
+    "simulate_rejection_sampling",
+    "solver_verifier_similarity",
+    "tie_rate",
+    "tnr",
+    "tpr",
+    "tts_pass_rate",
+    "tts_verification_gain",
+    "value_order_correlation",
+    "verifier_gain",
+    "verifier_gain_from_rates",
+]

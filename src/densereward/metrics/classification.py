@@ -1,0 +1,425 @@
+"""Verifier-as-classifier metrics: TPR, TNR, precision, AUROC, calibration.
+
+A verifier gives every response a score ``s`` in ``[0, 1]``; the ground truth says whether
+the response is correct (label ``1``) or not (``0``). Threshold metrics use the accept
+decision ``V = 1[s >= threshold]`` (hard, the default) or ``V = s`` itself (``soft=True``),
+so with continuous scores ``TPR = E[V | correct]`` is the expected acceptance of correct
+responses (Zhou et al. 2025, "Variation in Verification", arXiv 2509.17995, sec. 3).
+
+Undefined values are ``NaN``, never ``0`` or ``0.5``: TPR/FNR/recall need at least one
+correct response, TNR/FPR at least one incorrect one, precision at least one accepted
+response, AUROC both classes.
+
+Example:
+    >>> scores = [0.9, 0.8, 0.3, 0.6, 0.1]
+    >>> labels = [1, 1, 1, 0, 0]
+    >>> round(tpr(scores, labels), 4), round(tnr(scores, labels), 4)
+    (0.6667, 0.5)
+    >>> round(precision(scores, labels), 4)
+    0.6667
+    >>> round(auroc(scores, labels), 4)
+    0.8333
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from ..errors import DataError
+
+__all__ = [
+    "accept",
+    "tpr",
+    "tnr",
+    "fpr",
+    "fnr",
+    "accuracy",
+    "balanced_accuracy",
+    "precision",
+    "recall",
+    "f1",
+    "auroc",
+    "auprc",
+    "expected_calibration_error",
+    "brier_score",
+    "reliability_curve",
+    "classification_report",
+    "REPORT_KEYS",
+]
+
+NAN = float("nan")
+
+REPORT_KEYS = (
+    "tpr",
+    "tnr",
+    "fpr",
+    "fnr",
+    "accuracy",
+    "balanced_accuracy",
+    "precision",
+    "recall",
+    "f1",
+    "auroc",
+    "auprc",
+    "ece",
+    "brier",
+    "verifier_gain",
+    "pass_rate",
+    "n",
+    "n_pos",
+    "n_neg",
+)
+"""The stable keys of :func:`classification_report`, in order."""
+
+
+def as_arrays(
+    scores: Sequence[float] | np.ndarray, labels: Sequence[Any] | np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Validate and convert ``(scores, labels)`` to float arrays of shape ``(n,)``.
+
+    Args:
+        scores: verifier scores, shape ``(n,)``, finite (abstentions must be removed first).
+        labels: ground truth, shape ``(n,)``, each ``0``/``1`` or ``False``/``True``.
+
+    Returns:
+        ``(scores, labels)`` as float64 arrays; ``labels`` holds only ``0.0`` and ``1.0``.
+
+    Raises:
+        DataError: on shape mismatch, non-finite or ``None`` scores, or labels outside {0, 1}.
+    """
+    try:
+        s = np.asarray(scores, dtype=np.float64).reshape(-1) if len(scores) else np.zeros(0)
+        y = np.asarray(labels, dtype=np.float64).reshape(-1) if len(labels) else np.zeros(0)
+    except (TypeError, ValueError) as e:
+        raise DataError(
+            f"scores and labels must be numbers (drop abstained responses first): {e}"
+        ) from None
+    if s.shape != y.shape:
+        raise DataError(
+            f"scores and labels must have the same length, got {s.shape[0]} and {y.shape[0]}"
+        )
+    if not np.all(np.isfinite(s)):
+        raise DataError(
+            "scores contain NaN/inf/None; drop abstained responses before computing metrics"
+        )
+    if not np.all((y == 0.0) | (y == 1.0)):
+        raise DataError("labels must be 0/1 (or False/True)")
+    return s, y
+
+
+def accept(
+    scores: Sequence[float] | np.ndarray, threshold: float = 0.5, soft: bool = False
+) -> np.ndarray:
+    """The verifier's accept decision ``V``, shape ``(n,)``.
+
+    Args:
+        scores: shape ``(n,)``.
+        threshold: hard decision ``V = 1[score >= threshold]``.
+        soft: if True, ``V = score`` (must then lie in ``[0, 1]``); ``threshold`` is ignored.
+
+    Raises:
+        DataError: if ``soft`` and a score lies outside ``[0, 1]``.
+    """
+    s = np.asarray(scores, dtype=np.float64).reshape(-1)
+    if soft:
+        if s.size and (s.min() < 0.0 or s.max() > 1.0):
+            raise DataError("soft metrics need scores in [0, 1]")
+        return s
+    return (s >= threshold).astype(np.float64)
+
+
+def _mean_or_nan(x: np.ndarray) -> float:
+    return float(x.mean()) if x.size else NAN
+
+
+def tpr(scores, labels, threshold: float = 0.5, *, soft: bool = False) -> float:
+    """True-positive rate ``TPR = E[V | correct]`` (Zhou et al. 2025, sec. 3).
+
+    Args:
+        scores: verifier scores, shape ``(n,)``.
+        labels: 1 = correct response, 0 = incorrect, shape ``(n,)``.
+        threshold: accept iff ``score >= threshold``.
+        soft: use ``V = score`` instead of the hard decision.
+
+    Returns:
+        TPR in ``[0, 1]``; ``NaN`` when there is no correct response.
+
+    Raises:
+        DataError: on malformed input (see :func:`as_arrays`).
+    """
+    s, y = as_arrays(scores, labels)
+    return _mean_or_nan(accept(s, threshold, soft)[y == 1])
+
+
+def tnr(scores, labels, threshold: float = 0.5, *, soft: bool = False) -> float:
+    """True-negative rate ``TNR = E[1 - V | incorrect]`` (Zhou et al. 2025, sec. 3).
+
+    Returns:
+        TNR in ``[0, 1]``; ``NaN`` when there is no incorrect response.
+
+    Raises:
+        DataError: on malformed input.
+    """
+    s, y = as_arrays(scores, labels)
+    return _mean_or_nan(1.0 - accept(s, threshold, soft)[y == 0])
+
+
+def fpr(scores, labels, threshold: float = 0.5, *, soft: bool = False) -> float:
+    """False-positive rate ``FPR = E[V | incorrect] = 1 - TNR``; ``NaN`` without incorrect responses.
+
+    Raises:
+        DataError: on malformed input.
+    """
+    return 1.0 - tnr(scores, labels, threshold, soft=soft)
+
+
+def fnr(scores, labels, threshold: float = 0.5, *, soft: bool = False) -> float:
+    """False-negative rate ``FNR = E[1 - V | correct] = 1 - TPR``; ``NaN`` without correct responses.
+
+    Raises:
+        DataError: on malformed input.
+    """
+    return 1.0 - tpr(scores, labels, threshold, soft=soft)
+
+
+def accuracy(scores, labels, threshold: float = 0.5, *, soft: bool = False) -> float:
+    """Verifier accuracy ``E[V * y + (1 - V) * (1 - y)]``; ``NaN`` for empty input.
+
+    Raises:
+        DataError: on malformed input.
+    """
+    s, y = as_arrays(scores, labels)
+    v = accept(s, threshold, soft)
+    return _mean_or_nan(v * y + (1.0 - v) * (1.0 - y))
+
+
+def balanced_accuracy(scores, labels, threshold: float = 0.5, *, soft: bool = False) -> float:
+    """Balanced accuracy ``(TPR + TNR) / 2`` (Zhou et al. 2025, sec. 3).
+
+    Returns:
+        A value in ``[0, 1]``; ``NaN`` unless both classes are present.
+
+    Raises:
+        DataError: on malformed input.
+    """
+    return 0.5 * (
+        tpr(scores, labels, threshold, soft=soft) + tnr(scores, labels, threshold, soft=soft)
+    )
+
+
+def precision(scores, labels, threshold: float = 0.5, *, soft: bool = False) -> float:
+    """Precision ``E[correct | V = 1] = sum(V * y) / sum(V)`` (Lu et al. 2025, arXiv 2512.02304, sec. 3).
+
+    Returns:
+        Precision in ``[0, 1]``; ``NaN`` when the verifier accepts nothing.
+
+    Raises:
+        DataError: on malformed input.
+    """
+    s, y = as_arrays(scores, labels)
+    v = accept(s, threshold, soft)
+    total = v.sum()
+    return float((v * y).sum() / total) if total > 0 else NAN
+
+
+def recall(scores, labels, threshold: float = 0.5, *, soft: bool = False) -> float:
+    """Recall, identical to :func:`tpr`; ``NaN`` without correct responses.
+
+    Raises:
+        DataError: on malformed input.
+    """
+    return tpr(scores, labels, threshold, soft=soft)
+
+
+def f1(scores, labels, threshold: float = 0.5, *, soft: bool = False) -> float:
+    """F1 ``= 2 P R / (P + R)``; ``NaN`` if precision or recall is undefined, ``0`` if both are 0.
+
+    Raises:
+        DataError: on malformed input.
+    """
+    p = precision(scores, labels, threshold, soft=soft)
+    r = recall(scores, labels, threshold, soft=soft)
+    if math.isnan(p) or math.isnan(r):
+        return NAN
+    return 0.0 if p + r == 0 else 2.0 * p * r / (p + r)
+
+
+def auroc(scores, labels) -> float:
+    """Area under the ROC curve (threshold-free; ties count one half), via scikit-learn.
+
+    It equals the probability that a random correct response outscores a random incorrect
+    one (Hanley & McNeil 1982).
+
+    Returns:
+        AUROC in ``[0, 1]``; ``NaN`` unless both classes are present.
+
+    Raises:
+        DataError: on malformed input.
+    """
+    import sklearn
+    from sklearn.metrics import roc_auc_score
+
+    s, y = as_arrays(scores, labels)
+    if y.size == 0 or y.min() == y.max():
+        return NAN
+    with sklearn.config_context(
+        skip_parameter_validation=True, assume_finite=True
+    ):  # checked above
+        return float(roc_auc_score(y, s))
+
+
+def auprc(scores, labels) -> float:
+    """Area under the precision-recall curve (average precision, scikit-learn).
+
+    ``AP = sum_k (R_k - R_{k-1}) P_k`` over decreasing thresholds (no interpolation).
+    Its chance level is the pass rate ``mean(labels)``, not 0.5.
+
+    Returns:
+        AUPRC in ``[0, 1]``; ``NaN`` without correct responses (``1.0`` without incorrect ones).
+
+    Raises:
+        DataError: on malformed input.
+    """
+    import sklearn
+    from sklearn.metrics import average_precision_score
+
+    s, y = as_arrays(scores, labels)
+    if y.sum() == 0:
+        return NAN
+    with (
+        warnings.catch_warnings(),
+        sklearn.config_context(skip_parameter_validation=True, assume_finite=True),
+    ):
+        warnings.simplefilter("ignore")
+        return float(average_precision_score(y, s))
+
+
+def _bin_index(s: np.ndarray, n_bins: int) -> np.ndarray:
+    """Equal-width bins on ``[0, 1]``: ``[0, 1/B), ..., [(B-1)/B, 1]``."""
+    return np.minimum((s * n_bins).astype(np.int64), n_bins - 1)
+
+
+def _check_unit(s: np.ndarray, what: str) -> None:
+    if s.size and (s.min() < 0.0 or s.max() > 1.0):
+        raise DataError(
+            f"{what} needs scores in [0, 1] (they are read as probabilities of correctness)"
+        )
+
+
+def reliability_curve(scores, labels, n_bins: int = 10) -> dict[str, np.ndarray]:
+    """Per-bin mean score (confidence) and empirical accuracy for a reliability diagram.
+
+    Args:
+        scores: probabilities of correctness in ``[0, 1]``, shape ``(n,)``.
+        labels: shape ``(n,)``.
+        n_bins: B equal-width bins on ``[0, 1]``.
+
+    Returns:
+        ``{"edges": (B+1,), "confidence": (B,), "accuracy": (B,), "count": (B,)}``; empty bins
+        hold ``NaN`` confidence/accuracy and count 0.
+
+    Raises:
+        DataError: on malformed input or scores outside ``[0, 1]``.
+    """
+    s, y = as_arrays(scores, labels)
+    _check_unit(s, "reliability_curve")
+    if n_bins < 1:
+        raise DataError(f"n_bins must be >= 1, got {n_bins}")
+    idx = _bin_index(s, n_bins)
+    count = np.bincount(idx, minlength=n_bins).astype(np.float64)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        conf = np.bincount(idx, weights=s, minlength=n_bins) / count
+        acc = np.bincount(idx, weights=y, minlength=n_bins) / count
+    return {
+        "edges": np.linspace(0.0, 1.0, n_bins + 1),
+        "confidence": conf,
+        "accuracy": acc,
+        "count": count,
+    }
+
+
+def expected_calibration_error(scores, labels, n_bins: int = 10) -> float:
+    """Expected calibration error ``ECE = sum_b (n_b / n) |acc_b - conf_b|``.
+
+    Equal-width bins on ``[0, 1]`` (Naeini et al. 2015; Guo et al. 2017, eq. 3), reading the
+    score as the verifier's probability that the response is correct.
+
+    >>> round(expected_calibration_error([0.9, 0.9, 0.1, 0.1], [1, 0, 0, 0], n_bins=10), 6)
+    0.25
+
+    Returns:
+        ECE in ``[0, 1]``; ``NaN`` for empty input.
+
+    Raises:
+        DataError: on malformed input or scores outside ``[0, 1]``.
+    """
+    curve = reliability_curve(scores, labels, n_bins)
+    n = curve["count"].sum()
+    if n == 0:
+        return NAN
+    filled = curve["count"] > 0
+    gaps = np.abs(curve["accuracy"][filled] - curve["confidence"][filled])
+    return float((curve["count"][filled] / n * gaps).sum())
+
+
+def brier_score(scores, labels) -> float:
+    """Brier score ``mean((score - label)^2)`` (Brier 1950); lower is better.
+
+    Returns:
+        A value in ``[0, 1]``; ``NaN`` for empty input.
+
+    Raises:
+        DataError: on malformed input or scores outside ``[0, 1]``.
+    """
+    s, y = as_arrays(scores, labels)
+    _check_unit(s, "brier_score")
+    return _mean_or_nan((s - y) ** 2)
+
+
+def classification_report(
+    scores, labels, threshold: float = 0.5, *, soft: bool = False, n_bins: int = 10
+) -> dict[str, float]:
+    """All threshold and threshold-free metrics at once, under the stable keys :data:`REPORT_KEYS`.
+
+    Keys: ``tpr, tnr, fpr, fnr, accuracy, balanced_accuracy, precision, recall, f1`` (at
+    ``threshold``, or soft), ``auroc, auprc, ece, brier`` (threshold-free), ``verifier_gain``
+    (precision - pass rate, Lu et al. 2025 eq. 1), ``pass_rate`` (mean label, the solver
+    accuracy), ``n, n_pos, n_neg`` (counts, as floats). Undefined entries are ``NaN``.
+
+    >>> r = classification_report([0.9, 0.2], [1, 0])
+    >>> r["balanced_accuracy"], r["verifier_gain"], r["n"]
+    (1.0, 0.5, 2.0)
+
+    Raises:
+        DataError: on malformed input or scores outside ``[0, 1]``.
+    """
+    from .tts import verifier_gain
+
+    s, y = as_arrays(scores, labels)
+    unit = not s.size or (s.min() >= 0.0 and s.max() <= 1.0)
+    kw = {"threshold": threshold, "soft": soft}
+    return {
+        "tpr": tpr(s, y, **kw),
+        "tnr": tnr(s, y, **kw),
+        "fpr": fpr(s, y, **kw),
+        "fnr": fnr(s, y, **kw),
+        "accuracy": accuracy(s, y, **kw),
+        "balanced_accuracy": balanced_accuracy(s, y, **kw),
+        "precision": precision(s, y, **kw),
+        "recall": recall(s, y, **kw),
+        "f1": f1(s, y, **kw),
+        "auroc": auroc(s, y),
+        "auprc": auprc(s, y),
+        "ece": expected_calibration_error(s, y, n_bins) if unit else NAN,
+        "brier": brier_score(s, y) if unit else NAN,
+        "verifier_gain": verifier_gain(s, y, **kw),
+        "pass_rate": _mean_or_nan(y),
+        "n": float(y.size),
+        "n_pos": float(y.sum()),
+        "n_neg": float(y.size - y.sum()),
+    }

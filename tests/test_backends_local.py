@@ -1,0 +1,242 @@
+"""Local verifier backends on the real embedded SmolLM2-135M (float32, CPU).
+
+The transformers backend reads the exact full-vocabulary log-softmax; the vLLM offline
+engine reads raw full-vocabulary log-probabilities of the same token ids. On the same
+rendered prompts both must give the same score distribution (total variation <= 0.01)
+and the same expected score (<= 0.01 on the [0, 1] scale).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import math
+import os
+
+import numpy as np
+import pytest
+
+from densereward.backends import get_backend_class
+from densereward.backends.base import ChatPrompt, TokenLogprobs
+from densereward.backends.hf import TransformersBackend, candidate_token_ids, render_prompt_ids
+from densereward.config import VerifierConfig
+from densereward.errors import BackendError, ScoreTokenError
+from densereward.prompts import pointwise_prompt
+from densereward.scale import ScoreScale
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+# Every test here loads the real model (~15 s set-up under load) or runs it.
+pytestmark = pytest.mark.slow
+
+SCALE = ScoreScale.letters(20)
+CANDIDATES = list(SCALE.all_spellings())  # "A", " A", "B", " B", ... (40)
+LEVEL = {s: g for g, sp in enumerate(SCALE.spellings) for s in sp}
+GENERATORS = ("6b_finetuning", "175b_verification")
+
+
+def _distribution(r: TokenLogprobs) -> np.ndarray:
+    """(G,) probabilities summed over both spellings, renormalised over the candidates."""
+    p = np.zeros(SCALE.granularity)
+    for c, lp in r.logprobs.items():
+        p[LEVEL[c]] += math.exp(lp)
+    return p / p.sum()
+
+
+def _expected(p: np.ndarray) -> float:
+    """Normalised expected score in [0, 1] (Kwok et al. 2026, eq. 1)."""
+    return SCALE.normalize(float(p @ SCALE.phi))
+
+
+def _mass(r: TokenLogprobs) -> float:
+    return sum(math.exp(v) for v in r.logprobs.values())
+
+
+@pytest.fixture(scope="module")
+def prompts(data_dir) -> list[ChatPrompt]:
+    """6 realistic pointwise prompts: 3 GSM8K problems x 2 generators (correct and wrong)."""
+    rows = []
+    with open(data_dir / "gsm8k" / "model_solutions_dev.jsonl") as f:
+        for line in itertools.islice(f, 3):
+            rows.append(json.loads(line))
+    return [
+        pointwise_prompt(
+            SCALE,
+            row["question"],
+            row[gen]["solution"],
+            "Is the final answer of the response correct, and is the reasoning that leads to it valid?",
+        )
+        for row in rows
+        for gen in GENERATORS
+    ]
+
+
+@pytest.fixture(scope="module")
+def hf(default_model_dir) -> TransformersBackend:
+    backend = TransformersBackend(
+        VerifierConfig(model=str(default_model_dir), batch_size=4, dtype="float32")
+    )
+    yield backend
+    backend.close()
+
+
+@pytest.fixture(scope="module")
+def hf_single(hf, prompts) -> list[TokenLogprobs]:
+    """Reference: each prompt alone (no padding, no shared prefix)."""
+    return [hf.next_token_logprobs([p], CANDIDATES)[0] for p in prompts]
+
+
+def test_registry_names_the_class():
+    assert get_backend_class("transformers") is TransformersBackend
+    from densereward.backends.vllm_offline import VLLMBackend
+
+    assert get_backend_class("vllm") is VLLMBackend
+
+
+def test_render_ends_with_prefill_and_no_end_of_turn(hf, prompts):
+    ids = render_prompt_ids(hf.tokenizer, prompts[0])
+    text = hf.tokenizer.decode(ids)
+    assert text.endswith("<|im_start|>assistant\n<score>")
+    empty = ChatPrompt(messages=prompts[0].messages, prefill="")
+    assert hf.tokenizer.decode(render_prompt_ids(hf.tokenizer, empty)).endswith(
+        "<|im_start|>assistant\n"
+    )
+
+
+def test_multi_token_candidate_is_detected(hf, prompts):
+    assert len(hf.tokenize("A")) == 1 and len(hf.tokenize(" T")) == 1
+    assert len(hf.tokenize("<score>")) > 1
+    with pytest.raises(ScoreTokenError, match="not 1"):
+        candidate_token_ids(hf.tokenizer, ["A", "Excellent!"])
+    with pytest.raises(ScoreTokenError):
+        hf.next_token_logprobs(prompts[:1], ["A", "<score>"])
+
+
+@pytest.mark.slow
+def test_exact_full_vocabulary_logprobs(hf_single):
+    for r in hf_single:
+        assert r.exact and not r.restricted and not r.sampled
+        assert set(r.logprobs) == set(CANDIDATES)
+        assert all(np.isfinite(v) and v < 0 for v in r.logprobs.values())
+        # Full-vocabulary softmax: the score tokens hold part of the mass, not all of it.
+        assert 1e-3 < _mass(r) < 1.0
+
+
+@pytest.mark.slow
+def test_batching_matches_one_at_a_time(hf, prompts, hf_single):
+    """Left padding + explicit positions + shared-prefix cache change nothing but rounding."""
+    order = [3, 0, 5, 1, 4, 2]  # mixed lengths in one call; chunks of 4 need padding
+    batched = hf.next_token_logprobs([prompts[i] for i in order], CANDIDATES)
+    hf.share_prefix = False
+    try:
+        plain = hf.next_token_logprobs([prompts[i] for i in order], CANDIDATES)
+    finally:
+        hf.share_prefix = True
+    for j, i in enumerate(order):
+        for c in CANDIDATES:
+            assert batched[j].logprobs[c] == pytest.approx(hf_single[i].logprobs[c], abs=1e-4)
+            assert plain[j].logprobs[c] == pytest.approx(hf_single[i].logprobs[c], abs=1e-4)
+    assert hf.usage.n_prompts >= 3 * len(prompts) and hf.usage.n_failures == 0
+
+
+@pytest.mark.slow
+def test_async_variant_matches(hf, prompts, hf_single):
+    out = asyncio.run(hf.anext_token_logprobs(prompts[:2], CANDIDATES))
+    for r, ref in zip(out, hf_single[:2], strict=True):
+        assert r.logprobs["T"] == pytest.approx(ref.logprobs["T"], abs=1e-4)
+
+
+def test_generate_returns_text_and_honours_stop(hf, prompts):
+    a = hf.generate(prompts[:2], max_new_tokens=6, temperature=0.8, seed=3)
+    b = hf.generate(prompts[:2], max_new_tokens=6, temperature=0.8, seed=3)
+    assert len(a) == 2 and all(isinstance(t, str) and t for t in a)
+    assert a == b  # seeded
+    greedy = hf.generate(prompts[:1], max_new_tokens=8, temperature=0.0, stop=["</score>"])
+    assert "</score>" not in greedy[0]
+    with pytest.raises(BackendError):
+        hf.generate(prompts[:1], max_new_tokens=0)
+
+
+def test_too_long_prompt_is_an_error(hf):
+    long = ChatPrompt(({"role": "user", "content": "word " * 9000},), "<score>")
+    with pytest.raises(BackendError, match="context"):
+        hf.next_token_logprobs([long], CANDIDATES)
+
+
+def test_close_is_idempotent(default_model_dir):
+    b = TransformersBackend(VerifierConfig(model=str(default_model_dir)))
+    b.close()
+    b.close()
+    with pytest.raises(BackendError, match="closed"):
+        b.next_token_logprobs([ChatPrompt(({"role": "user", "content": "hi"},), "<score>")], ["A"])
+
+
+# ---------------------------------------------------------------------------- vLLM
+
+
+@pytest.fixture(scope="module")
+def vllm_backend(default_model_dir):
+    pytest.importorskip("vllm")
+    from densereward.backends.vllm_offline import VLLMBackend
+
+    backend = VLLMBackend(
+        VerifierConfig(
+            backend="vllm",
+            model=str(default_model_dir),
+            dtype="float32",
+            gpu_memory_utilization=0.15,
+        ),
+        max_model_len=2048,
+        kv_cache_bytes=2**28,  # 256 MiB: enough for 2048-token prompts, polite on a shared box
+    )
+    yield backend
+    backend.close()
+
+
+@pytest.mark.slow
+@pytest.mark.vllm
+def test_vllm_matches_transformers(vllm_backend, hf, prompts, hf_single):
+    """Same token ids, two engines: TV <= 0.01 and |expected score| <= 0.01 per prompt."""
+    for p in prompts:  # identical token ids in both engines
+        assert vllm_backend.render(p) == hf.render(p)
+    out = vllm_backend.next_token_logprobs(prompts, CANDIDATES)
+    assert len(out) == len(prompts)
+    tvs, dexp = [], []
+    for r, ref in zip(out, hf_single, strict=True):
+        assert r.exact and not r.restricted
+        assert set(r.logprobs) == set(CANDIDATES)
+        p, q = _distribution(r), _distribution(ref)
+        tvs.append(0.5 * float(np.abs(p - q).sum()))
+        dexp.append(abs(_expected(p) - _expected(q)))
+        # Unrestricted: the mass on the score tokens is the full-vocabulary one.
+        assert _mass(r) == pytest.approx(_mass(ref), rel=0.02)
+    print(f"vllm vs transformers: max TV={max(tvs):.2e}, max |dE|={max(dexp):.2e}")
+    assert max(tvs) <= 0.01
+    assert max(dexp) <= 0.01
+
+
+@pytest.mark.slow
+@pytest.mark.vllm
+def test_vllm_logprobs_ignore_sampling_settings(vllm_backend, prompts):
+    """Values are raw log-probabilities: a second call (prefix cache warm) gives the same."""
+    a = vllm_backend.next_token_logprobs(prompts[:2], CANDIDATES)
+    b = asyncio.run(vllm_backend.anext_token_logprobs(prompts[:2], CANDIDATES))
+    for x, y in zip(a, b, strict=True):
+        for c in CANDIDATES:
+            assert x.logprobs[c] == pytest.approx(y.logprobs[c], abs=1e-4)
+
+
+@pytest.mark.slow
+@pytest.mark.vllm
+def test_vllm_generate_and_tokenize(vllm_backend, prompts, hf):
+    texts = vllm_backend.generate(
+        prompts[:2], max_new_tokens=6, temperature=0.8, seed=1, stop=["</score>"]
+    )
+    assert len(texts) == 2 and all(isinstance(t, str) for t in texts)
+    assert all("</score>" not in t for t in texts)
+    assert vllm_backend.tokenize(" T") == hf.tokenize(" T")
+    assert len(vllm_backend.tokenize("<score>")) > 1
+    with pytest.raises(ScoreTokenError):
+        vllm_backend.next_token_logprobs(prompts[:1], ["A", "<score>"])
+    assert vllm_backend.usage.n_failures == 0

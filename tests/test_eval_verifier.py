@@ -1,0 +1,255 @@
+"""`densereward eval-verifier` end to end: GSM8K adapter, score reuse, outputs, real verifier."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+
+import numpy as np
+import pytest
+
+from densereward import eval_verifier as E
+from densereward.errors import ConfigError, DataError
+
+
+@pytest.fixture(scope="module")
+def gsm8k(data_dir):
+    return data_dir / "gsm8k" / "model_solutions_dev.jsonl"
+
+
+def run_cli(*argv: str) -> int:
+    parser = argparse.ArgumentParser(prog="densereward eval-verifier")
+    E.add_arguments(parser)
+    return E.main(parser.parse_args(list(argv)))
+
+
+def synthetic_scores(rows, path, *, seed=0, abstain_every=7):
+    """A scores.jsonl like the command writes, with scores that separate the classes imperfectly."""
+    rng = np.random.default_rng(seed)
+    with open(path, "w") as f:
+        for i, (key, row) in enumerate(zip(E._keys(rows), rows, strict=True)):
+            score = float(np.clip(0.55 * row["is_correct"] + 0.2 + rng.normal(0, 0.2), 0, 1))
+            if abstain_every and i % abstain_every == 3:
+                score = None
+            f.write(
+                json.dumps(
+                    {
+                        "problem_id": key[0],
+                        "generator": key[1],
+                        "response_index": key[2],
+                        "is_correct": row["is_correct"],
+                        "score": score,
+                    }
+                )
+                + "\n"
+            )
+
+
+def test_gsm8k_adapter(gsm8k):
+    rows = E.load_responses(gsm8k, limit=10)
+    assert len(rows) == 40
+    assert {r["generator"] for r in rows} == set(E.GSM8K_GENERATORS)
+    assert {r["family"] for r in rows} == {"6b", "175b"}
+    first = json.loads(gsm8k.read_text().splitlines()[0])
+    r0 = rows[0]
+    assert r0["problem_id"] == "gsm8k-dev-0" and r0["problem"] == first["question"]
+    assert r0["response"] == first[r0["generator"]]["solution"]
+    assert r0["is_correct"] is first[r0["generator"]]["is_correct"]
+    assert r0["reference"].endswith("A: 18")
+    assert len(E.load_gsm8k_model_solutions(gsm8k)) == 4 * 660
+
+
+def test_generic_jsonl_loader_and_errors(tmp_path):
+    p = tmp_path / "r.jsonl"
+    rows = [
+        {"problem": f"q{i % 3}", "response": f"r{i}", "is_correct": i % 2 == 0, "generator": "g"}
+        for i in range(9)
+    ]
+    p.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    got = E.load_responses(p, limit=2)
+    assert len(got) == 6 and len({r["problem_id"] for r in got}) == 2
+    p.write_text(json.dumps({"problem": "q", "response": "r", "generator": "g"}) + "\n")
+    with pytest.raises(DataError, match="is_correct"):
+        E.load_responses(p)
+    p.write_text(
+        json.dumps({"problem": "q", "response": "r", "generator": "g", "is_correct": "maybe"})
+        + "\n"
+    )
+    with pytest.raises(DataError):
+        E.load_responses(p)
+    with pytest.raises(DataError):
+        E.load_responses(tmp_path / "missing.jsonl")
+
+
+def test_build_config_from_yaml_and_overrides(tmp_path):
+    y = tmp_path / "v.yaml"
+    y.write_text("verifier:\n  granularity: 5\n  threshold: 0.6\n")
+    c = E.build_config(str(y), ["verifier.granularity=10"])
+    assert c.granularity == 10 and c.threshold == 0.6
+    with pytest.raises(ConfigError):
+        E.build_config(None, ["verifier.granularty=10"])
+    with pytest.raises(ConfigError):
+        E.build_config(None, ["training.max_steps=3"])
+
+
+@pytest.mark.slow
+def test_cli_with_precomputed_scores_end_to_end(gsm8k, tmp_path):
+    rows = E.load_responses(gsm8k, limit=30)
+    scores_in = tmp_path / "in.jsonl"
+    synthetic_scores(rows, scores_in)
+    out = tmp_path / "out"
+    rc = run_cli(
+        "--responses",
+        str(gsm8k),
+        "--scores",
+        str(scores_in),
+        "--limit",
+        "30",
+        "--out",
+        str(out),
+        "--bootstrap",
+        "200",
+        "--set",
+        "verifier.threshold=0.5",
+    )
+    assert rc == 0
+    for name in (
+        "metrics.json",
+        "report.md",
+        "scores.jsonl",
+        "tpr_tnr_by_difficulty.png",
+        "tpr_tnr_by_generator.png",
+        "reliability.png",
+    ):
+        assert (out / name).is_file(), name
+    for png in out.glob("*.png"):
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    m = json.loads((out / "metrics.json").read_text())
+    recs = [json.loads(line) for line in (out / "scores.jsonl").read_text().splitlines()]
+    assert len(recs) == 120
+    assert set(recs[0]) >= {"problem_id", "generator", "is_correct", "score", "mass", "abstained"}
+
+    # Recompute TPR/TNR independently from scores.jsonl, overall and per generator.
+    def rates(rs):
+        kept = [r for r in rs if not r["abstained"]]
+        pos = [r["score"] >= 0.5 for r in kept if r["is_correct"]]
+        neg = [r["score"] < 0.5 for r in kept if not r["is_correct"]]
+        return sum(pos) / len(pos), sum(neg) / len(neg)
+
+    n_abst = sum(r["abstained"] for r in recs)
+    assert (
+        n_abst > 0
+        and m["counts"]["n_abstained"] == n_abst
+        and m["counts"]["n_scored"] == 120 - n_abst
+    )
+    assert (m["overall"]["tpr"], m["overall"]["tnr"]) == pytest.approx(rates(recs))
+    for g in E.GSM8K_GENERATORS:
+        pg = m["per_generator"][g]
+        assert (pg["tpr"], pg["tnr"]) == pytest.approx(
+            rates([r for r in recs if r["generator"] == g])
+        )
+        assert pg["n_abstained"] == sum(r["abstained"] for r in recs if r["generator"] == g)
+        assert "tpr" in m["per_generator_balanced"][g]
+    # difficulty bins cover every scored response; edges are sorted; per-generator cells exist
+    q = m["difficulty"]["quartiles"]
+    assert sum(b["n"] or 0 for b in q["bins"]) == m["counts"]["n_scored"]
+    assert q["edges"] == sorted(q["edges"]) and len(q["bins"]) == 4
+    assert set(q["bins"][1]["per_generator"]) == set(E.GSM8K_GENERATORS)
+    assert len(m["difficulty"]["equal_width"]["bins"]) == 4
+    ci = m["confidence_intervals"]["tpr"]
+    assert ci["low"] <= m["overall"]["tpr"] <= ci["high"]
+    assert m["tts"]["by_family"]["weak"] == "6b" and "gap_closed" in m["tts"]["by_family"]
+    report = (out / "report.md").read_text()
+    assert "## Per generator" in report and "175b_verification" in report and "quartiles" in report
+    assert f"{n_abst} abstained" in report
+
+    # The written scores file is itself reusable and reproduces the metrics exactly.
+    out2 = tmp_path / "out2"
+    assert (
+        run_cli(
+            "--responses",
+            str(gsm8k),
+            "--scores",
+            str(out / "scores.jsonl"),
+            "--limit",
+            "30",
+            "--out",
+            str(out2),
+            "--bootstrap",
+            "200",
+            "--no-plots",
+        )
+        == 0
+    )
+    m2 = json.loads((out2 / "metrics.json").read_text())
+    assert m2["overall"] == m["overall"] and m2["per_generator"] == m["per_generator"]
+    assert not (out2 / "reliability.png").exists()
+
+
+def test_score_reuse_detects_mismatch(gsm8k, tmp_path):
+    rows = E.load_responses(gsm8k, limit=3)
+    recs = [{"score": 0.5, "mass": 1.0} for _ in rows]
+    metrics = E.evaluate(rows, [0.9 if r["is_correct"] else 0.1 for r in rows], n_bootstrap=0)
+    E.write_outputs(tmp_path, rows, recs, metrics, plots=False)
+    stored = E.load_scores(tmp_path / "scores.jsonl")
+    assert [r["score"] for r in E.align_scores(rows, stored)] == [0.5] * 12
+    # fewer problems than stored: extra records are ignored
+    assert len(E.align_scores(rows[:4], stored)) == 4
+    other = E.load_responses(gsm8k, limit=4)
+    with pytest.raises(DataError, match="no score"):
+        E.align_scores(other, stored)
+    changed = [dict(r) for r in rows]
+    changed[0]["response"] += " (edited)"
+    with pytest.raises(DataError, match="different response"):
+        E.align_scores(changed, stored)
+
+
+def test_evaluate_edge_cases(gsm8k):
+    rows = E.load_responses(gsm8k, limit=5)
+    with pytest.raises(DataError, match="abstained"):
+        E.evaluate(rows, [None] * len(rows))
+    with pytest.raises(DataError):
+        E.evaluate(rows, [1.5] * len(rows))
+    with pytest.raises(DataError):
+        E.evaluate(rows, [0.5])
+    # a verifier that rejects everything: TPR 0, TNR 1, precision undefined, eq. 5 falls back
+    m = E.evaluate(rows, [0.0] * len(rows), n_bootstrap=50)
+    o = m["overall"]
+    assert (
+        o["tpr"] == 0.0
+        and o["tnr"] == 1.0
+        and o["precision"] is None
+        and o["verifier_gain"] is None
+    )
+    assert (
+        o["tts_pass_rate"] == pytest.approx(o["plain_pass_rate"])
+        and o["tts_verification_gain"] == 0.0
+    )
+    assert not math.isnan(m["tts"]["pooled"]["pass_rate"])
+    text = E.render_report(m)
+    assert "n/a" in text
+
+
+@pytest.mark.slow
+def test_cli_with_real_default_verifier(gsm8k, tmp_path, default_model_dir, monkeypatch):
+    pytest.importorskip("densereward.verifier", reason="the verifier engine has not landed yet")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    out = tmp_path / "real"
+    assert (
+        run_cli("--responses", str(gsm8k), "--limit", "10", "--out", str(out), "--bootstrap", "100")
+        == 0
+    )
+    m = json.loads((out / "metrics.json").read_text())
+    recs = [json.loads(line) for line in (out / "scores.jsonl").read_text().splitlines()]
+    assert len(recs) == 40 and m["counts"]["n_responses"] == 40
+    kept = [r for r in recs if not r["abstained"]]
+    assert kept and all(0.0 <= r["score"] <= 1.0 for r in kept)
+    assert len({round(r["score"], 6) for r in kept}) > 5  # dense scores, not a handful of levels
+    pos = [r["score"] >= 0.5 for r in kept if r["is_correct"]]
+    neg = [r["score"] < 0.5 for r in kept if not r["is_correct"]]
+    assert m["overall"]["tpr"] == pytest.approx(sum(pos) / len(pos))
+    assert m["overall"]["tnr"] == pytest.approx(sum(neg) / len(neg))
+    assert set(m["per_generator"]) == set(E.GSM8K_GENERATORS)
+    assert m["meta"]["verifier_stats"]["n_scored"] >= 40
+    assert (out / "report.md").is_file() and (out / "reliability.png").is_file()
