@@ -65,11 +65,15 @@ def default_describer(env_id: str, task: str | None = None) -> TrajectoryDescrib
     if name.startswith(("fetchreach", "fetchpush")):
         return FetchDescriber.for_env_id(env_id)
     if not task:
-        raise ConfigError(f"{env_id!r} has no built-in describer; give env.task (a task description)")
+        raise ConfigError(
+            f"{env_id!r} has no built-in describer; give env.task (a task description)"
+        )
     return BoxDescriber(task)
 
 
-def _base_env(env_id: str, *, reward: RewardKind, base: str, render_mode: str | None, **env_kwargs: Any) -> gym.Env:
+def _base_env(
+    env_id: str, *, reward: RewardKind, base: str, render_mode: str | None, **env_kwargs: Any
+) -> gym.Env:
     if reward not in ("env", "sparse", "verifier"):
         raise ConfigError(f"env.reward={reward!r}; use env | sparse | verifier")
     if base not in ("sparse", "env"):
@@ -79,7 +83,9 @@ def _base_env(env_id: str, *, reward: RewardKind, base: str, render_mode: str | 
         import difflib
 
         close = difflib.get_close_matches(env_id, list(gym.registry), n=3)
-        raise ConfigError(f"unknown environment {env_id!r}" + (f"; did you mean {close}?" if close else ""))
+        raise ConfigError(
+            f"unknown environment {env_id!r}" + (f"; did you mean {close}?" if close else "")
+        )
     env = gym.make(env_id, render_mode=render_mode, **env_kwargs)
     if reward == "sparse" or (reward == "verifier" and base == "sparse"):
         env = SparseSuccessReward(env)
@@ -119,7 +125,9 @@ def make_env(
     env = _base_env(env_id, reward=reward, base=base, render_mode=render_mode, **env_kwargs)
     if reward == "verifier":
         if progress_fn is None:
-            raise ConfigError("reward='verifier' needs a progress_fn (e.g. verifier_progress_fn(Verifier(...)))")
+            raise ConfigError(
+                "reward='verifier' needs a progress_fn (e.g. verifier_progress_fn(Verifier(...)))"
+            )
         env = VerifierProgressReward(
             env, progress_fn, describer or default_describer(env_id), reward_config, gamma=gamma
         )
@@ -164,10 +172,14 @@ def make_vec_env(
     if n_envs < 1:
         raise ConfigError(f"env.n_envs must be >= 1, got {n_envs}")
     if reward == "verifier" and progress_fn is None:
-        raise ConfigError("reward='verifier' needs a progress_fn (e.g. verifier_progress_fn(Verifier(...)))")
+        raise ConfigError(
+            "reward='verifier' needs a progress_fn (e.g. verifier_progress_fn(Verifier(...)))"
+        )
 
     def thunk(i: int) -> Callable[[], gym.Env]:
-        return lambda: _base_env(env_id, reward=reward, base=base, render_mode=render_mode, **env_kwargs)
+        return lambda: _base_env(
+            env_id, reward=reward, base=base, render_mode=render_mode, **env_kwargs
+        )
 
     venv = DummyVecEnv([thunk(i) for i in range(n_envs)])
     venv.seed(seed)

@@ -1,0 +1,285 @@
+"""Compact text of a robot task and of its trajectory so far, for a progress verifier.
+
+A describer implements :class:`densereward.wrappers.TrajectoryDescriber`:
+``task(first_observation) -> str`` and ``describe(observations, actions) -> str``. Texts
+stay short (well under 300 tokens) because the verifier reads one per scored step, and
+positions are rounded to centimetres so that revisited states give the same text and hit
+the progress cache.
+
+* :class:`FetchDescriber`: Gymnasium-Robotics Fetch tasks with dict observations
+  (``FetchReach``: gripper to goal; ``FetchPush``: block to goal). Positions in metres
+  (2 decimals = cm), distances in cm.
+* :class:`BoxDescriber`: any ``Box`` observation, rounded vector of the current and a few
+  recent states, with a task text supplied by the user.
+* :class:`RenderHook`: the image hook for multimodal verifiers (rendered ``rgb_array``
+  frames), with :func:`rendering_available` to check for an OpenGL context first.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Literal
+
+import numpy as np
+
+from densereward.errors import ConfigError
+
+__all__ = ["FetchDescriber", "BoxDescriber", "RenderHook", "rendering_available"]
+
+_FETCH_TASKS = ("reach", "push")
+
+
+def _xyz(v: np.ndarray) -> str:
+    """A position in metres rounded to cm: ``(1.34, 0.75, 0.53)``."""
+    return "(" + ", ".join(f"{float(x):.2f}" for x in np.asarray(v)[:3]) + ")"
+
+
+def _cm(d: float) -> str:
+    return f"{100.0 * float(d):.0f}"
+
+
+def _recent_steps(t: int, n_recent: int, stride: int) -> list[int]:
+    """Up to ``n_recent`` steps before ``t`` at ``stride``, oldest first (``t`` excluded)."""
+    steps = list(range(t - stride, 0, -stride))[:n_recent]
+    return sorted(steps)
+
+
+class FetchDescriber:
+    """Text for Fetch tasks from the ``{'observation', 'achieved_goal', 'desired_goal'}`` dict.
+
+    Observation layout (Gymnasium-Robotics ``MujocoFetchEnv._get_obs``): ``observation[0:3]``
+    gripper position; with an object, ``[3:6]`` object position; ``achieved_goal`` is the
+    gripper (reach) or object (push) position; ``desired_goal`` the target; all in metres.
+
+    Args:
+        task: ``"reach"`` (move the gripper to the goal) or ``"push"`` (push the block).
+        distance_threshold: success radius in metres (Fetch: 0.05).
+        n_recent: how many earlier distances to list.
+        stride: environment steps between the listed distances.
+
+    Raises:
+        ConfigError: on an unknown task or non-positive sizes.
+
+    >>> d = FetchDescriber("reach")
+    >>> o = {"observation": np.array([1.30, 0.70, 0.50] + [0.0] * 7),
+    ...      "achieved_goal": np.array([1.30, 0.70, 0.50]), "desired_goal": np.array([1.30, 0.70, 0.40])}
+    >>> d.task(o)
+    'Move the robot gripper to the target at (1.30, 0.70, 0.40) m. Success: gripper within 5 cm of the target.'
+    >>> d.describe([o, o], [np.zeros(4)])
+    'Step 1. Gripper-target distance: at start 10 cm; now 10 cm. Gripper (1.30, 0.70, 0.50) m, target (1.30, 0.70, 0.40) m.'
+    """
+
+    def __init__(
+        self,
+        task: Literal["reach", "push"],
+        *,
+        distance_threshold: float = 0.05,
+        n_recent: int = 3,
+        stride: int = 5,
+    ) -> None:
+        if task not in _FETCH_TASKS:
+            raise ConfigError(f"FetchDescriber task {task!r}; use one of {_FETCH_TASKS}")
+        if distance_threshold <= 0 or n_recent < 0 or stride < 1:
+            raise ConfigError(
+                "FetchDescriber needs distance_threshold > 0, n_recent >= 0, stride >= 1"
+            )
+        self.kind = task
+        self.distance_threshold = float(distance_threshold)
+        self.n_recent = int(n_recent)
+        self.stride = int(stride)
+
+    @classmethod
+    def for_env_id(cls, env_id: str, **kwargs: Any) -> FetchDescriber:
+        """The describer for a Fetch env id (``FetchReach-v4``, ``FetchPushDense-v4``, ...).
+
+        Raises:
+            ConfigError: for an env id that is not FetchReach or FetchPush.
+        """
+        name = env_id.split("/")[-1].lower()
+        for kind in _FETCH_TASKS:
+            if name.startswith(f"fetch{kind}"):
+                return cls(kind, **kwargs)  # type: ignore[arg-type]
+        raise ConfigError(
+            f"no Fetch describer for {env_id!r}; supported: FetchReach-*, FetchPush-*"
+        )
+
+    @staticmethod
+    def _check(obs: Any) -> None:
+        if not isinstance(obs, dict) or not {"observation", "achieved_goal", "desired_goal"} <= set(
+            obs
+        ):
+            raise ConfigError(
+                "FetchDescriber needs dict observations with observation/achieved_goal/desired_goal"
+            )
+
+    def _goal_distance(self, obs: dict[str, np.ndarray]) -> float:
+        return float(
+            np.linalg.norm(np.asarray(obs["achieved_goal"]) - np.asarray(obs["desired_goal"]))
+        )
+
+    def task(self, observation: Any) -> str:
+        """Task text with the target position (from the first observation)."""
+        self._check(observation)
+        goal = _xyz(observation["desired_goal"])
+        radius = _cm(self.distance_threshold)
+        if self.kind == "reach":
+            return f"Move the robot gripper to the target at {goal} m. Success: gripper within {radius} cm of the target."
+        return (
+            f"Use the robot gripper to push the block on the table to the target at {goal} m. "
+            f"Success: block within {radius} cm of the target."
+        )
+
+    def describe(self, observations: Sequence[Any], actions: Sequence[np.ndarray]) -> str:
+        """Trajectory text: distance at start, a few recent distances, current positions.
+
+        Args:
+            observations: ``s_0 .. s_t`` (``t + 1`` dict observations).
+            actions: ``a_0 .. a_{t-1}`` (not shown; kept for the protocol).
+
+        Raises:
+            ConfigError: on empty or non-Fetch observations.
+        """
+        if not observations:
+            raise ConfigError("describe() needs at least the initial observation")
+        now = observations[-1]
+        self._check(now)
+        t = len(observations) - 1
+        what = "Gripper" if self.kind == "reach" else "Block"
+        recent = _recent_steps(t, self.n_recent, self.stride)
+        dist = f"{what}-target distance: at start {_cm(self._goal_distance(observations[0]))} cm"
+        if recent:
+            dist += "; steps " + ", ".join(map(str, recent)) + ": "
+            dist += ", ".join(_cm(self._goal_distance(observations[s])) for s in recent) + " cm"
+        dist += f"; now {_cm(self._goal_distance(now))} cm."
+        grip = np.asarray(now["observation"])[:3]
+        if self.kind == "reach":
+            where = f"Gripper {_xyz(grip)} m, target {_xyz(now['desired_goal'])} m."
+        else:
+            block = np.asarray(now["observation"])[3:6]
+            where = (
+                f"Gripper {_xyz(grip)} m, block {_xyz(block)} m, target {_xyz(now['desired_goal'])} m; "
+                f"gripper-block distance {_cm(np.linalg.norm(grip - block))} cm."
+            )
+        return f"Step {t}. {dist} {where}"
+
+
+class BoxDescriber:
+    """Generic text for ``Box`` observations: rounded current and recent state vectors.
+
+    Args:
+        task: the task description shown to the verifier (the observation alone says nothing).
+        decimals: rounding of each component.
+        max_dims: at most this many leading components are shown (longer vectors are cut,
+            and the text says so).
+        n_recent: earlier states listed, every ``stride`` steps.
+        stride: environment steps between listed states.
+        show_action: also show the last action.
+
+    Raises:
+        ConfigError: on an empty task or invalid sizes.
+
+    >>> d = BoxDescriber("Balance the pole.", decimals=1, n_recent=0)
+    >>> d.describe([np.array([0.0, 0.12]), np.array([0.04, -0.33])], [np.array([1.0])])
+    'Step 1. State now: [0.0, -0.3]. Last action: [1.0].'
+    """
+
+    def __init__(
+        self,
+        task: str,
+        *,
+        decimals: int = 2,
+        max_dims: int = 16,
+        n_recent: int = 2,
+        stride: int = 5,
+        show_action: bool = True,
+    ) -> None:
+        if not task or not task.strip():
+            raise ConfigError("BoxDescriber needs a non-empty task description")
+        if decimals < 0 or max_dims < 1 or n_recent < 0 or stride < 1:
+            raise ConfigError(
+                "BoxDescriber needs decimals >= 0, max_dims >= 1, n_recent >= 0, stride >= 1"
+            )
+        self._task = task.strip()
+        self.decimals = decimals
+        self.max_dims = max_dims
+        self.n_recent = n_recent
+        self.stride = stride
+        self.show_action = show_action
+
+    def _vec(self, x: Any) -> str:
+        a = np.asarray(x, dtype=np.float64).ravel()
+        cut = a.size > self.max_dims
+        vals = ", ".join(
+            f"{v:.{self.decimals}f}" for v in np.round(a[: self.max_dims], self.decimals) + 0.0
+        )
+        return f"[{vals}{', ...' if cut else ''}]"
+
+    def task(self, observation: Any) -> str:
+        """The task text given at construction."""
+        return self._task
+
+    def describe(self, observations: Sequence[Any], actions: Sequence[np.ndarray]) -> str:
+        """``Step t. State at step s: [...]. ... State now: [...]. Last action: [...].``
+
+        Raises:
+            ConfigError: on an empty trajectory.
+        """
+        if not observations:
+            raise ConfigError("describe() needs at least the initial observation")
+        t = len(observations) - 1
+        parts = [f"Step {t}."]
+        parts += [
+            f"State at step {s}: {self._vec(observations[s])}."
+            for s in _recent_steps(t, self.n_recent, self.stride)
+        ]
+        parts.append(f"State now: {self._vec(observations[-1])}.")
+        if self.show_action and actions:
+            parts.append(f"Last action: {self._vec(actions[-1])}.")
+        return " ".join(parts)
+
+
+def rendering_available() -> bool:
+    """True when MuJoCo can create an offscreen OpenGL context (``MUJOCO_GL`` egl/osmesa/glfw)."""
+    try:
+        import gymnasium as gym
+        import gymnasium_robotics
+
+        gym.register_envs(gymnasium_robotics)
+        env = gym.make("FetchReach-v4", render_mode="rgb_array")
+        try:
+            env.reset(seed=0)
+            return env.render() is not None
+        finally:
+            env.close()
+    except Exception:  # noqa: BLE001 - any GL failure means "not available"
+        return False
+
+
+class RenderHook:
+    """Image hook for multimodal verifiers: a downsampled ``rgb_array`` frame of an environment.
+
+    The wrappers capture frames themselves when ``reward.render_frames`` is on; this hook
+    is for custom progress functions that want frames of a given environment.
+
+    Args:
+        stride: keep every ``stride``-th pixel in each direction (1 = full resolution).
+
+    Raises:
+        ConfigError: if ``stride < 1``; at call time if the environment cannot render.
+    """
+
+    def __init__(self, stride: int = 1) -> None:
+        if stride < 1:
+            raise ConfigError(f"RenderHook stride must be >= 1, got {stride}")
+        self.stride = stride
+
+    def __call__(self, env: Any) -> np.ndarray:
+        """``(H / stride, W / stride, 3)`` uint8 frame of ``env`` (made with ``render_mode='rgb_array'``)."""
+        if getattr(env, "render_mode", None) != "rgb_array":
+            raise ConfigError("RenderHook needs an environment made with render_mode='rgb_array'")
+        frame = env.render()
+        if frame is None:
+            raise ConfigError(
+                "the environment returned no frame; is an OpenGL context available (MUJOCO_GL)?"
+            )
+        return np.asarray(frame)[:: self.stride, :: self.stride]

@@ -1,0 +1,367 @@
+"""SB3 callbacks: reward-quality tracking, replay-buffer relabelling, learning curves, W&B output.
+
+* :class:`VerifierDynamicsCallback`: as the policy strengthens, how good is the verifier's
+  reward? Logs, over the last ``window`` episodes, ``verifier/voc`` (value-order
+  correlation), ``verifier/tpr``, ``verifier/tnr``, ``verifier/balanced_accuracy`` of the
+  thresholded final progress against ``is_success``, mean progress of successful and failed
+  episodes, verifier calls and seconds per environment step, and the true and verifier
+  returns side by side (``rollout/ep_true_rew_mean``, ``rollout/ep_verifier_rew_mean``).
+* :class:`ReplayRelabelCallback`: writes episode-end verifier rewards over the placeholder
+  rewards in ``model.replay_buffer`` (``reward.timing="episode_end"``, as VLM-RM does).
+* :class:`LearningCurveCallback`: appends ``{"step", "value"}`` (success rate vs
+  environment steps) to a JSONL file read by ``densereward compare``.
+* :class:`WandbOutputFormat`: an SB3 logger output that forwards scalars to ``wandb.log``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections import deque
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from stable_baselines3.common.callbacks import BaseCallback
+from stable_baselines3.common.logger import KVWriter
+
+from .errors import ConfigError
+from .io import append_jsonl
+from .wrappers import VerifierCallStats
+
+__all__ = [
+    "value_order_correlation",
+    "VerifierDynamicsCallback",
+    "ReplayRelabelCallback",
+    "LearningCurveCallback",
+    "WandbOutputFormat",
+    "find_verifier_stats",
+]
+
+
+def value_order_correlation(steps: Sequence[int], progress: Sequence[float | None]) -> float | None:
+    """VOC: Spearman rank correlation between predicted progress and chronological order.
+
+    Value-order correlation of GVL (Ma et al. 2024, "Vision Language Models are In-Context
+    Value Learners", eq. 3): for an expert (successful) trajectory, progress should rise
+    with time, so VOC near 1 means the verifier orders the states correctly.
+
+    Args:
+        steps: environment step of each score (``(n,)``).
+        progress: progress in ``[0, 1]`` at those steps, ``None`` = abstained (dropped).
+
+    Returns:
+        The correlation in ``[-1, 1]``, or ``None`` when undefined (fewer than 2 scores, or
+        constant progress or steps).
+
+    Raises:
+        ConfigError: if the two sequences differ in length.
+
+    >>> round(value_order_correlation([0, 10, 20, 30], [0.1, 0.3, 0.2, 0.9]), 6)
+    0.8
+    >>> value_order_correlation([0, 10], [0.5, 0.5]) is None
+    True
+    """
+    if len(steps) != len(progress):
+        raise ConfigError(f"steps ({len(steps)}) and progress ({len(progress)}) differ in length")
+    pairs = [(s, p) for s, p in zip(steps, progress, strict=True) if p is not None]
+    if len(pairs) < 2:
+        return None
+    from scipy.stats import rankdata
+
+    x = rankdata([s for s, _ in pairs])
+    y = rankdata([p for _, p in pairs])
+    if np.std(x) == 0 or np.std(y) == 0:
+        return None
+    return float(np.corrcoef(x, y)[0, 1])
+
+
+def find_verifier_stats(env: Any) -> list[VerifierCallStats]:
+    """The :class:`VerifierCallStats` of every verifier wrapper in a (vectorised) environment.
+
+    Walks ``VecEnvWrapper.venv`` links (``VecVerifierProgressReward``) and, at the base
+    ``VecEnv``, asks each sub-environment for ``verifier_stats`` (``VerifierProgressReward``).
+    """
+    found: list[VerifierCallStats] = []
+    node = env
+    while node is not None:
+        core = getattr(node, "core", None)
+        if core is not None and isinstance(getattr(core, "stats", None), VerifierCallStats):
+            found.append(core.stats)
+        nxt = getattr(node, "venv", None)
+        if nxt is None:
+            with contextlib.suppress(AttributeError, ValueError):
+                found += [
+                    s for s in node.get_attr("verifier_stats") if isinstance(s, VerifierCallStats)
+                ]
+        node = nxt
+    return found
+
+
+def _mean(xs: Iterable[float]) -> float:
+    xs = list(xs)
+    return float(np.mean(xs)) if xs else float("nan")
+
+
+class VerifierDynamicsCallback(BaseCallback):
+    """Track the verifier's reward quality and the true vs verifier returns during training.
+
+    Reads ``info["verifier_episode"]`` (set by the verifier wrappers at each episode end)
+    and ``info["true_reward"]``; works without a verifier too (then only the true return and
+    success are logged). Metrics are means over the last ``window`` episodes and are
+    recorded whenever an episode ends (SB3 writes them at its next log dump):
+
+    * ``verifier/voc``: mean per-episode VOC over all episodes (:func:`value_order_correlation`;
+      episodes with undefined VOC are skipped and counted in ``verifier/voc_undefined_frac``),
+      and ``verifier/voc_success`` over successful episodes only (GVL's setting: progress of a
+      trajectory that reaches the goal should rise with time; a failing one need not).
+    * ``verifier/tpr``, ``verifier/tnr``, ``verifier/balanced_accuracy``: final progress
+      ``>= threshold`` as the prediction of ``is_success`` (balanced accuracy = (TPR+TNR)/2).
+    * ``verifier/progress_success_mean``, ``verifier/progress_failure_mean``: mean final
+      progress of successful / failed episodes.
+    * ``verifier/calls_per_step``, ``verifier/seconds_per_step``, ``verifier/queries_per_step``,
+      ``verifier/cache_hit_rate``, ``verifier/abstain_rate``: cost of the verifier per
+      environment step (cumulative).
+    * ``verifier/success_rate``, ``rollout/ep_true_rew_mean``, ``rollout/ep_verifier_rew_mean``.
+
+    Args:
+        threshold: accept threshold on the final progress, in ``[0, 1]``.
+        window: episodes averaged (SB3 uses 100 for ``rollout/*``).
+        verbose: SB3 verbosity.
+
+    Raises:
+        ConfigError: on a threshold outside ``[0, 1]`` or ``window < 1``.
+    """
+
+    def __init__(self, threshold: float = 0.5, window: int = 100, verbose: int = 0) -> None:
+        super().__init__(verbose)
+        if not 0.0 <= threshold <= 1.0:
+            raise ConfigError(f"threshold must be in [0, 1], got {threshold}")
+        if window < 1:
+            raise ConfigError(f"window must be >= 1 episode, got {window}")
+        self.threshold = threshold
+        self.window = window
+        self.episodes: deque[dict[str, Any]] = deque(maxlen=window)
+        self.true_returns: deque[float] = deque(maxlen=window)
+        self.n_episodes = 0
+        self._true_sum: np.ndarray | None = None
+        self._stats: list[VerifierCallStats] = []
+
+    def _on_training_start(self) -> None:
+        self._true_sum = np.zeros(self.training_env.num_envs)
+        self._stats = find_verifier_stats(self.training_env)
+
+    def _on_step(self) -> bool:
+        infos: list[dict[str, Any]] = self.locals["infos"]
+        dones = self.locals["dones"]
+        rewards = self.locals["rewards"]
+        if self._true_sum is None:
+            self._on_training_start()
+        for i, info in enumerate(infos):
+            self._true_sum[i] += float(info.get("true_reward", rewards[i]))
+            if not dones[i]:
+                continue
+            self.true_returns.append(float(self._true_sum[i]))
+            self._true_sum[i] = 0.0
+            self.n_episodes += 1
+            ep = info.get("verifier_episode")
+            if ep is not None:
+                self.episodes.append(ep)
+            self.record()
+        return True
+
+    def metrics(self) -> dict[str, float]:
+        """The current window's metrics (keys as logged; NaN where undefined)."""
+        out: dict[str, float] = {"rollout/ep_true_rew_mean": _mean(self.true_returns)}
+        eps = list(self.episodes)
+        if eps:
+            vocs = [value_order_correlation(e["scored_steps"], e["progress"]) for e in eps]
+            defined = [v for v in vocs if v is not None]
+            out["verifier/voc"] = _mean(defined)
+            out["verifier/voc_undefined_frac"] = 1.0 - len(defined) / len(vocs)
+            out["verifier/voc_success"] = _mean(
+                v for v, e in zip(vocs, eps, strict=True) if v is not None and e["is_success"]
+            )
+            out["rollout/ep_verifier_rew_mean"] = _mean(e["verifier_return"] for e in eps)
+            out["verifier/success_rate"] = _mean(float(e["is_success"]) for e in eps)
+            judged = [
+                (e["final_progress"], e["is_success"])
+                for e in eps
+                if e["final_progress"] is not None
+            ]
+            pos = [p for p, s in judged if s]
+            neg = [p for p, s in judged if not s]
+            tpr = _mean(float(p >= self.threshold) for p in pos)
+            tnr = _mean(float(p < self.threshold) for p in neg)
+            out["verifier/tpr"] = tpr
+            out["verifier/tnr"] = tnr
+            out["verifier/balanced_accuracy"] = (tpr + tnr) / 2.0
+            out["verifier/progress_success_mean"] = _mean(pos)
+            out["verifier/progress_failure_mean"] = _mean(neg)
+            out["verifier/final_progress_mean"] = _mean(p for p, _ in judged)
+        if self._stats:
+            steps = sum(s.n_env_steps for s in self._stats)
+            queries = sum(s.n_queries for s in self._stats)
+            answered = sum(s.n_scored + s.n_abstained for s in self._stats)
+            if steps:
+                out["verifier/calls_per_step"] = sum(s.n_calls for s in self._stats) / steps
+                out["verifier/queries_per_step"] = queries / steps
+                out["verifier/seconds_per_step"] = sum(s.seconds for s in self._stats) / steps
+            if queries:
+                out["verifier/cache_hit_rate"] = sum(s.n_cache_hits for s in self._stats) / queries
+            if answered:
+                out["verifier/abstain_rate"] = sum(s.n_abstained for s in self._stats) / answered
+        return out
+
+    def record(self) -> None:
+        """Record :meth:`metrics` in the SB3 logger (NaN = undefined in this window, skipped)."""
+        for k, v in self.metrics().items():
+            if v == v:  # skip NaN (undefined in this window)
+                self.logger.record(k, v)
+
+
+class ReplayRelabelCallback(BaseCallback):
+    """Write episode-end verifier rewards into ``model.replay_buffer.rewards`` (VLM-RM style).
+
+    At every step it remembers, per environment, the replay-buffer row where SB3 is about
+    to store the transition (``replay_buffer.pos``: callbacks run before
+    ``_store_transition``). When ``info["verifier_episode"]["rewards"]`` arrives at an
+    episode end, those ``(T,)`` rewards overwrite the rows of that episode once the last
+    transition is stored (at the next step or at the end of the rollout).
+
+    Works with SB3's ``ReplayBuffer`` and ``DictReplayBuffer`` (rewards shaped
+    ``(buffer_size, n_envs)``). Not with HER, which recomputes rewards from goals.
+
+    Raises:
+        ConfigError: at training start if the model has no replay buffer or uses HER.
+    """
+
+    def __init__(self, verbose: int = 0) -> None:
+        super().__init__(verbose)
+        self._rows: list[list[int]] = []
+        self._pending: list[tuple[int, list[int], np.ndarray]] = []
+        self.n_relabelled_episodes = 0
+        self.n_relabelled_steps = 0
+
+    def _on_training_start(self) -> None:
+        buf = getattr(self.model, "replay_buffer", None)
+        if buf is None:
+            raise ConfigError(
+                "ReplayRelabelCallback needs an off-policy model with a replay buffer"
+            )
+        if type(buf).__name__ == "HerReplayBuffer":
+            raise ConfigError(
+                "episode-end relabelling is incompatible with HER (HER recomputes rewards)"
+            )
+        self._rows = [[] for _ in range(self.training_env.num_envs)]
+
+    def _flush(self) -> None:
+        buf = self.model.replay_buffer
+        for i, rows, rewards in self._pending:
+            if len(rows) != len(rewards):
+                raise ConfigError(
+                    f"episode of {len(rows)} stored steps got {len(rewards)} relabelled rewards"
+                )
+            if len(rows) > buf.buffer_size:
+                continue  # the episode's start has been overwritten already
+            buf.rewards[np.asarray(rows), i] = rewards
+            self.n_relabelled_episodes += 1
+            self.n_relabelled_steps += len(rows)
+        self._pending.clear()
+
+    def _on_step(self) -> bool:
+        if not self._rows:
+            self._on_training_start()
+        self._flush()
+        pos = self.model.replay_buffer.pos
+        for i, (info, done) in enumerate(
+            zip(self.locals["infos"], self.locals["dones"], strict=True)
+        ):
+            self._rows[i].append(pos)
+            if done:
+                ep = info.get("verifier_episode") or {}
+                if "rewards" in ep:
+                    self._pending.append(
+                        (i, self._rows[i], np.asarray(ep["rewards"], dtype=np.float32))
+                    )
+                self._rows[i] = []
+        return True
+
+    def _on_rollout_end(self) -> None:
+        self._flush()
+
+
+class LearningCurveCallback(BaseCallback):
+    """Append ``{"step": env_steps, "value": success_rate}`` to a JSONL curve file.
+
+    The success rate is the mean ``is_success`` of the last ``window`` finished training
+    episodes (SB3's ``rollout/success_rate``), written every ``every`` environment steps
+    once an episode has finished. ``densereward compare`` reads this file.
+
+    Args:
+        path: the JSONL file (appended to, so a resumed run continues the curve).
+        every: environment steps between points (summed over vectorised environments).
+        window: episodes in the success-rate window.
+
+    Raises:
+        ConfigError: if ``every < 1`` or ``window < 1``.
+    """
+
+    def __init__(
+        self, path: str | Path, every: int = 1000, window: int = 100, verbose: int = 0
+    ) -> None:
+        super().__init__(verbose)
+        if every < 1 or window < 1:
+            raise ConfigError(f"curve every/window must be >= 1, got {every}/{window}")
+        self.path = Path(path)
+        self.every = every
+        self.successes: deque[float] = deque(maxlen=window)
+        self.curve: list[dict[str, float]] = []
+        self._next = None
+
+    def _on_step(self) -> bool:
+        for info, done in zip(self.locals["infos"], self.locals["dones"], strict=True):
+            if done:
+                self.successes.append(float(bool(info.get("is_success", False))))
+        if self._next is None:
+            self._next = (self.num_timesteps // self.every + 1) * self.every
+        if self.num_timesteps >= self._next and self.successes:
+            self._write()
+            self._next = (self.num_timesteps // self.every + 1) * self.every
+        return True
+
+    def _on_training_end(self) -> None:
+        if self.successes and (not self.curve or self.curve[-1]["step"] != self.num_timesteps):
+            self._write()
+
+    def _write(self) -> None:
+        point = {"step": int(self.num_timesteps), "value": float(np.mean(self.successes))}
+        self.curve.append(point)
+        append_jsonl(self.path, point)
+
+
+class WandbOutputFormat(KVWriter):
+    """SB3 logger output that sends numeric values to ``wandb.log`` at SB3's step.
+
+    Use with ``stable_baselines3.common.logger.Logger(folder, [..., WandbOutputFormat(run)])``.
+
+    Args:
+        run: an initialised ``wandb`` run (``wandb.init(...)``; offline mode works).
+    """
+
+    def __init__(self, run: Any) -> None:
+        self.run = run
+
+    def write(
+        self, key_values: dict[str, Any], key_excluded: dict[str, Any], step: int = 0
+    ) -> None:
+        data = {
+            k: float(v)
+            for k, v in key_values.items()
+            if isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, bool)
+        }
+        if data:
+            self.run.log(data, step=int(step))
+
+    def close(self) -> None:
+        """Nothing to close; the trainer finishes the run."""

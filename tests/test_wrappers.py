@@ -1,0 +1,455 @@
+"""Verifier-progress reward wrappers: shaping arithmetic, real Fetch environments, batching, relabelling."""
+
+from __future__ import annotations
+
+import re
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+import envs
+from densereward.errors import ConfigError
+from densereward.wrappers import (
+    ProgressRewardConfig,
+    ProgressRewardCore,
+    SparseSuccessReward,
+    VerifierProgressReward,
+    combine_reward,
+    held_potentials,
+    potential_shaping,
+    shaped_rewards,
+    verifier_progress_fn,
+)
+from envs.describers import BoxDescriber, FetchDescriber
+
+# ---------------------------------------------------------------------------------------
+# A deterministic progress function (a real extension point: an oracle from the text)
+# ---------------------------------------------------------------------------------------
+
+
+def distance_progress(tasks, trajectories, **kwargs):
+    """Progress = 1 - distance/30 cm, read from the describer's ``now N cm``; clipped to [0, 1]."""
+    out = []
+    for text in trajectories:
+        d = float(re.search(r"now (\d+) cm", text).group(1))
+        out.append(float(np.clip(1.0 - d / 30.0, 0.0, 1.0)))
+    return out
+
+
+class Recorder:
+    """Wraps a progress function and records each batch (sizes and texts)."""
+
+    def __init__(self, fn=distance_progress, abstain_every: int = 0):
+        self.fn = fn
+        self.batches: list[list[str]] = []
+        self.abstain_every = abstain_every
+
+    def __call__(self, tasks, trajectories, **kwargs):
+        self.batches.append(list(trajectories))
+        values = self.fn(tasks, trajectories)
+        if self.abstain_every:
+            n = len(self.batches)
+            values = [None if n % self.abstain_every == 0 else v for v in values]
+        return values
+
+
+def reach_controller(obs) -> np.ndarray:
+    """Proportional controller that drives the Fetch gripper to the goal (reaches it in ~10 steps)."""
+    delta = obs["desired_goal"] - obs["observation"][:3]
+    return np.concatenate([np.clip(10.0 * delta, -1.0, 1.0), [0.0]]).astype(np.float32)
+
+
+def raw_env(env_id: str = "FetchReach-v4") -> gym.Env:
+    envs.register_robotics()
+    return gym.make(env_id)
+
+
+# ---------------------------------------------------------------------------------------
+# Shaping arithmetic
+# ---------------------------------------------------------------------------------------
+
+
+def test_shaping_uses_gamma_and_zero_terminal_potential():
+    assert potential_shaping(0.2, 0.6, 0.9) == pytest.approx(0.9 * 0.6 - 0.2)
+    assert potential_shaping(0.2, 0.6, 1.0) == pytest.approx(0.4)
+    # terminal state: Phi = 0 whatever the verifier said about it
+    assert potential_shaping(0.7, 0.95, 0.9, terminated=True) == pytest.approx(-0.7)
+    with pytest.raises(ConfigError):
+        potential_shaping(0.1, 0.2, 1.5)
+
+
+@pytest.mark.parametrize("gamma", [0.0, 0.5, 0.95, 1.0])
+@pytest.mark.parametrize("terminated", [False, True])
+def test_discounted_shaping_telescopes(gamma, terminated):
+    rng = np.random.default_rng(0)
+    phi = rng.uniform(size=13)  # T = 12 steps
+    f = shaped_rewards(phi, gamma, terminated=terminated)
+    assert f.shape == (12,)
+    discounted = np.sum(gamma ** np.arange(12) * f)
+    last = 0.0 if terminated else phi[-1]
+    assert discounted == pytest.approx(gamma**12 * last - phi[0], abs=1e-12)
+
+
+def test_constant_progress_episode_earns_zero_shaping():
+    phi = np.full(51, 0.8)
+    f = shaped_rewards(phi, 1.0, terminated=False)
+    assert np.all(f == 0.0) and f.sum() == 0.0
+    # with gamma < 1 each held step pays exactly -(1 - gamma) * Phi, and the discounted
+    # sum is still gamma^T Phi - Phi: hovering earns nothing positive
+    g = 0.95
+    f = shaped_rewards(phi, g, terminated=False)
+    np.testing.assert_allclose(f, -(1 - g) * 0.8)
+    assert np.sum(g ** np.arange(50) * f) == pytest.approx(g**50 * 0.8 - 0.8)
+
+
+def test_held_potentials_keep_previous_on_abstention_and_start_at_zero():
+    phis, n_abs = held_potentials({0: None, 3: 0.4, 6: None, 9: 0.9}, 10)
+    np.testing.assert_allclose(phis, [0, 0, 0, 0.4, 0.4, 0.4, 0.4, 0.4, 0.4, 0.9, 0.9])
+    assert n_abs == 2
+    with pytest.raises(ConfigError):
+        held_potentials({12: 0.5}, 10)
+    with pytest.raises(ConfigError):
+        held_potentials({0: 1.5}, 10)
+
+
+def test_combine_reward_modes():
+    assert combine_reward("shaping", -1.0, 0.7, 0.25, 0.3) == pytest.approx(-0.75)
+    assert combine_reward("progress", -1.0, 0.7, 0.25, 0.3) == pytest.approx(0.7)
+    assert combine_reward("mixture", -1.0, 0.7, 0.25, 0.3) == pytest.approx(0.3 * -1.0 + 0.7 * 0.7)
+    with pytest.raises(ConfigError, match="shaping | progress | mixture"):
+        combine_reward("potential", 0.0, 0.0, 0.0, 0.5)
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"mode": "dense"},
+        {"timing": "sometimes"},
+        {"score_every": 0},
+        {"gamma": 1.2},
+        {"alpha": -0.1},
+        {"cache_size": -1},
+    ],
+)
+def test_config_rejects_bad_values(kwargs):
+    with pytest.raises(ConfigError):
+        ProgressRewardConfig(**kwargs)
+
+
+def test_core_needs_a_discount():
+    with pytest.raises(ConfigError, match="gamma"):
+        ProgressRewardCore(distance_progress, FetchDescriber("reach"), ProgressRewardConfig())
+
+
+# ---------------------------------------------------------------------------------------
+# The gymnasium wrapper on the real FetchReach environment
+# ---------------------------------------------------------------------------------------
+
+
+def run_episode(env, seed=0, policy=None):
+    obs, _ = env.reset(seed=seed)
+    rewards, infos = [], []
+    done = False
+    while not done:
+        action = policy(obs) if policy else env.action_space.sample()
+        obs, r, term, trunc, info = env.step(action)
+        rewards.append(r)
+        infos.append(info)
+        done = term or trunc
+    return np.array(rewards), infos
+
+
+def test_online_shaping_on_fetchreach_scores_every_k_and_telescopes():
+    rec = Recorder()
+    env = VerifierProgressReward(
+        SparseSuccessReward(raw_env()),
+        rec,
+        FetchDescriber("reach"),
+        ProgressRewardConfig(mode="shaping", score_every=10, gamma=1.0),
+    )
+    env.action_space.seed(0)
+    rewards, infos = run_episode(env, policy=reach_controller)
+    assert len(rewards) == 50
+    # s_0 at reset, then steps 10, 20, 30, 40, 50 (the last is also the final state)
+    assert len(rec.batches) == 6 and all(len(b) == 1 for b in rec.batches)
+    for info in infos:
+        for key in (
+            "true_reward",
+            "is_success",
+            "verifier_progress",
+            "verifier_reward",
+            "verifier_shaping",
+        ):
+            assert key in info
+    shaping = np.array([i["verifier_shaping"] for i in infos])
+    scored = {10, 20, 30, 40, 50}
+    # Phi held between scorings and gamma = 1: shaping is zero except at scored steps
+    assert all(shaping[t - 1] == 0.0 for t in range(1, 51) if t not in scored)
+    ep = infos[-1]["verifier_episode"]
+    assert ep["scored_steps"] == [0, 10, 20, 30, 40, 50]
+    assert shaping.sum() == pytest.approx(ep["progress"][-1] - ep["progress"][0])
+    # the controller reaches the goal: success reward 1, progress near 1, true reward 0
+    assert infos[-1]["is_success"] and ep["is_success"]
+    assert ep["final_progress"] > 0.8
+    assert infos[-1]["true_reward"] == 0.0  # FetchReach's own sparse reward on success
+    sparse = np.array([float(i["is_success"]) for i in infos])
+    np.testing.assert_allclose(rewards, sparse + shaping)
+    assert ep["verifier_return"] == pytest.approx(rewards.sum())
+
+
+def test_abstentions_keep_the_previous_potential_and_are_counted():
+    rec = Recorder(abstain_every=2)  # every 2nd call abstains
+    env = VerifierProgressReward(
+        raw_env(),
+        rec,
+        FetchDescriber("reach"),
+        ProgressRewardConfig(mode="progress", score_every=5),
+        gamma=0.9,
+    )
+    env.action_space.seed(1)
+    rewards, infos = run_episode(env, seed=1)
+    ep = infos[-1]["verifier_episode"]
+    assert ep["n_abstained"] == env.verifier_stats.n_abstained == 5  # calls 2, 4, 6, 8, 10 of 11
+    progress = [i["verifier_progress"] for i in infos]
+    # step 5 is the 2nd call (abstained): progress stays at Phi(s_0) from the reset call
+    first = ep["progress"][0]
+    assert ep["progress"][1] is None
+    assert progress[4] == pytest.approx(first) and rewards[4] == pytest.approx(first)
+    assert None not in progress and all(0.0 <= p <= 1.0 for p in progress)
+
+
+def test_invalid_progress_values_raise():
+    for bad in (
+        lambda t, x: [1.7] * len(t),
+        lambda t, x: [0.5] * (len(t) + 1),
+        lambda t, x: ["high"] * len(t),
+    ):
+        env = VerifierProgressReward(raw_env(), bad, FetchDescriber("reach"), gamma=0.9)
+        with pytest.raises(ConfigError):
+            env.reset(seed=0)
+
+
+def test_render_frames_without_rgb_array_is_a_config_error():
+    with pytest.raises(ConfigError, match="rgb_array"):
+        VerifierProgressReward(
+            raw_env(),
+            distance_progress,
+            FetchDescriber("reach"),
+            ProgressRewardConfig(render_frames=True),
+            gamma=0.9,
+        )
+
+
+def test_verifier_progress_fn_needs_progress_batch():
+    with pytest.raises(ConfigError):
+        verifier_progress_fn(object())
+
+
+# ---------------------------------------------------------------------------------------
+# Sparse-success wrapper and Monitor order (real FetchReach)
+# ---------------------------------------------------------------------------------------
+
+
+def test_sparse_success_reward_on_real_fetchreach():
+    env = SparseSuccessReward(raw_env())
+    rewards, infos = run_episode(env, seed=3, policy=reach_controller)
+    assert set(np.unique(rewards)) <= {0.0, 1.0}
+    np.testing.assert_array_equal(rewards, [float(i["is_success"]) for i in infos])
+    np.testing.assert_array_equal(
+        [i["true_reward"] for i in infos], [r - 1.0 for r in rewards]
+    )  # FetchReach: -1/0
+    assert rewards[-1] == 1.0 and rewards[0] == 0.0
+
+
+def test_sparse_success_needs_is_success():
+    env = SparseSuccessReward(gym.make("Pendulum-v1"))
+    env.reset(seed=0)
+    with pytest.raises(ConfigError, match="is_success"):
+        env.step(env.action_space.sample())
+
+
+def test_monitor_sees_the_training_reward():
+    env = envs.make_env(
+        "FetchReach-v4",
+        reward="verifier",
+        progress_fn=distance_progress,
+        reward_config=ProgressRewardConfig(mode="mixture", alpha=0.5, score_every=10),
+        gamma=0.95,
+    )
+    env.action_space.seed(0)
+    rewards, infos = run_episode(env)
+    assert infos[-1]["episode"]["r"] == pytest.approx(rewards.sum(), abs=1e-4)
+    true = sum(i["true_reward"] for i in infos)
+    assert true == infos[-1]["verifier_episode"]["true_return"]
+    assert infos[-1]["episode"]["r"] != pytest.approx(true)
+
+
+def test_make_env_errors():
+    with pytest.raises(ConfigError, match="progress_fn"):
+        envs.make_env("FetchReach-v4", reward="verifier")
+    with pytest.raises(ConfigError, match="did you mean"):
+        envs.make_env("FetchReach-v9")
+    with pytest.raises(ConfigError):
+        envs.make_env("FetchReach-v4", reward="shaped")
+
+
+# ---------------------------------------------------------------------------------------
+# Batching across vectorised environments, cache, episode-end relabelling
+# ---------------------------------------------------------------------------------------
+
+
+def test_vec_wrapper_batches_and_matches_the_single_env_wrapper():
+    n = 3
+    cfg = ProgressRewardConfig(mode="shaping", score_every=7, gamma=0.9)
+    rec = Recorder()
+    venv = envs.make_vec_env(
+        "FetchReach-v4", n, seed=10, reward="verifier", progress_fn=rec, reward_config=cfg
+    )
+    obs = venv.reset()
+    rng = np.random.default_rng(0)
+    actions = rng.uniform(-1, 1, size=(60, n, 4)).astype(np.float32)
+    vec_rewards = []
+    for t in range(60):
+        obs, r, dones, infos = venv.step(actions[t])
+        vec_rewards.append(r)
+    vec_rewards = np.array(vec_rewards)
+    # one call at reset, one per scoring step (7, 14, ..., 49, 50) and one for the new episodes' s_0
+    sizes = [len(b) for b in rec.batches]
+    assert sizes[0] == n and max(sizes) <= n and len(rec.batches) == 1 + 8 + 1 + 1
+    # the single-env wrapper (same core) gives the same rewards for env 1
+    single = VerifierProgressReward(
+        SparseSuccessReward(raw_env()), distance_progress, FetchDescriber("reach"), cfg
+    )
+    single.reset(seed=11)
+    ref = [single.step(actions[t, 1])[1] for t in range(50)]
+    np.testing.assert_allclose(vec_rewards[:50, 1], ref, rtol=1e-6)
+
+
+def test_identical_trajectories_are_scored_once_and_cached():
+    rec = Recorder()
+    core = ProgressRewardCore(
+        rec,
+        BoxDescriber("Reach the origin.", n_recent=0, show_action=False),
+        ProgressRewardConfig(score_every=1),
+        gamma=1.0,
+        n_envs=2,
+    )
+
+    def progress(tasks, trajs):
+        return [0.5] * len(trajs)
+
+    rec.fn = progress
+    s0 = np.array([0.1, 0.2])
+    core.resolve(core.start(0, s0) + core.start(1, s0))
+    assert [len(b) for b in rec.batches] == [1]  # the two identical texts in one batch: one query
+    core.resolve(core.start(0, s0))
+    assert len(rec.batches) == 1  # cache hit
+    assert core.stats.n_cache_hits == 2 and core.stats.n_queries == 3 and core.stats.n_calls == 1
+
+
+@pytest.mark.slow
+def test_episode_end_timing_scores_once_and_relabels_the_replay_buffer():
+    from stable_baselines3 import SAC
+
+    from densereward.callbacks import ReplayRelabelCallback, VerifierDynamicsCallback
+
+    rec = Recorder()
+    cfg = ProgressRewardConfig(mode="shaping", timing="episode_end", score_every=10, gamma=0.95)
+    venv = envs.make_vec_env(
+        "FetchReach-v4", 2, seed=0, reward="verifier", progress_fn=rec, reward_config=cfg
+    )
+    model = SAC(
+        "MultiInputPolicy",
+        venv,
+        learning_starts=10_000,
+        buffer_size=1000,
+        seed=0,
+        device="cpu",
+        policy_kwargs={"net_arch": [8]},
+    )
+    dynamics, relabel = VerifierDynamicsCallback(), ReplayRelabelCallback()
+    model.learn(200, callback=[dynamics, relabel])  # no gradient steps: learning_starts not reached
+    # no scoring during the episode, one batched call of both envs' 6 checkpoints at the end
+    assert [len(b) for b in rec.batches] == [12, 12]
+    assert relabel.n_relabelled_episodes == 4 and relabel.n_relabelled_steps == 200
+    ep0 = dynamics.episodes[0]
+    buf = model.replay_buffer.rewards
+    np.testing.assert_allclose(buf[:50, 0], ep0["rewards"], rtol=1e-6)
+    phis, _ = held_potentials(dict(zip(ep0["scored_steps"], ep0["progress"], strict=True)), 50)
+    expected = combine_reward(
+        "shaping",
+        buf[:50, 0] * 0 + 0.0,
+        phis[1:],
+        shaped_rewards(phis, 0.95, terminated=False),
+        0.5,
+    )
+    # the env part is the sparse success (0 for a random policy here)
+    np.testing.assert_allclose(ep0["rewards"], expected, atol=1e-6)
+    # episode 3 (second episode of env 0) relabelled too, rows 50..99
+    assert not np.allclose(buf[50:100, 0], 0.0)
+
+
+# ---------------------------------------------------------------------------------------
+# Describers
+# ---------------------------------------------------------------------------------------
+
+
+def test_fetch_push_describer_on_real_observations():
+    env = raw_env("FetchPush-v4")
+    obs, _ = env.reset(seed=0)
+    d = FetchDescriber.for_env_id("FetchPush-v4")
+    observations = [obs]
+    for _ in range(12):
+        obs = env.step(env.action_space.sample())[0]
+        observations.append(obs)
+    task, text = d.task(observations[0]), d.describe(observations, [])
+    assert "push the block" in task and "5 cm" in task
+    assert text.startswith("Step 12.") and "block (" in text and "gripper-block distance" in text
+    assert "steps 2, 7:" in text  # recent distances every 5 steps before now
+    assert len(task) + len(text) < 600  # compact: well under a few hundred tokens
+    block_goal = np.linalg.norm(obs["achieved_goal"] - obs["desired_goal"])
+    assert f"now {100 * block_goal:.0f} cm" in text
+
+
+def test_describer_errors():
+    with pytest.raises(ConfigError):
+        FetchDescriber.for_env_id("FetchSlide-v4")
+    with pytest.raises(ConfigError):
+        envs.default_describer("Pendulum-v1")
+    assert isinstance(envs.default_describer("Pendulum-v1", "Swing up."), BoxDescriber)
+    with pytest.raises(ConfigError):
+        FetchDescriber("reach").describe([np.zeros(3)], [])
+
+
+def test_render_hook_needs_rgb_array():
+    from envs.describers import RenderHook
+
+    with pytest.raises(ConfigError, match="rgb_array"):
+        RenderHook()(raw_env())
+    with pytest.raises(ConfigError):
+        RenderHook(stride=0)
+
+
+@pytest.mark.slow
+def test_rendered_frames_reach_a_multimodal_progress_fn():
+    if not envs.rendering_available():
+        pytest.skip("no offscreen OpenGL context here (MUJOCO_GL egl/osmesa unavailable)")
+    seen = []
+
+    def multimodal(tasks, trajectories, images):
+        seen.append(images)
+        return [0.5] * len(tasks)
+
+    env = VerifierProgressReward(
+        envs.make_env("FetchReach-v4", monitor=False, render_mode="rgb_array"),
+        multimodal,
+        FetchDescriber("reach"),
+        ProgressRewardConfig(render_frames=True, max_frames=2, score_every=5),
+        gamma=0.9,
+    )
+    env.reset(seed=0)
+    for _ in range(10):
+        env.step(env.action_space.sample())
+    assert len(seen) == 3 and len(seen[-1][0]) == 2
+    assert seen[-1][0][-1].ndim == 3 and seen[-1][0][-1].shape[-1] == 3
