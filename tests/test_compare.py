@@ -1,0 +1,353 @@
+"""Tests of ``densereward compare``: statistics on synthetic curves, config checks, and a
+real SAC comparison (FetchReach, sparse vs environment-dense) killed with SIGKILL mid-way and
+resumed without redoing finished runs."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+from densereward import compare as C
+from densereward.config import load_yaml
+from densereward.errors import ConfigError, DataError
+from densereward.io import atomic_write_json, read_jsonl
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+# ------------------------------------------------------------------------------------------
+# statistics (pure functions)
+# ------------------------------------------------------------------------------------------
+
+
+def test_steps_to_threshold_first_crossing_and_never():
+    assert (
+        C.steps_to_threshold([10, 20, 30, 40], [0.1, 0.8, 0.5, 0.9], 0.8) == 20.0
+    )  # first, not last
+    assert math.isnan(C.steps_to_threshold([10, 20], [0.1, 0.79], 0.8))
+    with pytest.raises(DataError):
+        C.steps_to_threshold([1, 2], [0.5], 0.8)
+
+
+def test_normalized_auc_known_shapes():
+    # constant 1 -> 1; linear ramp 0 -> 1 over the budget -> 1/2; step at half budget -> ~1/2
+    assert C.normalized_auc([0, 100], [1.0, 1.0], 100) == pytest.approx(1.0)
+    assert C.normalized_auc([0, 50, 100], [0.0, 0.5, 1.0], 100) == pytest.approx(0.5)
+    # first value held before the first evaluation, last value held after the last one
+    assert C.normalized_auc([50], [0.4], 100) == pytest.approx(0.4)
+    # a curve that rises earlier has a larger AUC at the same final value
+    early = C.normalized_auc([0, 20, 100], [0, 1, 1], 100)
+    late = C.normalized_auc([0, 80, 100], [0, 1, 1], 100)
+    assert (
+        early > late
+        and early == pytest.approx(0.9, abs=0.01)
+        and late == pytest.approx(0.6, abs=0.01)
+    )
+    assert math.isnan(C.normalized_auc([], [], 100))
+    with pytest.raises(DataError):
+        C.normalized_auc([0], [1.0], 0)
+
+
+def test_final_performance_and_resample():
+    assert C.final_performance([0.0, 0.2, 0.4, 0.9], 3) == pytest.approx(0.5)
+    assert C.final_performance([0.7], 3) == pytest.approx(0.7)
+    assert math.isnan(C.final_performance([], 3))
+    np.testing.assert_allclose(C.resample_curve([10, 20], [1.0, 3.0], [0, 15, 30]), [1.0, 2.0, 3.0])
+
+
+def test_iqm_trims_outer_quartiles_and_ci_brackets_it():
+    scores = [
+        0.0,
+        0.5,
+        0.5,
+        0.5,
+        0.5,
+        0.5,
+        0.5,
+        10.0,
+    ]  # IQM ignores the outliers, the mean does not
+    r = C.iqm_ci(scores, n_bootstrap=500, seed=1)
+    assert r["value"] == pytest.approx(0.5)
+    assert r["low"] <= r["value"] <= r["high"] and r["n_runs"] == 8
+    # reproducible from the seed; a different seed moves the interval, not the point estimate
+    assert C.iqm_ci(scores, n_bootstrap=500, seed=1) == r
+    # identical runs: zero-width interval; NaN runs are dropped; no finite run -> NaN
+    assert C.iqm_ci([0.3, 0.3, 0.3], n_bootstrap=200) == {
+        "value": pytest.approx(0.3),
+        "low": pytest.approx(0.3),
+        "high": pytest.approx(0.3),
+        "n_runs": 3,
+    }
+    assert C.iqm_ci([0.2, float("nan"), 0.4], n_bootstrap=200)["n_runs"] == 2
+    assert math.isnan(C.iqm_ci([float("nan")], n_bootstrap=200)["value"])
+
+
+def test_probability_of_improvement_separated_tied_and_overlapping():
+    sep = C.probability_of_improvement_ci([0.8, 0.9, 1.0], [0.1, 0.2, 0.3], n_bootstrap=500)
+    assert sep == {"value": 1.0, "low": 1.0, "high": 1.0, "n_runs": 3}
+    tie = C.probability_of_improvement_ci([0.5, 0.5], [0.5, 0.5], n_bootstrap=500)
+    assert tie["value"] == pytest.approx(0.5)
+    mix = C.probability_of_improvement_ci([0.1, 0.5, 0.9], [0.2, 0.4, 0.6], n_bootstrap=2000)
+    assert mix["value"] == pytest.approx(5 / 9)
+    assert mix["low"] < 0.5 < mix["high"]  # three overlapping seeds: no significant difference
+
+
+def test_mean_curve_band_contains_mean_and_collapses_for_identical_runs():
+    rng = np.random.default_rng(0)
+    curves = rng.uniform(size=(5, 11))
+    mean, low, high = C.mean_curve_ci(curves, n_bootstrap=500)
+    np.testing.assert_allclose(mean, curves.mean(axis=0))
+    assert np.all(low <= mean + 1e-12) and np.all(mean <= high + 1e-12) and np.all(high - low > 0)
+    same = np.tile(np.linspace(0, 1, 11), (3, 1))
+    _, lo2, hi2 = C.mean_curve_ci(same, n_bootstrap=200)
+    np.testing.assert_allclose(lo2, hi2)
+
+
+def test_verdicts():
+    assert C.verdict("dense", "sparse", {"value": 0.9, "low": 0.6, "high": 1.0}).startswith(
+        "dense beats sparse"
+    )
+    assert C.verdict("dense", "sparse", {"value": 0.1, "low": 0.0, "high": 0.4}).startswith(
+        "sparse beats dense"
+    )
+    assert C.verdict("a", "b", {"value": 0.5, "low": 0.1, "high": 0.9}).startswith(
+        "no significant difference"
+    )
+    assert C.verdict(
+        "a", "b", {"value": float("nan"), "low": float("nan"), "high": float("nan")}
+    ).startswith("not comparable")
+
+
+def _synthetic_runs(rise_at: float, seeds=(0, 1, 2), budget=1000):
+    """Success curves that jump from 0 to 1 near ``rise_at`` (seed-dependent jitter)."""
+    runs = []
+    for s in seeds:
+        steps = np.arange(100, budget + 1, 100)
+        at = rise_at + 50 * s
+        runs.append(
+            {
+                "seed": s,
+                "curve": [{"step": int(t), "value": float(t >= at)} for t in steps],
+                "wall_s": 1.0,
+            }
+        )
+    return runs
+
+
+def test_analyze_and_report_on_synthetic_curves(tmp_path):
+    runs = {"sparse": _synthetic_runs(800), "dense": _synthetic_runs(200)}
+    a = C.analyze(runs, budget=1000, threshold=0.8, n_bootstrap=500)
+    d, s = a["conditions"]["dense"], a["conditions"]["sparse"]
+    assert d["auc"]["value"] > s["auc"]["value"]
+    assert d["steps_to_threshold"]["median"] == 300.0 and d["steps_to_threshold"]["n_reached"] == 3
+    assert s["steps_to_threshold"]["per_seed"] == {"0": 800.0, "1": 900.0, "2": 900.0}
+    (pair,) = a["pairs"]
+    assert (pair["a"], pair["b"]) == ("dense", "sparse")  # oriented: the better condition first
+    assert pair["p_improvement"]["auc"]["value"] == 1.0 and pair["verdict"].startswith(
+        "dense beats sparse"
+    )
+    assert d["curve"]["mean"].shape == (51,)
+    # a never-reaching condition reports "not reached"
+    a2 = C.analyze(
+        {"flat": _synthetic_runs(5000), "dense": _synthetic_runs(200)},
+        budget=1000,
+        threshold=0.8,
+        n_bootstrap=200,
+    )
+    assert a2["conditions"]["flat"]["steps_to_threshold"]["median"] is None
+    md = C.render_report(
+        a2,
+        name="t",
+        trainer="sac",
+        metric="success_rate",
+        budget=1000,
+        seeds=[0, 1, 2],
+        x_label="environment steps",
+    )
+    assert (
+        "| flat | 3 |" in md
+        and "not reached (0/3 reached >= 0.8)" in md
+        and "dense beats flat" in md
+    )
+    C.plot_curves(
+        a2,
+        tmp_path / "c.png",
+        metric="success_rate",
+        x_label="environment steps",
+        threshold=0.8,
+        title="t",
+    )
+    assert (tmp_path / "c.png").stat().st_size > 1000
+
+
+# ------------------------------------------------------------------------------------------
+# configuration
+# ------------------------------------------------------------------------------------------
+
+
+def _sac_compare_config(out: Path, *, budget=300, seeds=(0, 1), wandb=False) -> dict:
+    return {
+        "name": "tiny",
+        "trainer": "sac",
+        "base": "configs/sac_fetchreach_sparse.yaml",
+        "common": [
+            "sac.learning_starts=100", "sac.batch_size=64", "env.n_envs=1", "training.curve_every=100",
+            "training.metrics_window=5", "training.checkpoint_every=0",
+        ],
+        "conditions": {"sparse": {}, "env_dense": ["env.id=FetchReachDense-v4", "env.reward=env"]},
+        "seeds": list(seeds),
+        "budget": budget,
+        "threshold": 0.8,
+        "n_bootstrap": 200,
+        "output_dir": str(out),
+        "wandb": {"enabled": wandb},
+    }  # fmt: skip
+
+
+@pytest.mark.slow  # imports TRL to validate the GRPO config
+def test_shipped_compare_configs_build_valid_run_configs():
+    for name, trainer, budget_key in (
+        ("compare_fetchreach", "sac", "total_timesteps"),
+        ("compare_grpo_cpu", "grpo", "max_steps"),
+    ):
+        path = REPO / "configs" / f"{name}.yaml"
+        cfg = C.parse_compare_config(load_yaml(path), name=path.stem)
+        assert cfg.trainer == trainer and len(cfg.conditions) >= 2
+        runs = C.build_run_configs(
+            cfg, base_dir=path.parent
+        )  # validated by the trainer's own parser
+        budgets = {rc["training"][budget_key] for seeds in runs.values() for rc in seeds.values()}
+        assert budgets == {cfg.budget}  # the same budget for every condition
+        assert all(set(seeds) == {f"seed{s}" for s in cfg.seeds} for seeds in runs.values())
+    fetch = C.build_run_configs(
+        C.parse_compare_config(load_yaml(REPO / "configs/compare_fetchreach.yaml")),
+        base_dir=REPO / "configs",
+    )
+    assert (
+        fetch["env_dense"]["seed0"]["env"]["reward"] == "env"
+        and fetch["sparse"]["seed0"]["env"]["reward"] == "sparse"
+    )
+    assert (
+        fetch["verifier_dense"]["seed2"]["env"]["reward"] == "verifier"
+        and fetch["verifier_dense"]["seed2"]["training"]["seed"] == 2
+    )
+
+
+@pytest.mark.parametrize(
+    "change, match",
+    [
+        ({"budgett": 3}, "did you mean 'budget'"),
+        ({"trainer": "ppo"}, "trainer"),
+        ({"conditions": {"only": {}}}, "at least two"),
+        ({"conditions": {"a": {}, "b": ["training.total_timesteps=5"]}}, "set by the comparison"),
+        ({"conditions": {"a": {}, "b": {"training": {"seed": 3}}}}, "set by the comparison"),
+        ({"conditions": {"a": {}, "b": ["env.rewrd=env"]}}, "rewrd"),
+        ({"conditions": {"a": {}, "b": "env.reward=env"}}, "list of key=value"),
+        ({"seeds": [0, 0]}, "distinct"),
+        ({"base": "configs/nope.yaml"}, "not found"),
+    ],
+)
+def test_bad_compare_configs_are_rejected(tmp_path, change, match):
+    config = {**_sac_compare_config(tmp_path), **change}
+    with pytest.raises(ConfigError, match=match):
+        cfg = C.parse_compare_config(config)
+        C.build_run_configs(cfg, base_dir=REPO / "configs")
+
+
+def test_result_from_a_different_config_is_an_error_not_silently_reused(tmp_path):
+    config = _sac_compare_config(tmp_path)
+    stale = tmp_path / "runs" / "sparse" / "seed0" / "result.json"
+    atomic_write_json(stale, {"fingerprint": "0" * 16, "curve": [{"step": 100, "value": 0.0}]})
+    with pytest.raises(ConfigError, match="different run config"):
+        C.run_comparison(
+            config, output_dir=tmp_path, base_dir=REPO, report_only=True, progress=False
+        )
+
+
+# ------------------------------------------------------------------------------------------
+# a real comparison: SIGKILL mid-way, resume, nothing finished is redone
+# ------------------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_kill_and_resume_does_not_redo_finished_runs(tmp_path):
+    out = tmp_path / "cmp"
+    cfg_path = tmp_path / "compare_tiny.yaml"
+    cfg_path.write_text(yaml.safe_dump(_sac_compare_config(out, budget=200, seeds=(0, 1))))
+    cmd = [
+        sys.executable,
+        "-m",
+        "densereward.cli",
+        "compare",
+        "--config",
+        str(cfg_path),
+        "--no-progress",
+    ]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "WANDB_MODE": "offline"}
+    first = out / "runs" / "sparse" / "seed0" / "result.json"
+
+    proc = subprocess.Popen(
+        cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while not first.exists():
+            if proc.poll() is not None:
+                pytest.fail(f"comparison exited early: {proc.stdout.read().decode()[-3000:]}")
+            if time.monotonic() > deadline:
+                pytest.fail("no run finished within 120 s")
+            time.sleep(0.05)
+        os.kill(proc.pid, signal.SIGKILL)  # a crash: no clean-up code runs
+        proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == -signal.SIGKILL
+    finished = {p: p.stat().st_mtime_ns for p in (out / "runs").glob("*/*/result.json")}
+    assert first in finished and len(finished) < 4, "the kill must land before the comparison ends"
+    assert not (out / "report.md").exists()
+
+    done = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    # finished runs were skipped: result files untouched and started exactly once overall
+    for p, mtime in finished.items():
+        assert p.stat().st_mtime_ns == mtime
+    starts: dict[tuple[str, str], int] = {}
+    for e in read_jsonl(out / "events.jsonl"):
+        if e["event"] == "start":
+            starts[(e["condition"], e["seed"])] = starts.get((e["condition"], e["seed"]), 0) + 1
+    for p in finished:
+        assert starts[(p.parent.parent.name, p.parent.name)] == 1
+    assert set(starts) == {(c, f"seed{s}") for c in ("sparse", "env_dense") for s in (0, 1)}
+    # every run finished once now, and the report covers both conditions
+    assert len(list((out / "runs").glob("*/*/result.json"))) == 4
+    results = json.loads((out / "results.json").read_text())
+    assert results["missing"] == [] and set(results["conditions"]) == {"sparse", "env_dense"}
+    for c in results["conditions"].values():
+        assert c["n_runs"] == 2 and c["final"]["low"] <= c["final"]["value"] <= c["final"]["high"]
+        assert all(r["n_points"] >= 1 for r in c["runs"])
+    report = (out / "report.md").read_text()
+    assert "| sparse | 2 |" in report and "| env_dense | 2 |" in report and "P(" in report
+    assert (out / "learning_curves.png").stat().st_size > 1000
+
+
+def test_no_verdict_from_a_single_seed():
+    v = C.verdict("a", "b", {"value": 1.0, "low": 1.0, "high": 1.0}, n_a=1, n_b=3)
+    assert v.startswith("too few runs")
+    a = C.analyze(
+        {"x": _synthetic_runs(200, seeds=(0,)), "y": _synthetic_runs(800, seeds=(0,))},
+        budget=1000,
+        n_bootstrap=200,
+    )
+    assert a["pairs"][0]["verdict"].startswith("too few runs")
