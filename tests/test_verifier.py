@@ -294,3 +294,12 @@ def test_length_mismatch_raises():
     v, _ = make()
     with pytest.raises(ValueError):
         v.score_batch(problems=["a", "b"], responses=["x"])
+
+
+def test_compare_with_empty_or_invalid_side():
+    v, b = make(granularity=11)
+    rs = v.compare_batch(problems=["p"] * 4, a=["quality=0.2", "", "", None], b=["", "quality=0.9", "", "quality=1"])
+    assert [r.preference for r in rs] == [1.0, 0.0, 0.5, None]
+    assert len(b.seen) == 0  # decided without the model
+    rank = v.rank(problem="p", candidates=["", "quality=0.5", ""], pivots=1)
+    assert rank.winner == 1

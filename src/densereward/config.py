@@ -168,18 +168,29 @@ def load_yaml(path: str | Path) -> dict[str, Any]:
     return data
 
 
+_YAML11_BOOL_WORDS = {"yes", "no", "on", "off", "y", "n"}
+
+
 def parse_override(text: str) -> tuple[list[str], Any]:
     """Parse ``a.b.c=value`` into (``['a','b','c']``, YAML-parsed value).
+
+    YAML 1.1's ``yes/no/on/off`` stay strings (TRL has ``save_strategy=no``); use
+    ``true``/``false`` for booleans.
 
     >>> parse_override("verifier.granularity=10")
     (['verifier', 'granularity'], 10)
     >>> parse_override("training.learning_rate=1e-6")
     (['training', 'learning_rate'], 1e-06)
+    >>> parse_override("training.save_strategy=no"), parse_override("x.flag=true")
+    ((['training', 'save_strategy'], 'no'), (['x', 'flag'], True))
     """
     if "=" not in text:
         raise ConfigError(f"override {text!r} must look like key=value (e.g. training.max_steps=5)")
     key, raw = text.split("=", 1)
-    value = yaml.safe_load(raw) if raw != "" else ""
+    if raw.strip().lower() in _YAML11_BOOL_WORDS:
+        value: Any = raw.strip()  # 'no' stays a string (e.g. training.save_strategy=no), true/false are booleans
+    else:
+        value = yaml.safe_load(raw) if raw != "" else ""
     if isinstance(value, str):
         try:
             value = float(value) if any(c in value for c in "eE.") else value

@@ -152,12 +152,12 @@ def redact(obj: Any, secrets: Iterable[str] = ()) -> Any:
 
 
 def configure_wandb(run_dir: str | Path) -> str:
-    """Set W&B to offline mode unless an API key is configured; keep its files in ``run_dir``.
+    """Set W&B to offline mode unless an API key is configured; keep this run's files in ``run_dir``.
 
     Returns the mode chosen (``"online"`` or ``"offline"``). Respects an explicit
     ``WANDB_MODE`` already set by the user.
     """
-    os.environ.setdefault("WANDB_DIR", str(run_dir))
+    os.environ["WANDB_DIR"] = str(run_dir)  # per run: a second run in one process gets its own dir
     os.environ.setdefault("WANDB_SILENT", "true")
     if "WANDB_MODE" not in os.environ:
         has_key = bool(os.environ.get("WANDB_API_KEY")) or (Path.home() / ".netrc").is_file() and "api.wandb.ai" in (

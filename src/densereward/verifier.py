@@ -111,7 +111,7 @@ def distribution_from_logprobs(
 
     >>> s = ScoreScale.letters(2)
     >>> d, m, _ = distribution_from_logprobs(TokenLogprobs({"A": math.log(0.1), " A": math.log(0.1), "B": math.log(0.2)}), s)
-    >>> [round(x, 3) for x in d], round(m, 3)
+    >>> [float(round(x, 3)) for x in d], round(m, 3)
     ([0.5, 0.5], 0.4)
     """
     spellings = spellings or scale.spellings
@@ -491,9 +491,7 @@ class Verifier:
             ca, sa, cut_a = self._prepare(a[i])
             cb, sb, cut_b = self._prepare(b[i])
             if sa is not None or sb is not None:
-                ra = sa or ScoreResult(value=None, reason="other side short-circuited")
-                rb = sb or ScoreResult(value=None, reason="other side short-circuited")
-                out[i] = self._pair(ra, rb)
+                out[i] = self._short_pair(sa, sb)
                 continue
             ref = references[i] if references is not None else None
             prob = P.sanitize_candidate(str(problems[i]))
@@ -523,6 +521,28 @@ class Verifier:
             rb = self._aggregate(reads_b, list(crit), k_rep, truncated=cut)
             out[i] = self._pair(ra, rb)
         return out
+
+    def _short_pair(self, sa: ScoreResult | None, sb: ScoreResult | None) -> PairwiseResult:
+        """A comparison decided without the model (``sa``/``sb``: short-circuit results or None).
+
+        A non-string side abstains the comparison. An empty response loses to any non-empty one
+        (preference 1.0 for the non-empty side, whose own value is not computed: ``None``); two
+        empty responses tie at 0.5 (both are the worst possible answer).
+        """
+        invalid = [r for r in (sa, sb) if r is not None and r.value is None]
+        if invalid:
+            if self.config.on_error == "raise":
+                raise AbstentionError(f"verifier abstained on a comparison: {invalid[0].reason}")
+            return PairwiseResult(value_a=None if sa is None else sa.value, value_b=None if sb is None else sb.value, preference=None, result_a=sa, result_b=sb)
+        if sa is not None and sb is not None:
+            return PairwiseResult(value_a=0.0, value_b=0.0, preference=0.5, result_a=sa, result_b=sb)
+        return PairwiseResult(
+            value_a=None if sa is None else 0.0,
+            value_b=None if sb is None else 0.0,
+            preference=1.0 if sa is None else 0.0,
+            result_a=sa,
+            result_b=sb,
+        )
 
     def _pair(self, ra: ScoreResult, rb: ScoreResult) -> PairwiseResult:
         pref = None

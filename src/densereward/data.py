@@ -1,0 +1,247 @@
+"""Math task data for GRPO: MATH / GSM8K from a JSONL path or the Hub, reasoning-gym offline.
+
+Every loader returns a :class:`datasets.Dataset` in TRL's conversational prompt format with
+the columns the reward functions read (TRL passes every extra column to them):
+
+* ``prompt`` -- ``[{"role": "system", ...}, {"role": "user", "content": problem}]``;
+* ``problem`` -- the problem text (what the verifier sees);
+* ``answer`` -- the reference final answer (MATH's ``answer``, the last ``\\boxed{}`` of its
+  ``solution``, GSM8K's ``#### N``, or reasoning-gym's answer);
+* ``level`` -- MATH difficulty 1-5 (``None`` for GSM8K; reasoning-gym's ``difficulty`` if an
+  integer, else ``None``);
+* ``source`` -- where the row came from.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .errors import DataError
+
+__all__ = ["DataConfig", "SYSTEM_PROMPT", "load_tasks", "to_conversational"]
+
+SYSTEM_PROMPT = (
+    "You are a careful mathematician. Solve the problem step by step, then give the final "
+    "answer in the form \\boxed{answer}."
+)
+"""System prompt of every GRPO task: reason, then put the final answer in ``\\boxed{}``."""
+
+_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+
+
+@dataclass(frozen=True)
+class DataConfig:
+    """Where the GRPO tasks come from (YAML section ``data:``)."""
+
+    source: str = "reasoning_gym"
+    """A ``.jsonl`` path (MATH or GSM8K fields), a Hub id (e.g. ``DigitalLearningGmbH/MATH-lighteval``),
+    or ``reasoning_gym`` (procedurally generated, verifiable, no network)."""
+    path: str | None = None
+    """Alias of ``source`` for local files (``data.path=../shared/data/math500/test.jsonl``); wins over it."""
+    split: str = "train"
+    """Hub split (ignored for local files)."""
+    subset: str | None = None
+    """Hub config name (e.g. ``main`` for ``openai/gsm8k``, a subject for ``EleutherAI/hendrycks_math``)."""
+    limit: int | None = None
+    """Keep the first ``limit`` rows (after shuffling when ``shuffle``); ``None`` = all."""
+    shuffle: bool = False
+    """Shuffle rows with ``seed`` before ``limit``."""
+    seed: int = 0
+    """Seed of shuffling and of reasoning-gym generation."""
+    levels: tuple[int, ...] | None = None
+    """Keep only these MATH levels (e.g. ``[1, 2]`` for a weak policy); ``None`` = all."""
+    task: str = "basic_arithmetic"
+    """reasoning-gym task name (``basic_arithmetic``, ``chain_sum``, ``gsm_symbolic``, ...)."""
+    size: int = 256
+    """reasoning-gym: number of generated problems."""
+    system_prompt: str | None = SYSTEM_PROMPT
+    """System message; ``None`` = user message only."""
+
+    def __post_init__(self) -> None:
+        if self.limit is not None and self.limit < 1:
+            raise DataError(f"data.limit must be >= 1 or null, got {self.limit}")
+        if self.size < 1:
+            raise DataError(f"data.size must be >= 1, got {self.size}")
+        if isinstance(self.levels, list):
+            object.__setattr__(self, "levels", tuple(int(v) for v in self.levels))
+
+    @property
+    def kind(self) -> str:
+        """``"jsonl"``, ``"hub"`` or ``"reasoning_gym"`` (raises :class:`DataError` otherwise)."""
+        src = self.path or self.source
+        if src in ("reasoning_gym", "reasoning-gym"):
+            return "reasoning_gym"
+        if src.endswith((".jsonl", ".json")) or Path(src).exists():
+            return "jsonl"
+        if _HUB_ID.match(src):
+            return "hub"
+        raise DataError(
+            f"data.source={src!r} is neither a .jsonl file, a Hub id (owner/name) nor 'reasoning_gym'"
+        )
+
+
+def _level(value: Any) -> int | None:
+    """MATH level as an int: ``3`` or ``"Level 3"`` -> 3; anything else -> None."""
+    if value is None:
+        return None
+    if isinstance(value, int):
+        return value
+    m = re.search(r"\d+", str(value))
+    return int(m.group()) if m else None
+
+
+def _normalise(row: dict[str, Any], source: str) -> dict[str, Any]:
+    """Map one MATH / GSM8K / reasoning-gym record to ``problem``, ``answer``, ``level``."""
+    from .rewards.math import reference_answer
+
+    problem = row.get("problem") or row.get("question")
+    if not problem:
+        raise DataError(
+            f"{source}: a row has neither 'problem' (MATH) nor 'question' (GSM8K): keys {sorted(row)}"
+        )
+    answer = reference_answer(row.get("answer"), row.get("solution"))
+    return {
+        "problem": str(problem),
+        "answer": answer,
+        "level": _level(row.get("level")),
+        "source": source,
+    }
+
+
+def to_conversational(
+    problem: str, system_prompt: str | None = SYSTEM_PROMPT
+) -> list[dict[str, str]]:
+    """The TRL conversational prompt for one problem.
+
+    >>> to_conversational("1+1?", None)
+    [{'role': 'user', 'content': '1+1?'}]
+    """
+    msgs = [{"role": "system", "content": system_prompt}] if system_prompt else []
+    return msgs + [{"role": "user", "content": problem}]
+
+
+def _read_jsonl(path: Path) -> list[dict[str, Any]]:
+    if not path.is_file():
+        raise DataError(
+            f"data file not found: {path} (use e.g. data.path=../shared/data/math500/test.jsonl)"
+        )
+    rows = []
+    with open(path, encoding="utf-8") as f:
+        for i, line in enumerate(f, 1):
+            if line.strip():
+                try:
+                    rows.append(json.loads(line))
+                except json.JSONDecodeError as exc:
+                    raise DataError(f"{path}:{i}: not valid JSON ({exc.msg})") from None
+    return rows
+
+
+def _read_hub(cfg: DataConfig) -> list[dict[str, Any]]:
+    import datasets
+
+    src = cfg.path or cfg.source
+    try:
+        ds = datasets.load_dataset(src, cfg.subset, split=cfg.split)
+    except Exception as exc:  # offline, unknown id, missing config: all surface as DataError
+        offline = os.environ.get("HF_HUB_OFFLINE") in ("1", "true", "True")
+        raise DataError(
+            f"could not load Hub data set {src!r} (split {cfg.split!r}"
+            + (f", subset {cfg.subset!r}" if cfg.subset else "")
+            + f"): {type(exc).__name__}: {str(exc)[:300]}. "
+            + ("HF_HUB_OFFLINE is set. " if offline else "")
+            + "Fix: connect to the Hub (and unset HF_HUB_OFFLINE), or point data.path at a local "
+            "JSONL copy (e.g. data.path=../shared/data/math500/test.jsonl), or use "
+            "data.source=reasoning_gym for the offline generated tasks."
+        ) from exc
+    return [dict(r) for r in ds]
+
+
+def _read_reasoning_gym(cfg: DataConfig) -> list[dict[str, Any]]:
+    try:
+        import reasoning_gym
+    except ImportError as exc:
+        raise DataError(
+            "data.source=reasoning_gym needs the package: pip install reasoning-gym"
+        ) from exc
+    try:
+        ds = reasoning_gym.create_dataset(cfg.task, size=cfg.size, seed=cfg.seed)
+    except Exception as exc:
+        raise DataError(f"reasoning-gym task {cfg.task!r} could not be created: {exc}") from exc
+    rows = []
+    for item in ds:
+        meta = item.get("metadata") or {}
+        diff = meta.get("difficulty")
+        rows.append(
+            {
+                "question": item["question"],
+                "answer": str(item["answer"]),
+                "level": diff if isinstance(diff, int) else None,
+            }
+        )
+    return rows
+
+
+def load_tasks(config: DataConfig | dict[str, Any] | None = None):
+    """Load GRPO tasks as a conversational :class:`datasets.Dataset`.
+
+    Args:
+        config: A :class:`DataConfig` or the YAML ``data:`` mapping (unknown keys raise).
+
+    Returns:
+        A ``datasets.Dataset`` with columns ``prompt``, ``problem``, ``answer``, ``level``,
+        ``source`` (see the module docstring); rows whose reference answer cannot be found
+        are dropped.
+
+    Raises:
+        DataError: for a missing file, a malformed row, an unreachable Hub id (the message
+            names the fix), or an empty result.
+    """
+    import datasets
+
+    from .config import from_dict
+
+    if config is None:
+        cfg = DataConfig()
+    elif isinstance(config, DataConfig):
+        cfg = config
+    else:
+        cfg = from_dict(DataConfig, config, prefix="data.")
+    kind = cfg.kind
+    src = cfg.path or cfg.source
+    if kind == "jsonl":
+        raw = _read_jsonl(Path(src))
+    elif kind == "hub":
+        raw = _read_hub(cfg)
+    else:
+        raw = _read_reasoning_gym(cfg)
+        src = f"reasoning_gym/{cfg.task}"
+
+    rows = [_normalise(r, str(src)) for r in raw]
+    rows = [r for r in rows if r["answer"]]
+    if cfg.levels is not None:
+        rows = [r for r in rows if r["level"] in cfg.levels]
+    if cfg.shuffle:
+        import random
+
+        random.Random(cfg.seed).shuffle(rows)
+    if cfg.limit is not None:
+        rows = rows[: cfg.limit]
+    if not rows:
+        raise DataError(f"no usable rows in {src!r} (after level / limit filters)")
+    for r in rows:
+        r["prompt"] = to_conversational(r["problem"], cfg.system_prompt)
+    features = datasets.Features(
+        {
+            "prompt": [{"role": datasets.Value("string"), "content": datasets.Value("string")}],
+            "problem": datasets.Value("string"),
+            "answer": datasets.Value("string"),
+            "level": datasets.Value("int64"),
+            "source": datasets.Value("string"),
+        }
+    )
+    return datasets.Dataset.from_list(rows, features=features)

@@ -1,0 +1,84 @@
+"""Worker process of :class:`densereward.rewards.math.MathChecker` (``python -m`` this module).
+
+Serves ``(reference, completion)`` requests over stdin/stdout pipes, running Math-Verify with
+its signal-based timeouts disabled; the parent enforces the deadline by killing this process.
+Kept apart from ``math.py`` so ``python -m`` does not re-import a module the package already
+loaded.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from multiprocessing.connection import Connection
+from typing import Any
+
+__all__ = ["check_one", "serve"]
+
+
+def check_one(
+    gold: str, completion: str, gold_cache: dict[str, Any]
+) -> tuple[float | None, str, str | None]:
+    """Parse and verify one (reference, completion) pair with Math-Verify, no timeouts.
+
+    Returns:
+        ``(reward, predicted, reason)``: reward 1.0 / 0.0 / None (reference unparseable).
+    """
+    from latex2sympy2_extended import NormalizationConfig
+    from math_verify import ExprExtractionConfig, LatexExtractionConfig, parse, verify
+
+    if gold not in gold_cache:
+        gold_text = gold if "\\boxed" in gold or gold.startswith("$") else f"\\boxed{{{gold}}}"
+        gold_cache[gold] = parse(gold_text, parsing_timeout=None)
+    gold_parsed = gold_cache[gold]
+    if not gold_parsed:
+        return None, "", "gold_unparseable"
+    pred = parse(
+        completion,
+        extraction_config=[
+            LatexExtractionConfig(
+                normalization_config=NormalizationConfig(units=True, malformed_operators=True),
+                boxed_match_priority=0,
+                try_extract_without_anchor=False,
+            ),
+            ExprExtractionConfig(try_extract_without_anchor=False),
+        ],
+        extraction_mode="first_match",
+        parsing_timeout=None,
+    )
+    if not pred:
+        return 0.0, "", "no_answer"
+    ok = verify(gold_parsed, pred, timeout_seconds=None)
+    return (1.0 if ok else 0.0), str(pred[-1]), None
+
+
+def serve(recv: Any, send: Any) -> None:
+    """Answer ``(gold, completion)`` requests until ``None`` or EOF; says ``"ready"`` first."""
+    logging.basicConfig(level=logging.ERROR)
+    logging.getLogger("math_verify").setLevel(logging.ERROR)
+    import math_verify  # noqa: F401  (pay the import before "ready")
+
+    gold_cache: dict[str, Any] = {}
+    send("ready")
+    while True:
+        try:
+            msg = recv()
+        except EOFError:
+            return
+        if msg is None:
+            return
+        gold, completion = msg
+        try:
+            out = check_one(gold, completion, gold_cache)
+        except Exception as exc:  # a parser bug on one answer must not kill the worker
+            out = (None, "", f"worker_error: {type(exc).__name__}")
+        if len(gold_cache) > 4096:
+            gold_cache.clear()
+        send(out)
+
+
+if __name__ == "__main__":
+    _out = Connection(os.dup(1), readable=False)
+    os.dup2(2, 1)  # stray prints from parsers go to stderr, never into the result pipe
+    _in = Connection(os.dup(0), writable=False)
+    serve(_in.recv, _out.send)

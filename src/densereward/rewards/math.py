@@ -1,0 +1,432 @@
+"""Sparse correctness reward for MATH / GSM8K with Math-Verify, safe off the main thread.
+
+Math-Verify (``math_verify.parse`` / ``math_verify.verify``) enforces its own timeouts with
+``signal.alarm``, which only works in the main thread; TRL runs async reward functions on a
+daemon event-loop thread and multi-process launchers may call from anywhere. Here both calls
+run with their timeouts disabled (``parsing_timeout=None``, ``timeout_seconds=None``, the
+Math-Verify 0.9 API) inside a separate worker *process*; the parent waits with a deadline and
+kills and restarts the worker when one answer takes too long (SymPy can hang on adversarial
+expressions), so a timeout never needs a signal and never leaves a runaway thread behind.
+
+Reward semantics (same as TRL's ``trl.rewards.accuracy_reward``):
+
+* ``1.0`` -- the completion's final answer (the last ``\\boxed{}``, else an anchored
+  expression such as "the answer is 18") is mathematically equivalent to the reference;
+* ``0.0`` -- it is not, *including* a completion with no extractable answer (a missing or
+  malformed final answer is a real failure that the policy must learn to avoid);
+* ``None`` -- abstain: the *reference* cannot be parsed, the check timed out, or the worker
+  crashed. TRL turns ``None`` into NaN and leaves it out of the group baseline.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import subprocess
+import sys
+import threading
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from multiprocessing.connection import Connection
+from typing import Any, Literal
+
+from ..errors import BackendUnavailableError, ConfigError
+from ._common import check_lengths, completion_texts
+
+__all__ = [
+    "MathCheck",
+    "MathChecker",
+    "MathCorrectnessReward",
+    "extract_boxed",
+    "reference_answer",
+]
+
+logger = logging.getLogger(__name__)
+
+_GSM8K_ANSWER = re.compile(r"####\s*(.+?)\s*$", re.DOTALL)
+
+
+def extract_boxed(text: str) -> str | None:
+    """Return the content of the *last* ``\\boxed{...}`` (or ``\\fbox{...}``) in ``text``.
+
+    Braces are matched, so nested groups such as ``\\boxed{\\frac{1}{2}}`` come out whole.
+
+    Args:
+        text: A solution or completion.
+
+    Returns:
+        The boxed content, or ``None`` if there is no complete boxed expression.
+
+    >>> extract_boxed(r"so $x = \\boxed{\\frac{14}{3}}$.")
+    '\\\\frac{14}{3}'
+    >>> extract_boxed("no box") is None
+    True
+    """
+    start = max(text.rfind("\\boxed"), text.rfind("\\fbox"))
+    if start < 0:
+        return None
+    i = text.find("{", start)
+    if i < 0:
+        return None
+    depth = 0
+    for j in range(i, len(text)):
+        if text[j] == "{":
+            depth += 1
+        elif text[j] == "}":
+            depth -= 1
+            if depth == 0:
+                return text[i + 1 : j].strip()
+    return None
+
+
+def reference_answer(answer: str | None = None, solution: str | None = None) -> str | None:
+    """The reference final answer from a MATH or GSM8K record.
+
+    Args:
+        answer: MATH's ``answer`` field (already the final answer) or GSM8K's ``answer``
+            (a worked solution ending in ``#### N``).
+        solution: MATH's ``solution`` (the final answer is its last ``\\boxed{}``), used
+            when ``answer`` is missing (e.g. ``EleutherAI/hendrycks_math``).
+
+    Returns:
+        The final answer text, or ``None`` if none can be found.
+
+    >>> reference_answer("She makes 9 * 2 = 18.\\n#### 1,018")
+    '1018'
+    >>> reference_answer(None, r"... $\\boxed{5}$")
+    '5'
+    """
+    if answer is not None and str(answer).strip():
+        text = str(answer)
+        m = _GSM8K_ANSWER.search(text)
+        if m:
+            return m.group(1).replace(",", "").strip()
+        return text.strip()
+    if solution:
+        return extract_boxed(str(solution))
+    return None
+
+
+@dataclass(frozen=True)
+class MathCheck:
+    """Outcome of one correctness check.
+
+    Attributes:
+        reward: ``1.0`` correct, ``0.0`` wrong or no answer, ``None`` abstained.
+        predicted: What Math-Verify extracted from the completion (``""`` if nothing).
+        reason: Why it abstained or scored 0 (``"no_answer"``, ``"gold_unparseable"``,
+            ``"timeout"``, ``"worker_error"``, ``"invalid_completion"`` for non-text), else ``None``.
+    """
+
+    reward: float | None
+    predicted: str = ""
+    reason: str | None = None
+
+
+# ---------------------------------------------------------------------------------------------
+# Parent side.
+# ---------------------------------------------------------------------------------------------
+
+
+class MathChecker:
+    """Thread-safe Math-Verify correctness checks with a real (signal-free) timeout.
+
+    Checks run one at a time in a single worker process (``python -m
+    densereward.rewards._math_worker``, started on first use); a check that
+    exceeds ``timeout_s`` gets its worker killed and restarted and returns ``None``. Results
+    are memoised in an LRU cache keyed by ``(reference, completion)`` so the sparse reward and
+    the reward-quality tracker share the work.
+
+    Args:
+        timeout_s: Wall-clock seconds per check (parse + verify), > 0.
+        executor: ``"process"`` (default; enforces ``timeout_s``) or ``"inline"`` (runs in the
+            calling thread with no timeout at all; for debugging or where processes cannot
+            be spawned).
+        cache_size: Entries kept in the result cache (0 disables it).
+
+    Raises:
+        ConfigError: for a non-positive timeout or an unknown executor.
+
+    Example:
+        >>> checker = MathChecker(executor="inline")
+        >>> checker.check(r"\\frac{1}{2}", r"So the answer is $\\boxed{0.5}$.").reward
+        1.0
+    """
+
+    def __init__(
+        self,
+        *,
+        timeout_s: float = 10.0,
+        executor: Literal["process", "inline"] = "process",
+        cache_size: int = 65536,
+    ) -> None:
+        if timeout_s <= 0:
+            raise ConfigError(f"MathChecker timeout_s must be > 0 seconds, got {timeout_s}")
+        if executor not in ("process", "inline"):
+            raise ConfigError(
+                f"MathChecker executor must be 'process' or 'inline', got {executor!r}"
+            )
+        self.timeout_s = float(timeout_s)
+        self.startup_timeout_s = 120.0
+        self.executor = executor
+        self.cache_size = int(cache_size)
+        self._cache: OrderedDict[tuple[str, str], MathCheck] = OrderedDict()
+        self._gold_cache: dict[str, Any] = {}
+        self._lock = threading.Lock()
+        self._proc: Any = None
+        self._conn: Any = None
+        self._send_conn: Any = None
+        self.n_timeouts = 0
+        self.n_checks = 0
+
+    # -- worker management -------------------------------------------------------------------
+    def _start(self) -> None:
+        # A fresh interpreter (``python -m densereward.rewards.math``) rather than fork (which
+        # would copy torch / CUDA / thread state) or multiprocessing's spawn (which re-imports
+        # the caller's ``__main__`` and fails for stdin scripts and some launchers).
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "densereward.rewards._math_worker"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            close_fds=True,
+        )
+        self._proc = proc
+        self._send_conn = Connection(os.dup(proc.stdin.fileno()), readable=False)
+        self._conn = Connection(os.dup(proc.stdout.fileno()), writable=False)
+        proc.stdin.close()
+        proc.stdout.close()
+        # The worker imports SymPy / Math-Verify before it says "ready"; only then does the
+        # per-check deadline start, so a slow start never counts as a timeout.
+        if not self._conn.poll(self.startup_timeout_s) or self._conn.recv() != "ready":
+            self._kill()
+            raise BackendUnavailableError(
+                f"the math-verify worker did not start within {self.startup_timeout_s:.0f} s "
+                "(is math-verify installed? try MathChecker(executor='inline') to debug)"
+            )
+
+    def _kill(self) -> None:
+        if self._proc is not None:
+            if self._proc.poll() is None:
+                self._proc.kill()
+            self._proc.wait(timeout=5)
+        for conn in (self._conn, getattr(self, "_send_conn", None)):
+            if conn is not None:
+                conn.close()
+        self._proc = self._conn = self._send_conn = None
+
+    def close(self) -> None:
+        """Stop the worker process (it is restarted on the next check)."""
+        with self._lock:
+            if self._proc is not None:
+                try:
+                    self._send_conn.send(None)
+                    self._proc.wait(timeout=2)
+                except (OSError, subprocess.TimeoutExpired):
+                    pass
+            self._kill()
+
+    def __del__(self) -> None:  # best effort; an orphaned worker also exits on stdin EOF
+        try:  # noqa: SIM105 (module globals such as contextlib may be gone at interpreter exit)
+            self._kill()
+        except Exception:
+            pass
+
+    def _remote(self, gold: str, completion: str) -> tuple[float | None, str, str | None]:
+        if self._proc is None or self._proc.poll() is not None:
+            self._kill()
+            self._start()
+        try:
+            self._send_conn.send((gold, completion))
+            if self._conn.poll(self.timeout_s):
+                return self._conn.recv()
+        except (EOFError, OSError, ValueError) as exc:
+            self._kill()
+            return None, "", f"worker_error: {type(exc).__name__}"
+        self.n_timeouts += 1
+        logger.warning(
+            "math-verify check exceeded %.1f s; worker restarted, reward abstains", self.timeout_s
+        )
+        self._kill()
+        return None, "", "timeout"
+
+    # -- public API ----------------------------------------------------------------------------
+    def check(self, reference: str | None, completion: str) -> MathCheck:
+        """Check one completion against one reference answer.
+
+        Args:
+            reference: The reference final answer (e.g. ``"\\frac{14}{3}"`` or ``"18"``);
+                ``None`` or empty abstains.
+            completion: The completion text.
+
+        Returns:
+            A :class:`MathCheck` (``reward`` in ``{0.0, 1.0}`` or ``None``).
+        """
+        return self.check_batch([reference], [completion])[0]
+
+    def check_batch(
+        self, references: Sequence[str | None], completions: Sequence[str]
+    ) -> list[MathCheck]:
+        """Check ``completions[i]`` against ``references[i]`` for every ``i``.
+
+        Args:
+            references: ``(n,)`` reference answers.
+            completions: ``(n,)`` completion texts.
+
+        Returns:
+            ``(n,)`` :class:`MathCheck` results, in order.
+
+        Raises:
+            ValueError: if the two sequences differ in length.
+        """
+        check_lengths(completions=completions, references=references)
+        out: list[MathCheck] = []
+        with self._lock:
+            for ref, comp in zip(references, completions, strict=True):
+                self.n_checks += 1
+                if ref is None or not str(ref).strip():
+                    out.append(MathCheck(None, "", "gold_unparseable"))
+                    continue
+                if not isinstance(comp, str):
+                    out.append(MathCheck(None, "", "invalid_completion"))
+                    continue
+                key = (str(ref), str(comp))
+                hit = self._cache.get(key)
+                if hit is not None:
+                    self._cache.move_to_end(key)
+                    out.append(hit)
+                    continue
+                if self.executor == "inline":
+                    from ._math_worker import check_one
+
+                    try:
+                        res = check_one(key[0], key[1], self._gold_cache)
+                    except Exception as exc:
+                        res = (None, "", f"worker_error: {type(exc).__name__}")
+                else:
+                    res = self._remote(key[0], key[1])
+                result = MathCheck(*res)
+                if (
+                    self.cache_size > 0
+                    and result.reason not in ("timeout",)
+                    and not str(result.reason).startswith("worker_error")
+                ):
+                    self._cache[key] = result
+                    if len(self._cache) > self.cache_size:
+                        self._cache.popitem(last=False)
+                out.append(result)
+        return out
+
+
+_DEFAULT_CHECKER: MathChecker | None = None
+_DEFAULT_LOCK = threading.Lock()
+
+
+def default_checker() -> MathChecker:
+    """The process-wide shared :class:`MathChecker` (process executor, 10 s timeout)."""
+    global _DEFAULT_CHECKER
+    with _DEFAULT_LOCK:
+        if _DEFAULT_CHECKER is None:
+            _DEFAULT_CHECKER = MathChecker()
+        return _DEFAULT_CHECKER
+
+
+class MathCorrectnessReward:
+    """TRL reward function: 1 if the completion's final answer equals the reference, else 0.
+
+    Follows TRL's reward-function contract: called with keyword arguments ``prompts``,
+    ``completions`` (conversational: lists of message dicts; or plain strings),
+    ``completion_ids``, the dataset columns (``answer`` and/or ``solution``),
+    ``trainer_state``, ``log_metric`` and ``log_extra``; returns one ``float | None`` per
+    completion. Its ``__name__`` (``"math_correctness"``) becomes TRL's
+    ``rewards/math_correctness/mean`` key.
+
+    Args:
+        checker: The :class:`MathChecker` to use (default: the shared process-wide one).
+        answer_column: Dataset column with the reference answer.
+        name: ``__name__`` shown by TRL.
+        log_columns: Also add ``gold_answer`` / ``predicted_answer`` to the completions table.
+
+    Returns (from ``__call__``):
+        ``(len(completions),)`` rewards in ``{0.0, 1.0}``, ``None`` where the reference is
+        unparseable or the check timed out (see the module docstring).
+
+    Raises (from ``__call__``):
+        ValueError: if a per-completion column's length differs from ``len(completions)``.
+
+    Example:
+        >>> reward = MathCorrectnessReward(checker=MathChecker(executor="inline"))
+        >>> reward(prompts=["1+1?", "1+1?"], completions=[r"\\boxed{2}", r"\\boxed{3}"], answer=["2", "2"])
+        [1.0, 0.0]
+    """
+
+    def __init__(
+        self,
+        *,
+        checker: MathChecker | None = None,
+        answer_column: str = "answer",
+        name: str = "math_correctness",
+        log_columns: bool = True,
+    ) -> None:
+        self.checker = checker
+        self.answer_column = answer_column
+        self.__name__ = name
+        self.log_columns = log_columns
+
+    def __call__(
+        self,
+        prompts: Sequence[Any] | None = None,
+        completions: Sequence[Any] = (),
+        completion_ids: Sequence[Any] | None = None,
+        log_extra: Any = None,
+        log_metric: Any = None,
+        **kwargs: Any,
+    ) -> list[float | None]:
+        texts = completion_texts(completions)
+        references = references_from_columns(kwargs, len(texts), self.answer_column)
+        checker = self.checker or default_checker()
+        results = checker.check_batch(references, texts)
+        if log_extra is not None and self.log_columns:
+            log_extra("gold_answer", [r if r is not None else "" for r in references])
+            log_extra("predicted_answer", [c.predicted for c in results])
+        return [c.reward for c in results]
+
+
+def references_from_columns(
+    columns: dict[str, Any], n: int, answer_column: str = "answer"
+) -> list[str | None]:
+    """Reference final answers from TRL's per-completion dataset columns.
+
+    Uses ``columns[answer_column]`` (MATH's ``answer`` or GSM8K's ``#### N``); falls back to the
+    last ``\\boxed{}`` of ``columns["solution"]``.
+
+    Args:
+        columns: The reward function's keyword arguments (dataset columns, each ``(n,)``).
+        n: Number of completions.
+        answer_column: Name of the answer column.
+
+    Returns:
+        ``(n,)`` references (``None`` where none exists).
+
+    Raises:
+        ValueError: if neither column is present or a column's length is not ``n``.
+    """
+    answers = columns.get(answer_column)
+    solutions = columns.get("solution")
+    if answers is None and solutions is None:
+        raise ValueError(
+            f"the reward function needs a dataset column {answer_column!r} (or 'solution') with the "
+            "reference answer; load the data with densereward.data.load_tasks, which keeps it"
+        )
+    if answers is not None:
+        check_lengths(completions=range(n), **{answer_column: answers})
+    if solutions is not None:
+        check_lengths(completions=range(n), solution=solutions)
+    return [
+        reference_answer(
+            answers[i] if answers is not None else None,
+            solutions[i] if solutions is not None else None,
+        )
+        for i in range(n)
+    ]

@@ -1,0 +1,317 @@
+"""Reward-quality tracking during GRPO: how good is the dense reward as the policy strengthens?
+
+On every reward call (one GRPO generation batch) :class:`RewardQualityTracker` compares the
+verifier's per-completion score with the Math-Verify ground truth on the *same* completions
+and
+
+* logs the metrics through TRL's ``log_metric`` under ``verifier/`` (TRL averages them over
+  the logging interval and sends them to W&B with ``rewards/*``, ``kl``, ...);
+* adds ``verifier_score`` and ``ground_truth`` columns to the completions table via
+  ``log_extra``;
+* appends one record per call to ``<run_dir>/reward_quality.jsonl`` (crash-safe, see
+  :func:`densereward.io.append_jsonl`);
+* :meth:`RewardQualityTracker.plot` draws every metric against the step (PNG): the
+  verification-dynamics view of Zhou et al. 2025 (TPR / TNR as the generator's pass rate
+  rises).
+
+Metric keys (stable): ``verifier/tpr``, ``verifier/tnr``, ``verifier/balanced_accuracy``,
+``verifier/precision`` (at the verifier threshold), ``verifier/auroc``,
+``verifier/verifier_gain`` (precision - pass rate, Lu et al. 2025 eq. 1),
+``verifier/pass_rate`` (the policy's Math-Verify accuracy = generator capability),
+``verifier/tie_rate``, ``verifier/mean_mass``, ``verifier/n_abstained``,
+``verifier/frac_zero_spread_sparse``, ``verifier/frac_zero_spread_dense``,
+``verifier/tpr/level_<k>`` and ``verifier/tnr/level_<k>`` (MATH level k = 1..5), ``verifier/n``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import threading
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..io import append_jsonl, read_jsonl
+from ._common import check_lengths, group_slices
+
+__all__ = ["RewardQualityTracker", "reward_quality_metrics", "plot_reward_quality", "PLOT_KEYS"]
+
+PLOT_KEYS = (
+    ("tpr", "tnr", "balanced_accuracy", "precision"),
+    ("auroc", "verifier_gain", "pass_rate"),
+    ("tie_rate", "frac_zero_spread_sparse", "frac_zero_spread_dense", "mean_mass"),
+)
+"""Panels of the dynamics plot (metric names without the ``verifier/`` prefix)."""
+
+_NAN = float("nan")
+
+
+def _zero_spread(values: Sequence[float | None], groups: list[slice], eps: float = 1e-6) -> float:
+    """Fraction of groups whose non-abstained rewards all agree within ``eps`` (no GRPO signal)."""
+    if not groups:
+        return _NAN
+    flat = 0
+    for g in groups:
+        v = [x for x in values[g] if x is not None and not math.isnan(x)]
+        if len(v) < 2 or max(v) - min(v) <= eps:
+            flat += 1
+    return flat / len(groups)
+
+
+def _tie_rate(values: Sequence[float | None], groups: list[slice], eps: float) -> float:
+    """Fraction of within-group completion pairs whose scores differ by at most ``eps``."""
+    ties = pairs = 0
+    for g in groups:
+        v = [x for x in values[g] if x is not None and not math.isnan(x)]
+        for a, b in itertools.combinations(v, 2):
+            pairs += 1
+            ties += abs(a - b) <= eps
+    return ties / pairs if pairs else _NAN
+
+
+def reward_quality_metrics(
+    scores: Sequence[float | None],
+    correct: Sequence[float | None],
+    *,
+    threshold: float = 0.5,
+    groups: list[slice] | None = None,
+    levels: Sequence[Any] | None = None,
+    masses: Sequence[float | None] | None = None,
+    tie_eps: float = 1e-3,
+) -> dict[str, float]:
+    """Reward-quality metrics of one batch of completions (keys without the ``verifier/`` prefix).
+
+    Args:
+        scores: ``(n,)`` verifier scores in ``[0, 1]`` (``None`` = abstained).
+        correct: ``(n,)`` ground truth in ``{0, 1}`` (``None`` = unknown, e.g. unparseable reference).
+        threshold: Accept threshold for TPR / TNR / precision.
+        groups: GRPO groups (slices of the ``n`` completions); default: one group.
+        levels: ``(n,)`` MATH difficulty levels (``None`` entries skipped).
+        masses: ``(n,)`` probability mass on the score tokens (``None`` entries skipped).
+        tie_eps: Two scores within ``tie_eps`` count as a tie.
+
+    Returns:
+        ``tpr, tnr, balanced_accuracy, precision, auroc, verifier_gain`` (on completions with
+        both a score and a ground truth), ``pass_rate`` (all known ground truths), ``tie_rate``,
+        ``mean_mass``, ``n_abstained``, ``frac_zero_spread_sparse``, ``frac_zero_spread_dense``,
+        ``n``, ``n_valid``, and ``tpr/level_<k>``, ``tnr/level_<k>`` per level present. Undefined
+        metrics are ``NaN`` (e.g. TNR when every completion is correct).
+
+    Raises:
+        ValueError: if the per-completion sequences differ in length.
+
+    >>> m = reward_quality_metrics([0.9, 0.2, None, 0.7], [1, 0, 1, 0], groups=[slice(0, 2), slice(2, 4)])
+    >>> m["tpr"], m["tnr"], m["n_abstained"], m["pass_rate"]
+    (1.0, 0.5, 1.0, 0.5)
+    """
+    from ..metrics.classification import classification_report
+
+    n = len(scores)
+    check_lengths(completions=scores, correct=correct, levels=levels, masses=masses)
+    groups = groups if groups is not None else [slice(0, n)]
+    valid = [
+        i
+        for i in range(n)
+        if scores[i] is not None and correct[i] is not None and not math.isnan(scores[i])
+    ]
+    s = np.array([scores[i] for i in valid], dtype=np.float64)
+    y = np.array([correct[i] for i in valid], dtype=np.float64)
+    report = classification_report(s, y, threshold) if valid else {}
+    out: dict[str, float] = {
+        k: float(report.get(k, _NAN))
+        for k in ("tpr", "tnr", "balanced_accuracy", "precision", "auroc", "verifier_gain")
+    }
+    known = [c for c in correct if c is not None]
+    out["pass_rate"] = float(np.mean(known)) if known else _NAN
+    out["tie_rate"] = _tie_rate(scores, groups, tie_eps)
+    m = [x for x in (masses or []) if x is not None and not math.isnan(x)]
+    out["mean_mass"] = float(np.mean(m)) if m else _NAN
+    out["n_abstained"] = float(sum(x is None or math.isnan(x) for x in scores))
+    out["frac_zero_spread_sparse"] = _zero_spread(correct, groups)
+    out["frac_zero_spread_dense"] = _zero_spread(scores, groups)
+    out["n"] = float(n)
+    out["n_valid"] = float(len(valid))
+    if levels is not None:
+        lv = [levels[i] for i in valid]
+        for level in sorted({x for x in lv if x is not None}):
+            idx = [j for j, x in enumerate(lv) if x == level]
+            sub = classification_report(s[idx], y[idx], threshold)
+            out[f"tpr/level_{level}"] = float(sub["tpr"])
+            out[f"tnr/level_{level}"] = float(sub["tnr"])
+    return out
+
+
+class RewardQualityTracker:
+    """Track the verifier reward against Math-Verify ground truth during a GRPO run.
+
+    One tracker is shared by the verifier reward function(s) of a run; it is called from the
+    reward function with the batch's scores and ground truth (:meth:`update`).
+
+    Args:
+        run_dir: Run directory; ``reward_quality.jsonl`` and ``reward_quality.png`` go there.
+            ``None`` keeps metrics in memory only (``records``).
+        threshold: Accept threshold on the ``[0, 1]`` score (``VerifierConfig.threshold``).
+        tie_eps: Scores within ``tie_eps`` count as tied.
+        prefix: Metric-key prefix.
+    """
+
+    def __init__(
+        self,
+        run_dir: str | Path | None = None,
+        *,
+        threshold: float = 0.5,
+        tie_eps: float = 1e-3,
+        prefix: str = "verifier/",
+    ) -> None:
+        self.run_dir = Path(run_dir) if run_dir is not None else None
+        self.threshold = threshold
+        self.tie_eps = tie_eps
+        self.prefix = prefix
+        self.records: list[dict[str, Any]] = []
+        self._lock = threading.Lock()
+        self._t0 = time.monotonic()
+
+    @property
+    def jsonl_path(self) -> Path | None:
+        """``<run_dir>/reward_quality.jsonl`` (``None`` without a run directory)."""
+        return self.run_dir / "reward_quality.jsonl" if self.run_dir else None
+
+    @property
+    def plot_path(self) -> Path | None:
+        """``<run_dir>/reward_quality.png`` (``None`` without a run directory)."""
+        return self.run_dir / "reward_quality.png" if self.run_dir else None
+
+    def update(
+        self,
+        *,
+        prompts: Sequence[Any],
+        scores: Sequence[float | None],
+        correct: Sequence[float | None],
+        levels: Sequence[Any] | None = None,
+        masses: Sequence[float | None] | None = None,
+        num_generations: int | None = None,
+        trainer_state: Any = None,
+        log_metric: Callable[[str, float], None] | None = None,
+        log_extra: Callable[[str, list], None] | None = None,
+        score_name: str = "verifier_score",
+        extra_metrics: dict[str, float] | None = None,
+    ) -> dict[str, float]:
+        """Compute, log and record the metrics of one batch.
+
+        Args:
+            prompts: ``(n,)`` prompts (to find the GRPO groups).
+            scores: ``(n,)`` verifier scores in ``[0, 1]`` or ``None``.
+            correct: ``(n,)`` Math-Verify ground truth in ``{0, 1}`` or ``None``.
+            levels: ``(n,)`` difficulty levels or ``None``.
+            masses: ``(n,)`` score-token masses or ``None``.
+            num_generations: GRPO group size, if known.
+            trainer_state: TRL's ``TrainerState``; the record's ``step`` is
+                ``global_step + 1`` (the optimizer step these completions train).
+            log_metric: TRL's ``log_metric`` (defined metrics only; NaN is skipped).
+            log_extra: TRL's ``log_extra`` (adds ``score_name`` and ``ground_truth`` columns).
+            score_name: Completions-table column for the scores.
+            extra_metrics: further metrics to log and record with the same prefix (e.g. the
+                verifier's cumulative ``n_failures``, ``n_truncated``, ``n_invalid_input``).
+
+        Returns:
+            The metrics, keys with the prefix.
+
+        Raises:
+            ValueError: if the per-completion sequences differ in length.
+        """
+        groups = group_slices(prompts, num_generations)
+        metrics = reward_quality_metrics(
+            scores,
+            correct,
+            threshold=self.threshold,
+            groups=groups,
+            levels=levels,
+            masses=masses,
+            tie_eps=self.tie_eps,
+        )
+        metrics.update(extra_metrics or {})
+        metrics = {self.prefix + k: v for k, v in metrics.items()}
+        if log_metric is not None:
+            for k, v in metrics.items():
+                if not math.isnan(v):
+                    log_metric(k, v)
+        if log_extra is not None:
+            log_extra(score_name, [_nan_if_none(x) for x in scores])
+            log_extra("ground_truth", [_nan_if_none(x) for x in correct])
+        step = int(getattr(trainer_state, "global_step", len(self.records))) + 1
+        record = {"step": step, "time_s": round(time.monotonic() - self._t0, 3), **metrics}
+        with self._lock:
+            self.records.append(record)
+            if self.jsonl_path is not None:
+                append_jsonl(self.jsonl_path, record)
+        return metrics
+
+    def plot(self, path: str | Path | None = None) -> Path | None:
+        """Plot the recorded metrics against the step; see :func:`plot_reward_quality`."""
+        src = self.jsonl_path if self.jsonl_path is not None and self.jsonl_path.is_file() else None
+        out = Path(path) if path is not None else self.plot_path
+        if out is None:
+            return None
+        records = list(read_jsonl(src)) if src is not None else self.records
+        return plot_reward_quality(records, out, prefix=self.prefix)
+
+
+def _nan_if_none(x: float | None) -> float:
+    return _NAN if x is None else float(x)
+
+
+def plot_reward_quality(
+    records: Sequence[dict[str, Any]], path: str | Path, *, prefix: str = "verifier/"
+) -> Path:
+    """Plot reward-quality metrics against the GRPO step (one PNG, three panels).
+
+    Records of the same step (several generation batches per logging step) are averaged.
+
+    Args:
+        records: Rows of ``reward_quality.jsonl`` (``step`` plus ``<prefix><metric>`` keys).
+        path: Output PNG path.
+        prefix: Key prefix of the metrics.
+
+    Returns:
+        ``path``.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg", force=False)
+    import matplotlib.pyplot as plt
+
+    by_step: dict[int, list[dict[str, Any]]] = {}
+    for r in records:
+        by_step.setdefault(int(r["step"]), []).append(r)
+    steps = sorted(by_step)
+
+    def series(key: str) -> list[float]:
+        vals = []
+        for st in steps:
+            xs = [r.get(prefix + key) for r in by_step[st]]
+            xs = [x for x in xs if x is not None and not (isinstance(x, float) and math.isnan(x))]
+            vals.append(float(np.mean(xs)) if xs else _NAN)
+        return vals
+
+    fig, axes = plt.subplots(1, len(PLOT_KEYS), figsize=(5 * len(PLOT_KEYS), 3.8), squeeze=False)
+    for ax, keys in zip(axes[0], PLOT_KEYS, strict=True):
+        for key in keys:
+            ax.plot(steps, series(key), marker="o", ms=3, label=key)
+        ax.set_xlabel("GRPO step")
+        # rates and probabilities lie in [0, 1]; the verifier gain (precision - pass rate) in [-1, 1]
+        ax.set_ylim(-1.05 if "verifier_gain" in keys else -0.05, 1.05)
+        ax.xaxis.get_major_locator().set_params(integer=True)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    axes[0][0].set_ylabel("value")
+    fig.suptitle("Verifier reward quality as the policy trains")
+    fig.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path

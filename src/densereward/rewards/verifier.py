@@ -1,0 +1,448 @@
+"""Dense and group-relative verifier rewards for TRL's ``GRPOTrainer``.
+
+* :class:`VerifierReward` -- the dense reward: the verifier's *expected* score of each
+  completion, ``R = sum_g p(g) phi_g`` over the G score tokens, renormalised to ``[0, 1]``
+  (criteria, granularity G, repeats K and style come from :class:`~densereward.config.VerifierConfig`).
+* :class:`GroupVerifierReward` -- the group-relative reward: the ``num_generations``
+  completions of one prompt are ranked against each other with pairwise comparisons
+  (Probabilistic Pivot Tournament or round robin) and each gets its normalised soft win rate
+  ``w_i / c_i`` in ``[0, 1]``, where ``w_i`` sums the Bradley-Terry preferences
+  ``sigmoid(beta (R_i - R_j))`` over its ``c_i`` comparisons.
+* :class:`VerifierMonitor` -- scores with the verifier for reward-quality tracking only and
+  returns ``None`` for every completion (it never changes the training signal).
+
+Async variants (:class:`AsyncVerifierReward`, :class:`AsyncGroupVerifierReward`,
+:class:`AsyncVerifierMonitor`) have an ``async def __call__``; TRL runs them on its event-loop
+thread concurrently with the other reward functions -- use them with network backends.
+
+The verifier is passed either as a ``Verifier`` or as a zero-argument factory, which is
+called on first use (so a ``--dry-run`` builds every reward function without loading weights).
+
+Abstention: a completion the verifier could not score gets ``None``. TRL turns it into NaN;
+with several reward functions the weighted sum ``nansum``-s over the others; when *every*
+reward function returns ``None`` for a completion TRL 1.16 logs a warning, excludes the row
+from its group's mean/std and sets its advantage to 0 (no learning signal) -- it never
+becomes a fake 0 or 0.5.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any, Literal
+
+from ._common import check_lengths, completion_texts, group_slices, prompt_texts
+from .math import MathChecker, default_checker, references_from_columns
+from .tracking import RewardQualityTracker
+
+__all__ = [
+    "VerifierReward",
+    "AsyncVerifierReward",
+    "GroupVerifierReward",
+    "AsyncGroupVerifierReward",
+    "VerifierMonitor",
+    "AsyncVerifierMonitor",
+]
+
+logger = logging.getLogger(__name__)
+
+VerifierLike = Any  # densereward.verifier.Verifier or a zero-argument factory returning one
+
+
+class _VerifierRewardBase:
+    """Shared plumbing: lazy verifier, problem texts, tracking."""
+
+    default_name = "verifier"
+
+    def __init__(
+        self,
+        verifier: VerifierLike,
+        *,
+        name: str | None = None,
+        tracker: RewardQualityTracker | None = None,
+        checker: MathChecker | None = None,
+        problem_column: str = "problem",
+        answer_column: str = "answer",
+        level_column: str = "level",
+        num_generations: int | None = None,
+        criteria: Any = None,
+        reference_guided: bool = False,
+    ) -> None:
+        self._verifier = verifier
+        self._verifier_lock = threading.Lock()
+        self.__name__ = name or self.default_name
+        self.tracker = tracker
+        self.checker = checker
+        self.problem_column = problem_column
+        self.answer_column = answer_column
+        self.level_column = level_column
+        self.num_generations = num_generations
+        self.criteria = criteria
+        self.reference_guided = reference_guided
+
+    def _references(self, columns: dict[str, Any], n: int) -> list[str | None] | None:
+        """Reference answers for the verifier prompt when ``reference_guided`` (else ``None``)."""
+        if not self.reference_guided:
+            return None
+        return references_from_columns(columns, n, self.answer_column)
+
+    @property
+    def verifier(self) -> Any:
+        """The verifier engine (built from the factory on first access)."""
+        with self._verifier_lock:
+            if callable(self._verifier) and not hasattr(self._verifier, "score_batch"):
+                self._verifier = self._verifier()
+            return self._verifier
+
+    def _problems(self, prompts: Sequence[Any], columns: dict[str, Any]) -> list[str]:
+        col = columns.get(self.problem_column)
+        if col is not None:
+            check_lengths(completions=prompts, **{self.problem_column: col})
+            return [str(x) for x in col]
+        return prompt_texts(prompts)
+
+    def _track(
+        self,
+        *,
+        prompts: Sequence[Any],
+        texts: list[str],
+        scores: list[float | None],
+        masses: list[float | None] | None,
+        columns: dict[str, Any],
+        trainer_state: Any,
+        log_metric: Any,
+        log_extra: Any,
+    ) -> None:
+        if self.tracker is None:
+            return
+        if columns.get(self.answer_column) is None and columns.get("solution") is None:
+            logger.warning(
+                "reward-quality tracking skipped: no %r column with reference answers",
+                self.answer_column,
+            )
+            return
+        # a column whose length differs from the completions is a caller bug: raise
+        refs = references_from_columns(columns, len(texts), self.answer_column)
+        checks = (self.checker or default_checker()).check_batch(refs, texts)
+        levels = columns.get(self.level_column)
+        self.tracker.update(
+            prompts=prompts,
+            scores=scores,
+            correct=[c.reward for c in checks],
+            levels=levels,
+            masses=masses,
+            num_generations=self.num_generations,
+            trainer_state=trainer_state,
+            log_metric=log_metric,
+            log_extra=log_extra,
+            score_name=f"{self.__name__}_score",
+            extra_metrics=self._verifier_counters(),
+        )
+
+    def _verifier_counters(self) -> dict[str, float]:
+        """Cumulative failure / input counters of the verifier engine (logged as ``verifier/*``)."""
+        stats = getattr(self.verifier, "stats", None)
+        if stats is None:
+            return {}
+        d = stats.as_dict()
+        keys = ("n_failures", "n_truncated", "n_invalid_input", "n_empty", "n_nan_logprobs", "n_cache_hits")
+        return {k: float(d[k]) for k in keys if k in d}
+
+    def close(self) -> None:
+        """Close the verifier if it was built."""
+        v = self._verifier
+        if hasattr(v, "close") and hasattr(v, "score_batch"):
+            v.close()
+
+
+def _values(
+    results: Sequence[Any], n: int, who: str
+) -> tuple[list[float | None], list[float | None]]:
+    if len(results) != n:
+        raise ValueError(f"{who}: the verifier returned {len(results)} scores for {n} completions")
+    values = [None if r.value is None or math.isnan(r.value) else float(r.value) for r in results]
+    masses = [getattr(r, "mass", None) for r in results]
+    return values, masses
+
+
+class VerifierReward(_VerifierRewardBase):
+    """Dense verifier reward: the expected score of each completion, in ``[0, 1]``.
+
+    TRL reward-function contract: keyword arguments ``prompts``, ``completions`` (lists of
+    message dicts or strings), ``completion_ids``, dataset columns (``problem``, ``answer``,
+    ``level``), ``trainer_state``, ``log_metric``, ``log_extra``; returns one
+    ``float | None`` per completion; ``__name__`` (default ``"verifier_dense"``) names the
+    ``rewards/<name>/mean`` metric.
+
+    Args:
+        verifier: A :class:`densereward.verifier.Verifier` or a zero-argument factory.
+        name: ``__name__`` for TRL's logs.
+        tracker: If given, every call also logs reward-quality metrics (``verifier/*``).
+        checker: Math-Verify checker used for the tracker's ground truth.
+        problem_column: Dataset column with the problem text (falls back to the last user
+            message of the prompt).
+        answer_column: Dataset column with the reference answer (tracking only).
+        level_column: Dataset column with the difficulty level (tracking only).
+        num_generations: GRPO group size (tracking: groups for zero-spread / tie metrics).
+        criteria: Criteria passed to ``score_batch`` (``None`` = the verifier config's).
+        reference_guided: Show the verifier the reference answer (a stronger but
+            answer-dependent reward); default off, so the verifier judges reference-free and
+            the tracker measures its quality against Math-Verify.
+
+    Returns (from ``__call__``):
+        ``(len(completions),)`` expected scores in ``[0, 1]``; ``None`` where the verifier
+        abstained (see the module docstring).
+
+    Raises (from ``__call__``):
+        ValueError: if a per-completion column's length differs from ``len(completions)``.
+    """
+
+    default_name = "verifier_dense"
+
+    def _prepare(self, prompts, completions, kwargs):
+        texts = completion_texts(completions)
+        check_lengths(completions=texts, prompts=prompts)
+        return texts, self._problems(prompts, kwargs)
+
+    def __call__(
+        self,
+        prompts: Sequence[Any],
+        completions: Sequence[Any],
+        completion_ids: Sequence[Any] | None = None,
+        trainer_state: Any = None,
+        log_metric: Callable[[str, float], None] | None = None,
+        log_extra: Callable[[str, list], None] | None = None,
+        **kwargs: Any,
+    ) -> list[float | None]:
+        texts, problems = self._prepare(prompts, completions, kwargs)
+        results = self.verifier.score_batch(
+            problems=problems,
+            responses=texts,
+            criteria=self.criteria,
+            references=self._references(kwargs, len(texts)),
+        )
+        values, masses = _values(results, len(texts), self.__name__)
+        self._track(
+            prompts=prompts, texts=texts, scores=values, masses=masses, columns=kwargs,
+            trainer_state=trainer_state, log_metric=log_metric, log_extra=log_extra,
+        )  # fmt: skip
+        return values
+
+
+class AsyncVerifierReward(VerifierReward):
+    """:class:`VerifierReward` with ``async def __call__`` (``Verifier.ascore_batch``), for network backends."""
+
+    async def __call__(  # type: ignore[override]
+        self,
+        prompts: Sequence[Any],
+        completions: Sequence[Any],
+        completion_ids: Sequence[Any] | None = None,
+        trainer_state: Any = None,
+        log_metric: Callable[[str, float], None] | None = None,
+        log_extra: Callable[[str, list], None] | None = None,
+        **kwargs: Any,
+    ) -> list[float | None]:
+        texts, problems = self._prepare(prompts, completions, kwargs)
+        results = await self.verifier.ascore_batch(
+            problems=problems,
+            responses=texts,
+            criteria=self.criteria,
+            references=self._references(kwargs, len(texts)),
+        )
+        values, masses = _values(results, len(texts), self.__name__)
+        await asyncio.to_thread(
+            self._track,
+            prompts=prompts, texts=texts, scores=values, masses=masses, columns=kwargs,
+            trainer_state=trainer_state, log_metric=log_metric, log_extra=log_extra,
+        )  # fmt: skip
+        return values
+
+
+class VerifierMonitor(VerifierReward):
+    """Scores completions with the verifier for tracking only; returns ``None`` for each.
+
+    Used with the sparse reward so a run still logs ``verifier/*`` dynamics. Returning
+    ``None`` keeps it out of TRL's weighted ``nansum`` entirely (a weight of 0 would not:
+    it would turn a row on which the sparse reward abstains into a spurious 0).
+    """
+
+    default_name = "verifier_monitor"
+
+    def __call__(self, prompts, completions, **kwargs: Any) -> list[float | None]:  # type: ignore[override]
+        super().__call__(prompts, completions, **kwargs)
+        return [None] * len(completions)
+
+
+class AsyncVerifierMonitor(AsyncVerifierReward):
+    """Async :class:`VerifierMonitor`."""
+
+    default_name = "verifier_monitor"
+
+    async def __call__(self, prompts, completions, **kwargs: Any) -> list[float | None]:  # type: ignore[override]
+        await super().__call__(prompts, completions, **kwargs)
+        return [None] * len(completions)
+
+
+class GroupVerifierReward(_VerifierRewardBase):
+    """Group-relative verifier reward: normalised soft win rate within each GRPO group.
+
+    The completions of one prompt (consecutive in TRL's batch, ``num_generations`` of them)
+    are compared pairwise with ``Verifier.rank`` -- PPT (Probabilistic Pivot Tournament:
+    each candidate meets ``pivots`` pivots, O(N k) comparisons) or round robin (all
+    ``N (N - 1) / 2`` pairs) -- and completion ``i`` gets ``w_i / c_i`` in ``[0, 1]``
+    (its summed Bradley-Terry preferences over its comparisons).
+
+    Args:
+        verifier: A :class:`densereward.verifier.Verifier` or a zero-argument factory.
+        num_generations: GRPO group size (``GRPOConfig.num_generations``); groups are runs of
+            identical prompts cut to this size.
+        method: ``"ppt"`` or ``"round_robin"``.
+        pivots: PPT pivots per candidate (ignored by round robin).
+        seed: Base seed of PPT pivot draws (mixed with the step and group index).
+        name, tracker, checker, problem_column, answer_column, level_column: as in
+            :class:`VerifierReward`.
+
+    Returns (from ``__call__``):
+        ``(len(completions),)`` win rates in ``[0, 1]``; ``None`` for a completion with no
+        valid comparison (a group of one, or every comparison abstained).
+
+    Raises:
+        ValueError: for an unknown ``method`` or ``pivots < 1``; from ``__call__`` on a
+            length mismatch.
+    """
+
+    default_name = "verifier_group"
+
+    def __init__(
+        self,
+        verifier: VerifierLike,
+        *,
+        num_generations: int | None = None,
+        method: Literal["ppt", "round_robin"] = "ppt",
+        pivots: int = 2,
+        seed: int = 0,
+        **kwargs: Any,
+    ) -> None:
+        if method not in ("ppt", "round_robin"):
+            raise ValueError(f"group reward method must be 'ppt' or 'round_robin', got {method!r}")
+        if pivots < 1:
+            raise ValueError(f"group reward pivots must be >= 1, got {pivots}")
+        super().__init__(verifier, num_generations=num_generations, **kwargs)
+        self.method = method
+        self.pivots = pivots
+        self.seed = seed
+
+    def _seed(self, trainer_state: Any, g: int) -> int:
+        return self.seed + 100_003 * int(getattr(trainer_state, "global_step", 0) or 0) + g
+
+    def _rank_kwargs(
+        self, problem: str, candidates: list[str], seed: int, reference: str | None
+    ) -> dict[str, Any]:
+        kw = {
+            "problem": problem,
+            "candidates": candidates,
+            "pivots": self.pivots,
+            "method": self.method,
+            "seed": seed,
+        }
+        if self.criteria is not None:
+            kw["criteria"] = self.criteria
+        if reference is not None:
+            kw["reference"] = reference
+        return kw
+
+    def _rank_group(
+        self, problem: str, candidates: list[str], seed: int, reference: str | None
+    ) -> list[float | None]:
+        if len(candidates) < 2:
+            return [None] * len(candidates)
+        result = self.verifier.rank(**self._rank_kwargs(problem, candidates, seed, reference))
+        return _win_rates(result, len(candidates))
+
+    def __call__(
+        self,
+        prompts: Sequence[Any],
+        completions: Sequence[Any],
+        completion_ids: Sequence[Any] | None = None,
+        trainer_state: Any = None,
+        log_metric: Callable[[str, float], None] | None = None,
+        log_extra: Callable[[str, list], None] | None = None,
+        **kwargs: Any,
+    ) -> list[float | None]:
+        texts = completion_texts(completions)
+        check_lengths(completions=texts, prompts=prompts)
+        problems = self._problems(prompts, kwargs)
+        refs = self._references(kwargs, len(texts)) or [None] * len(texts)
+        values: list[float | None] = [None] * len(texts)
+        for g, sl in enumerate(group_slices(prompts, self.num_generations)):
+            values[sl] = self._rank_group(
+                problems[sl.start], texts[sl], self._seed(trainer_state, g), refs[sl.start]
+            )
+        self._track(
+            prompts=prompts, texts=texts, scores=values, masses=None, columns=kwargs,
+            trainer_state=trainer_state, log_metric=log_metric, log_extra=log_extra,
+        )  # fmt: skip
+        return values
+
+
+class AsyncGroupVerifierReward(GroupVerifierReward):
+    """:class:`GroupVerifierReward` with ``async def __call__``; groups are ranked concurrently.
+
+    Uses ``Verifier.arank`` when the engine has it, else runs ``rank`` in worker threads.
+    """
+
+    async def _arank_group(
+        self, problem: str, candidates: list[str], seed: int, reference: str | None
+    ) -> list[float | None]:
+        if len(candidates) < 2:
+            return [None] * len(candidates)
+        v = self.verifier
+        kw = self._rank_kwargs(problem, candidates, seed, reference)
+        result = (
+            await v.arank(**kw) if hasattr(v, "arank") else await asyncio.to_thread(v.rank, **kw)
+        )
+        return _win_rates(result, len(candidates))
+
+    async def __call__(  # type: ignore[override]
+        self,
+        prompts: Sequence[Any],
+        completions: Sequence[Any],
+        completion_ids: Sequence[Any] | None = None,
+        trainer_state: Any = None,
+        log_metric: Callable[[str, float], None] | None = None,
+        log_extra: Callable[[str, list], None] | None = None,
+        **kwargs: Any,
+    ) -> list[float | None]:
+        texts = completion_texts(completions)
+        check_lengths(completions=texts, prompts=prompts)
+        problems = self._problems(prompts, kwargs)
+        slices = group_slices(prompts, self.num_generations)
+        refs = self._references(kwargs, len(texts)) or [None] * len(texts)
+        outs = await asyncio.gather(
+            *(
+                self._arank_group(
+                    problems[sl.start], texts[sl], self._seed(trainer_state, g), refs[sl.start]
+                )
+                for g, sl in enumerate(slices)
+            )
+        )
+        values: list[float | None] = [None] * len(texts)
+        for sl, out in zip(slices, outs, strict=True):
+            values[sl] = out
+        await asyncio.to_thread(
+            self._track,
+            prompts=prompts, texts=texts, scores=values, masses=None, columns=kwargs,
+            trainer_state=trainer_state, log_metric=log_metric, log_extra=log_extra,
+        )  # fmt: skip
+        return values
+
+
+def _win_rates(result: Any, n: int) -> list[float | None]:
+    """``RankResult.win_rate`` as a list, NaN (no valid comparison) -> ``None``."""
+    rates = list(result.win_rate)
+    if len(rates) != n:
+        raise ValueError(f"rank returned {len(rates)} win rates for {n} candidates")
+    return [None if r is None or math.isnan(float(r)) else float(r) for r in rates]

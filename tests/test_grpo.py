@@ -1,0 +1,128 @@
+"""The GRPO launcher: config validation, dry run of the Qwen3-8B config, a real 2-step run."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import pytest
+
+from densereward.errors import ConfigError
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _parse(argv: list[str]) -> argparse.Namespace:
+    from trainers import grpo
+
+    parser = argparse.ArgumentParser(prog="densereward train grpo")
+    grpo.add_arguments(parser)
+    return parser.parse_args(argv)
+
+
+def test_help_documents_flags_and_example():
+    from trainers import grpo
+
+    parser = argparse.ArgumentParser(prog="densereward train grpo")
+    grpo.add_arguments(parser)
+    text = parser.format_help()
+    for flag in (
+        "--config",
+        "--data",
+        "--max-steps",
+        "--output-dir",
+        "--reward",
+        "--dry-run",
+        "--resume",
+    ):
+        assert flag in text
+    assert "configs/grpo_math_cpu.yaml" in text and "key=value" in text
+
+
+def test_overrides_and_shortcuts_compose():
+    from trainers.grpo import config_from_args
+
+    args = _parse(["--config", str(REPO / "configs/grpo_math_cpu.yaml"), "verifier.granularity=5",
+                   "--set", "training.learning_rate=2e-6", "--data", "x.jsonl", "--max-steps", "3",
+                   "--reward", "group"])  # fmt: skip
+    cfg = config_from_args(args)
+    assert cfg["verifier"]["granularity"] == 5 and cfg["training"]["learning_rate"] == 2e-6
+    assert cfg["data"]["path"] == "x.jsonl" and "source" not in cfg["data"]
+    assert cfg["training"]["max_steps"] == 3 and cfg["reward"]["type"] == "group"
+
+
+@pytest.mark.slow  # imports trl / transformers
+def test_dry_run_qwen3_8b_config_validates_without_weights(capsys):
+    from trainers.grpo import main
+
+    rc = main(_parse(["--config", str(REPO / "configs/grpo_math_qwen3_8b.yaml"), "--dry-run"]))
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    assert "weights NOT loaded" in out and "use_vllm=True" in out and "verifier_dense" in out
+    assert "NOT downloaded" in out and "bf16=True" in out
+
+
+@pytest.mark.slow
+def test_unknown_keys_are_errors_naming_the_fix():
+    from trainers.grpo import run
+
+    base = {"training": {"max_steps": 1}}
+    with pytest.raises(ConfigError, match="learning_rate"):
+        run({**base, "training": {"learnig_rate": 1e-6}}, dry_run=True)
+    with pytest.raises(ConfigError, match="granularity"):
+        run({**base, "verifier": {"granularty": 5}}, dry_run=True)
+    with pytest.raises(
+        ConfigError, match="num_generations"
+    ):  # groups must fit in a generation batch
+        run({"reward": {"type": "group"}, "training": {"per_device_train_batch_size": 2, "num_generations": 4,
+                                                       "use_cpu": True}}, dry_run=True)  # fmt: skip
+    assert run({"reward": {"type": "group"}, "training": {"use_cpu": True, "per_device_train_batch_size": 4,
+                                                          "num_generations": 4}}, dry_run=True)["dry_run"]  # fmt: skip
+
+
+@pytest.mark.slow
+def test_real_two_step_grpo_run_dense_reward(tmp_path, data_dir, default_model_dir, monkeypatch):
+    """Real GRPO: SmolLM2 policy, SmolLM2 verifier, dense reward, W&B offline, 2 steps."""
+    pytest.importorskip("densereward.verifier", reason="the verifier engine has not landed yet")
+    from densereward.config import load_yaml
+    from trainers.grpo import run
+
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    monkeypatch.delenv("WANDB_MODE", raising=False)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    config = load_yaml(REPO / "configs/grpo_math_cpu.yaml")
+    config["data"] = {"path": str(data_dir / "math500" / "test.jsonl"), "limit": 4, "levels": [1]}
+    config["training"].update(max_steps=2, max_completion_length=16, per_device_train_batch_size=4,
+                              num_generations=2, save_steps=2)  # fmt: skip
+    config["verifier"]["granularity"] = 5
+    run_dir = tmp_path / "run"
+    result = run(config, output_dir=run_dir)
+
+    assert result["steps"] == 2 and Path(result["run_dir"]) == run_dir
+    rows = [
+        json.loads(line) for line in (run_dir / "reward_quality.jsonl").read_text().splitlines()
+    ]
+    assert [r["step"] for r in rows] == [1, 2]
+    for key in (
+        "verifier/tpr",
+        "verifier/tnr",
+        "verifier/auroc",
+        "verifier/pass_rate",
+        "verifier/tie_rate",
+        "verifier/mean_mass",
+        "verifier/n_abstained",
+        "verifier/frac_zero_spread_sparse",
+        "verifier/frac_zero_spread_dense",
+        "verifier/balanced_accuracy",
+        "verifier/verifier_gain",
+    ):
+        assert key in rows[0]  # fmt: skip
+    assert (run_dir / "reward_quality.png").stat().st_size > 5000
+    offline = list((run_dir / "wandb").glob("offline-run-*"))
+    assert len(offline) == 1 and list(offline[0].glob("*.wandb"))
+    wandb_bytes = next(offline[0].glob("*.wandb")).read_bytes()
+    assert b"verifier/pass_rate" in wandb_bytes and b"rewards/verifier_dense/mean" in wandb_bytes
+    assert (run_dir / "checkpoint-2").is_dir()
+    assert result["metric"] == "verifier/pass_rate" and len(result["curve"]) == 2
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]  # exactly one run directory

@@ -1,0 +1,332 @@
+"""Reward functions for TRL's GRPOTrainer: Math-Verify correctness, verifier rewards, tracking, data."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from densereward.errors import DataError
+from densereward.rewards import (
+    MathChecker,
+    MathCorrectnessReward,
+    RewardConfig,
+    RewardQualityTracker,
+    build_reward_funcs,
+    extract_boxed,
+    reference_answer,
+    reward_quality_metrics,
+)
+from densereward.rewards._common import completion_texts, group_slices
+
+
+@pytest.fixture(scope="module")
+def checker():
+    c = MathChecker(timeout_s=5.0)
+    yield c
+    c.close()
+
+
+@pytest.fixture(scope="module")
+def math500(data_dir: Path) -> list[dict]:
+    with open(data_dir / "math500" / "test.jsonl") as f:
+        return [json.loads(line) for line in f]
+
+
+def _conv(text: str) -> list[dict[str, str]]:
+    return [{"role": "assistant", "content": text}]
+
+
+# ---- answer extraction ---------------------------------------------------------------------
+
+
+def test_extract_boxed_nested_and_last():
+    assert extract_boxed(r"first \boxed{1} then \boxed{\frac{a}{b^{2}}} end") == r"\frac{a}{b^{2}}"
+    assert extract_boxed(r"\boxed{unclosed") is None
+
+
+def test_reference_answer_gsm8k_and_math(data_dir: Path):
+    row = json.loads((data_dir / "gsm8k" / "test.jsonl").open().readline())
+    assert reference_answer(row["answer"]) == "18"
+    assert reference_answer(None, r"so it is $\boxed{\frac{14}{3}}$") == r"\frac{14}{3}"
+
+
+# ---- Math-Verify correctness on real MATH-500 answers --------------------------------------
+
+
+def test_math500_boxed_reference_answers_are_correct(checker, math500):
+    rows = math500[:40]
+    refs = [r["answer"] for r in rows]
+    right = checker.check_batch(
+        refs, [f"Reasoning...\nThe final answer is $\\boxed{{{a}}}$." for a in refs]
+    )
+    # the reference solutions themselves end in \boxed{answer}
+    sols = checker.check_batch(refs, [r["solution"] for r in rows])
+    assert [c.reward for c in right] == [1.0] * len(rows)
+    assert (
+        sum(c.reward == 1.0 for c in sols) >= 38
+    )  # a couple of MATH solutions box an intermediate form
+    wrong = checker.check_batch(
+        refs, [r"\boxed{" + refs[(i + 1) % len(refs)] + "}" for i in range(len(refs))]
+    )
+    assert sum(c.reward == 0.0 for c in wrong) >= 37  # a few neighbouring answers coincide
+
+
+@pytest.mark.parametrize(
+    ("gold", "completion", "expected"),
+    [
+        (r"\frac{1}{2}", r"$\boxed{0.5}$", 1.0),
+        (r"\frac{14}{3}", r"$\boxed{\dfrac{14}{3}}$", 1.0),
+        (r"\left( 3, \frac{\pi}{2} \right)", r"\boxed{(3, \pi/2)}", 1.0),
+        ("18", "so she makes 18 dollars. The answer is 18.", 1.0),
+        ("18", r"\boxed{19}", 0.0),
+        ("18", "I am not sure.", 0.0),  # present but no extractable answer -> 0 (documented)
+        ("", r"\boxed{1}", None),  # no reference -> abstain
+    ],
+)
+def test_equivalent_forms_and_edge_cases(checker, gold, completion, expected):
+    assert checker.check(gold, completion).reward == expected
+
+
+def test_checker_works_off_the_main_thread(checker):
+    results = []
+    t = threading.Thread(
+        target=lambda: results.append(checker.check(r"\sqrt{2}", r"\boxed{2^{1/2}}"))
+    )
+    t.start()
+    t.join(timeout=60)
+    assert results and results[0].reward == 1.0
+    with ThreadPoolExecutor(4) as pool:
+        outs = list(pool.map(lambda k: checker.check(str(k), rf"\boxed{{{k}}}").reward, range(8)))
+    assert outs == [1.0] * 8
+    assert asyncio.run(asyncio.to_thread(checker.check, "7", r"\boxed{7}")).reward == 1.0
+
+
+@pytest.mark.slow
+def test_timeout_kills_worker_without_signals():
+    c = MathChecker(timeout_s=1.0)
+    try:
+        out = []
+        t = threading.Thread(target=lambda: out.append(c.check("5", r"\boxed{9^{9^{9^{9}}}}")))
+        t.start()
+        t.join(timeout=60)
+        assert out[0].reward is None and out[0].reason == "timeout"
+        assert c.n_timeouts == 1
+        assert c.check("5", r"\boxed{5}").reward == 1.0  # the worker was restarted
+    finally:
+        c.close()
+
+
+def test_inline_executor_matches():
+    c = MathChecker(executor="inline")
+    assert c.check("3", r"\boxed{3}").reward == 1.0
+    with pytest.raises(ValueError, match="executor"):
+        MathChecker(executor="thread")  # type: ignore[arg-type]
+
+
+# ---- TRL reward contract -------------------------------------------------------------------
+
+
+def test_sparse_reward_conversational_and_plain(checker):
+    reward = MathCorrectnessReward(checker=checker)
+    assert reward.__name__ == "math_correctness"
+    extra: dict[str, list] = {}
+    out = reward(
+        prompts=[[{"role": "user", "content": "q"}]] * 3,
+        completions=[_conv(r"\boxed{4}"), _conv(r"\boxed{5}"), _conv("no idea")],
+        completion_ids=[[1], [2], [3]],
+        answer=["4", "4", "4"],
+        trainer_state=None,
+        log_metric=lambda k, v: None,
+        log_extra=lambda k, v: extra.__setitem__(k, v),
+    )
+    assert out == [1.0, 0.0, 0.0]
+    assert extra["gold_answer"] == ["4"] * 3 and extra["predicted_answer"][0] == "4"
+    assert reward(prompts=["q", "q"], completions=[r"\boxed{4}", "4"], answer=["4", "4"]) == [
+        1.0,
+        0.0,
+    ]
+
+
+def test_length_mismatch_raises(checker):
+    reward = MathCorrectnessReward(checker=checker)
+    with pytest.raises(ValueError, match="length mismatch"):
+        reward(prompts=["q"] * 2, completions=[r"\boxed{1}", r"\boxed{2}"], answer=["1"])
+    with pytest.raises(ValueError, match="answer"):
+        reward(prompts=["q"], completions=["x"])  # no reference column at all
+
+
+def test_completion_texts_joins_multi_message_completions():
+    texts = completion_texts([[{"role": "assistant", "content": "a"}, {"role": "tool", "content": "t"},
+                               {"role": "assistant", "content": [{"type": "text", "text": "b"}]}]])  # fmt: skip
+    assert texts == ["a\nb"]
+
+
+def test_group_slices_cut_repeated_prompts():
+    p = [[{"role": "user", "content": "x"}]] * 4 + [[{"role": "user", "content": "y"}]] * 2
+    assert group_slices(p, 2) == [slice(0, 2), slice(2, 4), slice(4, 6)]
+    assert group_slices(p) == [slice(0, 4), slice(4, 6)]
+
+
+@pytest.mark.slow  # imports trl
+def test_reward_config_and_build(checker):
+    funcs, weights = build_reward_funcs(
+        RewardConfig(type="mixed", weights=[1.0, 0.5]), lambda: None, checker=checker
+    )
+    assert [f.__name__ for f in funcs] == ["math_correctness", "verifier_dense"] and weights == [
+        1.0,
+        0.5,
+    ]
+    funcs, _ = build_reward_funcs(
+        RewardConfig(type="sparse"),
+        lambda: None,
+        tracker=RewardQualityTracker(None),
+        checker=checker,
+    )
+    assert [f.__name__ for f in funcs] == ["math_correctness", "verifier_monitor"]
+    funcs, _ = build_reward_funcs(
+        RewardConfig(type="group", use_async=True), lambda: None, checker=checker
+    )
+    from trl.trainer.utils import get_callable_name, is_async_callable
+
+    assert get_callable_name(funcs[0]) == "verifier_group" and is_async_callable(funcs[0])
+    with pytest.raises(ValueError, match="mixed"):
+        RewardConfig(type="dense", weights=[1.0, 1.0])
+
+
+# ---- reward-quality tracking ---------------------------------------------------------------
+
+
+def test_reward_quality_metrics_values():
+    scores = [0.9, 0.8, 0.3, 0.1, 0.6, 0.6, None, 0.2]
+    correct = [1, 1, 0, 0, 0, 0, 1, 1]
+    levels = [1, 1, 2, 2, 1, 1, 2, 2]
+    m = reward_quality_metrics(scores, correct, groups=[slice(0, 4), slice(4, 8)], levels=levels,
+                               masses=[0.5] * 6 + [None, 0.7])  # fmt: skip
+    # valid: idx 0..5,7 -> positives 0,1,7 (accepted 0,1) ; negatives 2,3,4,5 (rejected 2,3)
+    assert m["tpr"] == pytest.approx(2 / 3) and m["tnr"] == pytest.approx(0.5)
+    assert m["precision"] == pytest.approx(0.5)
+    assert m["pass_rate"] == pytest.approx(0.5) and m["verifier_gain"] == pytest.approx(0.5 - 3 / 7)
+    assert m["n_abstained"] == 1.0 and m["mean_mass"] == pytest.approx((0.5 * 6 + 0.7) / 7)
+    assert m["frac_zero_spread_sparse"] == 0.0 and m["frac_zero_spread_dense"] == 0.0
+    assert m["tie_rate"] == pytest.approx(1 / (6 + 3))  # 6 pairs in group 1, 3 in group 2 (one tie)
+    assert m["tpr/level_1"] == 1.0 and m["tnr/level_1"] == 0.0 and m["tnr/level_2"] == 1.0
+    assert 0.0 <= m["auroc"] <= 1.0
+
+
+def test_tracker_logs_records_and_plots(tmp_path):
+    tracker = RewardQualityTracker(tmp_path, threshold=0.5)
+    metrics: dict[str, list] = {}
+    extra: dict[str, list] = {}
+
+    class State:
+        global_step = 0
+
+    for step in range(3):
+        State.global_step = step
+        tracker.update(
+            prompts=["a", "a", "b", "b"], scores=[0.9, 0.1, 0.7, None], correct=[1, 0, 1, 1],
+            levels=[3, 3, 5, 5], masses=[0.4, 0.5, 0.6, None], num_generations=2, trainer_state=State,
+            log_metric=lambda k, v: metrics.setdefault(k, []).append(v),
+            log_extra=lambda k, v: extra.setdefault(k, []).extend(v),
+        )  # fmt: skip
+    rows = [
+        json.loads(line) for line in (tmp_path / "reward_quality.jsonl").read_text().splitlines()
+    ]
+    assert [r["step"] for r in rows] == [1, 2, 3]
+    assert rows[0]["verifier/tpr"] == 1.0 and rows[0]["verifier/tnr"] == 1.0
+    assert (
+        rows[0]["verifier/tnr/level_5"] is None
+    )  # no negatives at level 5 -> undefined (NaN -> null)
+    assert "verifier/tnr/level_5" not in metrics  # undefined metrics are not sent to log_metric
+    assert len(metrics["verifier/balanced_accuracy"]) == 3
+    assert math.isnan(extra["verifier_score"][3]) and extra["ground_truth"][:2] == [1.0, 0.0]
+    png = tracker.plot()
+    assert png is not None and png.stat().st_size > 5000
+
+
+# ---- data ----------------------------------------------------------------------------------
+
+
+def test_load_tasks_math_gsm8k_and_reasoning_gym(data_dir: Path):
+    from densereward.data import load_tasks
+
+    ds = load_tasks(
+        {"path": str(data_dir / "math500" / "test.jsonl"), "limit": 5, "levels": [1, 2, 3]}
+    )
+    row = ds[0]
+    assert row["prompt"][0]["role"] == "system" and "\\boxed" in row["prompt"][0]["content"]
+    assert (
+        row["prompt"][-1]["content"] == row["problem"]
+        and row["level"] in (1, 2, 3)
+        and row["answer"]
+    )
+    gsm = load_tasks({"path": str(data_dir / "gsm8k" / "test.jsonl"), "limit": 2})
+    assert gsm[0]["answer"] == "18" and gsm[0]["level"] is None
+    rg = load_tasks({"source": "reasoning_gym", "task": "basic_arithmetic", "size": 4})
+    assert len(rg) == 4 and rg[0]["answer"]
+
+
+def test_hub_offline_error_names_the_fix(monkeypatch):
+    from densereward.data import load_tasks
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    with pytest.raises(DataError, match="data.path=") as e:
+        load_tasks({"source": "DigitalLearningGmbH/MATH-lighteval"})
+    assert "reasoning_gym" in str(e.value)
+    with pytest.raises(ValueError, match="unknown key"):
+        load_tasks({"sourec": "x"})
+
+
+# ---- dense / group verifier rewards with the real engine -----------------------------------
+
+
+@pytest.fixture(scope="module")
+def verifier(default_model_dir):
+    pytest.importorskip("densereward.verifier", reason="the verifier engine has not landed yet")
+    from densereward.config import VerifierConfig
+    from densereward.verifier import Verifier
+
+    v = Verifier(VerifierConfig(granularity=10, device="cpu", dtype="float32"))
+    yield v
+    v.close()
+
+
+@pytest.mark.slow
+def test_dense_reward_with_default_model(verifier, checker, tmp_path):
+    from densereward.rewards import AsyncVerifierReward, VerifierReward
+
+    tracker = RewardQualityTracker(tmp_path)
+    reward = VerifierReward(verifier, tracker=tracker, checker=checker, num_generations=2)
+    prompts = [[{"role": "user", "content": "What is 2+2?"}]] * 2
+    kwargs = {"problem": ["What is 2+2?"] * 2, "answer": ["4", "4"], "level": [1, 1]}
+    logged: dict[str, float] = {}
+    out = reward(prompts=prompts, completions=[_conv(r"2+2=4, so \boxed{4}"), _conv(r"\boxed{5}")],
+                 log_metric=logged.__setitem__, log_extra=lambda k, v: None, **kwargs)  # fmt: skip
+    assert len(out) == 2 and all(v is None or 0.0 <= v <= 1.0 for v in out)
+    assert logged["verifier/pass_rate"] == 0.5 and "verifier/mean_mass" in logged
+    aout = asyncio.run(
+        AsyncVerifierReward(verifier)(
+            prompts=prompts, completions=[_conv(r"\boxed{4}")] * 2, **kwargs
+        )
+    )
+    assert len(aout) == 2
+    with pytest.raises(ValueError, match="length mismatch"):
+        reward(prompts=prompts[:1], completions=[_conv("a"), _conv("b")], **kwargs)
+
+
+@pytest.mark.slow
+def test_group_reward_with_default_model(verifier):
+    from densereward.rewards import GroupVerifierReward
+
+    reward = GroupVerifierReward(verifier, num_generations=3, method="round_robin")
+    prompts = [[{"role": "user", "content": "What is 3*3?"}]] * 3
+    out = reward(prompts=prompts, completions=[_conv(r"\boxed{9}"), _conv(r"\boxed{6}"), _conv("")],
+                 problem=["What is 3*3?"] * 3)  # fmt: skip
+    assert len(out) == 3 and all(v is None or 0.0 <= v <= 1.0 for v in out)
