@@ -37,17 +37,21 @@ PAYLOADS = {
 
 def build_suite(data_dir: Path, n_problems: int) -> list[dict]:
     suite = []
-    for line in open(data_dir / "gsm8k" / "model_solutions_dev.jsonl"):
+    with open(data_dir / "gsm8k" / "model_solutions_dev.jsonl") as f:
+        lines = f.readlines()
+    for line in lines:
         row = json.loads(line)
         right = [row[g]["solution"] for g in GENERATORS if row[g]["is_correct"]]
         wrong = [row[g]["solution"] for g in GENERATORS if not row[g]["is_correct"]]
         if right and wrong:
-            suite.append({
-                "problem": row["question"],
-                "reference": row["ground_truth"].split("A:")[-1].strip(),
-                "correct": right[0],
-                "wrong": wrong[0],
-            })
+            suite.append(
+                {
+                    "problem": row["question"],
+                    "reference": row["ground_truth"].split("A:")[-1].strip(),
+                    "correct": right[0],
+                    "wrong": wrong[0],
+                }
+            )
         if len(suite) == n_problems:
             break
     return suite
@@ -59,11 +63,24 @@ def run(verifier, suite: list[dict], *, guided: bool) -> dict:
     refs = [s["reference"] for s in suite] if guided else None
 
     def scores(responses):
-        return np.array([r.value for r in verifier.score_batch(problems=problems, responses=responses, references=refs)], dtype=float)
+        return np.array(
+            [
+                r.value
+                for r in verifier.score_batch(
+                    problems=problems, responses=responses, references=refs
+                )
+            ],
+            dtype=float,
+        )
 
     plain = scores([s["wrong"] for s in suite])
     correct = scores([s["correct"] for s in suite])
-    out = {"n": n, "mean_wrong": float(np.nanmean(plain)), "mean_correct": float(np.nanmean(correct)), "payloads": {}}
+    out = {
+        "n": n,
+        "mean_wrong": float(np.nanmean(plain)),
+        "mean_correct": float(np.nanmean(correct)),
+        "payloads": {},
+    }
     for name, payload in PAYLOADS.items():
         injected = scores([s["wrong"] + payload for s in suite])
         out["payloads"][name] = {
@@ -76,9 +93,15 @@ def run(verifier, suite: list[dict], *, guided: bool) -> dict:
 
 def main() -> None:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--n-problems", type=int, default=20)
-    ap.add_argument("--data-dir", type=Path, default=Path(__file__).resolve().parents[1].parent / "shared" / "data")
+    ap.add_argument(
+        "--data-dir",
+        type=Path,
+        default=Path(__file__).resolve().parents[1].parent / "shared" / "data",
+    )
     args = ap.parse_args()
 
     from densereward import Verifier, VerifierConfig
@@ -89,10 +112,16 @@ def main() -> None:
         for guided in (False, True):
             res = run(v, suite, guided=guided)
             label = "reference-guided answer_match" if guided else "default prompt"
-            print(f"\n== {label}: n={res['n']} mean(wrong)={res['mean_wrong']:.3f} mean(correct)={res['mean_correct']:.3f}")
-            print(f"{'payload':<22}{'ASR vs plain wrong':>20}{'ASR vs correct':>16}{'mean lift':>11}")
+            print(
+                f"\n== {label}: n={res['n']} mean(wrong)={res['mean_wrong']:.3f} mean(correct)={res['mean_correct']:.3f}"
+            )
+            print(
+                f"{'payload':<22}{'ASR vs plain wrong':>20}{'ASR vs correct':>16}{'mean lift':>11}"
+            )
             for name, r in res["payloads"].items():
-                print(f"{name:<22}{r['asr_vs_plain']:>20.2f}{r['asr_vs_correct']:>16.2f}{r['mean_lift']:>+11.4f}")
+                print(
+                    f"{name:<22}{r['asr_vs_plain']:>20.2f}{r['asr_vs_correct']:>16.2f}{r['mean_lift']:>+11.4f}"
+                )
         print(f"\nverifier: {v!r}; {time.perf_counter() - t0:.0f} s; stats={v.stats.as_dict()}")
 
 

@@ -17,7 +17,11 @@ from densereward.io import append_jsonl, atomic_write_json, read_jsonl, redact
 
 
 def _spawn(code: str) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-c", textwrap.dedent(code)], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    return subprocess.Popen(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
 
 
 def test_cache_key_is_order_independent_and_sensitive():
@@ -62,7 +66,8 @@ def test_cache_concurrent_writers(tmp_path):
             c.set(f"{{sys.argv[1]}}-{{i}}", i)
     """
     procs = [
-        subprocess.Popen([sys.executable, "-c", textwrap.dedent(code.format(d=str(d))), w]) for w in ("a", "b")
+        subprocess.Popen([sys.executable, "-c", textwrap.dedent(code.format(d=str(d))), w])
+        for w in ("a", "b")
     ]
     assert [p.wait(timeout=120) for p in procs] == [0, 0]
     c = ScoreCache(d)
@@ -111,6 +116,13 @@ def test_jsonl_corruption_in_the_middle_raises(tmp_path):
 
 def test_redact_masks_secret_keys_and_values():
     key = "sk-planted-0123456789"
-    out = redact({"OPENAI_API_KEY": key, "nested": {"url": f"http://x?key={key}", "hf_token": "abc"}, "n": 1}, [key])
+    out = redact(
+        {
+            "OPENAI_API_KEY": key,
+            "nested": {"url": f"http://x?key={key}", "hf_token": "abc"},
+            "n": 1,
+        },
+        [key],
+    )
     assert key not in json.dumps(out)
     assert out["OPENAI_API_KEY"] == "***" and out["nested"]["hf_token"] == "***" and out["n"] == 1

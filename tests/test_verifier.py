@@ -52,7 +52,14 @@ class TableBackend:
     name = "table"
     model_id = "table-v1"
 
-    def __init__(self, scale: ScoreScale, *, slot_a_bias: float = 0.0, split_tokens: tuple[str, ...] = (), fail: bool = False):
+    def __init__(
+        self,
+        scale: ScoreScale,
+        *,
+        slot_a_bias: float = 0.0,
+        split_tokens: tuple[str, ...] = (),
+        fail: bool = False,
+    ):
         self.scale = scale
         self.slot_a_bias = slot_a_bias
         self.split_tokens = split_tokens
@@ -72,7 +79,7 @@ class TableBackend:
         if m is None:
             return None
         q = float(m.group(1))
-        if 'Grade response A only' in user:
+        if "Grade response A only" in user:
             q += self.slot_a_bias
         return min(max(q, 0.0), 1.0)
 
@@ -110,7 +117,9 @@ def make(granularity=5, **kw):
     scale = ScoreScale.letters(granularity)
     cache = kw.pop("cache", None)
     backend = TableBackend(scale, **kw)
-    return Verifier(VerifierConfig(granularity=granularity, **cfg_kw), backend=backend, cache=cache), backend
+    return Verifier(
+        VerifierConfig(granularity=granularity, **cfg_kw), backend=backend, cache=cache
+    ), backend
 
 
 def test_expectation_normalisation_and_mass():
@@ -128,7 +137,9 @@ def test_spellings_are_summed_not_maxed():
     scale = ScoreScale.letters(3)
     from densereward.verifier import distribution_from_logprobs
 
-    tl = TokenLogprobs({"A": math.log(0.2), " A": math.log(0.2), "C": math.log(0.3), " C": math.log(0.1)})
+    tl = TokenLogprobs(
+        {"A": math.log(0.2), " A": math.log(0.2), "C": math.log(0.3), " C": math.log(0.1)}
+    )
     dist, mass, _ = distribution_from_logprobs(tl, scale)
     assert mass == pytest.approx(0.8)
     assert dist.tolist() == pytest.approx([0.5, 0.0, 0.5])  # max would give 0.2 vs 0.3
@@ -138,7 +149,9 @@ def test_expected_value_with_nonuniform_phi():
     scale = ScoreScale(tokens=("A", "B", "C"), values=(0.0, 1.0, 4.0))
     from densereward.verifier import distribution_from_logprobs
 
-    dist, _, _ = distribution_from_logprobs(TokenLogprobs({"A": math.log(0.5), "C": math.log(0.5)}), scale)
+    dist, _, _ = distribution_from_logprobs(
+        TokenLogprobs({"A": math.log(0.5), "C": math.log(0.5)}), scale
+    )
     assert scale.normalize(float(dist @ scale.phi)) == pytest.approx((0.5 * 0 + 0.5 * 4) / 4)
 
 
@@ -154,9 +167,13 @@ def test_nan_and_neginf_logprobs():
     from densereward.verifier import distribution_from_logprobs
 
     scale = ScoreScale.letters(2)
-    dist, mass, n_nan = distribution_from_logprobs(TokenLogprobs({"A": float("nan"), "B": -math.inf}), scale)
+    dist, mass, n_nan = distribution_from_logprobs(
+        TokenLogprobs({"A": float("nan"), "B": -math.inf}), scale
+    )
     assert dist is None and mass == 0.0 and n_nan == 1
-    dist, mass, n_nan = distribution_from_logprobs(TokenLogprobs({"A": float("nan"), "B": math.log(0.5)}), scale)
+    dist, mass, n_nan = distribution_from_logprobs(
+        TokenLogprobs({"A": float("nan"), "B": math.log(0.5)}), scale
+    )
     assert dist.tolist() == [0.0, 1.0] and n_nan == 1
 
 
@@ -216,7 +233,10 @@ def test_pairwise_repeats_alternate_slots():
     assert len(b2.seen) == 2  # identical texts: both repeats render the same prompts, read once
     v3, b3 = make(granularity=11, n_repeats=2)
     v3.compare(problem="p", a="quality=0.9", b="quality=0.1")
-    slot_a = [re.search(r'<response id="A">\n(.*?)\n', p.messages[-1]["content"]).group(1) for p in b3.seen]
+    slot_a = [
+        re.search(r'<response id="A">\n(.*?)\n', p.messages[-1]["content"]).group(1)
+        for p in b3.seen
+    ]
     assert slot_a == ["quality=0.9", "quality=0.9", "quality=0.1", "quality=0.1"]
 
 
@@ -298,7 +318,9 @@ def test_length_mismatch_raises():
 
 def test_compare_with_empty_or_invalid_side():
     v, b = make(granularity=11)
-    rs = v.compare_batch(problems=["p"] * 4, a=["quality=0.2", "", "", None], b=["", "quality=0.9", "", "quality=1"])
+    rs = v.compare_batch(
+        problems=["p"] * 4, a=["quality=0.2", "", "", None], b=["", "quality=0.9", "", "quality=1"]
+    )
     assert [r.preference for r in rs] == [1.0, 0.0, 0.5, None]
     assert len(b.seen) == 0  # decided without the model
     rank = v.rank(problem="p", candidates=["", "quality=0.5", ""], pivots=1)

@@ -529,6 +529,26 @@ def main(args: argparse.Namespace) -> int:
             print("  ok  " + c)
         return 0
     print(json.dumps({k: v for k, v in result.items() if k != "curve"}, indent=2))
+    run_dir = Path(result["run_dir"])
+    wandb_runs = (
+        sorted(str(p) for p in (run_dir / "wandb").glob("*run-*"))
+        if (run_dir / "wandb").is_dir()
+        else []
+    )
+    print(
+        f"\nGRPO run finished in {result.get('wall_s', float('nan')):.0f} s. Results are in {run_dir}/:"
+    )
+    print(f"  reward-quality metrics (verifier/* per step): {result.get('reward_quality')}")
+    print(f"  reward-quality dynamics plot:                 {result.get('plot')}")
+    print(
+        f"  completions table, config, result:            {run_dir}/completions/, config.json, result.json"
+    )
+    print(
+        f"  checkpoints (resume with --resume):           {', '.join(sorted(str(p) for p in run_dir.glob('checkpoint-*'))) or 'none'}"
+    )
+    print(
+        f"  W&B run (offline: `wandb sync <dir>`):        {', '.join(wandb_runs) or 'not logged'}"
+    )
     return 0
 
 

@@ -45,10 +45,30 @@ def _add_score(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--problem", required=True, help="the problem / task statement")
     p.add_argument("--response", required=True, help="the candidate response to score")
-    p.add_argument("--reference", default=None, help="optional reference answer (uses the answer_match criterion)")
-    p.add_argument("--criteria", nargs="+", default=None, help="criteria names/descriptions (default: correctness)")
-    p.add_argument("--config", default=None, help="YAML file with a `verifier:` section (VerifierConfig fields)")
-    p.add_argument("--set", dest="overrides", nargs="*", default=[], metavar="KEY=VALUE", help="overrides, e.g. verifier.granularity=10")
+    p.add_argument(
+        "--reference",
+        default=None,
+        help="optional reference answer (uses the answer_match criterion)",
+    )
+    p.add_argument(
+        "--criteria",
+        nargs="+",
+        default=None,
+        help="criteria names/descriptions (default: correctness)",
+    )
+    p.add_argument(
+        "--config",
+        default=None,
+        help="YAML file with a `verifier:` section (VerifierConfig fields)",
+    )
+    p.add_argument(
+        "--set",
+        dest="overrides",
+        nargs="*",
+        default=[],
+        metavar="KEY=VALUE",
+        help="overrides, e.g. verifier.granularity=10",
+    )
     p.add_argument("--json", action="store_true", help="print the full result as JSON")
     p.set_defaults(func=_run_score)
 
@@ -65,7 +85,12 @@ def _run_score(args: argparse.Namespace) -> int:
     from .verifier import Verifier
 
     with Verifier(_verifier_config_from(args)) as v:
-        r = v.score(problem=args.problem, response=args.response, criteria=args.criteria, reference=args.reference)
+        r = v.score(
+            problem=args.problem,
+            response=args.response,
+            criteria=args.criteria,
+            reference=args.reference,
+        )
         if args.json:
             from .io import to_jsonable
 
@@ -77,14 +102,20 @@ def _run_score(args: argparse.Namespace) -> int:
         mass = "n/a (restricted by backend)" if r.mass is None else f"{r.mass:.4f}"
         print(f"expected score : {r.value:.4f}   (in [0, 1], higher = better)")
         print(f"score mass     : {mass}")
-        print(f"argmax score   : {v.scale.tokens[r.argmax]} = {r.argmax_value:.4f}   (of {v.scale.tokens[0]}..{v.scale.tokens[-1]})")
+        print(
+            f"argmax score   : {v.scale.tokens[r.argmax]} = {r.argmax_value:.4f}   (of {v.scale.tokens[0]}..{v.scale.tokens[-1]})"
+        )
         for name, val in r.per_criterion.items():
             print(f"  {name:<13}: {val if val is None else round(val, 4)}")
     return 0
 
 
 def _add_train(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("train", help="launch a training run (grpo | sac)", description="Launch a training run with a verifier reward.")
+    p = sub.add_parser(
+        "train",
+        help="launch a training run (grpo | sac)",
+        description="Launch a training run with a verifier reward.",
+    )
     tsub = p.add_subparsers(dest="trainer", metavar="{grpo,sac}", required=True)
     g = tsub.add_parser(
         "grpo",
@@ -140,9 +171,13 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog=_EPILOG,
     )
-    parser.add_argument("--version", action="version", version=f"%(prog)s {__import__('densereward').__version__}")
+    parser.add_argument(
+        "--version", action="version", version=f"%(prog)s {__import__('densereward').__version__}"
+    )
     parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
-    sub = parser.add_subparsers(dest="command", metavar="{score,train,compare,eval-verifier}", required=True)
+    sub = parser.add_subparsers(
+        dest="command", metavar="{score,train,compare,eval-verifier}", required=True
+    )
     _add_score(sub)
     _add_train(sub)
     _add_compare(sub)
@@ -155,7 +190,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     parser = build_parser()
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=logging.INFO if args.verbose else logging.WARNING,
+        format="%(levelname)s %(name)s: %(message)s",
+    )
     try:
         return int(args.func(args) or 0)
     except DenseRewardError as err:

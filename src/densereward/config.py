@@ -6,11 +6,12 @@ errors (:func:`from_dict`).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import types
 import typing
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -92,7 +93,9 @@ class VerifierConfig:
         if self.style not in ("direct", "reasoning"):
             raise ConfigError(f"verifier.style must be 'direct' or 'reasoning', got {self.style!r}")
         if self.on_error not in ("abstain", "raise"):
-            raise ConfigError(f"verifier.on_error must be 'abstain' or 'raise', got {self.on_error!r}")
+            raise ConfigError(
+                f"verifier.on_error must be 'abstain' or 'raise', got {self.on_error!r}"
+            )
         if self.beta <= 0:
             raise ConfigError(f"verifier.beta must be > 0, got {self.beta}")
         if not 0.0 <= self.threshold <= 1.0:
@@ -147,7 +150,9 @@ def from_dict(cls: type, data: Mapping[str, Any] | None, *, prefix: str = "") ->
         import difflib
 
         sugg = {k: difflib.get_close_matches(k, names, n=1) for k in unknown}
-        hint = "; ".join(f"{k!r}" + (f" (did you mean {s[0]!r}?)" if s else "") for k, s in sugg.items())
+        hint = "; ".join(
+            f"{k!r}" + (f" (did you mean {s[0]!r}?)" if s else "") for k, s in sugg.items()
+        )
         raise ConfigError(f"unknown key(s) in {prefix or cls.__name__}: {hint}")
     kwargs = {k: _coerce(hints[k], v, f"{prefix}{k}") for k, v in data.items()}
     return cls(**kwargs)
@@ -188,14 +193,14 @@ def parse_override(text: str) -> tuple[list[str], Any]:
         raise ConfigError(f"override {text!r} must look like key=value (e.g. training.max_steps=5)")
     key, raw = text.split("=", 1)
     if raw.strip().lower() in _YAML11_BOOL_WORDS:
-        value: Any = raw.strip()  # 'no' stays a string (e.g. training.save_strategy=no), true/false are booleans
+        value: Any = (
+            raw.strip()
+        )  # 'no' stays a string (e.g. training.save_strategy=no), true/false are booleans
     else:
         value = yaml.safe_load(raw) if raw != "" else ""
     if isinstance(value, str):
-        try:
+        with contextlib.suppress(ValueError):
             value = float(value) if any(c in value for c in "eE.") else value
-        except ValueError:
-            pass
     return key.strip().split("."), value
 
 

@@ -71,7 +71,9 @@ def atomic_write_text(path: str | Path, text: str) -> Path:
 
 def atomic_write_json(path: str | Path, obj: Any, *, indent: int = 2) -> Path:
     """Atomically write ``obj`` as JSON (numpy values converted, NaN written as null)."""
-    return atomic_write_text(path, json.dumps(to_jsonable(obj), indent=indent, allow_nan=False) + "\n")
+    return atomic_write_text(
+        path, json.dumps(to_jsonable(obj), indent=indent, allow_nan=False) + "\n"
+    )
 
 
 def append_jsonl(path: str | Path, record: Mapping[str, Any]) -> None:
@@ -103,7 +105,9 @@ def read_jsonl(path: str | Path) -> Iterator[dict[str, Any]]:
             raise
 
 
-def make_run_dir(output_root: str | Path, run_name: str | None = None, *, exist_ok: bool = False) -> Path:
+def make_run_dir(
+    output_root: str | Path, run_name: str | None = None, *, exist_ok: bool = False
+) -> Path:
     """Create exactly one run directory ``<output_root>/<run_name or timestamp>``.
 
     Raises:
@@ -160,8 +164,10 @@ def configure_wandb(run_dir: str | Path) -> str:
     os.environ["WANDB_DIR"] = str(run_dir)  # per run: a second run in one process gets its own dir
     os.environ.setdefault("WANDB_SILENT", "true")
     if "WANDB_MODE" not in os.environ:
-        has_key = bool(os.environ.get("WANDB_API_KEY")) or (Path.home() / ".netrc").is_file() and "api.wandb.ai" in (
-            Path.home() / ".netrc"
-        ).read_text(errors="ignore")
+        has_key = (
+            bool(os.environ.get("WANDB_API_KEY"))
+            or (Path.home() / ".netrc").is_file()
+            and "api.wandb.ai" in (Path.home() / ".netrc").read_text(errors="ignore")
+        )
         os.environ["WANDB_MODE"] = "online" if has_key else "offline"
     return os.environ["WANDB_MODE"]

@@ -52,8 +52,13 @@ DEFAULT_PROGRESS_CRITERIA: dict[str, str] = {
 }
 
 # Tags and markers a candidate could use to forge a score or end its own turn.
-_TAG_RE = re.compile(r"<\s*/?\s*(score|response|analysis|problem|reference|task|trajectory|criterion)\b[^>]*>", re.I)
-_SPECIAL_RE = re.compile(r"<\|[^<>]{0,64}?\|>|<\s*/?\s*s\s*>|\[/?INST\]|<<\s*/?SYS\s*>>|<\s*/?\s*(bos|eos|pad|unk)\s*>", re.I)
+_TAG_RE = re.compile(
+    r"<\s*/?\s*(score|response|analysis|problem|reference|task|trajectory|criterion)\b[^>]*>", re.I
+)
+_SPECIAL_RE = re.compile(
+    r"<\|[^<>]{0,64}?\|>|<\s*/?\s*s\s*>|\[/?INST\]|<<\s*/?SYS\s*>>|<\s*/?\s*(bos|eos|pad|unk)\s*>",
+    re.I,
+)
 _ROLE_LINE_RE = re.compile(r"(?im)^(\s*)(system|user|assistant|human|grader|verifier)\s*:")
 _SURROGATE_RE = re.compile(r"[\ud800-\udfff]")
 
@@ -117,7 +122,9 @@ def normalize_criteria(
         criteria = [criteria]
     items = list(criteria.items()) if isinstance(criteria, Mapping) else [(c, c) for c in criteria]
     if not items or any(not str(k).strip() for k, _ in items):
-        raise ValueError(f"criteria must be a non-empty list or mapping of non-blank names, got {criteria!r}")
+        raise ValueError(
+            f"criteria must be a non-empty list or mapping of non-blank names, got {criteria!r}"
+        )
     return {str(k): str(v) for k, v in items}
 
 
@@ -135,7 +142,9 @@ def _system(scale: ScoreScale, role: str, worst: str, best: str) -> dict[str, st
     return {"role": "system", "content": f"You are {role}. {_scale_text(scale, worst, best)}"}
 
 
-def _demos(scale: ScoreScale, user_fmt: str, shots: Sequence[tuple[str, str, float]]) -> list[dict[str, str]]:
+def _demos(
+    scale: ScoreScale, user_fmt: str, shots: Sequence[tuple[str, str, float]]
+) -> list[dict[str, str]]:
     """Few-shot turns that show the exact answer format (score tag + one letter)."""
     turns: list[dict[str, str]] = []
     for a, b, frac in shots:
@@ -149,7 +158,9 @@ _POINTWISE_SHOTS = (
     ("What is 15 + 27?", "15 + 27 = 42. The answer is 42.", 1.0),
     ("What is 9 * 8?", "9 * 8 = 63. The answer is 63.", 0.0),
 )
-_POINTWISE_USER = "Problem:\n{a}\n\n<response>\n{b}\n</response>\n\nCriterion: Is the final answer correct?"
+_POINTWISE_USER = (
+    "Problem:\n{a}\n\n<response>\n{b}\n</response>\n\nCriterion: Is the final answer correct?"
+)
 
 
 def _reference_text(reference: str | None) -> str:
@@ -169,7 +180,12 @@ def pointwise_prompt(
     ``response`` must already be sanitised/truncated by the caller (the engine does it once).
     """
     messages = [
-        _system(scale, "a strict grader of solutions to problems", "completely wrong", "completely correct"),
+        _system(
+            scale,
+            "a strict grader of solutions to problems",
+            "completely wrong",
+            "completely correct",
+        ),
         *_demos(scale, _POINTWISE_USER, _POINTWISE_SHOTS),
         {
             "role": "user",
@@ -222,7 +238,9 @@ def extract_final_answer(text: str, max_chars: int = 200) -> str:
         m = _ANSWER_LINE_RE.search(ln)
         if m:
             nums = _NUMBER_RE.findall(m.group(1))
-            return (nums[-1].replace(",", "") if nums else m.group(1).strip().rstrip("."))[:max_chars]
+            return (nums[-1].replace(",", "") if nums else m.group(1).strip().rstrip("."))[
+                :max_chars
+            ]
     nums = _NUMBER_RE.findall(lines[-1])
     if nums:
         return nums[-1].replace(",", "")
@@ -247,23 +265,45 @@ def answer_match_prompt(scale: ScoreScale, reference: str, final_answer: str) ->
     of the sanitised response.
     """
     messages = [
-        _system(scale, "a strict grader that checks a final answer against a reference answer", "different", "identical"),
+        _system(
+            scale,
+            "a strict grader that checks a final answer against a reference answer",
+            "different",
+            "identical",
+        ),
         *_demos(scale, _MATCH_USER, _MATCH_SHOTS),
-        {"role": "user", "content": _MATCH_USER.format(a=sanitize_candidate(reference), b=final_answer)},
+        {
+            "role": "user",
+            "content": _MATCH_USER.format(a=sanitize_candidate(reference), b=final_answer),
+        },
     ]
     return ChatPrompt(messages=tuple(messages), prefill=SCORE_PREFILL)
 
 
 _PAIRWISE_SHOTS = (
-    ("What is 15 + 27?", "15 + 27 = 42. The answer is 42.", "15 + 27 = 32. The answer is 32.", "A", 1.0),
-    ("What is 15 + 27?", "15 + 27 = 42. The answer is 42.", "15 + 27 = 32. The answer is 32.", "B", 0.0),
+    (
+        "What is 15 + 27?",
+        "15 + 27 = 42. The answer is 42.",
+        "15 + 27 = 32. The answer is 32.",
+        "A",
+        1.0,
+    ),
+    (
+        "What is 15 + 27?",
+        "15 + 27 = 42. The answer is 42.",
+        "15 + 27 = 32. The answer is 32.",
+        "B",
+        0.0,
+    ),
 )
 
 
-def _pair_user(problem: str, ra: str, rb: str, criterion: str, target: str, reference: str | None = None) -> str:
+def _pair_user(
+    problem: str, ra: str, rb: str, criterion: str, target: str, reference: str | None = None
+) -> str:
     return (
         f"Problem:\n{problem}{_reference_text(reference)}\n\n"
-        f"<response id=\"A\">\n{ra}\n</response>\n\n<response id=\"B\">\n{rb}\n</response>\n\n"
+        f'<response id="A">\n{ra}\n</response>\n\n<response id="B">\n{rb}\n</response>\n\n'
         f"Criterion: {criterion}\nGrade response {target} only."
     )
 
@@ -290,27 +330,52 @@ def pairwise_prompt(
     demos: list[dict[str, str]] = []
     for q, a, b, t, frac in _PAIRWISE_SHOTS:
         level = round(frac * (scale.granularity - 1))
-        demos.append({"role": "user", "content": _pair_user(q, a, b, "Is the final answer correct?", t)})
+        demos.append(
+            {"role": "user", "content": _pair_user(q, a, b, "Is the final answer correct?", t)}
+        )
         demos.append({"role": "assistant", "content": f"<score>{scale.tokens[level]}</score>"})
     messages = [
-        _system(scale, "a strict grader comparing two solutions to the same problem", "completely wrong", "completely correct"),
+        _system(
+            scale,
+            "a strict grader comparing two solutions to the same problem",
+            "completely wrong",
+            "completely correct",
+        ),
         *demos,
-        {"role": "user", "content": _pair_user(problem, response_a, response_b, criterion, target, reference)},
+        {
+            "role": "user",
+            "content": _pair_user(problem, response_a, response_b, criterion, target, reference),
+        },
     ]
     return ChatPrompt(messages=tuple(messages), prefill=SCORE_PREFILL)
 
 
 _PROGRESS_SHOTS = (
-    ("Move the gripper to the red target.", "step 1: distance to target 0.30 m\nstep 9: distance to target 0.01 m", 1.0),
-    ("Move the gripper to the red target.", "step 1: distance to target 0.25 m\nstep 9: distance to target 0.26 m", 0.0),
+    (
+        "Move the gripper to the red target.",
+        "step 1: distance to target 0.30 m\nstep 9: distance to target 0.01 m",
+        1.0,
+    ),
+    (
+        "Move the gripper to the red target.",
+        "step 1: distance to target 0.25 m\nstep 9: distance to target 0.26 m",
+        0.0,
+    ),
 )
-_PROGRESS_USER = "Task:\n{a}\n\n<trajectory>\n{b}\n</trajectory>\n\nCriterion: How complete is the task?"
+_PROGRESS_USER = (
+    "Task:\n{a}\n\n<trajectory>\n{b}\n</trajectory>\n\nCriterion: How complete is the task?"
+)
 
 
 def progress_prompt(scale: ScoreScale, task: str, trajectory: str, criterion: str) -> ChatPrompt:
     """Prompt for the task progress of a trajectory so far (higher = closer to done)."""
     messages = [
-        _system(scale, "a strict judge of how far a robot or agent has progressed on a task", "no progress at all", "the task is complete"),
+        _system(
+            scale,
+            "a strict judge of how far a robot or agent has progressed on a task",
+            "no progress at all",
+            "the task is complete",
+        ),
         *_demos(scale, _PROGRESS_USER, _PROGRESS_SHOTS),
         {
             "role": "user",
@@ -323,7 +388,9 @@ def progress_prompt(scale: ScoreScale, task: str, trajectory: str, criterion: st
 def reasoning_prompt(prompt: ChatPrompt) -> ChatPrompt:
     """The reasoning-style first stage: same conversation, the verifier first writes an analysis."""
     last = dict(prompt.messages[-1])
-    last["content"] += "\nFirst write a short analysis inside <analysis></analysis>, then the score."
+    last["content"] += (
+        "\nFirst write a short analysis inside <analysis></analysis>, then the score."
+    )
     return ChatPrompt(messages=(*prompt.messages[:-1], last), prefill=ANALYSIS_PREFILL)
 
 

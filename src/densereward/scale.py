@@ -54,11 +54,13 @@ class ScoreScale:
             object.__setattr__(self, "values", tuple(float(i) for i in range(g)))
         if len(self.values) != g:
             raise ConfigError(f"{g} score tokens but {len(self.values)} values")
-        if any(b <= a for a, b in zip(self.values, self.values[1:])):
+        if any(b <= a for a, b in zip(self.values, self.values[1:], strict=False)):
             raise ConfigError("score values must be strictly increasing (higher = better)")
         if not self.spellings:
             object.__setattr__(self, "spellings", tuple((t, " " + t) for t in self.tokens))
-        if len(self.spellings) != g or any(sp[0] != t for sp, t in zip(self.spellings, self.tokens)):
+        if len(self.spellings) != g or any(
+            sp[0] != t for sp, t in zip(self.spellings, self.tokens, strict=False)
+        ):
             raise ConfigError("spellings must hold one tuple per level, canonical token first")
         flat = [s for sp in self.spellings for s in sp]
         if len(set(flat)) != len(flat):
@@ -72,7 +74,9 @@ class ScoreScale:
             ConfigError: if ``granularity`` is not in ``[2, 26]``.
         """
         if granularity not in SUPPORTED_GRANULARITIES:
-            raise ConfigError(f"granularity must be in [2, 26] for letter scales, got {granularity}")
+            raise ConfigError(
+                f"granularity must be in [2, 26] for letter scales, got {granularity}"
+            )
         return cls(tokens=tuple(string.ascii_uppercase[:granularity]))
 
     @property

@@ -78,7 +78,9 @@ def ring_pairs(n: int, rng: np.random.Generator) -> list[Pair]:
     return [(perm[i], perm[(i + 1) % n]) for i in range(n)]
 
 
-def select_pivots(n: int, k: int, pairs: Sequence[Pair], prefs: Sequence[float | None]) -> list[int]:
+def select_pivots(
+    n: int, k: int, pairs: Sequence[Pair], prefs: Sequence[float | None]
+) -> list[int]:
     """Top-``k`` candidates by mean preference in ``pairs`` (ties broken by lower index)."""
     wins, counts = _accumulate(n, pairs, prefs)
     mean = np.divide(wins, counts, out=np.full(n, -1.0), where=counts > 0)
@@ -99,7 +101,9 @@ def round_robin_pairs(n: int) -> list[Pair]:
     return [(i, j) for i in range(n) for j in range(i + 1, n)]
 
 
-def _accumulate(n: int, pairs: Sequence[Pair], prefs: Sequence[float | None]) -> tuple[np.ndarray, np.ndarray]:
+def _accumulate(
+    n: int, pairs: Sequence[Pair], prefs: Sequence[float | None]
+) -> tuple[np.ndarray, np.ndarray]:
     wins = np.zeros(n)
     counts = np.zeros(n)
     for (a, b), p in zip(pairs, prefs, strict=True):
@@ -112,7 +116,9 @@ def _accumulate(n: int, pairs: Sequence[Pair], prefs: Sequence[float | None]) ->
     return wins, counts
 
 
-def aggregate(n: int, pairs: Sequence[Pair], prefs: Sequence[float | None], pivots: Sequence[int] = ()) -> RankResult:
+def aggregate(
+    n: int, pairs: Sequence[Pair], prefs: Sequence[float | None], pivots: Sequence[int] = ()
+) -> RankResult:
     """Soft wins ``w_i``, counts ``c_i`` and win rates ``w_i / c_i`` over decided comparisons.
 
     The winner is ``argmax w_i / c_i`` (lowest index on ties; candidates with no decided

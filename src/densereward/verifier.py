@@ -171,7 +171,11 @@ class Verifier:
             backend = create_backend(self.config)
         self.backend = backend
         self._owns_cache = cache is None and self.config.cache_dir is not None
-        self.cache = cache if cache is not None else (ScoreCache(self.config.cache_dir) if self.config.cache_dir else None)
+        self.cache = (
+            cache
+            if cache is not None
+            else (ScoreCache(self.config.cache_dir) if self.config.cache_dir else None)
+        )
         self.stats = VerifierStats()
         self.spellings = self._check_score_tokens()
         self.candidates = [s for forms in self.spellings for s in forms]
@@ -251,7 +255,9 @@ class Verifier:
                 if kind == "logprobs":
                     out.extend(self.backend.next_token_logprobs(list(chunk), self.candidates))
                 else:
-                    out.extend(self._generate_sync(list(chunk), extra[len(out) : len(out) + len(chunk)]))
+                    out.extend(
+                        self._generate_sync(list(chunk), extra[len(out) : len(out) + len(chunk)])
+                    )
             except BackendError as err:
                 out.extend(self._on_failure(err, len(chunk)))
         self.stats.seconds += time.perf_counter() - t0
@@ -267,16 +273,21 @@ class Verifier:
             self.stats.n_backend_calls += 1
             try:
                 if kind == "logprobs":
-                    return list(await self.backend.anext_token_logprobs(list(chunk), self.candidates))
+                    return list(
+                        await self.backend.anext_token_logprobs(list(chunk), self.candidates)
+                    )
                 seeds = extra[start : start + len(chunk)]
                 return [
-                    (await self.backend.agenerate([p], **self._gen_kwargs(s)))[0] for p, s in zip(chunk, seeds)
+                    (await self.backend.agenerate([p], **self._gen_kwargs(s)))[0]
+                    for p, s in zip(chunk, seeds, strict=False)
                 ]
             except BackendError as err:
                 return self._on_failure(err, len(chunk))
 
         bs = max(1, self.config.batch_size)
-        parts = await asyncio.gather(*(one(i, prompts[i : i + bs]) for i in range(0, len(prompts), bs)))
+        parts = await asyncio.gather(
+            *(one(i, prompts[i : i + bs]) for i in range(0, len(prompts), bs))
+        )
         self.stats.seconds += time.perf_counter() - t0
         return [x for part in parts for x in part]
 
@@ -290,7 +301,10 @@ class Verifier:
 
     def _generate_sync(self, prompts: list[ChatPrompt], seeds: Sequence[int]) -> list[str]:
         # one call per prompt: each analysis has its own seed, so cached and uncached runs agree
-        return [self.backend.generate([p], **self._gen_kwargs(s))[0] for p, s in zip(prompts, seeds)]
+        return [
+            self.backend.generate([p], **self._gen_kwargs(s))[0]
+            for p, s in zip(prompts, seeds, strict=False)
+        ]
 
     # ------------------------------------------------------------- read plans
     def _key(self, kind: str, prompt: ChatPrompt, seed: int | None = None) -> str:
@@ -304,9 +318,11 @@ class Verifier:
             gen=self._gen_kwargs(0) if kind == "generate" else None,
         )
 
-    def _cached_io(self, kind: str, prompts: Sequence[ChatPrompt], seeds: Sequence[int | None]) -> Generator:
+    def _cached_io(
+        self, kind: str, prompts: Sequence[ChatPrompt], seeds: Sequence[int | None]
+    ) -> Generator:
         """Plan: answers for ``prompts`` from the cache, deduplicated, the rest from the backend."""
-        keys = [self._key(kind, p, s) for p, s in zip(prompts, seeds)]
+        keys = [self._key(kind, p, s) for p, s in zip(prompts, seeds, strict=False)]
         answers: dict[str, Any] = {}
         if self.cache is not None:
             for k in set(keys):
@@ -315,7 +331,7 @@ class Verifier:
                     answers[k] = hit
                     self.stats.n_cache_hits += 1
         todo: dict[str, tuple[ChatPrompt, int | None]] = {}
-        for k, p, s in zip(keys, prompts, seeds):
+        for k, p, s in zip(keys, prompts, seeds, strict=False):
             if k not in answers and k not in todo:
                 todo[k] = (p, s)
         if todo:
@@ -333,15 +349,17 @@ class Verifier:
             analyses = yield from self._cached_io("generate", stage1, seeds)
             prompts = [
                 p if isinstance(a, Exception) else P.with_analysis(s1, a)
-                for p, s1, a in zip(prompts, stage1, analyses)
+                for p, s1, a in zip(prompts, stage1, analyses, strict=False)
             ]
             failed = [isinstance(a, Exception) for a in analyses]
         else:
             failed = [False] * len(prompts)
         todo = [i for i, f in enumerate(failed) if not f]
-        answers = yield from self._cached_io("logprobs", [prompts[i] for i in todo], [None] * len(todo))
+        answers = yield from self._cached_io(
+            "logprobs", [prompts[i] for i in todo], [None] * len(todo)
+        )
         reads: list[_Read] = [_Read(None, None, reason="backend error")] * len(prompts)
-        for i, a in zip(todo, answers):
+        for i, a in zip(todo, answers, strict=False):
             reads[i] = self._to_read(a)
         self.stats.n_reads += len(prompts)
         return reads
@@ -354,7 +372,14 @@ class Verifier:
         if not a.exact:
             self.stats.n_partial_reads += 1
         if dist is None:
-            return _Read(None, None, exact=a.exact, sampled=a.sampled, reason="no probability mass on score tokens", n_nan=n_nan)
+            return _Read(
+                None,
+                None,
+                exact=a.exact,
+                sampled=a.sampled,
+                reason="no probability mass on score tokens",
+                n_nan=n_nan,
+            )
         reported = None if a.restricted else mass
         if reported is not None:
             self.stats.mass_sum += reported
@@ -362,7 +387,9 @@ class Verifier:
         return _Read(dist, reported, exact=a.exact, sampled=a.sampled, n_nan=n_nan)
 
     # ------------------------------------------------------------- aggregation
-    def _aggregate(self, reads: Sequence[_Read], names: Sequence[str], n_repeats: int, *, truncated: bool) -> ScoreResult:
+    def _aggregate(
+        self, reads: Sequence[_Read], names: Sequence[str], n_repeats: int, *, truncated: bool
+    ) -> ScoreResult:
         """Eq. 1 over C criteria x K repeats (criterion-major); abstained reads are skipped."""
         phi = self.scale.phi
         per_repeat: list[float | None] = []
@@ -395,7 +422,9 @@ class Verifier:
             mass=float(np.mean(masses)) if masses else None,
             argmax=arg,
             argmax_value=self.scale.normalize(self.scale.values[arg]),
-            reason=None if len(ok) == len(reads) else f"{len(reads) - len(ok)} of {len(reads)} reads abstained",
+            reason=None
+            if len(ok) == len(reads)
+            else f"{len(reads) - len(ok)} of {len(reads)} reads abstained",
             **common,
         )
 
@@ -404,7 +433,11 @@ class Verifier:
         if not isinstance(text, str):
             self.stats.n_invalid_input += 1
             self.stats.n_abstained += 1
-            return None, ScoreResult(value=None, reason=f"non-string response ({type(text).__name__})"), False
+            return (
+                None,
+                ScoreResult(value=None, reason=f"non-string response ({type(text).__name__})"),
+                False,
+            )
         if not text.strip():
             # An empty answer is wrong, not unknown: it gets the lowest score without a model call.
             self.stats.n_empty += 1
@@ -440,14 +473,16 @@ class Verifier:
         answer_match = references is not None and chosen is None and not progress
         crit = P.normalize_criteria(
             chosen,
-            P.DEFAULT_PROGRESS_CRITERIA if progress else (P.ANSWER_MATCH_CRITERIA if answer_match else P.DEFAULT_CRITERIA),
+            P.DEFAULT_PROGRESS_CRITERIA
+            if progress
+            else (P.ANSWER_MATCH_CRITERIA if answer_match else P.DEFAULT_CRITERIA),
         )
         k_rep = self.config.n_repeats
         results: list[ScoreResult | None] = [None] * len(problems)
         prompts: list[ChatPrompt] = []
         seeds: list[int] = []
         owners: list[tuple[int, bool]] = []
-        for i, (prob, resp) in enumerate(zip(problems, responses)):
+        for i, (prob, resp) in enumerate(zip(problems, responses, strict=False)):
             clean, short, cut = self._prepare(resp)
             if short is not None:
                 results[i] = short
@@ -468,7 +503,9 @@ class Verifier:
         reads = yield from self._read_plan(prompts, seeds)
         per_item = len(crit) * k_rep
         for j, (i, cut) in enumerate(owners):
-            results[i] = self._aggregate(reads[j * per_item : (j + 1) * per_item], list(crit), k_rep, truncated=cut)
+            results[i] = self._aggregate(
+                reads[j * per_item : (j + 1) * per_item], list(crit), k_rep, truncated=cut
+            )
         return [self._finalize(r) for r in results]
 
     def _compare_plan(
@@ -480,8 +517,12 @@ class Verifier:
         references: Sequence[str | None] | None,
     ) -> Generator:
         if not len(problems) == len(a) == len(b):
-            raise ValueError(f"compare needs equal lengths, got {len(problems)}, {len(a)}, {len(b)}")
-        crit = P.normalize_criteria(criteria if criteria is not None else self.config.criteria, P.DEFAULT_CRITERIA)
+            raise ValueError(
+                f"compare needs equal lengths, got {len(problems)}, {len(a)}, {len(b)}"
+            )
+        crit = P.normalize_criteria(
+            criteria if criteria is not None else self.config.criteria, P.DEFAULT_CRITERIA
+        )
         k_rep = self.config.n_repeats
         out: list[PairwiseResult | None] = [None] * len(problems)
         prompts: list[ChatPrompt] = []
@@ -499,7 +540,9 @@ class Verifier:
                 for k in range(k_rep):
                     first, second = (ca, cb) if k % 2 == 0 else (cb, ca)  # repeats alternate slots
                     for target in ("A", "B"):
-                        p = P.pairwise_prompt(self.scale, prob, first, second, desc, target=target, reference=ref)
+                        p = P.pairwise_prompt(
+                            self.scale, prob, first, second, desc, target=target, reference=ref
+                        )
                         prompts.append(p)
                         seeds.append(_seed_for(self.config.seed, p.key(), k))
             owners.append((i, cut_a or cut_b))
@@ -533,9 +576,17 @@ class Verifier:
         if invalid:
             if self.config.on_error == "raise":
                 raise AbstentionError(f"verifier abstained on a comparison: {invalid[0].reason}")
-            return PairwiseResult(value_a=None if sa is None else sa.value, value_b=None if sb is None else sb.value, preference=None, result_a=sa, result_b=sb)
+            return PairwiseResult(
+                value_a=None if sa is None else sa.value,
+                value_b=None if sb is None else sb.value,
+                preference=None,
+                result_a=sa,
+                result_b=sb,
+            )
         if sa is not None and sb is not None:
-            return PairwiseResult(value_a=0.0, value_b=0.0, preference=0.5, result_a=sa, result_b=sb)
+            return PairwiseResult(
+                value_a=0.0, value_b=0.0, preference=0.5, result_a=sa, result_b=sb
+            )
         return PairwiseResult(
             value_a=None if sa is None else 0.0,
             value_b=None if sb is None else 0.0,
@@ -550,9 +601,20 @@ class Verifier:
             pref = bradley_terry_preference(ra.value, rb.value, self.config.beta)
         elif self.config.on_error == "raise":
             raise AbstentionError(f"verifier abstained on a comparison: {ra.reason or rb.reason}")
-        return PairwiseResult(value_a=ra.value, value_b=rb.value, preference=pref, result_a=ra, result_b=rb)
+        return PairwiseResult(
+            value_a=ra.value, value_b=rb.value, preference=pref, result_a=ra, result_b=rb
+        )
 
-    def _rank_plan(self, problem: str, candidates: Sequence[Any], pivots: int, method: str, seed: int | None, criteria: Criteria, reference: str | None) -> Generator:
+    def _rank_plan(
+        self,
+        problem: str,
+        candidates: Sequence[Any],
+        pivots: int,
+        method: str,
+        seed: int | None,
+        criteria: Criteria,
+        reference: str | None,
+    ) -> Generator:
         if method not in ("ppt", "round_robin"):
             raise ValueError(f"method must be 'ppt' or 'round_robin', got {method!r}")
         n = len(candidates)
@@ -572,7 +634,9 @@ class Verifier:
             batches.clear()
             try:
                 if method == "ppt":
-                    return run_ppt(n, pivots, compare, seed=self.config.seed if seed is None else seed)
+                    return run_ppt(
+                        n, pivots, compare, seed=self.config.seed if seed is None else seed
+                    )
                 return run_round_robin(n, compare)
             except _NeedBatch as need:
                 pairs = need.pairs
@@ -615,19 +679,60 @@ class Verifier:
         """
         return self._run(self._score_plan(problems, responses, criteria, references))
 
-    async def ascore_batch(self, *, problems: Sequence[str], responses: Sequence[Any], criteria: Criteria = None, references: Sequence[str | None] | None = None) -> list[ScoreResult]:
+    async def ascore_batch(
+        self,
+        *,
+        problems: Sequence[str],
+        responses: Sequence[Any],
+        criteria: Criteria = None,
+        references: Sequence[str | None] | None = None,
+    ) -> list[ScoreResult]:
         """Async :meth:`score_batch`."""
         return await self._arun(self._score_plan(problems, responses, criteria, references))
 
-    def score(self, *, problem: str, response: Any, criteria: Criteria = None, reference: str | None = None) -> ScoreResult:
+    def score(
+        self,
+        *,
+        problem: str,
+        response: Any,
+        criteria: Criteria = None,
+        reference: str | None = None,
+    ) -> ScoreResult:
         """Pointwise score of one response (see :meth:`score_batch`)."""
-        return self.score_batch(problems=[problem], responses=[response], criteria=criteria, references=None if reference is None else [reference])[0]
+        return self.score_batch(
+            problems=[problem],
+            responses=[response],
+            criteria=criteria,
+            references=None if reference is None else [reference],
+        )[0]
 
-    async def ascore(self, *, problem: str, response: Any, criteria: Criteria = None, reference: str | None = None) -> ScoreResult:
+    async def ascore(
+        self,
+        *,
+        problem: str,
+        response: Any,
+        criteria: Criteria = None,
+        reference: str | None = None,
+    ) -> ScoreResult:
         """Async :meth:`score`."""
-        return (await self.ascore_batch(problems=[problem], responses=[response], criteria=criteria, references=None if reference is None else [reference]))[0]
+        return (
+            await self.ascore_batch(
+                problems=[problem],
+                responses=[response],
+                criteria=criteria,
+                references=None if reference is None else [reference],
+            )
+        )[0]
 
-    def compare_batch(self, *, problems: Sequence[str], a: Sequence[Any], b: Sequence[Any], criteria: Criteria = None, references: Sequence[str | None] | None = None) -> list[PairwiseResult]:
+    def compare_batch(
+        self,
+        *,
+        problems: Sequence[str],
+        a: Sequence[Any],
+        b: Sequence[Any],
+        criteria: Criteria = None,
+        references: Sequence[str | None] | None = None,
+    ) -> list[PairwiseResult]:
         """Pairwise scores ``(R_a, R_b)`` and Bradley-Terry preferences ``p(a > b)``, ``(B,)``.
 
         Each pair is shown in one prompt; ``R_a`` and ``R_b`` are read at two prompts sharing
@@ -636,15 +741,47 @@ class Verifier:
         """
         return self._run(self._compare_plan(problems, a, b, criteria, references))
 
-    async def acompare_batch(self, *, problems: Sequence[str], a: Sequence[Any], b: Sequence[Any], criteria: Criteria = None, references: Sequence[str | None] | None = None) -> list[PairwiseResult]:
+    async def acompare_batch(
+        self,
+        *,
+        problems: Sequence[str],
+        a: Sequence[Any],
+        b: Sequence[Any],
+        criteria: Criteria = None,
+        references: Sequence[str | None] | None = None,
+    ) -> list[PairwiseResult]:
         """Async :meth:`compare_batch`."""
         return await self._arun(self._compare_plan(problems, a, b, criteria, references))
 
-    def compare(self, *, problem: str, a: Any, b: Any, criteria: Criteria = None, reference: str | None = None) -> PairwiseResult:
+    def compare(
+        self,
+        *,
+        problem: str,
+        a: Any,
+        b: Any,
+        criteria: Criteria = None,
+        reference: str | None = None,
+    ) -> PairwiseResult:
         """One pairwise comparison (see :meth:`compare_batch`)."""
-        return self.compare_batch(problems=[problem], a=[a], b=[b], criteria=criteria, references=None if reference is None else [reference])[0]
+        return self.compare_batch(
+            problems=[problem],
+            a=[a],
+            b=[b],
+            criteria=criteria,
+            references=None if reference is None else [reference],
+        )[0]
 
-    def rank(self, *, problem: str, candidates: Sequence[Any], pivots: int = 2, method: str = "ppt", seed: int | None = None, criteria: Criteria = None, reference: str | None = None) -> RankResult:
+    def rank(
+        self,
+        *,
+        problem: str,
+        candidates: Sequence[Any],
+        pivots: int = 2,
+        method: str = "ppt",
+        seed: int | None = None,
+        criteria: Criteria = None,
+        reference: str | None = None,
+    ) -> RankResult:
         """Rank N candidates with the Probabilistic Pivot Tournament or a full round robin.
 
         Args:
@@ -658,21 +795,43 @@ class Verifier:
         Returns:
             :class:`RankResult` (``win_rate`` ``(N,)`` = soft wins / comparisons).
         """
-        return self._run(self._rank_plan(problem, candidates, pivots, method, seed, criteria, reference))
+        return self._run(
+            self._rank_plan(problem, candidates, pivots, method, seed, criteria, reference)
+        )
 
-    async def arank(self, *, problem: str, candidates: Sequence[Any], pivots: int = 2, method: str = "ppt", seed: int | None = None, criteria: Criteria = None, reference: str | None = None) -> RankResult:
+    async def arank(
+        self,
+        *,
+        problem: str,
+        candidates: Sequence[Any],
+        pivots: int = 2,
+        method: str = "ppt",
+        seed: int | None = None,
+        criteria: Criteria = None,
+        reference: str | None = None,
+    ) -> RankResult:
         """Async :meth:`rank`."""
-        return await self._arun(self._rank_plan(problem, candidates, pivots, method, seed, criteria, reference))
+        return await self._arun(
+            self._rank_plan(problem, candidates, pivots, method, seed, criteria, reference)
+        )
 
-    def progress_batch(self, *, tasks: Sequence[str], trajectories: Sequence[Any], criteria: Criteria = None) -> list[ScoreResult]:
+    def progress_batch(
+        self, *, tasks: Sequence[str], trajectories: Sequence[Any], criteria: Criteria = None
+    ) -> list[ScoreResult]:
         """Task progress of each trajectory so far, ``(B,)``; ``value`` in ``[0, 1]``, 1 = done."""
         return self._run(self._score_plan(tasks, trajectories, criteria, None, progress=True))
 
-    async def aprogress_batch(self, *, tasks: Sequence[str], trajectories: Sequence[Any], criteria: Criteria = None) -> list[ScoreResult]:
+    async def aprogress_batch(
+        self, *, tasks: Sequence[str], trajectories: Sequence[Any], criteria: Criteria = None
+    ) -> list[ScoreResult]:
         """Async :meth:`progress_batch`."""
-        return await self._arun(self._score_plan(tasks, trajectories, criteria, None, progress=True))
+        return await self._arun(
+            self._score_plan(tasks, trajectories, criteria, None, progress=True)
+        )
 
-    def track(self, *, problem: str, steps: Sequence[str], checkpoints: Sequence[int] | None = None) -> list[float | None]:
+    def track(
+        self, *, problem: str, steps: Sequence[str], checkpoints: Sequence[int] | None = None
+    ) -> list[float | None]:
         """Progress after each step of a trajectory (higher = closer to done).
 
         Args:
@@ -690,7 +849,9 @@ class Verifier:
         if any(not 0 <= i < len(steps) for i in idx):
             raise ValueError(f"checkpoints must lie in [0, {len(steps)}), got {idx}")
         trajs = ["\n".join(f"step {j + 1}: {s}" for j, s in enumerate(steps[: i + 1])) for i in idx]
-        return [r.value for r in self.progress_batch(tasks=[problem] * len(trajs), trajectories=trajs)]
+        return [
+            r.value for r in self.progress_batch(tasks=[problem] * len(trajs), trajectories=trajs)
+        ]
 
     def close(self) -> None:
         """Release the backend and the cache. Idempotent."""
@@ -715,14 +876,26 @@ class _NeedBatch(Exception):
 
 def _to_cacheable(a: Any) -> Any:
     if isinstance(a, TokenLogprobs):
-        return {"t": "lp", "logprobs": dict(a.logprobs), "exact": a.exact, "sampled": a.sampled, "n_samples": a.n_samples, "restricted": a.restricted}
+        return {
+            "t": "lp",
+            "logprobs": dict(a.logprobs),
+            "exact": a.exact,
+            "sampled": a.sampled,
+            "n_samples": a.n_samples,
+            "restricted": a.restricted,
+        }
     return {"t": "text", "text": a}
 
 
 def _from_cacheable(a: Any) -> Any:
     if isinstance(a, dict) and a.get("t") == "lp":
-        return TokenLogprobs(a["logprobs"], exact=a["exact"], sampled=a["sampled"], n_samples=a["n_samples"], restricted=a["restricted"])
+        return TokenLogprobs(
+            a["logprobs"],
+            exact=a["exact"],
+            sampled=a["sampled"],
+            n_samples=a["n_samples"],
+            restricted=a["restricted"],
+        )
     if isinstance(a, dict) and a.get("t") == "text":
         return a["text"]
     return a
-

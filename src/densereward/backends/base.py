@@ -193,4 +193,3 @@ def get_backend_class(name: str) -> Callable[..., Any]:
         raise ConfigError(
             f"unknown verifier backend {name!r}; available: {sorted(_REGISTRY)}.{hint}"
         ) from None
-

