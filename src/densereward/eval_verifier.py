@@ -240,9 +240,18 @@ def align_scores(
 
 
 def score_responses(
-    rows: Sequence[Mapping[str, Any]], config: VerifierConfig, *, chunk_size: int = 64
+    rows: Sequence[Mapping[str, Any]],
+    config: VerifierConfig,
+    *,
+    chunk_size: int = 64,
+    reference_guided: bool = False,
 ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """Score every row with ``Verifier(config).score_batch`` (problem + response, no reference).
+    """Score every row with ``Verifier(config).score_batch``.
+
+    By default the verifier sees the problem and the response only. With
+    ``reference_guided=True`` it also gets each row's reference answer (the final answer of
+    ``reference``, e.g. GSM8K's ``A: 18`` / ``#### 18``), which makes the engine use its
+    reference-guided ``answer_match`` criterion when no criteria are configured.
 
     Returns:
         ``(records, stats)``: one ``{score, mass, abstained, reason}`` per row, and the
@@ -259,8 +268,13 @@ def score_responses(
         t0 = time.perf_counter()
         for start in range(0, len(rows), chunk_size):
             chunk = rows[start : start + chunk_size]
+            refs = (
+                [_final_reference(r.get("reference")) for r in chunk] if reference_guided else None
+            )
             results = v.score_batch(
-                problems=[r["problem"] for r in chunk], responses=[r["response"] for r in chunk]
+                problems=[r["problem"] for r in chunk],
+                responses=[r["response"] for r in chunk],
+                references=refs,
             )
             for res in results:
                 records.append(
@@ -278,6 +292,15 @@ def score_responses(
     finally:
         v.close()
     return records, stats
+
+
+def _final_reference(reference: Any) -> str | None:
+    """The final answer inside a reference solution (``None`` when there is no reference)."""
+    if reference is None or not str(reference).strip():
+        return None
+    from .prompts import extract_final_answer
+
+    return extract_final_answer(str(reference))
 
 
 def _family_gap(scores, labels, pids, fams, threshold) -> dict[str, Any]:
@@ -1004,6 +1027,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--limit", type=int, default=None, help="evaluate the first N problems only"
     )
     parser.add_argument(
+        "--reference-guided",
+        action="store_true",
+        help="show the verifier each row's reference answer (the engine's answer_match criterion)",
+    )
+    parser.add_argument(
         "--seed", type=int, default=0, help="seed of sub-sampling, rejection sampling, bootstrap"
     )
     parser.add_argument(
@@ -1031,7 +1059,7 @@ def main(args: argparse.Namespace) -> int:
         records = align_scores(rows, load_scores(args.scores))
         meta["scores_from"] = str(args.scores)
     else:
-        records, stats = score_responses(rows, config)
+        records, stats = score_responses(rows, config, reference_guided=args.reference_guided)
         meta["verifier_stats"] = stats
     meta["verifier"] = {k: v for k, v in to_jsonable(config).items() if k != "api_key_env"}
     metrics = evaluate(
