@@ -356,6 +356,9 @@ def _finish_wandb() -> None:
 
         if wandb.run is not None:
             wandb.finish()
+        # Reset W&B's process-wide settings, so a next run in this process (densereward compare,
+        # tests) reads its own WANDB_DIR / mode instead of this run's.
+        wandb.teardown()
     except ImportError:
         pass
 

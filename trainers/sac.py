@@ -358,6 +358,9 @@ def run(config: dict[str, Any], *, output_dir: Path, resume: bool = False) -> di
         venv.close()
         if wandb_run is not None:
             wandb_run.finish()
+            import wandb
+
+            wandb.teardown()  # reset process-wide W&B settings for the next run in this process
         if verifier is not None and hasattr(verifier, "close"):
             verifier.close()
 
