@@ -247,13 +247,17 @@ def extract_final_answer(text: str, max_chars: int = 200) -> str:
     return lines[-1][:max_chars]
 
 
+# Tuned on GSM8K model solutions with the embedded 135M verifier (problems 0-80): this terse
+# form with six demonstrations scored AUROC 0.65-0.70, a longer phrasing 0.57-0.59.
 _MATCH_SHOTS = (
     ("42", "42", 1.0),
     ("72", "63", 0.0),
-    ("63", "63", 1.0),
-    ("3", "4", 0.0),
+    ("1250", "1250", 1.0),
+    ("18", "26", 0.0),
+    ("7", "7", 1.0),
+    ("360", "36", 0.0),
 )
-_MATCH_USER = "Reference answer: {a}\nResponse answer: {b}\nAre they the same number?"
+_MATCH_USER = "Reference: {a}\nAnswer: {b}\nMatch?"
 
 
 def answer_match_prompt(scale: ScoreScale, reference: str, final_answer: str) -> ChatPrompt:
