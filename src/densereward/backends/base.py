@@ -10,6 +10,7 @@ backend for log-probabilities of the score-token spellings and does the arithmet
 
 from __future__ import annotations
 
+import asyncio
 import difflib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -18,6 +19,7 @@ from typing import Any, Protocol, runtime_checkable
 from ..errors import ConfigError
 
 __all__ = [
+    "LocalAsyncMixin",
     "ChatPrompt",
     "TokenLogprobs",
     "BackendUsage",
@@ -155,6 +157,39 @@ class VerifierBackend(Protocol):
 
     def close(self) -> None:
         """Release the model / connections. Idempotent."""
+
+
+class LocalAsyncMixin:
+    """The async half of the protocol for in-process backends: run the sync method in a worker thread.
+
+    For backends whose work is local compute (transformers, the vLLM offline engine): the event
+    loop stays free while the model runs. Network backends implement real async I/O instead.
+    """
+
+    async def anext_token_logprobs(
+        self, prompts: Sequence[ChatPrompt], candidates: Sequence[str]
+    ) -> list[TokenLogprobs]:
+        """Async variant of ``next_token_logprobs`` (runs it in a worker thread)."""
+        return await asyncio.to_thread(self.next_token_logprobs, prompts, candidates)  # type: ignore[attr-defined]
+
+    async def agenerate(
+        self,
+        prompts: Sequence[ChatPrompt],
+        *,
+        max_new_tokens: int,
+        temperature: float = 1.0,
+        seed: int | None = None,
+        stop: Sequence[str] = (),
+    ) -> list[str]:
+        """Async variant of ``generate`` (runs it in a worker thread)."""
+        return await asyncio.to_thread(
+            self.generate,  # type: ignore[attr-defined]
+            prompts,
+            max_new_tokens=max_new_tokens,
+            temperature=temperature,
+            seed=seed,
+            stop=stop,
+        )
 
 
 _REGISTRY: dict[str, Callable[..., Any]] = {}

@@ -19,7 +19,6 @@ Heavy imports (torch, transformers) happen inside the class so that importing th
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import math
 import threading
@@ -30,7 +29,7 @@ from typing import Any
 
 from ..config import VerifierConfig
 from ..errors import BackendError, BackendUnavailableError, ScoreTokenError
-from .base import BackendUsage, ChatPrompt, TokenLogprobs, register_backend
+from .base import BackendUsage, ChatPrompt, LocalAsyncMixin, TokenLogprobs, register_backend
 
 __all__ = ["TransformersBackend", "render_prompt_ids", "resolve_model_path", "candidate_token_ids"]
 
@@ -131,7 +130,7 @@ def _common_prefix_len(seqs: Sequence[Sequence[int]]) -> int:
 
 
 @register_backend("transformers")
-class TransformersBackend:
+class TransformersBackend(LocalAsyncMixin):
     """Verifier backend on a local Hugging Face causal LM (exact full-vocabulary logits).
 
     Args:
@@ -343,12 +342,6 @@ class TransformersBackend:
             self.usage.seconds += time.perf_counter() - t0
         return results  # type: ignore[return-value]
 
-    async def anext_token_logprobs(
-        self, prompts: Sequence[ChatPrompt], candidates: Sequence[str]
-    ) -> list[TokenLogprobs]:
-        """Async variant of :meth:`next_token_logprobs` (runs it in a worker thread)."""
-        return await asyncio.to_thread(self.next_token_logprobs, prompts, candidates)
-
     def generate(
         self,
         prompts: Sequence[ChatPrompt],
@@ -430,25 +423,6 @@ class TransformersBackend:
             self.usage.n_completion_tokens += n_new
             self.usage.seconds += time.perf_counter() - t0
         return texts
-
-    async def agenerate(
-        self,
-        prompts: Sequence[ChatPrompt],
-        *,
-        max_new_tokens: int,
-        temperature: float = 1.0,
-        seed: int | None = None,
-        stop: Sequence[str] = (),
-    ) -> list[str]:
-        """Async variant of :meth:`generate` (runs it in a worker thread)."""
-        return await asyncio.to_thread(
-            self.generate,
-            prompts,
-            max_new_tokens=max_new_tokens,
-            temperature=temperature,
-            seed=seed,
-            stop=stop,
-        )
 
     def close(self) -> None:
         """Drop the model (frees its memory). Idempotent; later calls raise BackendError."""

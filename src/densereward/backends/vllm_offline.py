@@ -23,7 +23,6 @@ vLLM starts worker processes: scripts that build this backend need an
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import math
 import os
@@ -34,7 +33,7 @@ from typing import Any
 
 from ..config import VerifierConfig
 from ..errors import BackendError, BackendUnavailableError
-from .base import BackendUsage, ChatPrompt, TokenLogprobs, register_backend
+from .base import BackendUsage, ChatPrompt, LocalAsyncMixin, TokenLogprobs, register_backend
 from .hf import candidate_token_ids, render_prompt_ids, resolve_model_path
 
 __all__ = ["VLLMBackend"]
@@ -43,7 +42,7 @@ logger = logging.getLogger(__name__)
 
 
 @register_backend("vllm")
-class VLLMBackend:
+class VLLMBackend(LocalAsyncMixin):
     """Verifier backend on a ``vllm.LLM`` offline engine in this process.
 
     Args:
@@ -235,12 +234,6 @@ class VLLMBackend:
             self.usage.seconds += time.perf_counter() - t0
         return results
 
-    async def anext_token_logprobs(
-        self, prompts: Sequence[ChatPrompt], candidates: Sequence[str]
-    ) -> list[TokenLogprobs]:
-        """Async variant of :meth:`next_token_logprobs` (runs it in a worker thread)."""
-        return await asyncio.to_thread(self.next_token_logprobs, prompts, candidates)
-
     def generate(
         self,
         prompts: Sequence[ChatPrompt],
@@ -299,25 +292,6 @@ class VLLMBackend:
             )
             self.usage.seconds += time.perf_counter() - t0
         return texts
-
-    async def agenerate(
-        self,
-        prompts: Sequence[ChatPrompt],
-        *,
-        max_new_tokens: int,
-        temperature: float = 1.0,
-        seed: int | None = None,
-        stop: Sequence[str] = (),
-    ) -> list[str]:
-        """Async variant of :meth:`generate` (runs it in a worker thread)."""
-        return await asyncio.to_thread(
-            self.generate,
-            prompts,
-            max_new_tokens=max_new_tokens,
-            temperature=temperature,
-            seed=seed,
-            stop=stop,
-        )
 
     def close(self) -> None:
         """Shut the engine's worker processes down. Idempotent."""
