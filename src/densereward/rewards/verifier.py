@@ -361,6 +361,28 @@ class GroupVerifierReward(_VerifierRewardBase):
             kw["reference"] = reference
         return kw
 
+    def _groups(
+        self,
+        prompts: Sequence[Any],
+        completions: Sequence[Any],
+        trainer_state: Any,
+        columns: dict[str, Any],
+    ) -> tuple[list[str | None], list[tuple[slice, tuple[str, list[str | None], int, str | None]]]]:
+        """Completion texts and, per GRPO group, its slice and ``(problem, candidates, seed, reference)``.
+
+        Raises:
+            ValueError: if ``prompts`` and ``completions`` differ in length.
+        """
+        texts = completion_texts(completions)
+        check_lengths(completions=texts, prompts=prompts)
+        problems = self._problems(prompts, columns)
+        refs = self._references(columns, len(texts)) or [None] * len(texts)
+        groups = [
+            (sl, (problems[sl.start], texts[sl], self._seed(trainer_state, g), refs[sl.start]))
+            for g, sl in enumerate(group_slices(prompts, self.num_generations))
+        ]
+        return texts, groups
+
     def _rank_group(
         self, problem: str, candidates: list[str], seed: int, reference: str | None
     ) -> list[float | None]:
@@ -379,15 +401,10 @@ class GroupVerifierReward(_VerifierRewardBase):
         log_extra: Callable[[str, list], None] | None = None,
         **kwargs: Any,
     ) -> list[float | None]:
-        texts = completion_texts(completions)
-        check_lengths(completions=texts, prompts=prompts)
-        problems = self._problems(prompts, kwargs)
-        refs = self._references(kwargs, len(texts)) or [None] * len(texts)
+        texts, groups = self._groups(prompts, completions, trainer_state, kwargs)
         values: list[float | None] = [None] * len(texts)
-        for g, sl in enumerate(group_slices(prompts, self.num_generations)):
-            values[sl] = self._rank_group(
-                problems[sl.start], texts[sl], self._seed(trainer_state, g), refs[sl.start]
-            )
+        for sl, args in groups:
+            values[sl] = self._rank_group(*args)
         self._track(
             prompts=prompts, texts=texts, scores=values, masses=None, columns=kwargs,
             trainer_state=trainer_state, log_metric=log_metric, log_extra=log_extra,
@@ -423,21 +440,10 @@ class AsyncGroupVerifierReward(GroupVerifierReward):
         log_extra: Callable[[str, list], None] | None = None,
         **kwargs: Any,
     ) -> list[float | None]:
-        texts = completion_texts(completions)
-        check_lengths(completions=texts, prompts=prompts)
-        problems = self._problems(prompts, kwargs)
-        slices = group_slices(prompts, self.num_generations)
-        refs = self._references(kwargs, len(texts)) or [None] * len(texts)
-        outs = await asyncio.gather(
-            *(
-                self._arank_group(
-                    problems[sl.start], texts[sl], self._seed(trainer_state, g), refs[sl.start]
-                )
-                for g, sl in enumerate(slices)
-            )
-        )
+        texts, groups = self._groups(prompts, completions, trainer_state, kwargs)
+        outs = await asyncio.gather(*(self._arank_group(*args) for _, args in groups))
         values: list[float | None] = [None] * len(texts)
-        for sl, out in zip(slices, outs, strict=True):
+        for (sl, _), out in zip(groups, outs, strict=True):
             values[sl] = out
         await asyncio.to_thread(
             self._track,
