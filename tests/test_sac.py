@@ -100,6 +100,12 @@ def test_dynamics_metrics_on_known_episodes():
         VerifierDynamicsCallback(threshold=2.0)
 
 
+def _dummy_venv():
+    import envs
+
+    return envs.make_vec_env("FetchReach-v4", 1, seed=0, reward="sparse")
+
+
 def small_config(name: str, **training) -> dict:
     config = load_yaml(REPO / "configs" / name)
     config["training"].update({"log_interval": 1, "curve_every": 100, "wandb": False, **training})
@@ -114,9 +120,18 @@ def test_checkpoint_and_resume_continue_the_run(tmp_path):
     assert first["env_steps"] == 100
     assert (tmp_path / "checkpoints" / "sac_100_steps.zip").is_file()
     assert (tmp_path / "checkpoints" / "sac_replay_buffer_100_steps.pkl").is_file()
+    norm_pkl = tmp_path / "checkpoints" / "sac_vecnormalize_100_steps.pkl"
+    assert config["env"]["normalize_obs"] and norm_pkl.is_file()
+    from stable_baselines3.common.vec_env import VecNormalize
+
+    saved = VecNormalize.load(str(norm_pkl), _dummy_venv())
+    assert saved.obs_rms["observation"].count > 100  # statistics of the 100 steps, not fresh
     config["training"]["total_timesteps"] = 200
     second = sac.run(config, output_dir=tmp_path, resume=True)
     assert second["env_steps"] == 200
+    final = VecNormalize.load(str(tmp_path / "vecnormalize.pkl"), _dummy_venv())
+    # resumed from the checkpoint's statistics and kept updating them
+    assert final.obs_rms["observation"].count > saved.obs_rms["observation"].count + 90
     assert [p["step"] for p in second["curve"]] == [100, 200]
     assert second["metric"] == "success_rate" and 0.0 <= second["final"] <= 1.0
     with pytest.raises(ConfigError, match="no checkpoint"):

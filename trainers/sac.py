@@ -61,6 +61,14 @@ class EnvConfig:
     """Environments stepped together; the verifier scores all due ones in one batched call."""
     task: str | None = None
     """Task text for non-Fetch environments (the generic Box describer)."""
+    normalize_obs: bool = False
+    """Wrap the vector env in ``VecNormalize(norm_obs=True, norm_reward=False)``: running
+    mean/std normalisation of the policy's observations (and goals), clipped to +-``clip_obs``,
+    as in the HER paper and the RL Zoo's Fetch settings. Rewards, the verifier and the success
+    metric see the raw observations; the statistics are saved with every checkpoint and the
+    final model (``vecnormalize.pkl``) and restored by ``--resume``."""
+    clip_obs: float = 5.0
+    """Clip of the normalised observations (``normalize_obs`` only; HER paper: 5)."""
 
     def __post_init__(self) -> None:
         if self.reward not in ("env", "sparse", "verifier"):
@@ -69,6 +77,8 @@ class EnvConfig:
             raise ConfigError(f"env.base={self.base!r}; use sparse | env")
         if self.n_envs < 1:
             raise ConfigError(f"env.n_envs must be >= 1, got {self.n_envs}")
+        if not self.clip_obs > 0:
+            raise ConfigError(f"env.clip_obs must be > 0, got {self.clip_obs}")
 
 
 @dataclass(frozen=True)
@@ -159,8 +169,9 @@ def parse_config(config: dict[str, Any]) -> SACRunConfig:
     return cfg
 
 
-def _latest_checkpoint(ckpt_dir: Path) -> tuple[Path, Path | None] | None:
-    """(model zip, replay buffer pkl or None) of the checkpoint with the most steps."""
+def _latest_checkpoint(ckpt_dir: Path) -> tuple[Path, Path | None, Path | None] | None:
+    """(model zip, replay buffer pkl or None, VecNormalize pkl or None) of the checkpoint
+    with the most steps."""
     found = []
     for p in ckpt_dir.glob("sac_*_steps.zip"):
         m = re.fullmatch(r"sac_(\d+)_steps\.zip", p.name)
@@ -170,7 +181,8 @@ def _latest_checkpoint(ckpt_dir: Path) -> tuple[Path, Path | None] | None:
         return None
     steps, model = max(found)
     buf = ckpt_dir / f"sac_replay_buffer_{steps}_steps.pkl"
-    return model, (buf if buf.is_file() else None)
+    norm = ckpt_dir / f"sac_vecnormalize_{steps}_steps.pkl"
+    return model, (buf if buf.is_file() else None), (norm if norm.is_file() else None)
 
 
 def run(config: dict[str, Any], *, output_dir: Path, resume: bool = False) -> dict[str, Any]:
@@ -197,6 +209,7 @@ def run(config: dict[str, Any], *, output_dir: Path, resume: bool = False) -> di
     from stable_baselines3 import SAC, HerReplayBuffer
     from stable_baselines3.common.callbacks import CheckpointCallback
     from stable_baselines3.common.logger import Logger, make_output_format
+    from stable_baselines3.common.vec_env import VecNormalize
 
     import envs
     from densereward.callbacks import (
@@ -245,6 +258,7 @@ def run(config: dict[str, Any], *, output_dir: Path, resume: bool = False) -> di
         gamma=gamma,
         monitor_dir=run_dir,
     )
+    reward_venv = venv  # VecMonitor(...): carries verifier_stats; VecNormalize goes on top
 
     # 3. SAC (fresh, or the latest checkpoint and its replay buffer)
     ckpt_dir = run_dir / "checkpoints"
@@ -252,10 +266,22 @@ def run(config: dict[str, Any], *, output_dir: Path, resume: bool = False) -> di
         latest = _latest_checkpoint(ckpt_dir)
         if latest is None:
             raise ConfigError(f"--resume: no checkpoint in {ckpt_dir}")
+        if cfg.env.normalize_obs:
+            if latest[2] is None:
+                raise ConfigError(
+                    f"--resume: {latest[0].name} has no VecNormalize statistics beside it "
+                    "(env.normalize_obs=true needs sac_vecnormalize_<steps>_steps.pkl)"
+                )
+            venv = VecNormalize.load(str(latest[2]), venv)
+            venv.training = True
         model = SAC.load(latest[0], env=venv, device=tc.device)
         if latest[1] is not None:
             model.load_replay_buffer(latest[1])
     else:
+        if cfg.env.normalize_obs:
+            venv = VecNormalize(
+                venv, norm_obs=True, norm_reward=False, clip_obs=cfg.env.clip_obs, gamma=gamma
+            )
         if cfg.her is not None:
             sac_kwargs.setdefault("replay_buffer_class", HerReplayBuffer)
             sac_kwargs.setdefault("replay_buffer_kwargs", dict(cfg.her))
@@ -309,6 +335,7 @@ def run(config: dict[str, Any], *, output_dir: Path, resume: bool = False) -> di
                 save_path=str(ckpt_dir),
                 name_prefix="sac",
                 save_replay_buffer=True,
+                save_vecnormalize=cfg.env.normalize_obs,
             )
         )
 
@@ -328,13 +355,15 @@ def run(config: dict[str, Any], *, output_dir: Path, resume: bool = False) -> di
             model.dump_logs()
         seconds = time.perf_counter() - t0
         model.save(run_dir / "final_model.zip")
+        if isinstance(venv, VecNormalize):
+            venv.save(str(run_dir / "vecnormalize.pkl"))  # needed to run the final policy
 
         # 7. summary
         curve = (
             list(read_jsonl(run_dir / "curve.jsonl")) if (run_dir / "curve.jsonl").is_file() else []
         )
         metrics = dynamics.metrics()
-        stats = venv.venv.verifier_stats.as_dict() if cfg.env.reward == "verifier" else None
+        stats = reward_venv.venv.verifier_stats.as_dict() if cfg.env.reward == "verifier" else None
         steps = model.num_timesteps - start_steps
         summary = {
             "run_dir": str(run_dir),
