@@ -241,6 +241,22 @@ def test_shipped_compare_configs_build_valid_run_configs():
         fetch["verifier_dense"]["seed2"]["env"]["reward"] == "verifier"
         and fetch["verifier_dense"]["seed2"]["training"]["seed"] == 2
     )
+    grpo = C.build_run_configs(
+        C.parse_compare_config(load_yaml(REPO / "configs/compare_grpo_cpu.yaml")),
+        base_dir=REPO / "configs",
+    )
+    assert {c: grpo[c]["seed1"]["reward"]["type"] for c in grpo} == {
+        "sparse": "sparse",
+        "dense": "dense",
+        "group": "group",
+        "mixed": "mixed",
+    }
+    assert grpo["mixed"]["seed0"]["data"]["task_config"] == {
+        "min_terms": 2,
+        "max_terms": 2,
+        "max_digits": 1,
+        "operators": ["+", "-"],
+    }
 
 
 @pytest.mark.parametrize(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import math
+import re
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -270,6 +271,30 @@ def test_load_tasks_math_gsm8k_and_reasoning_gym(data_dir: Path):
     assert gsm[0]["answer"] == "18" and gsm[0]["level"] is None
     rg = load_tasks({"source": "reasoning_gym", "task": "basic_arithmetic", "size": 4})
     assert len(rg) == 4 and rg[0]["answer"]
+    easy = load_tasks(
+        {
+            "source": "reasoning_gym",
+            "task": "basic_arithmetic",
+            "size": 8,
+            "task_config": {
+                "min_terms": 2,
+                "max_terms": 2,
+                "max_digits": 1,
+                "operators": ["+"],
+                "allow_negation": False,
+            },
+        }
+    )
+    for row in easy:  # "Calculate 5 + -4." -> "1": the difficulty knobs reached the generator
+        expr = row["problem"].removeprefix("Calculate ").rstrip(".")
+        assert set(expr) <= set("0123456789+-() ") and "*" not in expr
+        assert all(len(n) == 1 for n in re.findall(r"\d+", expr))  # max_digits=1
+        assert len(re.findall(r"\d+", expr)) == 2  # min_terms = max_terms = 2
+        assert int(row["answer"]) == eval(expr)  # noqa: S307 -- digits, +, -, parentheses only
+    with pytest.raises(DataError, match="could not be created.*bogus"):
+        load_tasks(
+            {"source": "reasoning_gym", "task": "basic_arithmetic", "task_config": {"bogus": 1}}
+        )
 
 
 def test_hub_offline_error_names_the_fix(monkeypatch):

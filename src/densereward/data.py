@@ -59,6 +59,10 @@ class DataConfig:
     """reasoning-gym task name (``basic_arithmetic``, ``chain_sum``, ``gsm_symbolic``, ...)."""
     size: int = 256
     """reasoning-gym: number of generated problems."""
+    task_config: dict[str, Any] | None = None
+    """reasoning-gym: keyword arguments of the task's dataset config (difficulty knobs), e.g.
+    ``{min_terms: 2, max_terms: 2, max_digits: 1}`` for ``basic_arithmetic``; unknown keys
+    raise :class:`DataError`."""
     system_prompt: str | None = SYSTEM_PROMPT
     """System message; ``None`` = user message only."""
 
@@ -169,7 +173,9 @@ def _read_reasoning_gym(cfg: DataConfig) -> list[dict[str, Any]]:
             "data.source=reasoning_gym needs the package: pip install reasoning-gym"
         ) from exc
     try:
-        ds = reasoning_gym.create_dataset(cfg.task, size=cfg.size, seed=cfg.seed)
+        ds = reasoning_gym.create_dataset(
+            cfg.task, size=cfg.size, seed=cfg.seed, **dict(cfg.task_config or {})
+        )
     except Exception as exc:
         raise DataError(f"reasoning-gym task {cfg.task!r} could not be created: {exc}") from exc
     rows = []
