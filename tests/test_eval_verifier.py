@@ -163,6 +163,7 @@ def test_cli_with_precomputed_scores_end_to_end(gsm8k, tmp_path):
     report = (out / "report.md").read_text()
     assert "## Per generator" in report and "175b_verification" in report and "quartiles" in report
     assert f"{n_abst} abstained" in report
+    assert "- prompt: `unknown (scores read from a file)`" in report
 
     # The written scores file is itself reusable and reproduces the metrics exactly.
     out2 = tmp_path / "out2"
@@ -253,3 +254,8 @@ def test_cli_with_real_default_verifier(gsm8k, tmp_path, default_model_dir, monk
     assert set(m["per_generator"]) == set(E.GSM8K_GENERATORS)
     assert m["meta"]["verifier_stats"]["n_scored"] >= 40
     assert (out / "report.md").is_file() and (out / "reliability.png").is_file()
+    assert m["meta"]["reference_guided"] is False
+    assert (
+        "- prompt: `reference-free (the default criterion), style direct`"
+        in (out / "report.md").read_text()
+    )

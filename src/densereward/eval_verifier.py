@@ -561,6 +561,27 @@ def _table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     return "\n".join(lines)
 
 
+def _prompt_description(config: VerifierConfig, reference_guided: bool, *, scored: bool) -> str:
+    """How the responses were judged, for the report header.
+
+    >>> _prompt_description(VerifierConfig(), True, scored=True)
+    'reference-guided (answer_match: the final answer against the reference), style direct'
+    >>> _prompt_description(VerifierConfig(), False, scored=True)
+    'reference-free (the default criterion), style direct'
+    """
+    if not scored:
+        return "unknown (scores read from a file)"
+    crit = ", ".join(config.criteria) if config.criteria else None
+    if reference_guided:
+        what = (
+            f"criteria {crit} with the reference"
+            if crit
+            else "answer_match: the final answer against the reference"
+        )
+        return f"reference-guided ({what}), style {config.style}"
+    return f"reference-free ({f'criteria {crit}' if crit else 'the default criterion'}), style {config.style}"
+
+
 def render_report(
     metrics: Mapping[str, Any],
     *,
@@ -1061,6 +1082,7 @@ def main(args: argparse.Namespace) -> int:
     else:
         records, stats = score_responses(rows, config, reference_guided=args.reference_guided)
         meta["verifier_stats"] = stats
+        meta["reference_guided"] = bool(args.reference_guided)
     meta["verifier"] = {k: v for k, v in to_jsonable(config).items() if k != "api_key_env"}
     metrics = evaluate(
         rows,
@@ -1073,6 +1095,7 @@ def main(args: argparse.Namespace) -> int:
         "responses": meta["responses"],
         "scores": meta.get("scores_from", "scored now"),
         "verifier": f"{config.backend} {config.model or 'default (SmolLM2-135M-Instruct)'}, G={config.granularity}, K={config.n_repeats}",
+        "prompt": _prompt_description(config, args.reference_guided, scored=not args.scores),
     }
     paths = write_outputs(
         args.out,
