@@ -126,3 +126,15 @@ def test_real_two_step_grpo_run_dense_reward(tmp_path, data_dir, default_model_d
     assert (run_dir / "checkpoint-2").is_dir()
     assert result["metric"] == "verifier/pass_rate" and len(result["curve"]) == 2
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]  # exactly one run directory
+
+    # --resume: continue from checkpoint-2 to step 3 in the same directory and W&B run
+    config["training"]["max_steps"] = 3
+    resumed = run(config, output_dir=run_dir, resume="latest")
+    assert resumed["steps"] == 3
+    rows = [
+        json.loads(line) for line in (run_dir / "reward_quality.jsonl").read_text().splitlines()
+    ]
+    assert [r["step"] for r in rows] == [1, 2, 3]  # appended, the first two kept as they were
+    assert [p["step"] for p in resumed["curve"]] == [1, 2, 3]
+    assert len(list((run_dir / "wandb").glob("offline-run-*"))) in (1, 2)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]
