@@ -78,8 +78,6 @@ __all__ = [
     "normalized_auc",
     "final_performance",
     "stratified_bootstrap_ci",
-    "iqm_batched",
-    "probability_of_improvement_batched",
     "iqm_ci",
     "probability_of_improvement_ci",
     "mean_curve_ci",
@@ -521,35 +519,8 @@ def final_performance(values: Sequence[float], window: int = 3) -> float:
     return float(np.mean(v[-window:])) if v.size else NAN
 
 
-def iqm_batched(scores: np.ndarray) -> np.ndarray:
-    """IQM of each bootstrap replicate: ``(B, n_runs, n_tasks) -> (B,)``.
-
-    The 25%-trimmed mean over all runs and tasks of a replicate, exactly
-    ``scipy.stats.trim_mean(x, 0.25, axis=None)`` = ``rliable.metrics.aggregate_iqm`` (Agarwal et
-    al. 2021, Sec. 4.1), vectorised over replicates.
-    """
-    x = np.sort(np.asarray(scores, dtype=float).reshape(scores.shape[0], -1), axis=1)
-    n = x.shape[1]
-    k = int(0.25 * n)
-    return x[:, k : n - k].mean(axis=1)
-
-
-def probability_of_improvement_batched(x: np.ndarray, y: np.ndarray) -> np.ndarray:
-    """P(X > Y) of each replicate: ``(B, n_x, T), (B, n_y, T) -> (B,)``.
-
-    The Mann-Whitney U statistic over ``n_x * n_y`` per task (ties count 1/2), averaged over
-    tasks, as ``rliable.metrics.probability_of_improvement`` computes it (Agarwal et al. 2021,
-    Sec. 4.3), vectorised over replicates.
-    """
-    a = np.asarray(x, dtype=float)[:, :, None, :]
-    b = np.asarray(y, dtype=float)[:, None, :, :]
-    u = (a > b).astype(float) + 0.5 * (a == b)
-    return u.mean(axis=(1, 2)).mean(axis=1)
-
-
 def stratified_bootstrap_ci(
     fn: Callable[..., float],
-    batched_fn: Callable[..., np.ndarray],
     *scores: np.ndarray,
     n_bootstrap: int = 2000,
     confidence: float = 0.95,
@@ -557,42 +528,60 @@ def stratified_bootstrap_ci(
 ) -> dict[str, float]:
     """Percentile stratified-bootstrap interval of ``fn(*scores)`` (Agarwal et al. 2021, Sec. 4).
 
-    Each score matrix has shape ``(n_runs, n_tasks)``; the runs of every task (column) are
-    resampled with replacement, independently per task and per matrix, as rliable's
-    ``StratifiedBootstrap`` / ``StratifiedIndependentBootstrap`` do. The point estimate is
-    ``fn`` (an rliable metric); the replicates use ``batched_fn``, the same statistic vectorised
-    over replicates (tests check both agree). rliable's ``get_interval_estimates`` itself is
-    not called: it needs ``arch<8``, which does not import with pandas 3, and ``arch>=8``
-    rejects its ``random_state`` argument.
+    A thin wrapper of ``rliable.library.get_interval_estimates``: each score matrix has shape
+    ``(n_runs, n_tasks)``; the runs of every task (column) are resampled with replacement
+    (``StratifiedBootstrap`` for one matrix, ``StratifiedIndependentBootstrap`` -- each matrix
+    independently -- for several, e.g. the two sides of a probability of improvement).
 
     Args:
-        fn: statistic of the score matrices, e.g. ``rliable.metrics.aggregate_iqm``.
-        batched_fn: the same statistic on replicates ``(B, n_runs, n_tasks)`` -> ``(B,)``.
+        fn: statistic of the score matrices, e.g. ``rliable.metrics.aggregate_iqm`` or
+            ``rliable.metrics.probability_of_improvement``; returns a scalar.
         *scores: one or more matrices ``(n_runs, n_tasks)`` (run counts may differ).
         n_bootstrap: replicates B.
         confidence: interval coverage in ``(0, 1)``.
-        seed: RNG seed (numpy ``default_rng``).
+        seed: seed of the bootstrap's ``numpy.random.RandomState``.
 
     Returns:
         ``{"value": fn on the data, "low", "high", "n_runs": runs of the first matrix}``.
 
     Raises:
         DataError: for an empty matrix, a non-2-D input or bad parameters.
+
+    >>> from rliable import metrics
+    >>> r = stratified_bootstrap_ci(metrics.aggregate_iqm, np.array([[0.1], [0.5], [0.9]]),
+    ...                             n_bootstrap=200)
+    >>> round(r["value"], 3), 0.1 <= r["low"] <= r["value"] <= r["high"] <= 0.9
+    (0.5, True)
     """
+    import warnings
+
+    from rliable import library as rly
+
     mats = [np.asarray(s, dtype=float) for s in scores]
     if not mats or any(m.ndim != 2 or m.shape[0] == 0 for m in mats):
         raise DataError("stratified_bootstrap_ci needs non-empty (n_runs, n_tasks) matrices")
     if not 0.0 < confidence < 1.0 or n_bootstrap < 1:
         raise DataError("confidence must be in (0, 1) and n_bootstrap >= 1")
-    rng = np.random.default_rng(seed)
-    value = float(fn(*mats))
-    samples = []
-    for m in mats:
-        idx = rng.integers(0, m.shape[0], size=(n_bootstrap, *m.shape))  # runs, per task column
-        samples.append(np.take_along_axis(np.broadcast_to(m, idx.shape), idx, axis=1))
-    reps = np.asarray(batched_fn(*samples), dtype=float)
-    alpha = (1.0 - confidence) / 2.0
-    low, high = (float(q) for q in np.quantile(reps, [alpha, 1.0 - alpha]))
+    data = mats[0] if len(mats) == 1 else tuple(mats)
+
+    def statistic(*m: np.ndarray) -> np.ndarray:
+        return np.atleast_1d(np.asarray(fn(*m), dtype=float))
+
+    with warnings.catch_warnings():
+        # arch 7 deprecates the ``random_state`` argument rliable passes; same numbers
+        warnings.filterwarnings(
+            "ignore", message="random_state is deprecated", category=FutureWarning
+        )
+        point, interval = rly.get_interval_estimates(
+            {"x": data},
+            statistic,
+            method="percentile",
+            reps=n_bootstrap,
+            confidence_interval_size=confidence,
+            random_state=np.random.RandomState(seed),
+        )
+    low, high = (float(v) for v in np.asarray(interval["x"], dtype=float).reshape(2, -1)[:, 0])
+    value = float(np.asarray(point["x"], dtype=float).ravel()[0])
     return {"value": value, "low": low, "high": high, "n_runs": int(mats[0].shape[0])}
 
 
@@ -623,7 +612,6 @@ def iqm_ci(
         return {"value": NAN, "low": NAN, "high": NAN, "n_runs": 0}
     return stratified_bootstrap_ci(
         rl_metrics.aggregate_iqm,
-        iqm_batched,
         x[:, None],
         n_bootstrap=n_bootstrap,
         confidence=confidence,
@@ -663,7 +651,7 @@ def probability_of_improvement_ci(
     if a.size == 0 or b.size == 0:
         return {"value": NAN, "low": NAN, "high": NAN, "n_runs": int(a.size)}
     return stratified_bootstrap_ci(
-        rl_metrics.probability_of_improvement, probability_of_improvement_batched, a[:, None], b[:, None],
+        rl_metrics.probability_of_improvement, a[:, None], b[:, None],
         n_bootstrap=n_bootstrap, confidence=confidence, seed=seed,
     )  # fmt: skip
 
@@ -908,9 +896,10 @@ def render_report(
         "- IQM: interquartile mean over runs (25%-trimmed mean, `rliable.metrics.aggregate_iqm`); "
         "with fewer than 4 runs it equals the mean. "
         f"CIs: {pct} percentile stratified bootstrap over runs, {n_bootstrap} replicates "
-        "(Agarwal et al. 2021). With few seeds the intervals are wide; that is the honest uncertainty.",
+        "(`rliable.library.get_interval_estimates`; Agarwal et al. 2021). With few seeds the intervals are wide; that is the honest uncertainty.",
         "- P(X > Y): probability of improvement (Mann-Whitney U / (n_x n_y), ties count 1/2, "
-        "`rliable.metrics.probability_of_improvement`) with an independent stratified bootstrap; "
+        "`rliable.metrics.probability_of_improvement`) with rliable's independent stratified "
+        "bootstrap (`StratifiedIndependentBootstrap`); "
         "X beats Y when the CI's lower bound is above 0.5.",
         "- Steps to threshold: the first evaluation at or above the threshold; the median counts "
         "runs that never reached it as infinite.",
