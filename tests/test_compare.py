@@ -254,9 +254,10 @@ def test_shipped_compare_configs_build_valid_run_configs():
     assert grpo["mixed"]["seed0"]["data"]["task_config"] == {
         "min_terms": 2,
         "max_terms": 2,
+        "min_digits": 1,
         "max_digits": 1,
-        "operators": ["+", "-"],
     }
+    assert grpo["mixed"]["seed0"]["data"]["task"] == "chain_sum"
 
 
 @pytest.mark.parametrize(
