@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from densereward import eval_verifier as E
+from densereward import metrics as M
 from densereward.errors import ConfigError, DataError
 
 
@@ -164,6 +165,14 @@ def test_cli_with_precomputed_scores_end_to_end(gsm8k, tmp_path):
     assert "## Per generator" in report and "175b_verification" in report and "quartiles" in report
     assert f"{n_abst} abstained" in report
     assert "- prompt: `unknown (scores read from a file)`" in report
+    cal = m["threshold_calibration"]
+    kept = [r for r in recs if not r["abstained"]]
+    best = M.best_threshold([r["score"] for r in kept], [r["is_correct"] for r in kept])
+    assert cal["threshold"] == pytest.approx(best["threshold"])
+    assert cal["cross_validated"]["n_splits"] == 5
+    assert (
+        "## Accept threshold" in report and f"verifier.threshold={cal['threshold']:.4f}" in report
+    )
 
     # The written scores file is itself reusable and reproduces the metrics exactly.
     out2 = tmp_path / "out2"

@@ -129,6 +129,47 @@ def test_bad_input_raises(scores, labels):
         M.tpr(scores, labels)
 
 
+def test_best_threshold_maximises_balanced_accuracy_by_brute_force():
+    rng = np.random.default_rng(3)
+    y = rng.integers(0, 2, 200)
+    s = np.clip(0.15 + 0.1 * y + rng.normal(0, 0.08, 200), 0, 1)  # all below 0.5, yet ranked
+    assert M.balanced_accuracy(s, y, 0.5) == 0.5  # the default threshold accepts nothing
+    best = M.best_threshold(s, y)
+    brute = max(np.unique(s), key=lambda t: (M.balanced_accuracy(s, y, t), t))
+    assert best["threshold"] == pytest.approx(brute)
+    assert best["balanced_accuracy"] == pytest.approx(M.balanced_accuracy(s, y, brute))
+    assert (best["tpr"], best["tnr"]) == pytest.approx((M.tpr(s, y, brute), M.tnr(s, y, brute)))
+    assert 0.1 < best["threshold"] < 0.4 and best["balanced_accuracy"] > 0.65
+    assert math.isnan(M.best_threshold([0.2, 0.3], [1, 1])["threshold"])  # one class
+
+
+def test_calibrate_threshold_cross_validates_over_groups():
+    rng = np.random.default_rng(4)
+    groups = np.repeat(np.arange(40), 5)  # 40 problems x 5 responses
+    y = rng.integers(0, 2, groups.size)
+    s = np.clip(0.2 + 0.15 * y + rng.normal(0, 0.1, groups.size), 0, 1)
+    cal = M.calibrate_threshold(s, y, groups, n_splits=5)
+    cv, ins = cal["cross_validated"], cal["in_sample"]
+    assert cal["threshold"] == M.best_threshold(s, y)["threshold"]
+    assert cv["n_splits"] == 5 and len(cv["thresholds"]) == 5
+    assert 0.5 < cv["balanced_accuracy"] <= ins["balanced_accuracy"] + 1e-12  # honest <= optimistic
+    # reproduce the out-of-fold decisions by hand with sklearn's GroupKFold
+    from sklearn.model_selection import GroupKFold
+
+    v = np.zeros_like(s)
+    for (train, test), t in zip(
+        GroupKFold(5).split(s, y, groups.astype(str)), cv["thresholds"], strict=True
+    ):
+        assert t == M.best_threshold(s[train], y[train])["threshold"]
+        assert not set(groups[train]) & set(groups[test])  # a problem never on both sides
+        v[test] = s[test] >= t
+    assert cv["balanced_accuracy"] == pytest.approx(M.balanced_accuracy(v, y))
+    one = M.calibrate_threshold(s[:5], y[:5], groups[:5])  # a single problem: no CV
+    assert one["cross_validated"]["n_splits"] == 0
+    with pytest.raises(DataError, match="groups"):
+        M.calibrate_threshold(s, y, groups[:-1])
+
+
 def test_verifier_gain_closed_form_matches_empirical():
     rng = np.random.default_rng(0)
     y = (rng.random(4000) < 0.3).astype(float)

@@ -410,6 +410,7 @@ def evaluate(
         "generators": gen_names,
     }
     out["overall"] = full_report(s, y, pids)
+    out["threshold_calibration"] = M.calibrate_threshold(s, y, pids)
     out["soft"] = {
         k: v for k, v in M.classification_report(s, y, soft=True).items() if k in M.REPORT_KEYS[:9]
     }
@@ -659,6 +660,50 @@ def render_report(
         f"Soft variant (V = score): TPR {_fmt(s['tpr'])}, TNR {_fmt(s['tnr'])}, precision {_fmt(s['precision'])}.",
         "",
     ]
+    cal = metrics.get("threshold_calibration")
+    if cal:
+        ins, cv = cal["in_sample"], cal["cross_validated"]
+        cv_thr = cv.get("thresholds") or []
+        cv_how = (
+            f"{cv['n_splits']}-fold cross-validated over problems (threshold re-chosen on each "
+            f"training split: {', '.join(_fmt(t) for t in cv_thr)})"
+            if cv.get("n_splits")
+            else "not estimable (one class or fewer than 2 problems)"
+        )
+        parts += [
+            "## Accept threshold",
+            "",
+            _table(
+                ["threshold", "TPR", "TNR", "balanced accuracy", "estimate"],
+                [
+                    [
+                        _fmt(metrics["threshold"]),
+                        _fmt(o.get("tpr")),
+                        _fmt(o.get("tnr")),
+                        _fmt(o.get("balanced_accuracy")),
+                        "the configured threshold",
+                    ],
+                    [
+                        _fmt(cal["threshold"]),
+                        _fmt(ins["tpr"]),
+                        _fmt(ins["tnr"]),
+                        _fmt(ins["balanced_accuracy"]),
+                        "best on these data (in-sample, optimistic)",
+                    ],
+                    [
+                        "per fold",
+                        _fmt(cv["tpr"]),
+                        _fmt(cv["tnr"]),
+                        _fmt(cv["balanced_accuracy"]),
+                        cv_how,
+                    ],
+                ],
+            ),  # fmt: skip
+            "",
+            "The best threshold maximises balanced accuracy (Youden's J). To accept at it in "
+            f"training or evaluation: `verifier.threshold={_fmt(cal['threshold'], 4)}`.",
+            "",
+        ]
 
     parts += ["## Per generator", ""]
     pg, pgb = metrics["per_generator"], metrics["per_generator_balanced"]
@@ -1110,6 +1155,12 @@ def main(args: argparse.Namespace) -> int:
     print(
         f"TPR {_fmt(o['tpr'])}  TNR {_fmt(o['tnr'])}  balanced accuracy {_fmt(o['balanced_accuracy'])}  "
         f"AUROC {_fmt(o['auroc'])}  ({metrics['counts']['n_scored']} scored, {metrics['counts']['n_abstained']} abstained)"
+    )
+    cal = metrics["threshold_calibration"]
+    print(
+        f"best accept threshold {_fmt(cal['threshold'], 4)}: balanced accuracy "
+        f"{_fmt(cal['in_sample']['balanced_accuracy'])} in-sample, "
+        f"{_fmt(cal['cross_validated']['balanced_accuracy'])} cross-validated over problems"
     )
     print(f"wrote {paths['report']}")
     return 0

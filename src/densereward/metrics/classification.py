@@ -49,6 +49,8 @@ __all__ = [
     "brier_score",
     "reliability_curve",
     "classification_report",
+    "best_threshold",
+    "calibrate_threshold",
     "REPORT_KEYS",
 ]
 
@@ -423,3 +425,106 @@ def classification_report(
         "n_pos": float(y.sum()),
         "n_neg": float(y.size - y.sum()),
     }
+
+
+def best_threshold(scores, labels) -> dict[str, float]:
+    """The accept threshold that maximises balanced accuracy on ``(scores, labels)``.
+
+    Maximises Youden's J = TPR - FPR (Youden 1950), i.e. balanced accuracy
+    ``(TPR + TNR) / 2 = (1 + J) / 2``, over the thresholds of ``sklearn.metrics.roc_curve``
+    (every distinct score). ``V = 1[s >= threshold]`` as everywhere in this module; among equal
+    J the highest threshold wins (fewest false accepts).
+
+    A verifier's scores are often not centred on 0.5 (a small model may score every response
+    below 0.5 and accept nothing at the default threshold while ranking them well, AUROC >
+    0.5); this finds where its own decision boundary lies.
+
+    Args:
+        scores: ``(n,)`` verifier scores.
+        labels: ``(n,)`` ground truth (1 = correct).
+
+    Returns:
+        ``{"threshold", "tpr", "tnr", "balanced_accuracy"}`` (in-sample); all ``NaN`` unless
+        both classes are present.
+
+    Raises:
+        DataError: on malformed input.
+
+    >>> best_threshold([0.30, 0.35, 0.10, 0.20], [1, 1, 0, 0])
+    {'threshold': 0.3, 'tpr': 1.0, 'tnr': 1.0, 'balanced_accuracy': 1.0}
+    """
+    from sklearn.metrics import roc_curve
+
+    s, y = as_arrays(scores, labels)
+    if y.size == 0 or y.min() == y.max():
+        return {"threshold": NAN, "tpr": NAN, "tnr": NAN, "balanced_accuracy": NAN}
+    fpr_, tpr_, thr = roc_curve(y, s, drop_intermediate=False)
+    ok = np.isfinite(thr)  # the first threshold is +inf (accept nothing)
+    j = np.where(ok, tpr_ - fpr_, -np.inf)
+    i = int(np.argmax(j))  # thresholds decrease, so the first maximum is the highest threshold
+    return {
+        "threshold": float(thr[i]),
+        "tpr": float(tpr_[i]),
+        "tnr": float(1.0 - fpr_[i]),
+        "balanced_accuracy": float((1.0 + tpr_[i] - fpr_[i]) / 2.0),
+    }
+
+
+def calibrate_threshold(scores, labels, groups, *, n_splits: int = 5) -> dict[str, Any]:
+    """Best accept threshold (:func:`best_threshold`) with an honest, cross-validated estimate.
+
+    The in-sample optimum is optimistic (the threshold was chosen on the same data). The
+    cross-validated estimate picks the threshold on ``n_splits - 1`` folds and applies it to
+    the held-out fold, with folds split by ``groups`` (``sklearn.model_selection.GroupKFold``;
+    use problem ids so that responses to one problem never sit on both sides); TPR, TNR and
+    balanced accuracy are then computed over all out-of-fold decisions.
+
+    Args:
+        scores: ``(n,)`` verifier scores.
+        labels: ``(n,)`` ground truth (1 = correct).
+        groups: ``(n,)`` group ids (e.g. problem ids).
+        n_splits: folds (reduced to the number of groups when there are fewer).
+
+    Returns:
+        ``{"threshold", "in_sample": {tpr, tnr, balanced_accuracy}, "cross_validated":
+        {tpr, tnr, balanced_accuracy, n_splits, thresholds}}``; ``NaN`` entries when a class is
+        missing or there are fewer than 2 groups (``cross_validated`` then has ``n_splits`` 0).
+
+    Raises:
+        DataError: on malformed input, mismatched lengths or ``n_splits < 2``.
+    """
+    from sklearn.model_selection import GroupKFold
+
+    s, y = as_arrays(scores, labels)
+    g = np.asarray([str(x) for x in groups])
+    if g.shape != s.shape:
+        raise DataError(f"groups has {g.size} entries for {s.size} scores")
+    if n_splits < 2:
+        raise DataError(f"n_splits must be >= 2, got {n_splits}")
+    best = best_threshold(s, y)
+    out: dict[str, Any] = {
+        "threshold": best["threshold"],
+        "in_sample": {k: best[k] for k in ("tpr", "tnr", "balanced_accuracy")},
+        "cross_validated": {
+            "tpr": NAN, "tnr": NAN, "balanced_accuracy": NAN, "n_splits": 0, "thresholds": [],
+        },
+    }  # fmt: skip
+    k = min(n_splits, len(set(g.tolist())))
+    if k < 2 or not math.isfinite(best["threshold"]):
+        return out
+    decisions = np.zeros_like(s)
+    thresholds = []
+    for train, test in GroupKFold(n_splits=k).split(s, y, g):
+        t = best_threshold(s[train], y[train])["threshold"]
+        if not math.isfinite(t):  # a training fold with one class only: keep the global one
+            t = best["threshold"]
+        thresholds.append(float(t))
+        decisions[test] = (s[test] >= t).astype(float)
+    out["cross_validated"] = {
+        "tpr": tpr(decisions, y),
+        "tnr": tnr(decisions, y),
+        "balanced_accuracy": balanced_accuracy(decisions, y),
+        "n_splits": k,
+        "thresholds": thresholds,
+    }
+    return out
