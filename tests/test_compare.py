@@ -269,6 +269,8 @@ def test_shipped_compare_configs_build_valid_run_configs():
         ({"conditions": {"a": {}, "b": ["training.total_timesteps=5"]}}, "set by the comparison"),
         ({"conditions": {"a": {}, "b": {"training": {"seed": 3}}}}, "set by the comparison"),
         ({"conditions": {"a": {}, "b": ["env.rewrd=env"]}}, "rewrd"),
+        # a typo in a trainer argument is caught before the first run, naming the condition
+        ({"conditions": {"a": {}, "b": ["sac.tua=0.05"]}}, "condition 'b'.*did you mean 'sac.tau'"),
         ({"conditions": {"a": {}, "b": "env.reward=env"}}, "list of key=value"),
         ({"seeds": [0, 0]}, "distinct"),
         ({"base": "configs/nope.yaml"}, "not found"),
@@ -289,6 +291,10 @@ def test_result_from_a_different_config_is_an_error_not_silently_reused(tmp_path
         C.run_comparison(
             config, output_dir=tmp_path, base_dir=REPO, report_only=True, progress=False
         )
+    with pytest.raises(ConfigError, match=r"1 finished run\(s\) .* different run config"):
+        C.run_comparison(config, output_dir=tmp_path, base_dir=REPO, progress=False)
+    # a refused call leaves no record claiming its config describes the runs here
+    assert not (tmp_path / "compare_config.yaml").exists()
 
 
 # ------------------------------------------------------------------------------------------
@@ -356,6 +362,23 @@ def test_kill_and_resume_does_not_redo_finished_runs(tmp_path):
         assert all(r["n_points"] >= 1 for r in c["runs"])
     report = (out / "report.md").read_text()
     assert "| sparse | 2 |" in report and "| env_dense | 2 |" in report and "P(" in report
+    assert "**Few runs:** 2 per condition" in report
+    # the resume was announced and logged; the stored config is the one of these runs
+    assert f"resuming {out}: {len(finished)} of 4 runs already finished and skipped" in done.stderr
+    skips = {
+        (e["condition"], e["seed"])
+        for e in read_jsonl(out / "events.jsonl")
+        if e["event"] == "skip"
+    }
+    assert skips == {(p.parent.parent.name, p.parent.name) for p in finished}
+    stored = yaml.safe_load((out / "compare_config.yaml").read_text())
+    assert stored["output_dir"] == str(out) and stored["budget"] == 200
+    # the per-run progress line reports the same final performance as the report
+    for line in done.stderr.splitlines():
+        if line.startswith("[") and "final success_rate=" in line:
+            cname, key = line.split("] ", 1)[1].split(":")[0].split()
+            run = next(r for r in results["conditions"][cname]["runs"] if f"seed{r['seed']}" == key)
+            assert line.split("final success_rate=")[1].startswith(f"{run['final']:.3f} (mean of")
     assert (out / "learning_curves.png").stat().st_size > 1000
 
 

@@ -75,6 +75,15 @@ def test_cache_concurrent_writers(tmp_path):
     c.close()
 
 
+def test_atomic_write_gives_the_permissions_of_a_plain_write(tmp_path):
+    from densereward.io import atomic_write_text
+
+    plain = tmp_path / "plain.txt"
+    plain.write_text("x")
+    atomic = atomic_write_text(tmp_path / "atomic.txt", "x")
+    assert atomic.stat().st_mode & 0o777 == plain.stat().st_mode & 0o777  # not mkstemp's 0o600
+
+
 def test_atomic_write_never_leaves_partial_file(tmp_path):
     path = tmp_path / "results.json"
     atomic_write_json(path, {"v": 0})

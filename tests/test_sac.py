@@ -58,6 +58,8 @@ def test_all_sac_configs_parse():
         ({"env": {"reward": "verifier"}, "her": {"n_sampled_goal": 4}}, "HER"),
         ({"reward": {"score_every": 0}}, "score_every"),
         ({"training": {"total_timesteps": 0}}, "total_timesteps"),
+        ({"sac": {"tua": 0.05}}, r"unknown key 'sac.tua' \(did you mean 'sac.tau'\?\)"),
+        ({"sac": {"seed": 3}}, "sac.seed is set by the trainer; use training.seed"),
     ],
 )
 def test_bad_configs_are_rejected(config, match):

@@ -140,6 +140,38 @@ class SACRunConfig:
     her: dict[str, Any] | None = None
 
 
+_SET_BY_TRAINER = ("policy", "env", "seed", "device", "verbose")
+"""``SAC`` arguments the trainer sets itself (from ``env``, ``training``)."""
+
+
+def _check_sac_kwargs(kwargs: dict[str, Any]) -> None:
+    """Reject keys of section ``sac`` that ``stable_baselines3.SAC`` would reject, before any run
+    starts (a comparison would otherwise fail only when that condition's first run begins)."""
+    import difflib
+    import inspect
+
+    try:
+        from stable_baselines3 import SAC
+    except ImportError:  # the run itself reports the missing extra
+        return
+    allowed = set(inspect.signature(SAC.__init__).parameters) - {"self", *_SET_BY_TRAINER}
+    for key in kwargs:
+        if key in _SET_BY_TRAINER:
+            raise ConfigError(
+                f"sac.{key} is set by the trainer; use "
+                + {"policy": "the observation space (automatic)", "env": "env.id",
+                   "seed": "training.seed", "device": "training.device",
+                   "verbose": "training.verbose"}[key]
+            )  # fmt: skip
+        if key not in allowed:
+            close = difflib.get_close_matches(key, sorted(allowed), n=1)
+            hint = f" (did you mean 'sac.{close[0]}'?)" if close else ""
+            raise ConfigError(
+                f"unknown key 'sac.{key}'{hint}; section 'sac' takes the arguments of "
+                "stable_baselines3.SAC"
+            )
+
+
 def parse_config(config: dict[str, Any]) -> SACRunConfig:
     """Validate a config dict into :class:`SACRunConfig`.
 
@@ -154,6 +186,7 @@ def parse_config(config: dict[str, Any]) -> SACRunConfig:
     for name in ("sac", "her"):
         if config.get(name) is not None and not isinstance(config[name], dict):
             raise ConfigError(f"section {name!r} must be a mapping")
+    _check_sac_kwargs(config.get("sac") or {})
     cfg = SACRunConfig(
         env=from_dict(EnvConfig, config.get("env"), prefix="env."),
         reward=from_dict(ProgressRewardConfig, config.get("reward"), prefix="reward."),

@@ -883,6 +883,25 @@ def render_report(
         )
     if missing:
         lines += ["", f"**Incomplete:** {len(missing)} run(s) not finished: {', '.join(missing)}."]
+    n_min = min((c["n_runs"] for c in analysis["conditions"].values()), default=0)
+    if 0 < n_min < 5:
+        lines += [
+            "",
+            f"**Few runs:** {n_min} per condition. A bootstrap over so few runs understates the "
+            "uncertainty (two runs that beat two others give P = 1.00 [1.00, 1.00]); read the "
+            "verdicts as indicative and add seeds (`--seeds`) before drawing conclusions.",
+        ]
+    short = sorted(
+        {cname for cname, c in analysis["conditions"].items()
+         for r in c["runs"] if 0 < int(r.get("n_points") or 0) < 3}
+    )  # fmt: skip
+    if short:
+        lines += [
+            "",
+            f"**Short curves:** some runs of {', '.join(short)} have fewer than 3 evaluation "
+            "points; the budget may be too small to learn anything (e.g. below SAC's "
+            "`learning_starts`), or the curve interval too large.",
+        ]
     lines += [
         "",
         "![learning curves](learning_curves.png)",
@@ -970,8 +989,13 @@ _WANDB_ENV = (
 )
 
 
+class _ChangedConfig(Exception):
+    """A finished run's result file was produced by a different run config."""
+
+
 def _load_result(path: Path, expected_fp: str) -> dict[str, Any] | None:
-    """A finished run's result, ``None`` if absent or unreadable; raises on a changed config."""
+    """A finished run's result, ``None`` if absent or unreadable; :class:`_ChangedConfig` if
+    it was produced by a different run config."""
     if not path.is_file():
         return None
     try:
@@ -983,10 +1007,7 @@ def _load_result(path: Path, expected_fp: str) -> dict[str, Any] | None:
         logger.warning("ignoring %s: not a run result; the run is redone", path)
         return None
     if data["fingerprint"] != expected_fp:
-        raise ConfigError(
-            f"{path} was produced by a different run config (budget, seeds or overrides changed); "
-            "use another output_dir, or delete that run's directory to redo it"
-        )
+        raise _ChangedConfig(str(path))
     return data
 
 
@@ -1046,21 +1067,44 @@ def run_comparison(
     spec = TRAINERS[cfg.trainer]
     run_configs = build_run_configs(cfg, base_dir=Path(base_dir) if base_dir is not None else None)
     out = Path(output_dir or cfg.output_dir or Path("runs") / "compare" / str(cfg.name))
-    out.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(out / "compare_config.yaml", _yaml_dump(dict(config)))
     budget = int(_get(next(iter(next(iter(run_configs.values())).values())), spec.budget_key))
     events = out / "events.jsonl"
 
     order = [(c, f"seed{s}") for s in cfg.seeds for c in cfg.conditions]
     results: dict[tuple[str, str], dict[str, Any]] = {}
     fps = {(c, k): fingerprint(cfg.trainer, run_configs[c][k]) for c, k in order}
+    changed: list[str] = []
     for c, k in order:
-        r = _load_result(out / "runs" / c / k / "result.json", fps[(c, k)])
+        try:
+            r = _load_result(out / "runs" / c / k / "result.json", fps[(c, k)])
+        except _ChangedConfig as exc:
+            changed.append(str(exc))
+            continue
         if r is not None:
             results[(c, k)] = r
+    if changed:
+        raise ConfigError(
+            f"{len(changed)} finished run(s) in {out / 'runs'} were produced by a different run "
+            f"config (budget, seeds, base config or overrides changed), e.g. {changed[0]}; pass "
+            f"--output-dir for a new comparison, the flags of the original command "
+            f"(see {out / 'compare_config.yaml'}) to continue it, or delete {out / 'runs'} to redo it"
+        )
     todo = [] if report_only else [ck for ck in order if ck not in results]
+    if not report_only:  # the config of the runs in this directory (not of a refused call)
+        atomic_write_text(
+            out / "compare_config.yaml", _yaml_dump({**dict(config), "output_dir": str(out)})
+        )
     if results and todo:
-        logger.info("resuming: %d of %d runs already finished", len(results), len(order))
+        print(
+            f"resuming {out}: {len(results)} of {len(order)} runs already finished and skipped, "
+            f"{len(todo)} to run",
+            file=sys.stderr,
+        )
+        for c, k in order:
+            if (c, k) in results:
+                append_jsonl(
+                    events, {"event": "skip", "condition": c, "seed": k, "time": time.time()}
+                )
 
     durations: dict[str, list[float]] = {}
     for (c, _), r in results.items():
@@ -1230,10 +1274,13 @@ def _run_all(
             durations.setdefault(cname, []).append(wall)
             eta = _eta(durations, remaining)
             bar.update(task, advance=1, eta=_hms(eta))
-            final = record["final"]
+            values = [p.get("value") for p in record["curve"] if isinstance(p, Mapping)]
+            values = [float(v) for v in values if isinstance(v, (int, float))]
+            final = final_performance(values, cfg.final_window) if values else None
             console.print(
                 f"[{n_done0 + i + 1}/{n_total}] {cname} {key}: final {summary.get('metric')}="
-                f"{_fmt(final if isinstance(final, (int, float)) else None)} in {wall:.0f} s; ~{_hms(eta)} left"
+                f"{_fmt(final)} (mean of the last {min(cfg.final_window, len(values))} of "
+                f"{len(values)} points) in {wall:.0f} s; ~{_hms(eta)} left"
             )
 
 

@@ -52,12 +52,26 @@ def to_jsonable(obj: Any) -> Any:
     return obj
 
 
+def _read_umask() -> int:
+    mask = os.umask(0)  # the only portable way to read it: set and restore at once
+    os.umask(mask)
+    return mask
+
+
+_UMASK = _read_umask()  # read once, at import: os.umask() is process-wide and not thread-safe
+
+
 def atomic_write_text(path: str | Path, text: str) -> Path:
-    """Write ``text`` to ``path`` atomically (temp file in the same dir, fsync, ``os.replace``)."""
+    """Write ``text`` to ``path`` atomically (temp file in the same dir, fsync, ``os.replace``).
+
+    The file gets the permissions a plain ``open(path, "w")`` would give (``0o666`` minus the
+    umask), not the private ``0o600`` of the temporary file.
+    """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
+        os.fchmod(fd, 0o666 & ~_UMASK)
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
             f.flush()
