@@ -915,7 +915,7 @@ def render_report(
         "- IQM: interquartile mean over runs (25%-trimmed mean, `rliable.metrics.aggregate_iqm`); "
         "with fewer than 4 runs it equals the mean. "
         f"CIs: {pct} percentile stratified bootstrap over runs, {n_bootstrap} replicates "
-        "(`rliable.library.get_interval_estimates`; Agarwal et al. 2021). With few seeds the intervals are wide; that is the honest uncertainty.",
+        "(`rliable.library.get_interval_estimates`; Agarwal et al. 2021). With few seeds the intervals are wide, and with fewer than about 5 runs per condition still too narrow: a percentile bootstrap cannot show more spread than the runs have.",
         "- P(X > Y): probability of improvement (Mann-Whitney U / (n_x n_y), ties count 1/2, "
         "`rliable.metrics.probability_of_improvement`) with rliable's independent stratified "
         "bootstrap (`StratifiedIndependentBootstrap`); "
