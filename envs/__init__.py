@@ -49,8 +49,26 @@ RewardKind = Literal["env", "sparse", "verifier"]
 
 
 def register_robotics() -> None:
-    """Register Gymnasium-Robotics environments (``FetchReach-v4``, ...); idempotent."""
-    import gymnasium_robotics
+    """Register Gymnasium-Robotics environments (``FetchReach-v4``, ...); idempotent.
+
+    Its import prints a ``farama_notifications`` notice about the Adroit hand environments'
+    rewards (not used here) on every start; that one line is dropped, anything else printed
+    to stderr during the import is passed through.
+    """
+    import contextlib
+    import io
+    import sys
+
+    buf = io.StringIO()
+    with contextlib.redirect_stderr(buf):
+        import gymnasium_robotics
+    for line in buf.getvalue().splitlines(keepends=True):
+        if (
+            "AdroitHand" not in line
+            or "farama" not in line.lower()
+            and "Gymnasium-Robotics" not in line
+        ):
+            sys.stderr.write(line)
 
     gym.register_envs(gymnasium_robotics)
 

@@ -242,9 +242,10 @@ def rendering_available() -> bool:
     """True when MuJoCo can create an offscreen OpenGL context (``MUJOCO_GL`` egl/osmesa/glfw)."""
     try:
         import gymnasium as gym
-        import gymnasium_robotics
 
-        gym.register_envs(gymnasium_robotics)
+        from envs import register_robotics
+
+        register_robotics()
         env = gym.make("FetchReach-v4", render_mode="rgb_array")
         try:
             env.reset(seed=0)

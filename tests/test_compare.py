@@ -391,3 +391,20 @@ def test_no_verdict_from_a_single_seed():
         n_bootstrap=200,
     )
     assert a["pairs"][0]["verdict"].startswith("too few runs")
+
+
+def test_cli_flags_override_the_config_and_bad_condition_names_are_errors():
+    import argparse
+
+    parser = argparse.ArgumentParser()
+    C.add_arguments(parser)
+    path = str(REPO / "configs" / "compare_fetchreach.yaml")
+    args = parser.parse_args(["--config", path, "--seeds", "4", "5", "--budget", "300",
+                              "--conditions", "env_dense", "sparse"])  # fmt: skip
+    config = C.config_from_args(args)
+    assert config["seeds"] == [4, 5] and config["budget"] == 300
+    assert list(config["conditions"]) == ["env_dense", "sparse"]
+    for names, match in ((["sparse", "dense_env"], r"unknown \['dense_env'\]"),
+                         (["sparse", "sparse"], r"\['sparse'\] given more than once")):  # fmt: skip
+        with pytest.raises(ConfigError, match=match):
+            C.config_from_args(parser.parse_args(["--config", path, "--conditions", *names]))

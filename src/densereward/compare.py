@@ -1354,6 +1354,9 @@ def config_from_args(args: argparse.Namespace) -> dict[str, Any]:
         unknown = [c for c in args.conditions if c not in conds]
         if unknown:
             raise ConfigError(f"--conditions: unknown {unknown}; the config has {list(conds)}")
+        dup = sorted({c for c in args.conditions if args.conditions.count(c) > 1})
+        if dup:
+            raise ConfigError(f"--conditions: {dup} given more than once")
         config["conditions"] = {c: conds[c] for c in args.conditions}
     return config
 
