@@ -935,6 +935,7 @@ def plot_curves(
     x_label: str,
     threshold: float | None,
     title: str,
+    confidence: float = 0.95,
 ) -> Path:
     """Mean learning curve with its bootstrap band per condition (PNG)."""
     import matplotlib
@@ -963,7 +964,10 @@ def plot_curves(
         )
     ax.set_xlabel(x_label)
     ax.set_ylabel(metric)
-    ax.set_title(title)
+    ax.set_title(
+        f"{title}\nline: mean over seeds; band: {round(confidence * 100)}% bootstrap CI of the mean",
+        fontsize=10,
+    )
     ax.grid(alpha=0.3)
     ax.legend(loc="best", fontsize=8)
     fig.tight_layout()
@@ -1154,6 +1158,7 @@ def run_comparison(
         x_label=spec.x_label,
         threshold=cfg.threshold,
         title=str(cfg.name),
+        confidence=cfg.confidence,
     )
     atomic_write_text(out / "report.md", report)
     results_doc = {
