@@ -381,6 +381,24 @@ def test_kill_and_resume_does_not_redo_finished_runs(tmp_path):
             assert line.split("final success_rate=")[1].startswith(f"{run['final']:.3f} (mean of")
     assert (out / "learning_curves.png").stat().st_size > 1000
 
+    # --report-only re-analyses these runs from a config with another budget and seeds: the
+    # run-defining keys come from <out>/compare_config.yaml, analysis keys from --config
+    other = tmp_path / "compare_other.yaml"
+    other.write_text(
+        yaml.safe_dump({**_sac_compare_config(out, budget=999, seeds=(7,)), "final_window": 1})
+    )
+    import argparse
+
+    parser = argparse.ArgumentParser()
+    C.add_arguments(parser)
+    args = parser.parse_args(["--config", str(other), "--output-dir", str(out), "--report-only"])
+    config = C.config_from_args(args)
+    assert config["budget"] == 200 and config["seeds"] == [0, 1] and config["final_window"] == 1
+    again = C.run_comparison(
+        config, output_dir=out, base_dir=REPO, report_only=True, progress=False
+    )
+    assert again["budget"] == 200 and again["final_window"] == 1 and again["missing"] == []
+
 
 def test_no_verdict_from_a_single_seed():
     v = C.verdict("a", "b", {"value": 1.0, "low": 1.0, "high": 1.0}, n_a=1, n_b=3)

@@ -1341,14 +1341,44 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--conditions", nargs="+", default=None, metavar="NAME", help="run only these conditions"
     )
     parser.add_argument(
-        "--report-only", action="store_true", help="run nothing; report the runs finished so far"
+        "--report-only",
+        action="store_true",
+        help="run nothing; report the runs finished so far (their budget, seeds and conditions "
+        "are read from <output dir>/compare_config.yaml; flags still override)",
     )
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
+_RUN_KEYS = ("trainer", "base", "common", "conditions", "seeds", "budget")
+"""Keys of a comparison config that define its runs (the rest only changes the analysis)."""
+
+
 def config_from_args(args: argparse.Namespace) -> dict[str, Any]:
-    """Load the comparison YAML and apply the command-line overrides (flags win)."""
+    """Load the comparison YAML and apply the command-line overrides (flags win).
+
+    With ``--report-only`` the run-defining keys (``trainer, base, common, conditions, seeds,
+    budget``) come from ``<output dir>/compare_config.yaml`` when it exists -- the config the
+    runs there were made with -- so a comparison run with ``--budget/--seeds/--conditions``
+    can be re-analysed without repeating them; analysis keys (``threshold``, ``final_window``,
+    ``metric``, bootstrap settings) still come from ``--config``, and overrides and flags
+    still win.
+    """
     config = load_yaml(args.config)
+    if getattr(args, "report_only", False):
+        out = Path(
+            getattr(args, "output_dir", None)
+            or config.get("output_dir")
+            or Path("runs") / "compare" / str(config.get("name") or Path(args.config).stem)
+        )
+        stored_path = out / "compare_config.yaml"
+        if stored_path.is_file():
+            stored = load_yaml(stored_path)
+            for key in _RUN_KEYS:
+                if key in stored:
+                    config[key] = stored[key]
+                else:
+                    config.pop(key, None)
+            print(f"report-only: runs as recorded in {stored_path}", file=sys.stderr)
     apply_overrides(config, list(args.overrides or []))
     if args.seeds is not None:
         config["seeds"] = list(args.seeds)
