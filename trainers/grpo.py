@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import copy
 import dataclasses
-import difflib
 import logging
 import os
 import sys
@@ -32,7 +31,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from densereward.config import VerifierConfig, apply_overrides, from_dict, load_yaml
+from densereward.config import (
+    VerifierConfig,
+    apply_overrides,
+    from_dict,
+    load_yaml,
+    unknown_key_hints,
+)
 from densereward.errors import ConfigError, DenseRewardError
 from densereward.io import (
     atomic_write_json,
@@ -91,11 +96,10 @@ def grpo_config_kwargs(training: dict[str, Any]) -> dict[str, Any]:
     names = {f.name for f in dataclasses.fields(GRPOConfig) if f.init}
     unknown = sorted(set(training) - names)
     if unknown:
-        hints = []
-        for k in unknown:
-            close = difflib.get_close_matches(k, names, n=1)
-            hints.append(f"{k!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
-        raise ConfigError(f"unknown trl.GRPOConfig field(s) under training: {', '.join(hints)}")
+        raise ConfigError(
+            "unknown trl.GRPOConfig field(s) under training: "
+            + unknown_key_hints(unknown, names, sep=", ")
+        )
     return dict(training)
 
 

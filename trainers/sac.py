@@ -33,7 +33,13 @@ from typing import Any, Literal
 
 import yaml
 
-from densereward.config import VerifierConfig, apply_overrides, from_dict, load_yaml
+from densereward.config import (
+    VerifierConfig,
+    apply_overrides,
+    from_dict,
+    load_yaml,
+    unknown_key_hints,
+)
 from densereward.errors import ConfigError
 from densereward.io import (
     atomic_write_json,
@@ -147,7 +153,6 @@ _SET_BY_TRAINER = ("policy", "env", "seed", "device", "verbose")
 def _check_sac_kwargs(kwargs: dict[str, Any]) -> None:
     """Reject keys of section ``sac`` that ``stable_baselines3.SAC`` would reject, before any run
     starts (a comparison would otherwise fail only when that condition's first run begins)."""
-    import difflib
     import inspect
 
     try:
@@ -164,11 +169,9 @@ def _check_sac_kwargs(kwargs: dict[str, Any]) -> None:
                    "verbose": "training.verbose"}[key]
             )  # fmt: skip
         if key not in allowed:
-            close = difflib.get_close_matches(key, sorted(allowed), n=1)
-            hint = f" (did you mean 'sac.{close[0]}'?)" if close else ""
             raise ConfigError(
-                f"unknown key 'sac.{key}'{hint}; section 'sac' takes the arguments of "
-                "stable_baselines3.SAC"
+                f"unknown key {unknown_key_hints([key], allowed, prefix='sac.')}; section 'sac' "
+                "takes the arguments of stable_baselines3.SAC"
             )
 
 

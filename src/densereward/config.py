@@ -10,7 +10,7 @@ import contextlib
 import dataclasses
 import types
 import typing
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -140,6 +140,27 @@ def _coerce(tp: Any, value: Any, name: str) -> Any:
     return value
 
 
+def unknown_key_hints(
+    unknown: Iterable[str], known: Iterable[str], *, prefix: str = "", sep: str = "; "
+) -> str:
+    """Quote each unknown key with its closest known key (``difflib``), for error messages.
+
+    >>> unknown_key_hints(["budgte", "zzz"], ["budget", "seeds"])
+    "'budgte' (did you mean 'budget'?); 'zzz'"
+    >>> unknown_key_hints(["tua"], ["tau", "gamma"], prefix="sac.")
+    "'sac.tua' (did you mean 'sac.tau'?)"
+    """
+    import difflib
+
+    names = sorted(known)
+    hints = []
+    for k in unknown:
+        close = difflib.get_close_matches(k, names, n=1)
+        hint = repr(f"{prefix}{k}")
+        hints.append(hint + (f" (did you mean {f'{prefix}{close[0]}'!r}?)" if close else ""))
+    return sep.join(hints)
+
+
 def from_dict(cls: type, data: Mapping[str, Any] | None, *, prefix: str = "") -> Any:
     """Build dataclass ``cls`` from a mapping; unknown keys raise :class:`ConfigError`."""
     data = dict(data or {})
@@ -147,12 +168,7 @@ def from_dict(cls: type, data: Mapping[str, Any] | None, *, prefix: str = "") ->
     names = {f.name for f in dataclasses.fields(cls)}
     unknown = sorted(set(data) - names)
     if unknown:
-        import difflib
-
-        sugg = {k: difflib.get_close_matches(k, names, n=1) for k in unknown}
-        hint = "; ".join(
-            f"{k!r}" + (f" (did you mean {s[0]!r}?)" if s else "") for k, s in sugg.items()
-        )
+        hint = unknown_key_hints(unknown, names)
         raise ConfigError(f"unknown key(s) in {prefix or cls.__name__}: {hint}")
     kwargs = {k: _coerce(hints[k], v, f"{prefix}{k}") for k, v in data.items()}
     return cls(**kwargs)
