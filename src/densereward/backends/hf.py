@@ -336,10 +336,7 @@ class TransformersBackend(LocalAsyncMixin):
             except RuntimeError as e:  # out of memory, device errors
                 self.usage.n_failures += 1
                 raise BackendError(f"transformers forward pass failed: {e}") from e
-            self.usage.n_calls += 1
-            self.usage.n_prompts += len(seqs)
-            self.usage.n_prompt_tokens += sum(len(s) for s in seqs)
-            self.usage.seconds += time.perf_counter() - t0
+            self.usage.record_batch(seqs, started=t0)
         return results  # type: ignore[return-value]
 
     def generate(
@@ -417,11 +414,7 @@ class TransformersBackend(LocalAsyncMixin):
             except RuntimeError as e:
                 self.usage.n_failures += 1
                 raise BackendError(f"transformers generation failed: {e}") from e
-            self.usage.n_calls += 1
-            self.usage.n_prompts += len(seqs)
-            self.usage.n_prompt_tokens += sum(len(s) for s in seqs)
-            self.usage.n_completion_tokens += n_new
-            self.usage.seconds += time.perf_counter() - t0
+            self.usage.record_batch(seqs, started=t0, completion_tokens=n_new)
         return texts
 
     def close(self) -> None:

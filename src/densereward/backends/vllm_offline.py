@@ -227,11 +227,7 @@ class VLLMBackend(LocalAsyncMixin):
                         }
                     )
                 )
-            self.usage.n_calls += 1
-            self.usage.n_prompts += len(seqs)
-            self.usage.n_prompt_tokens += sum(len(s) for s in seqs)
-            self.usage.n_completion_tokens += len(seqs)
-            self.usage.seconds += time.perf_counter() - t0
+            self.usage.record_batch(seqs, started=t0, completion_tokens=len(seqs))
         return results
 
     def generate(
@@ -284,13 +280,11 @@ class VLLMBackend(LocalAsyncMixin):
             ]
             outs = self._run(seqs, params)
             texts = [o.outputs[0].text if o.outputs else "" for o in outs]
-            self.usage.n_calls += 1
-            self.usage.n_prompts += len(seqs)
-            self.usage.n_prompt_tokens += sum(len(s) for s in seqs)
-            self.usage.n_completion_tokens += sum(
-                len(o.outputs[0].token_ids) for o in outs if o.outputs
+            self.usage.record_batch(
+                seqs,
+                started=t0,
+                completion_tokens=sum(len(o.outputs[0].token_ids) for o in outs if o.outputs),
             )
-            self.usage.seconds += time.perf_counter() - t0
         return texts
 
     def close(self) -> None:
