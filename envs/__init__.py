@@ -63,11 +63,8 @@ def register_robotics() -> None:
     with contextlib.redirect_stderr(buf):
         import gymnasium_robotics
     for line in buf.getvalue().splitlines(keepends=True):
-        if (
-            "AdroitHand" not in line
-            or "farama" not in line.lower()
-            and "Gymnasium-Robotics" not in line
-        ):
+        notice = "AdroitHand" in line and ("farama" in line.lower() or "Gymnasium-Robotics" in line)
+        if not notice:
             sys.stderr.write(line)
 
     gym.register_envs(gymnasium_robotics)

@@ -1032,6 +1032,11 @@ def _hms(seconds: float | None) -> str:
     )
 
 
+def _output_dir(flag: str | Path | None, configured: str | None, name: Any) -> Path:
+    """The comparison's directory: ``--output-dir``, else ``output_dir:``, else runs/compare/<name>."""
+    return Path(flag or configured or Path("runs") / "compare" / str(name))
+
+
 def run_comparison(
     config: Mapping[str, Any],
     *,
@@ -1070,7 +1075,7 @@ def run_comparison(
     cfg = parse_compare_config(config, name=name)
     spec = TRAINERS[cfg.trainer]
     run_configs = build_run_configs(cfg, base_dir=Path(base_dir) if base_dir is not None else None)
-    out = Path(output_dir or cfg.output_dir or Path("runs") / "compare" / str(cfg.name))
+    out = _output_dir(output_dir, cfg.output_dir, cfg.name)
     budget = int(_get(next(iter(next(iter(run_configs.values())).values())), spec.budget_key))
     events = out / "events.jsonl"
 
@@ -1279,13 +1284,12 @@ def _run_all(
             durations.setdefault(cname, []).append(wall)
             eta = _eta(durations, remaining)
             bar.update(task, advance=1, eta=_hms(eta))
-            values = [p.get("value") for p in record["curve"] if isinstance(p, Mapping)]
-            values = [float(v) for v in values if isinstance(v, (int, float))]
-            final = final_performance(values, cfg.final_window) if values else None
+            _, values = _curve_arrays(record["curve"])  # as analyze() reads it
+            final = final_performance(values, cfg.final_window) if values.size else None
             console.print(
                 f"[{n_done0 + i + 1}/{n_total}] {cname} {key}: final {summary.get('metric')}="
-                f"{_fmt(final)} (mean of the last {min(cfg.final_window, len(values))} of "
-                f"{len(values)} points) in {wall:.0f} s; ~{_hms(eta)} left"
+                f"{_fmt(final)} (mean of the last {min(cfg.final_window, values.size)} of "
+                f"{values.size} points) in {wall:.0f} s; ~{_hms(eta)} left"
             )
 
 
@@ -1365,10 +1369,10 @@ def config_from_args(args: argparse.Namespace) -> dict[str, Any]:
     """
     config = load_yaml(args.config)
     if getattr(args, "report_only", False):
-        out = Path(
-            getattr(args, "output_dir", None)
-            or config.get("output_dir")
-            or Path("runs") / "compare" / str(config.get("name") or Path(args.config).stem)
+        out = _output_dir(
+            getattr(args, "output_dir", None),
+            config.get("output_dir"),
+            config.get("name") or Path(args.config).stem,
         )
         stored_path = out / "compare_config.yaml"
         if stored_path.is_file():
