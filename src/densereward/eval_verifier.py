@@ -554,6 +554,18 @@ def _fmt(v: Any, digits: int = 3) -> str:
     return str(v)
 
 
+_RATE_COLUMNS = (
+    ("pass rate", "pass_rate"),
+    ("TPR", "tpr"),
+    ("TNR", "tnr"),
+    ("bal. acc.", "balanced_accuracy"),
+    ("precision", "precision"),
+    ("verifier gain", "verifier_gain"),
+    ("AUROC", "auroc"),
+)
+"""(header, metric key) of the rate columns shared by the per-generator and difficulty tables."""
+
+
 def _table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     lines += [
@@ -713,13 +725,7 @@ def render_report(
                 "generator",
                 "n",
                 "abstained",
-                "pass rate",
-                "TPR",
-                "TNR",
-                "bal. acc.",
-                "precision",
-                "verifier gain",
-                "AUROC",
+                *(h for h, _ in _RATE_COLUMNS),
                 "TPR (shared)",
                 "TNR (shared)",
                 "self-verif. kw",
@@ -729,13 +735,7 @@ def render_report(
                     g,
                     _fmt(r["n"], 0),
                     _fmt(r["n_abstained"], 0),
-                    r["pass_rate"],
-                    r["tpr"],
-                    r["tnr"],
-                    r["balanced_accuracy"],
-                    r["precision"],
-                    r["verifier_gain"],
-                    r["auroc"],
+                    *(r[k] for _, k in _RATE_COLUMNS),
                     pgb[g]["tpr"],
                     pgb[g]["tnr"],
                     r["self_verification_keyword_rate"],
@@ -763,26 +763,14 @@ def render_report(
                     "bin",
                     "problems",
                     "responses",
-                    "pass rate",
-                    "TPR",
-                    "TNR",
-                    "bal. acc.",
-                    "precision",
-                    "verifier gain",
-                    "AUROC",
+                    *(h for h, _ in _RATE_COLUMNS),
                 ],
                 [
                     [
                         r["label"],
                         _fmt(r["n_problems"], 0),
                         _fmt(r["n"], 0),
-                        r["pass_rate"],
-                        r["tpr"],
-                        r["tnr"],
-                        r["balanced_accuracy"],
-                        r["precision"],
-                        r["verifier_gain"],
-                        r["auroc"],
+                        *(r[k] for _, k in _RATE_COLUMNS),
                     ]
                     for r in d[name]["bins"]
                 ],
