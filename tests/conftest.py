@@ -1,4 +1,5 @@
-"""Shared fixtures: the read-only data sets beside the checkout and the embedded default model."""
+"""Shared fixtures: the read-only data sets beside the checkout, the embedded default model and
+the scripted OpenAI-compatible loopback server."""
 
 from __future__ import annotations
 
@@ -25,3 +26,12 @@ def default_model_dir() -> Path:
     from densereward.backends.default_model import ensure_default_model
 
     return ensure_default_model()
+
+
+@pytest.fixture
+def server():
+    """A fresh :class:`servers.MisbehavingServer` on a loopback port, stopped after the test."""
+    from servers import MisbehavingServer
+
+    with MisbehavingServer() as srv:
+        yield srv

@@ -428,3 +428,19 @@ class MisbehavingServer:
             "choices": choices,
             "usage": {"prompt_tokens": 10, "completion_tokens": n, "total_tokens": 10 + n},
         }
+
+
+def scripted_verifier(base_url: str, **config):
+    """A :class:`densereward.verifier.Verifier` on the ``openai`` backend at ``base_url``.
+
+    ``config`` goes to :class:`~densereward.config.VerifierConfig`. The warning that the
+    scripted server has no ``/tokenize`` endpoint is silenced.
+    """
+    import warnings
+
+    from densereward.config import VerifierConfig
+    from densereward.verifier import Verifier
+
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*cannot tokenize.*")
+        return Verifier(VerifierConfig(backend="openai", base_url=base_url, **config))

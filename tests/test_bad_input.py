@@ -20,13 +20,12 @@ from __future__ import annotations
 import json
 import math
 import time
-import warnings
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
-from servers import Fault, MisbehavingServer, free_port
+from servers import Fault, free_port, scripted_verifier
 
 from densereward import prompts as P
 from densereward.config import VerifierConfig
@@ -280,22 +279,11 @@ def test_group_reward_with_bad_completions_returns_one_value_each(verifier):
 
 
 def _http_verifier(base_url: str, **overrides):
-    from densereward.verifier import Verifier
-
     kw = dict(
-        backend="openai", base_url=base_url, on_error="abstain", max_retries=1, timeout_s=1.0,
+        on_error="abstain", max_retries=1, timeout_s=1.0,
         api_key_env="DENSEREWARD_TEST_BAD_INPUT_KEY", granularity=20,
     )  # fmt: skip
-    kw.update(overrides)
-    with warnings.catch_warnings():  # the scripted server has no /tokenize endpoint
-        warnings.filterwarnings("ignore", message=".*cannot tokenize.*")
-        return Verifier(VerifierConfig(**kw))
-
-
-@pytest.fixture
-def server():
-    with MisbehavingServer() as srv:
-        yield srv
+    return scripted_verifier(base_url, **{**kw, **overrides})
 
 
 FAULTS = {

@@ -46,12 +46,6 @@ def make_config(base_url: str, **overrides) -> VerifierConfig:
 
 
 @pytest.fixture
-def server():
-    with MisbehavingServer() as srv:
-        yield srv
-
-
-@pytest.fixture
 def backend(server):
     b = OpenAIBackend(make_config(server.base_url), retry_base_s=0.01, retry_max_s=2.0)
     yield b

@@ -13,9 +13,8 @@ import warnings
 from pathlib import Path
 
 import pytest
-from servers import Fault, MisbehavingServer, free_port
+from servers import Fault, free_port, scripted_verifier
 
-from densereward.config import VerifierConfig
 from densereward.errors import BackendError, BackendUnavailableError, ConfigError
 
 REPO = Path(__file__).resolve().parents[1]
@@ -36,19 +35,7 @@ def _files_containing(root: Path, needle: str) -> list[str]:
 
 
 def _verifier(base_url: str, **overrides):
-    from densereward.verifier import Verifier
-
-    kw = dict(backend="openai", base_url=base_url, max_retries=1, timeout_s=2.0)
-    kw.update(overrides)
-    with warnings.catch_warnings():  # the scripted server has no /tokenize endpoint
-        warnings.filterwarnings("ignore", message=".*cannot tokenize.*")
-        return Verifier(VerifierConfig(**kw))
-
-
-@pytest.fixture
-def server():
-    with MisbehavingServer() as srv:
-        yield srv
+    return scripted_verifier(base_url, **{"max_retries": 1, "timeout_s": 2.0, **overrides})
 
 
 def test_planted_key_is_used_but_never_in_errors_logs_or_cache(
