@@ -33,9 +33,13 @@ from typing import Any
 
 from densereward.config import (
     VerifierConfig,
+    add_override_arguments,
     apply_overrides,
+    check_sections,
+    field_names,
     from_dict,
     load_yaml,
+    overrides_from,
     unknown_key_hints,
 )
 from densereward.errors import ConfigError, DenseRewardError
@@ -103,6 +107,24 @@ def grpo_config_kwargs(training: dict[str, Any]) -> dict[str, Any]:
     return dict(training)
 
 
+def _section_fields() -> dict[str, Any]:
+    """Section -> its field names, for the unknown-section hints (evaluated only on error)."""
+    from densereward.data import DataConfig
+    from densereward.rewards import RewardConfig
+
+    def grpo_fields() -> list[str]:
+        from trl import GRPOConfig
+
+        return field_names(GRPOConfig)
+
+    classes = {"model": ModelConfig, "data": DataConfig, "reward": RewardConfig}
+    out: dict[str, Any] = {k: (lambda c=c: field_names(c)) for k, c in classes.items()}
+    out["verifier"] = lambda: field_names(VerifierConfig)
+    out["training"] = grpo_fields
+    out["wandb"] = lambda: field_names(WandbConfig)
+    return out
+
+
 def resolve_config(config: dict[str, Any]) -> dict[str, Any]:
     """Parse every section into its dataclass (errors early, before any weights load).
 
@@ -115,9 +137,7 @@ def resolve_config(config: dict[str, Any]) -> dict[str, Any]:
     from densereward.data import DataConfig
     from densereward.rewards import RewardConfig
 
-    unknown = sorted(set(config) - set(SECTIONS))
-    if unknown:
-        raise ConfigError(f"unknown config section(s) {unknown}; expected {list(SECTIONS)}")
+    check_sections(config, _section_fields())
     return {
         "model": from_dict(ModelConfig, config.get("model"), prefix="model."),
         "data": from_dict(DataConfig, config.get("data"), prefix="data."),
@@ -461,14 +481,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--config", required=True, help="YAML config, e.g. configs/grpo_math_cpu.yaml"
     )
-    parser.add_argument(
-        "overrides",
-        nargs="*",
-        metavar="KEY=VALUE",
-        help="dotted overrides, e.g. training.max_steps=5",
-    )
-    parser.add_argument("--set", dest="set_overrides", action="append", default=[], metavar="KEY=VALUE",
-                        help="same as a positional override (repeatable)")  # fmt: skip
+    add_override_arguments(parser, "training.max_steps=5 verifier.granularity=10")
     parser.add_argument(
         "--data",
         metavar="PATH_OR_HUB_ID",
@@ -491,7 +504,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def config_from_args(args: argparse.Namespace) -> dict[str, Any]:
     """Load the YAML and apply the overrides and shortcut flags (flags win)."""
     config = load_yaml(args.config)
-    apply_overrides(config, list(args.overrides or []) + list(args.set_overrides or []))
+    apply_overrides(config, overrides_from(args))
 
     def sections(name: str) -> dict[str, Any]:
         if not isinstance(config.get(name), dict):
@@ -560,6 +573,9 @@ def main(args: argparse.Namespace) -> int:
 
 
 if __name__ == "__main__":
+    from densereward._quiet import quiet_known_notices
+
+    quiet_known_notices()
     _parser = argparse.ArgumentParser(prog="python trainers/grpo.py")
     add_arguments(_parser)
     sys.exit(main(_parser.parse_args()))

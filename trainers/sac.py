@@ -35,9 +35,13 @@ import yaml
 
 from densereward.config import (
     VerifierConfig,
+    add_override_arguments,
     apply_overrides,
+    check_sections,
+    field_names,
     from_dict,
     load_yaml,
+    overrides_from,
     unknown_key_hints,
 )
 from densereward.errors import ConfigError
@@ -175,17 +179,32 @@ def _check_sac_kwargs(kwargs: dict[str, Any]) -> None:
             )
 
 
+def _section_fields() -> dict[str, Any]:
+    """Section -> its field names, for the unknown-section hints (evaluated only on error)."""
+    import inspect
+
+    def init_args(qualname: str) -> list[str]:
+        import importlib
+
+        module, name = qualname.rsplit(".", 1)
+        cls = getattr(importlib.import_module(module), name)
+        return [p for p in inspect.signature(cls.__init__).parameters if p != "self"]
+
+    classes = {"env": EnvConfig, "reward": ProgressRewardConfig, "verifier": VerifierConfig}
+    out: dict[str, Any] = {k: (lambda c=c: field_names(c)) for k, c in classes.items()}
+    out["sac"] = lambda: [a for a in init_args("stable_baselines3.SAC") if a not in _SET_BY_TRAINER]
+    out["her"] = lambda: init_args("stable_baselines3.HerReplayBuffer")
+    out["training"] = lambda: field_names(TrainingConfig)
+    return out
+
+
 def parse_config(config: dict[str, Any]) -> SACRunConfig:
     """Validate a config dict into :class:`SACRunConfig`.
 
     Raises:
         ConfigError: on unknown sections/keys or invalid values.
     """
-    unknown = sorted(set(config) - set(SECTIONS))
-    if unknown:
-        raise ConfigError(
-            f"unknown section(s) {unknown} in the SAC config; allowed: {list(SECTIONS)}"
-        )
+    check_sections(config, _section_fields())
     for name in ("sac", "her"):
         if config.get(name) is not None and not isinstance(config[name], dict):
             raise ConfigError(f"section {name!r} must be a mapping")
@@ -448,16 +467,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--resume", action="store_true", help="continue from the latest checkpoint in --output-dir"
     )
-    parser.add_argument(
-        "overrides", nargs="*", help="key=value overrides, e.g. reward.score_every=20"
-    )
+    add_override_arguments(parser, "reward.score_every=20 sac.learning_rate=1e-3")
 
 
 def main(args: argparse.Namespace) -> int:
     """Run from parsed CLI arguments; returns the process exit code."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     config = load_yaml(args.config)
-    apply_overrides(config, list(args.overrides or []))
+    apply_overrides(config, overrides_from(args))
     training = config.setdefault("training", {}) or {}
     config["training"] = training
     if args.total_timesteps is not None:
@@ -482,6 +499,9 @@ def main(args: argparse.Namespace) -> int:
 
 
 if __name__ == "__main__":
+    from densereward._quiet import quiet_known_notices
+
+    quiet_known_notices()
     _parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_arguments(_parser)
     sys.exit(main(_parser.parse_args()))

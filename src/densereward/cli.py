@@ -20,6 +20,7 @@ import os
 import sys
 from collections.abc import Sequence
 
+from .config import add_override_arguments, overrides_from
 from .errors import DenseRewardError
 
 __all__ = ["main", "build_parser"]
@@ -61,24 +62,15 @@ def _add_score(sub: argparse._SubParsersAction) -> None:
         default=None,
         help="YAML file with a `verifier:` section (VerifierConfig fields)",
     )
-    p.add_argument(
-        "--set",
-        dest="overrides",
-        nargs="*",
-        default=[],
-        metavar="KEY=VALUE",
-        help="overrides, e.g. verifier.granularity=10",
-    )
+    add_override_arguments(p, "verifier.granularity=10")
     p.add_argument("--json", action="store_true", help="print the full result as JSON")
     p.set_defaults(func=_run_score)
 
 
 def _verifier_config_from(args: argparse.Namespace):
-    from .config import VerifierConfig, apply_overrides, from_dict, load_yaml
+    from .eval_verifier import build_config
 
-    raw = load_yaml(args.config) if args.config else {}
-    apply_overrides(raw, list(args.overrides or []))
-    return from_dict(VerifierConfig, raw.get("verifier", {}), prefix="verifier.")
+    return build_config(args.config, overrides_from(args))
 
 
 def _run_score(args: argparse.Namespace) -> int:
@@ -188,6 +180,9 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``densereward`` console script. Returns the exit status."""
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    from ._quiet import quiet_known_notices
+
+    quiet_known_notices()
     parser = build_parser()
     args = parser.parse_args(argv)
     logging.basicConfig(

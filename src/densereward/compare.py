@@ -61,7 +61,14 @@ from typing import Any, Literal
 
 import numpy as np
 
-from .config import apply_overrides, from_dict, load_yaml, parse_override
+from .config import (
+    add_override_arguments,
+    apply_overrides,
+    from_dict,
+    load_yaml,
+    overrides_from,
+    parse_override,
+)
 from .errors import ConfigError, DataError, DenseRewardError
 from .io import append_jsonl, atomic_write_json, atomic_write_text, to_jsonable
 
@@ -257,7 +264,7 @@ def parse_compare_config(config: Mapping[str, Any], *, name: str | None = None) 
     for required in ("trainer", "conditions"):
         if required not in data:
             raise ConfigError(f"comparison config needs {required!r}")
-    cfg = from_dict(CompareConfig, data, prefix="compare.")
+    cfg = from_dict(CompareConfig, data)
     if cfg.name is None:
         cfg = dataclasses.replace(cfg, name=name or "compare")
     return cfg
@@ -1326,12 +1333,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--config", required=True, help="comparison YAML, e.g. configs/compare_fetchreach.yaml"
     )
-    parser.add_argument(
-        "overrides",
-        nargs="*",
-        metavar="KEY=VALUE",
-        help="overrides of the comparison config, e.g. budget=2000 threshold=0.9",
-    )
+    add_override_arguments(parser, "budget=2000 threshold=0.9 (keys of the comparison config)")
     parser.add_argument(
         "--output-dir", default=None, help="output directory (overrides output_dir:)"
     )
@@ -1383,7 +1385,7 @@ def config_from_args(args: argparse.Namespace) -> dict[str, Any]:
                 else:
                     config.pop(key, None)
             print(f"report-only: runs as recorded in {stored_path}", file=sys.stderr)
-    apply_overrides(config, list(args.overrides or []))
+    apply_overrides(config, overrides_from(args))
     if args.seeds is not None:
         config["seeds"] = list(args.seeds)
     if args.budget is not None:

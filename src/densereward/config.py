@@ -10,7 +10,7 @@ import contextlib
 import dataclasses
 import types
 import typing
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -19,7 +19,16 @@ import yaml
 
 from .errors import ConfigError
 
-__all__ = ["VerifierConfig", "from_dict", "load_yaml", "apply_overrides", "parse_override"]
+__all__ = [
+    "VerifierConfig",
+    "from_dict",
+    "load_yaml",
+    "apply_overrides",
+    "parse_override",
+    "check_sections",
+    "add_override_arguments",
+    "overrides_from",
+]
 
 
 @dataclass(frozen=True)
@@ -161,15 +170,71 @@ def unknown_key_hints(
     return sep.join(hints)
 
 
+def unknown_section_hints(unknown: Iterable[str], sections: Mapping[str, Iterable[str]]) -> str:
+    """Quote each unknown top-level name with a hint: the closest section name, or the
+    ``section.field`` it was probably meant as (a bare field name, or a close one).
+
+    >>> secs = {"training": ["learning_rate", "max_steps"], "verifier": ["granularity"]}
+    >>> unknown_section_hints(["trainng", "learning_rate", "granularty", "zzz"], secs)
+    "'trainng' (did you mean 'training'?); 'learning_rate' (did you mean 'training.learning_rate'?); 'granularty' (did you mean 'verifier.granularity'?); 'zzz'"
+    """
+    import difflib
+
+    dotted = {f"{s}.{f}": f for s, fs in sections.items() for f in fs}
+    hints = []
+    for name in unknown:
+        exact = sorted(d for d, f in dotted.items() if f == name)
+        close = difflib.get_close_matches(name, list(sections), n=1) or exact
+        if not close:
+            by_field = difflib.get_close_matches(name, sorted(set(dotted.values())), n=1)
+            close = sorted(d for d, f in dotted.items() if by_field and f == by_field[0])
+        hints.append(repr(name) + (f" (did you mean {close[0]!r}?)" if close else ""))
+    return "; ".join(hints)
+
+
+def field_names(cls: type) -> list[str]:
+    """The init field names of dataclass ``cls`` (for :func:`check_sections`)."""
+    return [f.name for f in dataclasses.fields(cls) if f.init]
+
+
+def check_sections(
+    config: Mapping[str, Any], sections: Mapping[str, Callable[[], Iterable[str]]]
+) -> None:
+    """Reject top-level keys of ``config`` that are not one of ``sections``.
+
+    Args:
+        config: The nested config (YAML plus ``section.field=value`` overrides).
+        sections: Section name -> a function returning its field names (called only to
+            build the error message, so an expensive one, e.g. ``trl.GRPOConfig``'s
+            fields, costs nothing on valid configs).
+
+    Raises:
+        ConfigError: naming each unknown key with its likely fix: a close section name
+            (``trainng`` -> ``training``) or the section of a bare field
+            (``learning_rate`` -> ``training.learning_rate``).
+    """
+    unknown = sorted(set(config) - set(sections))
+    if unknown:
+        hints = unknown_section_hints(unknown, {s: list(f()) for s, f in sections.items()})
+        raise ConfigError(
+            f"unknown section(s) {hints}; the sections are {', '.join(sections)} "
+            "(set a field as section.field=value)"
+        )
+
+
 def from_dict(cls: type, data: Mapping[str, Any] | None, *, prefix: str = "") -> Any:
-    """Build dataclass ``cls`` from a mapping; unknown keys raise :class:`ConfigError`."""
+    """Build dataclass ``cls`` from a mapping; unknown keys raise :class:`ConfigError`.
+
+    ``prefix`` (e.g. ``"verifier."``) names the section in messages and coercion errors.
+    """
     data = dict(data or {})
     hints = typing.get_type_hints(cls)
     names = {f.name for f in dataclasses.fields(cls)}
     unknown = sorted(set(data) - names)
     if unknown:
         hint = unknown_key_hints(unknown, names)
-        raise ConfigError(f"unknown key(s) in {prefix or cls.__name__}: {hint}")
+        where = f"section {prefix.rstrip('.')!r}" if prefix else cls.__name__
+        raise ConfigError(f"unknown key(s) in {where}: {hint}")
     kwargs = {k: _coerce(hints[k], v, f"{prefix}{k}") for k, v in data.items()}
     return cls(**kwargs)
 
@@ -236,3 +301,28 @@ def apply_overrides(config: dict[str, Any], overrides: list[str]) -> dict[str, A
             node = nxt
         node[keys[-1]] = value
     return config
+
+
+def add_override_arguments(parser: Any, example: str) -> None:
+    """Add the one override syntax every ``densereward`` command accepts: bare positional
+    ``section.field=value`` pairs and ``--set section.field=value ...`` (repeatable); read
+    them back with :func:`overrides_from`."""
+    parser.add_argument(
+        "overrides", nargs="*", metavar="KEY=VALUE", help=f"dotted overrides, e.g. {example}"
+    )
+    parser.add_argument(
+        "--set",
+        dest="set_overrides",
+        action="extend",
+        nargs="+",
+        default=[],
+        metavar="KEY=VALUE",
+        help="the same as positional overrides (repeatable)",
+    )
+
+
+def overrides_from(args: Any) -> list[str]:
+    """The overrides of parsed arguments: positional ones first, then ``--set`` ones."""
+    return list(getattr(args, "overrides", None) or []) + list(
+        getattr(args, "set_overrides", None) or []
+    )

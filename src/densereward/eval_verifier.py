@@ -33,7 +33,16 @@ from typing import Any
 import numpy as np
 
 from . import metrics as M
-from .config import VerifierConfig, apply_overrides, from_dict, load_yaml
+from .config import (
+    VerifierConfig,
+    add_override_arguments,
+    apply_overrides,
+    check_sections,
+    field_names,
+    from_dict,
+    load_yaml,
+    overrides_from,
+)
 from .errors import ConfigError, DataError
 from .io import atomic_write_json, atomic_write_text, read_jsonl, to_jsonable
 
@@ -1044,13 +1053,17 @@ def write_outputs(
 def build_config(config_path: str | None, overrides: Sequence[str]) -> VerifierConfig:
     """``VerifierConfig`` from the ``verifier:`` section of a YAML file plus ``verifier.x=y`` overrides.
 
+    The YAML file may be a train config (its other sections are ignored).
+
     Raises:
-        ConfigError: on unknown keys, bad values, or an override outside ``verifier.``.
+        ConfigError: on unknown keys, bad values, or an override outside ``verifier.`` (with
+            a hint: ``granularity=10`` -> ``verifier.granularity``).
     """
     data = load_yaml(config_path) if config_path else {}
-    bad = [o for o in overrides if not o.strip().startswith("verifier.")]
-    if bad:
-        raise ConfigError(f"eval-verifier only takes verifier.* overrides, got {bad}")
+    # the file may be a train config (its other sections are ignored); overrides may not
+    check_sections(
+        apply_overrides({}, list(overrides)), {"verifier": lambda: field_names(VerifierConfig)}
+    )
     apply_overrides(data, list(overrides))
     return from_dict(VerifierConfig, data.get("verifier") or {}, prefix="verifier.")
 
@@ -1064,14 +1077,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--out", default="outputs/eval-verifier", help="output directory (default: %(default)s)"
     )
     parser.add_argument("--config", default=None, help="YAML file with a 'verifier:' section")
-    parser.add_argument(
-        "--set",
-        dest="overrides",
-        action="append",
-        default=[],
-        metavar="verifier.KEY=VALUE",
-        help="override a verifier field, e.g. --set verifier.granularity=10 (repeatable)",
-    )
+    add_override_arguments(parser, "verifier.granularity=10")
     parser.add_argument(
         "--scores",
         default=None,
@@ -1102,7 +1108,7 @@ def main(args: argparse.Namespace) -> int:
     """
     if args.limit is not None and args.limit < 1:
         raise ConfigError("--limit must be >= 1")
-    config = build_config(args.config, args.overrides)
+    config = build_config(args.config, overrides_from(args))
     rows = load_responses(args.responses, limit=args.limit)
     meta: dict[str, Any] = {
         "responses": str(args.responses),

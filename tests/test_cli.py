@@ -1,0 +1,140 @@
+"""The ``densereward`` command line as a new user meets it: one override syntax with hints,
+a quiet start, what ``score`` prints."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from densereward.cli import build_parser
+from densereward.config import overrides_from
+from densereward.errors import ConfigError
+
+REPO = Path(__file__).resolve().parents[1]
+GRPO_CPU = str(REPO / "configs" / "grpo_math_cpu.yaml")
+SAC_SPARSE = str(REPO / "configs" / "sac_fetchreach_sparse.yaml")
+COMPARE = str(REPO / "configs" / "compare_fetchreach.yaml")
+OFFLINE_ENV = {
+    **os.environ,
+    "HF_HUB_OFFLINE": "1",
+    "TRANSFORMERS_OFFLINE": "1",
+    "TOKENIZERS_PARALLELISM": "false",
+}
+
+
+def _config(argv: list[str]) -> dict:
+    """The config a command would run with (YAML + overrides), without running it."""
+    args = build_parser().parse_args(argv)
+    if args.command in ("score", "eval-verifier"):
+        from densereward.eval_verifier import build_config
+
+        return {"verifier": build_config(args.config, overrides_from(args)).__dict__}
+    if args.command == "compare":
+        from densereward.compare import config_from_args
+
+        return config_from_args(args)
+    if args.trainer == "grpo":
+        from trainers.grpo import config_from_args, resolve_config
+
+        config = config_from_args(args)
+        resolve_config(config)  # raises as the run would
+        return config
+    from densereward.config import apply_overrides, load_yaml
+    from trainers.sac import parse_config
+
+    return parse_config(apply_overrides(load_yaml(args.config), overrides_from(args))).__dict__
+
+
+@pytest.mark.parametrize(
+    ("command", "override", "get"),
+    [
+        (["score", "--problem", "p", "--response", "r"], "verifier.granularity=5",
+         lambda c: c["verifier"]["granularity"]),
+        (["eval-verifier", "--responses", "x.jsonl"], "verifier.granularity=5",
+         lambda c: c["verifier"]["granularity"]),
+        (["train", "grpo", "--config", GRPO_CPU], "verifier.granularity=5",
+         lambda c: c["verifier"]["granularity"]),
+        (["train", "sac", "--config", SAC_SPARSE], "training.seed=5",
+         lambda c: c["training"].seed),
+        (["compare", "--config", COMPARE], "budget=5", lambda c: c["budget"]),
+    ],
+)  # fmt: skip
+def test_every_command_takes_bare_and_set_overrides_alike(command, override, get):
+    bare = _config([*command, override])
+    with_set = _config([*command, "--set", override])
+    assert get(bare) == get(with_set) == 5
+
+
+@pytest.mark.parametrize(
+    ("argv", "hint"),
+    [
+        (["train", "grpo", "--config", GRPO_CPU, "trainng.learning_rate=1e-6"],
+         "'trainng' (did you mean 'training'?)"),
+        (["train", "grpo", "--config", GRPO_CPU, "learning_rate=1e-6"],
+         "'learning_rate' (did you mean 'training.learning_rate'?)"),
+        (["train", "sac", "--config", SAC_SPARSE, "learning_rate=1e-3"],
+         "'learning_rate' (did you mean 'sac.learning_rate'?)"),
+        (["score", "--problem", "p", "--response", "r", "granularity=5"],
+         "'granularity' (did you mean 'verifier.granularity'?)"),
+        (["eval-verifier", "--responses", "x.jsonl", "--set", "verifer.granularity=5"],
+         "'verifer' (did you mean 'verifier'?)"),
+    ],
+)  # fmt: skip
+def test_unknown_sections_and_bare_fields_get_a_hint(argv, hint):
+    with pytest.raises(ConfigError) as err:
+        _config(argv)
+    assert hint in str(err.value)
+
+
+def test_unknown_key_message_names_the_section_plainly():
+    with pytest.raises(ConfigError) as err:
+        _config(["score", "--problem", "p", "--response", "r", "verifier.granularty=5"])
+    msg = str(err.value)
+    assert "verifier.:" not in msg
+    assert "in section 'verifier': 'granularty' (did you mean 'granularity'?)" in msg
+
+
+def test_score_config_file_may_be_a_train_config():
+    """``score --config`` reads the verifier section of a train config and ignores the rest."""
+    c = _config(["score", "--problem", "p", "--response", "r", "--config", GRPO_CPU])
+    assert c["verifier"]["granularity"] == 10
+
+
+# --------------------------------------------------------------------------------------------
+# A quiet start: TRL's vLLM-version warning and vLLM's Triton notice are known and harmless
+# --------------------------------------------------------------------------------------------
+
+_NOISE = (
+    "TRL currently supports vLLM versions",
+    "Triton is installed, but doesn't include CPU backend",
+)
+
+
+def _stderr_of(code: str) -> str:
+    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=OFFLINE_ENV,
+                          capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    return done.stderr
+
+
+@pytest.mark.slow  # imports trl's trainers and vLLM (~15 s)
+def test_trainer_imports_are_quiet_after_the_cli_set_up():
+    """What every command imports (TRL's GRPOTrainer, hence vLLM) prints neither notice once
+    the CLI's filter is installed; without it, the same imports print both (the control)."""
+    imports = "from trl import GRPOTrainer; import vllm; import warnings; warnings.warn('other')"
+    loud = _stderr_of(imports)
+    assert all(n in loud for n in _NOISE), loud  # the control: this environment has the noise
+    quiet = _stderr_of("from densereward._quiet import quiet_known_notices; "
+                       f"quiet_known_notices(); {imports}")  # fmt: skip
+    assert not any(n in quiet for n in _NOISE), quiet
+    assert "UserWarning: other" in quiet  # other warnings still pass through
+
+
+def test_cli_help_and_a_config_error_print_nothing_else():
+    done = subprocess.run([sys.executable, "-m", "densereward.cli", "score", "--help"], cwd=REPO,
+                          env=OFFLINE_ENV, capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert done.returncode == 0 and done.stderr == "" and "--set" in done.stdout
