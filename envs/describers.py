@@ -103,13 +103,32 @@ class FetchDescriber:
             f"no Fetch describer for {env_id!r}; supported: FetchReach-*, FetchPush-*"
         )
 
-    @staticmethod
-    def _check(obs: Any) -> None:
+    def _check(self, obs: Any) -> None:
+        """Refuse an observation that lacks what this task's text reads.
+
+        Gymnasium-Robotics' ``_get_obs`` sets ``achieved_goal`` to the gripper position
+        (``observation[0:3]``) without an object and to the object position
+        (``observation[3:6]``) with one, so that equality tells a reach observation from a
+        push one.
+        """
         if not isinstance(obs, dict) or not {"observation", "achieved_goal", "desired_goal"} <= set(
             obs
         ):
             raise ConfigError(
                 "FetchDescriber needs dict observations with observation/achieved_goal/desired_goal"
+            )
+        vec = np.asarray(obs["observation"], dtype=np.float64).ravel()
+        achieved = np.asarray(obs["achieved_goal"], dtype=np.float64).ravel()
+        where = slice(0, 3) if self.kind == "reach" else slice(3, 6)
+        part = "gripper" if self.kind == "reach" else "object (block)"
+        if vec.size < where.stop or not np.allclose(vec[where], achieved, atol=1e-6):
+            other = "FetchReach-*" if self.kind == "push" else "FetchPush-*"
+            raise ConfigError(
+                f"FetchDescriber({self.kind!r}) reads the {part} position from observation"
+                f"[{where.start}:{where.stop}] and expects achieved_goal to equal it, but this "
+                f"observation (observation has {vec.size} values) does not: it is not a "
+                f"Fetch{self.kind.capitalize()} observation (a {other} one?). Use "
+                "FetchDescriber.for_env_id(env_id) or envs.default_describer(env_id)."
             )
 
     def _goal_distance(self, obs: dict[str, np.ndarray]) -> float:

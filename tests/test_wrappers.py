@@ -139,8 +139,25 @@ def test_config_rejects_bad_values(kwargs):
 
 
 def test_core_needs_a_discount():
-    with pytest.raises(ConfigError, match="gamma"):
+    """A Python user is told the Python argument (``gamma=``), not only the YAML key."""
+    with pytest.raises(ConfigError, match=r"gamma= .*to the wrapper.*ProgressRewardConfig\(gamma"):
         ProgressRewardCore(distance_progress, FetchDescriber("reach"), ProgressRewardConfig())
+
+
+def test_a_verifier_passed_as_progress_fn_is_told_to_wrap_it(server):
+    from servers import scripted_verifier
+
+    from densereward.wrappers import verifier_progress_fn
+
+    v = scripted_verifier(server.base_url)
+    with pytest.raises(
+        ConfigError, match=r"wrap it as progress_fn=verifier_progress_fn\(verifier\)"
+    ):
+        VerifierProgressReward(raw_env(), v, FetchDescriber("reach"), gamma=0.99)
+    env = VerifierProgressReward(
+        raw_env(), verifier_progress_fn(v), FetchDescriber("reach"), gamma=0.99
+    )
+    assert env.core.gamma == 0.99
 
 
 # ---------------------------------------------------------------------------------------
@@ -479,3 +496,17 @@ def test_register_robotics_drops_only_the_adroit_notice():
         for versions in farama_notifications.notifications.values()
         for v in versions.values()
     )
+
+
+@pytest.mark.parametrize(("kind", "env_id"), [("push", "FetchReach-v4"), ("reach", "FetchPush-v4")])
+def test_fetch_describer_refuses_an_observation_without_what_it_reads(kind, env_id):
+    """A push describer on FetchReach would describe a block that is not there (and a reach
+    describer on FetchPush the block's distance as the gripper's): both refuse, naming the fix."""
+    obs, _ = raw_env(env_id).reset(seed=0)
+    d = FetchDescriber(kind)
+    with pytest.raises(ConfigError, match=r"not a Fetch.* observation.*for_env_id"):
+        d.task(obs)
+    with pytest.raises(ConfigError, match="not a Fetch"):
+        d.describe([obs], [])
+    right = FetchDescriber.for_env_id(env_id)
+    assert right.task(obs) and right.describe([obs], [])

@@ -38,9 +38,12 @@ Choices, documented once:
   during the episode is the environment-reward part of the mode (``r_t``, ``r_t``,
   ``alpha * r_t``).
 
-Wrapper order: ``Monitor(VerifierProgressReward(env))`` (or ``VecMonitor`` around
-:class:`VecVerifierProgressReward`) so that SB3's ``rollout/ep_rew_mean`` is the reward the
-agent trains on; the environment's own reward stays in ``info["true_reward"]``.
+Wrapper order: ``Monitor(VerifierProgressReward(env, progress_fn, describer, gamma=0.99))``
+(or ``VecMonitor`` around :class:`VecVerifierProgressReward`) so that SB3's
+``rollout/ep_rew_mean`` is the reward the agent trains on; the environment's own reward stays
+in ``info["true_reward"]``. ``progress_fn`` is e.g. ``verifier_progress_fn(Verifier())``,
+``describer`` e.g. ``envs.FetchDescriber.for_env_id("FetchReach-v4")``, and ``gamma`` the
+agent's discount (README, "Python API", has a runnable example).
 """
 
 from __future__ import annotations
@@ -400,6 +403,11 @@ class ProgressRewardCore:
         gamma: float | None = None,
         n_envs: int = 1,
     ) -> None:
+        if hasattr(progress_fn, "progress_batch"):  # a Verifier: score lists, not progress
+            raise ConfigError(
+                f"progress_fn is a {type(progress_fn).__name__}, not a progress function: wrap "
+                "it as progress_fn=verifier_progress_fn(verifier) (from densereward.wrappers)"
+            )
         if not callable(progress_fn):
             raise ConfigError(
                 "progress_fn must be callable: (tasks, trajectories) -> list[float | None]"
@@ -407,7 +415,9 @@ class ProgressRewardCore:
         g = config.gamma if config.gamma is not None else gamma
         if g is None:
             raise ConfigError(
-                "the shaping discount is unset: set reward.gamma or pass the agent's gamma"
+                "the shaping discount is unset: pass the agent's discount as gamma= (e.g. "
+                "gamma=0.99, SB3 SAC's default, or your model's gamma) to the wrapper, or set "
+                "ProgressRewardConfig(gamma=...) (reward.gamma in a YAML config)"
             )
         if not 0.0 <= g <= 1.0:
             raise ConfigError(f"gamma must be in [0, 1], got {g}")
