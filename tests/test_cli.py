@@ -138,3 +138,23 @@ def test_cli_help_and_a_config_error_print_nothing_else():
     done = subprocess.run([sys.executable, "-m", "densereward.cli", "score", "--help"], cwd=REPO,
                           env=OFFLINE_ENV, capture_output=True, text=True, timeout=120)  # fmt: skip
     assert done.returncode == 0 and done.stderr == "" and "--set" in done.stdout
+
+
+# --------------------------------------------------------------------------------------------
+# densereward score says what its numbers mean
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.slow  # loads the embedded model (~10 s)
+def test_score_explains_the_scale_and_the_embedded_model(default_model_dir, capsys):
+    from densereward.cli import main
+
+    argv = ["score", "--problem", "What is 7+5?", "--response", "12", "verifier.granularity=5"]
+    assert main(argv) == 0
+    out = " ".join(capsys.readouterr().out.split())  # the legend is wrapped
+    assert "5 score letters from A (worst, 0) to E (best, 1)" in out
+    assert "embedded SmolLM2-135M-Instruct" in out and "not a judge to trust" in out
+    # the same model named explicitly is the user's choice: no embedded-model caution
+    assert main([*argv, f"verifier.model={default_model_dir}"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "from A (worst, 0) to E (best, 1)" in out and "not a judge to trust" not in out

@@ -92,14 +92,39 @@ def _run_score(args: argparse.Namespace) -> int:
             print(f"abstained: {r.reason}")
             return 3
         mass = "n/a (restricted by backend)" if r.mass is None else f"{r.mass:.4f}"
+        worst, best = v.scale.tokens[0], v.scale.tokens[-1]
         print(f"expected score : {r.value:.4f}   (in [0, 1], higher = better)")
         print(f"score mass     : {mass}")
         print(
-            f"argmax score   : {v.scale.tokens[r.argmax]} = {r.argmax_value:.4f}   (of {v.scale.tokens[0]}..{v.scale.tokens[-1]})"
+            f"argmax score   : {v.scale.tokens[r.argmax]} = {r.argmax_value:.4f}   (of {worst}..{best})"
         )
         for name, val in r.per_criterion.items():
             print(f"  {name:<13}: {val if val is None else round(val, 4)}")
+        print(_score_legend(v))
     return 0
+
+
+def _score_legend(v) -> str:
+    """What the numbers of ``densereward score`` mean, and how far to trust the verifier."""
+    import textwrap
+
+    tokens = v.scale.tokens
+    text = (
+        f"scale: {len(tokens)} score letters from {tokens[0]} (worst, 0) to {tokens[-1]} (best, 1). "
+        "The expected score is the mean of the letters' values weighted by the verifier's "
+        "next-token probabilities; the mass is how much probability fell on the letters at all "
+        "(near 1 = the verifier answered on the scale); the argmax is the grade a discrete "
+        "judge would have emitted."
+    )
+    cfg = v.config
+    if cfg.model is None and cfg.backend in ("transformers", "vllm"):
+        text += (
+            "\nverifier: the embedded SmolLM2-135M-Instruct, a small model for offline runs and "
+            "smoke tests, not a judge to trust (at chance without a reference answer; see README, "
+            "'Verifier quality'). For real scores set verifier.model=<HF id or path>, or "
+            "verifier.backend=openai with verifier.base_url=<server>."
+        )
+    return "\n" + "\n".join(textwrap.fill(par, 96) for par in text.split("\n"))
 
 
 def _add_train(sub: argparse._SubParsersAction) -> None:
