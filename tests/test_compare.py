@@ -426,3 +426,25 @@ def test_cli_flags_override_the_config_and_bad_condition_names_are_errors():
                          (["sparse", "sparse"], r"\['sparse'\] given more than once")):  # fmt: skip
         with pytest.raises(ConfigError, match=match):
             C.config_from_args(parser.parse_args(["--config", path, "--conditions", *names]))
+
+
+@pytest.mark.slow  # validates a GRPO condition (imports TRL)
+def test_dry_run_validates_every_condition_and_creates_nothing(tmp_path, data_dir):
+    out = tmp_path / "cmp"
+    config = {
+        "name": "tiny-grpo", "trainer": "grpo", "base": "configs/grpo_math_cpu.yaml",
+        "common": [f"data.path={data_dir / 'math500' / 'tset.jsonl'}"],  # a typo
+        "conditions": {"sparse": ["reward.type=sparse"], "dense": ["reward.type=dense"]},
+        "seeds": [0], "budget": 1, "output_dir": str(out),
+    }  # fmt: skip
+    with pytest.raises(DataError, match="condition 'sparse'.*data file not found"):
+        C.dry_run_comparison(config, base_dir=REPO)
+    with pytest.raises(DataError, match="data file not found"):  # the real run: before any run
+        C.run_comparison(config, base_dir=REPO, progress=False)
+    assert not out.exists()
+    config["common"] = [f"data.path={data_dir / 'math500' / 'test.jsonl'}", "data.limit=4"]
+    lines = C.dry_run_comparison(config, base_dir=REPO)
+    assert "output directory: " + str(out) + " (0 of 2 runs finished" in lines[1]
+    assert any(line.startswith("dense: reward: dense -> reward_funcs") for line in lines)
+    assert any(line.startswith("sparse: data: jsonl") for line in lines)
+    assert not out.exists()

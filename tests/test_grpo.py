@@ -138,3 +138,90 @@ def test_real_two_step_grpo_run_dense_reward(tmp_path, data_dir, default_model_d
     assert [p["step"] for p in resumed["curve"]] == [1, 2, 3]
     assert len(list((run_dir / "wandb").glob("offline-run-*"))) in (1, 2)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]
+
+
+# --------------------------------------------------------------------------------------------
+# A dry run that validates, and a rerun after a failed start
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.slow  # imports trl to validate GRPOConfig
+def test_dry_run_checks_local_data_and_says_when_a_hub_id_is_unreachable(
+    tmp_path, data_dir, capsys, monkeypatch
+):
+    from huggingface_hub import constants
+
+    from densereward.errors import DataError
+    from trainers.grpo import config_from_args, main, run
+
+    cpu = str(REPO / "configs/grpo_math_cpu.yaml")
+    out = tmp_path / "run"
+    typo = str(data_dir / "math500" / "tset.jsonl")
+    with pytest.raises(DataError, match="data file not found"):
+        run(config_from_args(_parse(["--config", cpu, "--data", typo])), dry_run=True)
+    typo_cli = ["--config", cpu, "--data", typo, "--output-dir", str(out), "--dry-run"]
+    assert main(_parse(typo_cli)) == 2
+    no_suffix = str(data_dir / "math500" / "test")  # a path without .jsonl is not a Hub id
+    assert main(_parse(["--config", cpu, "--data", no_suffix, "--dry-run"])) == 2
+    assert "looks like a local path" in capsys.readouterr().err
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    hub = ["--config", cpu, "--data", "HuggingFaceH4/MATH-500", "--output-dir", str(out)]
+    assert main(_parse([*hub, "--dry-run"])) == 0
+    printed = capsys.readouterr().out
+    assert "!!  the Hub id 'HuggingFaceH4/MATH-500' cannot be reached offline" in printed
+    good = ["--config", cpu, "--data", str(data_dir / "math500" / "test.jsonl"), "--dry-run"]
+    assert main(_parse([*good, "--output-dir", str(out)])) == 0
+    assert "ok  data: jsonl" in capsys.readouterr().out
+    assert not out.exists()  # a dry run creates nothing
+
+
+def _wandb_only():
+    from trainers.grpo import WandbConfig
+
+    return {"wandb": WandbConfig()}
+
+
+def test_run_directory_rules_name_the_choices(tmp_path):
+    from trainers.grpo import _run_dir
+
+    failed_start = tmp_path / "failed"  # what a start that failed before step 1 leaves
+    failed_start.mkdir()
+    (failed_start / "config.json").write_text("{}")
+    assert _run_dir(_wandb_only(), failed_start, None) == failed_start  # reused, not refused
+    with pytest.raises(ConfigError, match=r"--resume: no checkpoint in .*without --resume"):
+        _run_dir(_wandb_only(), failed_start, "latest")
+    with pytest.raises(ConfigError, match="directory does not exist"):
+        _run_dir(_wandb_only(), tmp_path / "nothing", "latest")
+
+    with_ckpt = tmp_path / "ckpt"
+    (with_ckpt / "checkpoint-2").mkdir(parents=True)
+    assert _run_dir(_wandb_only(), with_ckpt, "latest") == with_ckpt
+    with pytest.raises(ConfigError, match=r"checkpoint-2.*add --resume.*another --output-dir"):
+        _run_dir(_wandb_only(), with_ckpt, None)
+    with pytest.raises(ConfigError, match="not a checkpoint-<step> directory"):
+        _run_dir(_wandb_only(), None, str(with_ckpt / "checkpoint-9"))
+
+    finished = tmp_path / "finished"
+    finished.mkdir()
+    (finished / "result.json").write_text("{}")
+    with pytest.raises(ConfigError, match="finished run"):
+        _run_dir(_wandb_only(), finished, None)
+
+
+@pytest.mark.slow  # a real start: imports trl and vLLM, fails on the data before any model loads
+def test_a_failed_start_leaves_no_run_directory_and_prints_no_known_noise(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    out = tmp_path / "run"
+    cmd = [sys.executable, "-m", "densereward.cli", "train", "grpo", "--config",
+           str(REPO / "configs/grpo_math_cpu.yaml"), "--data", str(tmp_path / "tset.jsonl"),
+           "--output-dir", str(out)]  # fmt: skip
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    done = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert "data file not found" in done.stderr
+    assert not out.exists()  # so the corrected command is not refused
+    assert "TRL currently supports vLLM versions" not in done.stderr
+    assert "Triton is installed, but doesn't include CPU backend" not in done.stderr

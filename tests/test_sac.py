@@ -195,3 +195,44 @@ def test_sac_200_steps_with_the_real_verifier(tmp_path, default_model_dir, capsy
     assert np.isfinite(summary["metrics"]["verifier/voc"])
     assert list((tmp_path / "wandb").glob("offline-run-*")), "W&B offline run directory missing"
     assert summary["curve"] and summary["curve"][-1]["step"] == 200
+
+
+# --------------------------------------------------------------------------------------------
+# --dry-run, and run directories: reused after a failed start, --resume needs a checkpoint
+# --------------------------------------------------------------------------------------------
+
+
+def _sac_args(*argv: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    sac.add_arguments(parser)
+    return parser.parse_args(list(argv))
+
+
+def test_sac_dry_run_checks_env_describer_and_run_dir_and_creates_nothing(tmp_path, capsys):
+    verifier_cfg = str(REPO / "configs" / "sac_fetchreach_verifier.yaml")
+    out = tmp_path / "run"
+    assert sac.main(_sac_args("--config", verifier_cfg, "--output-dir", str(out), "--dry-run")) == 0
+    printed = capsys.readouterr().out
+    assert "ok  describer: FetchDescriber on a real first observation" in printed
+    assert "Gripper-target distance" in printed and "NOT loaded" in printed
+    assert not out.exists()
+    with pytest.raises(ConfigError, match="Did you mean: `FetchReach`"):
+        sac.main(_sac_args("--config", verifier_cfg, "--dry-run", "env.id=FetchReech-v4"))
+    with pytest.raises(ConfigError, match=r"no checkpoint in .*without --resume"):
+        sac.main(
+            _sac_args("--config", verifier_cfg, "--output-dir", str(out), "--resume", "--dry-run")
+        )
+
+
+def test_sac_run_directory_rules(tmp_path):
+    failed_start = tmp_path / "failed"
+    failed_start.mkdir()
+    (failed_start / "config.yaml").write_text("env: {}\n")
+    assert sac._check_run_dir(failed_start, resume=False) == "reuse"
+    with pytest.raises(ConfigError, match="the earlier run stopped before its first checkpoint"):
+        sac._check_run_dir(failed_start, resume=True)
+    (failed_start / "checkpoints").mkdir()
+    (failed_start / "checkpoints" / "sac_100_steps.zip").write_bytes(b"")
+    assert sac._check_run_dir(failed_start, resume=True) == "resume"
+    with pytest.raises(ConfigError, match=r"sac_100_steps.zip.*add --resume"):
+        sac._check_run_dir(failed_start, resume=False)

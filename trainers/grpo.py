@@ -25,6 +25,7 @@ import copy
 import dataclasses
 import logging
 import os
+import re
 import sys
 import time
 from dataclasses import dataclass
@@ -45,9 +46,9 @@ from densereward.config import (
 from densereward.errors import ConfigError, DenseRewardError
 from densereward.io import (
     atomic_write_json,
+    check_run_dir,
     configure_wandb,
     get_api_key,
-    make_run_dir,
     read_jsonl,
     redact,
 )
@@ -207,21 +208,49 @@ def _verifier_factory(vcfg: VerifierConfig):
     return make
 
 
+_CHECKPOINT = re.compile(r"checkpoint-(\d+)")  # transformers.trainer_utils.PREFIX_CHECKPOINT_DIR
+
+
+def _checkpoints(run_dir: Path) -> list[Path]:
+    """The Trainer's ``checkpoint-<step>`` directories in ``run_dir``, oldest first."""
+    found = [
+        p for p in run_dir.glob("checkpoint-*") if p.is_dir() and _CHECKPOINT.fullmatch(p.name)
+    ]
+    return sorted(found, key=lambda p: int(_CHECKPOINT.fullmatch(p.name).group(1)))
+
+
 def _run_dir(parts: dict[str, Any], output_dir: str | Path | None, resume: str | None) -> Path:
+    """The run directory, checked but not created (:func:`densereward.io.check_run_dir`): the
+    caller creates it once the data, the verifier and TRL's config have passed, so a start that
+    fails on them leaves nothing behind; a directory with no checkpoint is reused."""
     if resume and resume != "latest":
-        return Path(resume).resolve().parent  # .../<run_dir>/checkpoint-N
+        ckpt = Path(resume)
+        if not (ckpt.is_dir() and _CHECKPOINT.fullmatch(ckpt.name)):
+            raise ConfigError(
+                f"--resume {resume}: not a checkpoint-<step> directory. Choices: --resume alone "
+                "continues from the newest checkpoint of --output-dir, --resume <run>/checkpoint-<step> "
+                "from that one"
+            )
+        return ckpt.resolve().parent  # .../<run_dir>/checkpoint-N
     if output_dir is not None:
         p = Path(output_dir)
-        if resume or (p.is_dir() and not any(p.iterdir())):
-            return make_run_dir(p.parent, p.name, exist_ok=True)
-        try:
-            return make_run_dir(p.parent, p.name)
-        except FileExistsError:
-            raise ConfigError(
-                f"run directory {p} already exists; pass --resume to continue it or choose another --output-dir"
-            ) from None
-    name = parts["wandb"].name or time.strftime("grpo-%Y%m%d-%H%M%S")
-    return make_run_dir("runs", name, exist_ok=bool(resume))
+    else:
+        p = Path("runs") / (parts["wandb"].name or time.strftime("grpo-%Y%m%d-%H%M%S"))
+    state = check_run_dir(
+        p, resume=bool(resume), checkpoints=_checkpoints(p), finished=p / "result.json"
+    )
+    if state == "reuse":
+        logger.info("reusing run directory %s: it holds no checkpoint and no result", p)
+    return p
+
+
+def _create_run_dir(run_dir: Path, resume: str | None) -> None:
+    """Create the checked run directory; a fresh start drops reward-quality rows left by an
+    earlier start that never reached a checkpoint (they would mix with this run's steps)."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    if not resume:
+        for stale in ("reward_quality.jsonl", "reward_quality.png"):
+            (run_dir / stale).unlink(missing_ok=True)
 
 
 def _wandb_env(parts: dict[str, Any], run_dir: Path) -> dict[str, str | None]:
@@ -282,7 +311,7 @@ def run(
     training.pop("output_dir", None)
 
     if dry_run:
-        return _dry_run(parts, config)
+        return _dry_run(parts, config, output_dir, resume)
 
     import torch
     from trl import GRPOTrainer
@@ -292,11 +321,8 @@ def run(
     from densereward.rewards import RewardQualityTracker, build_reward_funcs
 
     t0 = time.monotonic()
-    run_dir = _run_dir(parts, output_dir, resume)
+    run_dir = _run_dir(parts, output_dir, resume)  # checked; created below, once all passed
     secrets = [get_api_key(parts["verifier"].api_key_env) or ""]
-    atomic_write_json(
-        run_dir / "config.json", redact(config, secrets)
-    )  # keys never live in configs; masked anyway
 
     # Data: conversational prompts plus problem / answer / level columns for the reward funcs.
     dataset = load_tasks(parts["data"])
@@ -314,6 +340,8 @@ def run(
         tracker=tracker,
         num_generations=args.num_generations,
     )
+    _create_run_dir(run_dir, resume)
+    atomic_write_json(run_dir / "config.json", redact(config, secrets))  # keys masked anyway
 
     # W&B (offline without a key) and the policy.
     old_env = _wandb_env(parts, run_dir) if "wandb" in (args.report_to or []) else {}
@@ -406,16 +434,30 @@ class _ConfigToWandb:
         return _Cb()
 
 
-def _dry_run(parts: dict[str, Any], config: dict[str, Any]) -> dict[str, Any]:
-    """Validate the whole config without model weights or network; report what was checked."""
+def _dry_run(
+    parts: dict[str, Any], config: dict[str, Any], output_dir: Any, resume: str | None
+) -> dict[str, Any]:
+    """Validate the whole config without model weights or network; report what was checked.
+
+    Local data is loaded (a missing file is an error); a Hub id is not downloaded, and with
+    ``HF_HUB_OFFLINE`` set one missing from the local cache is reported under ``problems``;
+    the run directory is checked as the run would check it, and not created.
+    """
     import tempfile
 
+    from densereward.data import check_source
     from densereward.rewards import RewardQualityTracker, build_reward_funcs
 
+    data_line, data_problem = check_source(parts["data"])
+    run_dir = _run_dir(parts, output_dir, resume)
+    state = "continues from its newest checkpoint" if resume else (
+        "exists with no checkpoint and no result: reused" if run_dir.is_dir() and any(run_dir.iterdir())
+        else "created when the run starts"
+    )  # fmt: skip
     checks = [
         f"model: {parts['model'].name or 'embedded SmolLM2-135M-Instruct'} (dtype {parts['model'].dtype}) -- weights NOT loaded",
-        f"data: {parts['data'].kind} source {parts['data'].path or parts['data'].source!r}, split {parts['data'].split!r}"
-        + (" -- NOT downloaded" if parts["data"].kind == "hub" else ""),
+        data_line,
+        f"run directory: {run_dir} ({state})",
         f"verifier: VerifierConfig ok (backend {parts['verifier'].backend}, G={parts['verifier'].granularity}, "
         f"K={parts['verifier'].n_repeats}, style {parts['verifier'].style}"
         + (f", base_url {parts['verifier'].base_url}" if parts["verifier"].base_url else "")
@@ -447,7 +489,8 @@ def _dry_run(parts: dict[str, Any], config: dict[str, Any]) -> dict[str, Any]:
                 else "NOT installed (needed on the GPU machine)"
             )
         )
-    return {"dry_run": True, "checks": checks, "config": redact(config)}
+    problems = [data_problem] if data_problem else []
+    return {"dry_run": True, "checks": checks, "problems": problems, "config": redact(config)}
 
 
 # --------------------------------------------------------------------------------------------
@@ -531,6 +574,27 @@ def config_from_args(args: argparse.Namespace) -> dict[str, Any]:
     return config
 
 
+def dry_run(config: dict[str, Any], *, output_dir: Path, resume: str | None = None) -> list[str]:
+    """The dry-run checks of ``run(config, dry_run=True)`` as lines (``densereward compare
+    --dry-run``); a problem the run would hit although the config is valid starts ``"!! "``."""
+    result = run(config, output_dir=output_dir, dry_run=True, resume=resume)
+    return list(result["checks"]) + ["!! " + p for p in result["problems"]]
+
+
+def _print_dry_run(result: dict[str, Any]) -> int:
+    """Print a dry run's checks (``ok``) and problems (``!!``); the exit code is 0 (valid)."""
+    problems = result.get("problems") or []
+    print(
+        "dry run: configuration valid; nothing created, no weights loaded, no network used"
+        + (f"; {len(problems)} problem(s) the run would hit here:" if problems else "")
+    )
+    for c in result["checks"]:
+        print("  ok  " + c)
+    for c in problems:
+        print("  !!  " + c)
+    return 0
+
+
 def main(args: argparse.Namespace) -> int:
     """CLI entry: run (or dry-run) and print a summary; returns the exit code."""
     import json
@@ -544,10 +608,7 @@ def main(args: argparse.Namespace) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     if result.get("dry_run"):
-        print("dry run: configuration valid; nothing loaded, no network used")
-        for c in result["checks"]:
-            print("  ok  " + c)
-        return 0
+        return _print_dry_run(result)
     print(json.dumps({k: v for k, v in result.items() if k != "curve"}, indent=2))
     run_dir = Path(result["run_dir"])
     wandb_runs = (

@@ -48,8 +48,8 @@ from densereward.errors import ConfigError
 from densereward.io import (
     atomic_write_json,
     atomic_write_text,
+    check_run_dir,
     configure_wandb,
-    make_run_dir,
     read_jsonl,
 )
 from densereward.wrappers import ProgressRewardConfig
@@ -224,20 +224,97 @@ def parse_config(config: dict[str, Any]) -> SACRunConfig:
     return cfg
 
 
-def _latest_checkpoint(ckpt_dir: Path) -> tuple[Path, Path | None, Path | None] | None:
-    """(model zip, replay buffer pkl or None, VecNormalize pkl or None) of the checkpoint
-    with the most steps."""
+def _checkpoint_models(ckpt_dir: Path) -> list[tuple[int, Path]]:
+    """``(steps, model zip)`` of every checkpoint in ``ckpt_dir``, fewest steps first."""
     found = []
     for p in ckpt_dir.glob("sac_*_steps.zip"):
         m = re.fullmatch(r"sac_(\d+)_steps\.zip", p.name)
         if m:
             found.append((int(m.group(1)), p))
+    return sorted(found)
+
+
+def _check_run_dir(run_dir: Path, resume: bool) -> str:
+    """:func:`densereward.io.check_run_dir` with SAC's layout (``checkpoints/``, ``summary.json``)."""
+    models = [p for _, p in _checkpoint_models(run_dir / "checkpoints")]
+    return check_run_dir(
+        run_dir, resume=resume, checkpoints=models, finished=run_dir / "summary.json"
+    )
+
+
+def _latest_checkpoint(ckpt_dir: Path) -> tuple[Path, Path | None, Path | None] | None:
+    """(model zip, replay buffer pkl or None, VecNormalize pkl or None) of the checkpoint
+    with the most steps."""
+    found = _checkpoint_models(ckpt_dir)
     if not found:
         return None
-    steps, model = max(found)
+    steps, model = found[-1]
     buf = ckpt_dir / f"sac_replay_buffer_{steps}_steps.pkl"
     norm = ckpt_dir / f"sac_vecnormalize_{steps}_steps.pkl"
     return model, (buf if buf.is_file() else None), (norm if norm.is_file() else None)
+
+
+def env_spec(env_id: str) -> Any:
+    """The registered spec of ``env_id`` (Gymnasium-Robotics registered first).
+
+    Raises:
+        ConfigError: for an id that is not registered (Gymnasium's message suggests close ids).
+    """
+    import gymnasium as gym
+
+    import envs
+
+    envs.register_robotics()
+    try:
+        return gym.spec(env_id)
+    except gym.error.Error as exc:
+        raise ConfigError(f"env.id={env_id!r}: {exc}") from None
+
+
+def dry_run(config: dict[str, Any], *, output_dir: Path, resume: bool = False) -> list[str]:
+    """Validate a SAC config without training: what ``run`` would check, plus the describer.
+
+    Builds one environment, resets it and has the verifier reward's describer write the
+    task and the first step (so a describer that does not fit the environment fails here);
+    the verifier is configured but not loaded; the run directory is checked, not created.
+
+    Returns:
+        One line per check.
+
+    Raises:
+        ConfigError: on an invalid config, an unknown environment id, a describer that does
+            not fit, or a run directory the run would refuse.
+    """
+    import gymnasium as gym
+
+    import envs
+
+    cfg = parse_config(copy.deepcopy(config))
+    state = _check_run_dir(Path(output_dir), resume)
+    spec = env_spec(cfg.env.id)
+    lines = [
+        f"env: {spec.id} (max_episode_steps {spec.max_episode_steps}), reward {cfg.env.reward}, "
+        f"n_envs {cfg.env.n_envs}",
+        f"run directory: {output_dir} ({state})",
+        f"sac: stable_baselines3.SAC arguments ok {sorted(cfg.sac)}",
+    ]
+    if cfg.env.reward == "verifier":
+        describer = envs.default_describer(cfg.env.id, cfg.env.task)
+        env = gym.make(cfg.env.id)
+        try:
+            obs, _ = env.reset(seed=cfg.training.seed)
+            task, text = describer.task(obs), describer.describe([obs], [])
+        finally:
+            env.close()
+        lines.append(
+            f"describer: {type(describer).__name__} on a real first observation: {task!r} / {text!r}"
+        )
+        v = cfg.verifier
+        lines.append(
+            f"verifier: VerifierConfig ok (backend {v.backend}, model {v.model or 'embedded SmolLM2-135M-Instruct'}, "
+            f"G={v.granularity}) -- NOT loaded; reward.mode {cfg.reward.mode}, score_every {cfg.reward.score_every}"
+        )
+    return lines
 
 
 def run(config: dict[str, Any], *, output_dir: Path, resume: bool = False) -> dict[str, Any]:
@@ -277,8 +354,7 @@ def run(config: dict[str, Any], *, output_dir: Path, resume: bool = False) -> di
 
     cfg = parse_config(config)
     run_dir = Path(output_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(run_dir / "config.yaml", yaml.safe_dump(config, sort_keys=False))
+    _check_run_dir(run_dir, resume)  # created below, once the verifier and the env id passed
     tc = cfg.training
     if tc.torch_threads is not None:
         torch.set_num_threads(tc.torch_threads)
@@ -293,6 +369,9 @@ def run(config: dict[str, Any], *, output_dir: Path, resume: bool = False) -> di
 
         verifier = Verifier(cfg.verifier)
         progress_fn = verifier_progress_fn(verifier)
+    env_spec(cfg.env.id)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(run_dir / "config.yaml", yaml.safe_dump(config, sort_keys=False))
 
     # 2. the environments: VecMonitor(VecVerifierProgressReward(DummyVecEnv([...])))
     sac_kwargs = dict(cfg.sac)
@@ -467,6 +546,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--resume", action="store_true", help="continue from the latest checkpoint in --output-dir"
     )
+    parser.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="validate the config, the environment id, the describer on a real first "
+        "observation and the run directory; train nothing, create nothing, load no weights",
+    )
     add_override_arguments(parser, "reward.score_every=20 sac.learning_rate=1e-3")
 
 
@@ -487,7 +572,14 @@ def main(args: argparse.Namespace) -> int:
     elif args.resume:
         raise ConfigError("--resume needs --output-dir (the run directory to continue)")
     else:
-        run_dir = make_run_dir(cfg.training.output_dir, cfg.training.run_name)
+        name = cfg.training.run_name or time.strftime("run-%Y%m%d-%H%M%S")
+        run_dir = Path(cfg.training.output_dir) / name
+    if args.dry_run:
+        lines = dry_run(config, output_dir=run_dir, resume=args.resume)
+        print("dry run: configuration valid; nothing created, no weights loaded, no network used")
+        for line in lines:
+            print("  ok  " + line)
+        return 0
     summary = run(config, output_dir=run_dir, resume=args.resume)
     m = summary["metrics"]
     print(

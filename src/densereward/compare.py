@@ -389,14 +389,18 @@ def build_run_configs(
 
 
 def _validate_trainer_config(trainer: str, config: dict[str, Any], where: str) -> None:
+    """The trainer's own config check plus what would fail a run at its start: a local data
+    file that is missing (GRPO), an environment id that is not registered (SAC)."""
     mod = importlib.import_module(TRAINERS[trainer].module)
     try:
         if trainer == "sac":
-            mod.parse_config(copy.deepcopy(config))
+            mod.env_spec(mod.parse_config(copy.deepcopy(config)).env.id)
         else:
-            mod.resolve_config(copy.deepcopy(config))
-    except ConfigError as exc:
-        raise ConfigError(f"{where}: {exc}") from None
+            from .data import check_source
+
+            check_source(mod.resolve_config(copy.deepcopy(config))["data"])
+    except (ConfigError, DataError) as exc:
+        raise type(exc)(f"{where}: {exc}") from None
 
 
 def fingerprint(trainer: str, config: Mapping[str, Any]) -> str:
@@ -1202,6 +1206,59 @@ def run_comparison(
     return to_jsonable(results_doc)
 
 
+def dry_run_comparison(
+    config: Mapping[str, Any],
+    *,
+    output_dir: str | Path | None = None,
+    base_dir: str | Path | None = None,
+    name: str | None = None,
+) -> list[str]:
+    """Validate a comparison without running or creating anything (``--dry-run``).
+
+    Every condition's run config is built and validated as :func:`run_comparison` does
+    (including local data files and environment ids), then put through its trainer's own dry
+    run (``trainers.<name>.dry_run``) in a scratch directory; the output directory is read
+    to say which runs are already finished and would be skipped.
+
+    Returns:
+        One line per check; a problem a run would hit although the config is valid starts
+        with ``"!! "``.
+
+    Raises:
+        ConfigError, DataError: as :func:`run_comparison` would, before its first run.
+    """
+    import tempfile
+
+    cfg = parse_compare_config(config, name=name)
+    spec = TRAINERS[cfg.trainer]
+    run_configs = build_run_configs(cfg, base_dir=Path(base_dir) if base_dir is not None else None)
+    out = _output_dir(output_dir, cfg.output_dir, cfg.name)
+    order = [(c, f"seed{s}") for s in cfg.seeds for c in cfg.conditions]
+    done, changed = 0, []
+    for c, k in order:
+        try:
+            done += _load_result(out / "runs" / c / k / "result.json",
+                                 fingerprint(cfg.trainer, run_configs[c][k])) is not None  # fmt: skip
+        except _ChangedConfig as exc:
+            changed.append(str(exc))
+    lines = [
+        f"comparison {cfg.name!r}: trainer {cfg.trainer}, conditions {list(cfg.conditions)}, "
+        f"seeds {list(cfg.seeds)}, budget {_get(run_configs[order[0][0]][order[0][1]], spec.budget_key)}",
+        f"output directory: {out} ({done} of {len(order)} runs finished there and would be skipped)",
+    ]
+    lines += [f"!! a finished run has a different config: {c}" for c in changed[:1]]
+    trainer = importlib.import_module(spec.module)
+    with tempfile.TemporaryDirectory() as tmp:
+        for cname, seeds in run_configs.items():
+            first = copy.deepcopy(next(iter(seeds.values())))
+            for line in trainer.dry_run(first, output_dir=Path(tmp) / cname):
+                if line.startswith("run directory:"):
+                    continue  # a scratch directory; the comparison's own is reported above
+                bang = line.startswith("!! ")
+                lines.append(("!! " if bang else "") + f"{cname}: {line[3:] if bang else line}")
+    return lines
+
+
 def _run_all(
     cfg: CompareConfig,
     spec: _TrainerSpec,
@@ -1353,6 +1410,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "are read from <output dir>/compare_config.yaml; flags still override)",
     )
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    parser.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="validate every condition with its trainer's dry run (data files, environment ids, "
+        "configs) and list the finished runs; run nothing, create nothing",
+    )
 
 
 _RUN_KEYS = ("trainer", "base", "common", "conditions", "seeds", "budget")
@@ -1408,6 +1471,15 @@ def main(args: argparse.Namespace) -> int:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     config = config_from_args(args)
     cfg_path = Path(args.config)
+    if getattr(args, "dry_run", False):
+        lines = dry_run_comparison(config, output_dir=args.output_dir,
+                                   base_dir=cfg_path.resolve().parent, name=cfg_path.stem)  # fmt: skip
+        n_problems = sum(line.startswith("!! ") for line in lines)
+        print("dry run: comparison valid; nothing run, nothing created"
+              + (f"; {n_problems} problem(s) the runs would hit:" if n_problems else ""))  # fmt: skip
+        for line in lines:
+            print(f"  {line}" if line.startswith("!! ") else f"  ok  {line}")
+        return 0
     res = run_comparison(
         config, output_dir=args.output_dir, base_dir=cfg_path.resolve().parent, name=cfg_path.stem,
         progress=not args.no_progress, report_only=args.report_only,

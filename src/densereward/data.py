@@ -23,7 +23,7 @@ from typing import Any
 
 from .errors import DataError
 
-__all__ = ["DataConfig", "SYSTEM_PROMPT", "load_tasks", "to_conversational"]
+__all__ = ["DataConfig", "SYSTEM_PROMPT", "check_source", "load_tasks", "to_conversational"]
 
 SYSTEM_PROMPT = (
     "You are a careful mathematician. Solve the problem step by step, then give the final "
@@ -82,11 +82,64 @@ class DataConfig:
             return "reasoning_gym"
         if src.endswith((".jsonl", ".json")) or Path(src).exists():
             return "jsonl"
+        if _looks_like_path(src):
+            raise DataError(
+                f"data {src!r} looks like a local path (not a Hub id owner/name) but is not an "
+                "existing .jsonl file; fix the path, e.g. --data ../shared/data/math500/test.jsonl"
+            )
         if _HUB_ID.match(src):
             return "hub"
         raise DataError(
             f"data.source={src!r} is neither a .jsonl file, a Hub id (owner/name) nor 'reasoning_gym'"
         )
+
+
+def _looks_like_path(src: str) -> bool:
+    """A value a user meant as a file: ``./x``, ``../x``, ``/x``, ``~/x``, more than one ``/``, a
+    backslash, or a first component that is a local directory (``data/math500``)."""
+    if src.startswith((".", "/", "~")) or "\\" in src or src.count("/") > 1:
+        return True
+    return "/" in src and Path(src.split("/", 1)[0]).is_dir()
+
+
+def check_source(cfg: DataConfig) -> tuple[str, str | None]:
+    """Check the data source of a dry run without the network: what a run would load.
+
+    Local sources (a JSONL file, reasoning-gym) are loaded with :func:`load_tasks`, so a
+    missing file, a malformed row or an empty filter result fails here. A Hub id is not
+    downloaded; with ``HF_HUB_OFFLINE`` set it is looked up in the local datasets cache.
+
+    Returns:
+        ``(description, problem)``: ``problem`` is ``None``, or why the run would fail here
+        although the config is valid (a Hub id that cannot be reached offline).
+
+    Raises:
+        DataError: for a missing or malformed local file, a path-looking value that is not
+            a ``.jsonl`` file, or no usable rows.
+    """
+    kind = cfg.kind
+    src = cfg.path or cfg.source
+    if kind != "hub":
+        n = len(load_tasks(cfg))
+        what = f"reasoning_gym task {cfg.task!r}" if kind == "reasoning_gym" else f"jsonl {src!r}"
+        return f"data: {what}: {n} problems loaded", None
+    line = f"data: Hub id {src!r} (split {cfg.split!r}) -- NOT downloaded"
+    from huggingface_hub import constants
+
+    if not constants.HF_HUB_OFFLINE:
+        return line + ", not checked (a dry run uses no network)", None
+    try:
+        import datasets
+
+        datasets.load_dataset_builder(src, cfg.subset)
+    except Exception:  # noqa: BLE001 - any failure means: not in the offline cache
+        return line, (
+            f"the Hub id {src!r} cannot be reached offline (HF_HUB_OFFLINE=1) and is not in the "
+            "local datasets cache: the run would fail here. Run where the Hub is reachable (and "
+            "unset HF_HUB_OFFLINE), or point data.path at a local JSONL copy, or use "
+            "data.source=reasoning_gym"
+        )
+    return line + ", found in the local cache", None
 
 
 def _level(value: Any) -> int | None:

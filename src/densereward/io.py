@@ -14,7 +14,7 @@ import math
 import os
 import re
 import tempfile
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +24,7 @@ __all__ = [
     "append_jsonl",
     "read_jsonl",
     "make_run_dir",
+    "check_run_dir",
     "configure_wandb",
     "get_api_key",
     "redact",
@@ -131,6 +132,62 @@ def make_run_dir(
     d = Path(output_root) / name
     d.mkdir(parents=True, exist_ok=exist_ok)
     return d
+
+
+def check_run_dir(
+    run_dir: str | Path,
+    *,
+    resume: bool,
+    checkpoints: Sequence[Path],
+    finished: Path | None = None,
+    flag: str = "--output-dir",
+) -> str:
+    """Decide whether a run may use ``run_dir``, before anything is created or loaded.
+
+    A new run may use a directory that does not exist, is empty, or holds neither a checkpoint
+    nor ``finished`` (the leftovers of a start that failed before its first checkpoint: rerun
+    the same command and it is reused). ``resume`` needs a checkpoint.
+
+    Args:
+        run_dir: The run directory.
+        resume: Whether the run continues from a checkpoint.
+        checkpoints: The checkpoints found in ``run_dir`` (trainer-specific layout).
+        finished: The file a finished run leaves (``result.json``, ``summary.json``).
+        flag: The option that chooses the directory, for the messages.
+
+    Returns:
+        ``"new"``, ``"reuse"`` (exists, nothing to lose) or ``"resume"``.
+
+    Raises:
+        ConfigError: naming the choices: ``--resume`` without a checkpoint, or a new run in a
+            directory that holds checkpoints or a finished run.
+    """
+    from .errors import ConfigError
+
+    d = Path(run_dir)
+    if resume:
+        if checkpoints:
+            return "resume"
+        why = "the directory does not exist" if not d.exists() else (
+            "the earlier run stopped before its first checkpoint" if any(d.iterdir())
+            else "the directory is empty"
+        )  # fmt: skip
+        raise ConfigError(
+            f"--resume: no checkpoint in {d} ({why}). Choices: run the same command without "
+            f"--resume to start the run afresh there, or pass {flag} of a run that has "
+            "checkpoints"
+        )
+    if checkpoints:
+        raise ConfigError(
+            f"run directory {d} already holds a run with checkpoints (latest: "
+            f"{Path(checkpoints[-1]).name}). Choices: add --resume to continue it, or choose "
+            f"another {flag} for a new run"
+        )
+    if finished is not None and finished.is_file():
+        raise ConfigError(
+            f"run directory {d} holds a finished run ({finished.name}); choose another {flag}"
+        )
+    return "reuse" if d.is_dir() and any(d.iterdir()) else "new"
 
 
 def get_api_key(env_var: str, *, dotenv_path: str | Path | None = ".env") -> str | None:
