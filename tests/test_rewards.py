@@ -355,3 +355,68 @@ def test_group_reward_with_default_model(verifier):
     out = reward(prompts=prompts, completions=[_conv(r"\boxed{9}"), _conv(r"\boxed{6}"), _conv("")],
                  problem=["What is 3*3?"] * 3)  # fmt: skip
     assert len(out) == 3 and all(v is None or 0.0 <= v <= 1.0 for v in out)
+
+
+# --------------------------------------------------------------------------------------------
+# Tracking never silently does nothing
+# --------------------------------------------------------------------------------------------
+
+
+def test_track_without_a_tracker_creates_one_and_logs_its_metrics(server, caplog):
+    """``RewardConfig(track=True)`` with no tracker used to log no ``verifier/*`` metric and
+    say nothing; now a tracker is made in memory (metrics reach TRL's log) and a warning says
+    how to get the files too."""
+    from servers import scripted_verifier
+
+    from densereward.rewards import RewardConfig, build_reward_funcs
+
+    v = scripted_verifier(server.base_url, granularity=5)
+    with caplog.at_level("WARNING"):
+        funcs, _ = build_reward_funcs(
+            RewardConfig(type="dense", track=True), v,
+            checker=MathChecker(executor="inline"), num_generations=2,
+        )  # fmt: skip
+    assert "RewardQualityCallback(tracker)" in caplog.text
+    logged: dict[str, float] = {}
+    funcs[0](prompts=["What is 7+5?"] * 2, completions=["\\boxed{12}", "\\boxed{13}"],
+             problem=["What is 7+5?"] * 2, answer=["12", "12"], log_metric=logged.__setitem__)  # fmt: skip
+    assert logged["verifier/pass_rate"] == 0.5 and "verifier/n" in logged
+    v.close()
+
+
+def test_an_undefined_metric_is_explained_once_in_the_log_and_on_the_plot(tmp_path, caplog):
+    from densereward.rewards.tracking import _undefined_note, undefined_reasons
+
+    tracker = RewardQualityTracker(tmp_path, threshold=0.5)
+    with caplog.at_level("WARNING", logger="densereward.rewards.tracking"):
+        for _ in range(3):  # a weak policy: every completion wrong
+            tracker.update(prompts=["p", "p"], scores=[0.2, 0.7], correct=[0, 0])
+    said = [r.getMessage() for r in caplog.records if " is undefined: " in r.getMessage()]
+    tpr = [m for m in said if "tpr is undefined" in m]
+    assert len(tpr) == 1 and "no correct completion (Math-Verify)" in tpr[0]  # once, not 3x
+    assert not any("tnr is undefined" in m for m in said)  # TNR is defined (0.5)
+    reasons = undefined_reasons(tracker.records[-1])
+    assert any(k.endswith("tpr") for k in reasons)
+    note = _undefined_note(tracker.records, "verifier/")
+    assert "tpr undefined at 3 of 3 steps" in note and "no correct completion" in note
+    assert tracker.plot().stat().st_size > 5000
+
+
+def test_reward_quality_callback_sets_the_run_dir_and_plots_at_train_end(tmp_path):
+    """The TRL callback (real ``TrainingArguments`` / ``TrainerState``): a tracker made
+    without a directory gets ``output_dir`` and the plot is written when training ends."""
+    from transformers import TrainerControl, TrainerState, TrainingArguments
+
+    from densereward.rewards import RewardQualityCallback
+
+    tracker = RewardQualityTracker(threshold=0.5)
+    cb = RewardQualityCallback(tracker)
+    args, state = TrainingArguments(output_dir=str(tmp_path), report_to=[]), TrainerState()
+    cb.on_train_begin(args, state, TrainerControl())
+    assert tracker.run_dir == tmp_path
+    tracker.update(prompts=["p", "p"], scores=[0.9, 0.2], correct=[1, 0])
+    assert not (tmp_path / "reward_quality.png").exists()
+    cb.on_train_end(args, state, TrainerControl())
+    assert cb.plot_path == tmp_path / "reward_quality.png" and cb.plot_path.stat().st_size > 5000
+    with pytest.raises(TypeError, match="RewardQualityTracker"):
+        RewardQualityCallback(tmp_path)

@@ -319,6 +319,7 @@ def run(
     from densereward.backends.default_model import ensure_default_model
     from densereward.data import load_tasks
     from densereward.rewards import RewardQualityTracker, build_reward_funcs
+    from densereward.rewards.trl_callback import RewardQualityCallback
 
     t0 = time.monotonic()
     run_dir = _run_dir(parts, output_dir, resume)  # checked; created below, once all passed
@@ -354,6 +355,7 @@ def run(
             model=policy, reward_funcs=reward_funcs, args=args, train_dataset=dataset
         )
         trainer.add_callback(_ConfigToWandb(redact(config, secrets)))
+        trainer.add_callback(RewardQualityCallback(tracker))  # writes the plot when training ends
         checkpoint = True if resume == "latest" else resume
         trainer.train(resume_from_checkpoint=checkpoint)
         trainer.save_state()
@@ -370,7 +372,7 @@ def run(
         _finish_wandb()
         _restore_env(old_env)
 
-    plot = tracker.plot()
+    plot = tracker.plot_path if tracker.plot_path and tracker.plot_path.is_file() else None
     curve = _curve(run_dir, trainer)
     result = {
         "run_dir": str(run_dir),

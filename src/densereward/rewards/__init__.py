@@ -39,12 +39,21 @@ __all__ = [
     "VerifierMonitor",
     "AsyncVerifierMonitor",
     "RewardQualityTracker",
+    "RewardQualityCallback",
     "reward_quality_metrics",
     "plot_reward_quality",
     "extract_boxed",
     "reference_answer",
     "default_checker",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "RewardQualityCallback":  # imports transformers' trainer (seconds): on first use
+        from .trl_callback import RewardQualityCallback
+
+        return RewardQualityCallback
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 @dataclass(frozen=True)
@@ -103,7 +112,9 @@ def build_reward_funcs(
         config: The reward configuration.
         verifier: A ``Verifier`` or a zero-argument factory (called on first use, so this
             function never loads weights).
-        tracker: Reward-quality tracker (used when ``config.track``).
+        tracker: Reward-quality tracker (used when ``config.track``). Without one, a tracker
+            without a run directory is created (its ``verifier/*`` metrics still reach TRL's
+            log; a warning says how to get ``reward_quality.jsonl`` and the plot too).
         checker: Math-Verify checker shared by the sparse reward and the tracker.
         num_generations: ``GRPOConfig.num_generations``.
 
@@ -112,6 +123,17 @@ def build_reward_funcs(
         except for ``mixed``.
     """
     checker = checker or MathChecker(timeout_s=config.math_timeout_s)
+    if config.track and tracker is None:
+        import logging
+
+        tracker = RewardQualityTracker()
+        logging.getLogger(__name__).warning(
+            "reward.track is on but no tracker was given: created RewardQualityTracker() in "
+            "memory, so verifier/* metrics reach TRL's log (and W&B) but no file is written. For "
+            "reward_quality.jsonl and the plot, pass tracker=RewardQualityTracker(run_dir) and "
+            "add RewardQualityCallback(tracker) to GRPOTrainer(callbacks=[...]) (or "
+            "RewardConfig(track=False) to track nothing)"
+        )
     tracker = tracker if config.track else None
     common = {
         "tracker": tracker,

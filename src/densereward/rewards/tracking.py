@@ -26,6 +26,7 @@ Metric keys (stable): ``verifier/tpr``, ``verifier/tnr``, ``verifier/balanced_ac
 from __future__ import annotations
 
 import itertools
+import logging
 import math
 import threading
 import time
@@ -48,6 +49,63 @@ PLOT_KEYS = (
 """Panels of the dynamics plot (metric names without the ``verifier/`` prefix)."""
 
 _NAN = float("nan")
+
+logger = logging.getLogger(__name__)
+
+_RATES = ("tpr", "tnr", "precision", "balanced_accuracy", "verifier_gain")
+
+
+def undefined_reasons(metrics: dict[str, Any], prefix: str = "verifier/") -> dict[str, str]:
+    """Why each undefined (``NaN`` / ``None``) quality metric of one record is undefined.
+
+    Explains the rolling-window metrics (``window/<key>``) when the record has them, else the
+    batch's; keys are returned without ``prefix``.
+
+    >>> undefined_reasons({"verifier/tpr": float("nan"), "verifier/tnr": 1.0, "verifier/n_valid": 4.0})
+    {'tpr': 'no correct completion (Math-Verify) in the batch'}
+    """
+
+    def nan(key: str) -> bool:
+        v = metrics.get(prefix + key)
+        return v is None or (isinstance(v, float) and math.isnan(v))
+
+    scope = "window/" if prefix + "window/n" in metrics else ""
+    where = "in the window" if scope else "in the batch"
+    n = metrics.get(prefix + ("window/n" if scope else "n_valid"))
+    out = {}
+    for key in ("tpr", "tnr", "auroc", *_RATES[2:]):
+        if prefix + scope + key not in metrics or not nan(scope + key):
+            continue
+        if not n:
+            why = f"no completion {where} has both a verifier score and a Math-Verify label"
+        elif key in _RATES and prefix + "threshold" in metrics and nan("threshold"):
+            why = "no accept threshold yet (threshold=auto waits for correct and incorrect completions)"
+        else:
+            why = {
+                "tpr": f"no correct completion (Math-Verify) {where}",
+                "tnr": f"no incorrect completion (Math-Verify) {where}",
+                "auroc": f"it needs both correct and incorrect completions {where}",
+                "precision": f"the verifier accepted no completion {where} (no score >= the threshold)",
+                "balanced_accuracy": "TPR or TNR is undefined",
+                "verifier_gain": "precision is undefined",
+            }[key]
+        out[scope + key] = why
+    return out
+
+
+def _undefined_note(records: Sequence[dict[str, Any]], prefix: str) -> str:
+    """One line per metric that is undefined at some steps: how often, and why (first reason)."""
+    first: dict[str, str] = {}
+    steps: dict[str, set[int]] = {}
+    for r in records:
+        for key, why in undefined_reasons(r, prefix).items():
+            first.setdefault(key, why)
+            steps.setdefault(key, set()).add(int(r["step"]))
+    n_steps = len({int(r["step"]) for r in records})
+    return "\n".join(
+        f"{key} undefined at {len(steps[key])} of {n_steps} steps (no point drawn): {why}"
+        for key, why in first.items()
+    )
 
 
 def _zero_spread(values: Sequence[float | None], groups: list[slice], eps: float = 1e-6) -> float:
@@ -173,6 +231,7 @@ class RewardQualityTracker:
         self.prefix = prefix
         self.records: list[dict[str, Any]] = []
         self._lock = threading.Lock()
+        self._explained: set[str] = set()  # undefined metrics already explained in the log
         self._t0 = time.monotonic()
 
     @property
@@ -235,6 +294,11 @@ class RewardQualityTracker:
         )
         metrics.update(extra_metrics or {})
         metrics = {self.prefix + k: v for k, v in metrics.items()}
+        for key, why in undefined_reasons(metrics, self.prefix).items():
+            if key not in self._explained:  # once per metric, not once per batch
+                self._explained.add(key)
+                logger.warning("%s%s is undefined: %s (said once; not logged while undefined)",
+                               self.prefix, key, why)  # fmt: skip
         if log_metric is not None:
             for k, v in metrics.items():
                 if not math.isnan(v):
@@ -309,7 +373,10 @@ def plot_reward_quality(
         ax.legend(fontsize=8)
     axes[0][0].set_ylabel("value")
     fig.suptitle("Verifier reward quality as the policy trains")
-    fig.tight_layout()
+    note = _undefined_note(records, prefix)
+    if note:  # beside the lines: why some points are missing
+        fig.text(0.005, 0.005, note, fontsize=7, va="bottom", ha="left", color="0.3")
+    fig.tight_layout(rect=(0, 0.03 + 0.05 * (note.count("\n") + 1) if note else 0, 1, 1))
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
