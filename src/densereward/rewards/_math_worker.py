@@ -1,6 +1,6 @@
 """Worker process of :class:`densereward.rewards.math.MathChecker` (``python -m`` this module).
 
-Serves ``(reference, completion)`` requests over stdin/stdout pipes, running Math-Verify with
+Serves ``(reference, extracted answer)`` requests over stdin/stdout pipes, running Math-Verify with
 its signal-based timeouts disabled; the parent enforces the deadline by killing this process.
 Kept apart from ``math.py`` so ``python -m`` does not re-import a module the package already
 loaded.
@@ -17,12 +17,16 @@ __all__ = ["check_one", "serve"]
 
 
 def check_one(
-    gold: str, completion: str, gold_cache: dict[str, Any]
+    gold: str, answer: str, gold_cache: dict[str, Any]
 ) -> tuple[float | None, str, str | None]:
-    """Parse and verify one (reference, completion) pair with Math-Verify, no timeouts.
+    """Parse and verify one (reference, extracted final answer) pair with Math-Verify, no timeouts.
+
+    ``answer`` is what :func:`densereward.answers.extract_answer` found in the completion; it
+    is parsed as the content of a ``\\boxed{}`` (LaTeX first, then a plain expression).
 
     Returns:
-        ``(reward, predicted, reason)``: reward 1.0 / 0.0 / None (reference unparseable).
+        ``(reward, predicted, reason)``: reward 1.0 / 0.0 / None (reference unparseable);
+        reason ``"answer_unparseable"`` when Math-Verify reads nothing in the answer.
     """
     from latex2sympy2_extended import NormalizationConfig
     from math_verify import ExprExtractionConfig, LatexExtractionConfig, parse, verify
@@ -34,7 +38,7 @@ def check_one(
     if not gold_parsed:
         return None, "", "gold_unparseable"
     pred = parse(
-        completion,
+        f"\\boxed{{{answer}}}",
         extraction_config=[
             LatexExtractionConfig(
                 normalization_config=NormalizationConfig(units=True, malformed_operators=True),
@@ -47,13 +51,13 @@ def check_one(
         parsing_timeout=None,
     )
     if not pred:
-        return 0.0, "", "no_answer"
+        return 0.0, answer, "answer_unparseable"
     ok = verify(gold_parsed, pred, timeout_seconds=None)
-    return (1.0 if ok else 0.0), str(pred[-1]), None
+    return (1.0 if ok else 0.0), answer, None
 
 
 def serve(recv: Any, send: Any) -> None:
-    """Answer ``(gold, completion)`` requests until ``None`` or EOF; says ``"ready"`` first."""
+    """Answer ``(gold, answer)`` requests until ``None`` or EOF; says ``"ready"`` first."""
     logging.basicConfig(level=logging.ERROR)
     logging.getLogger("math_verify").setLevel(logging.ERROR)
     import math_verify  # noqa: F401  (pay the import before "ready")
@@ -67,9 +71,9 @@ def serve(recv: Any, send: Any) -> None:
             return
         if msg is None:
             return
-        gold, completion = msg
+        gold, answer = msg
         try:
-            out = check_one(gold, completion, gold_cache)
+            out = check_one(gold, answer, gold_cache)
         except Exception as exc:  # a parser bug on one answer must not kill the worker
             out = (None, "", f"worker_error: {type(exc).__name__}")
         if len(gold_cache) > 4096:

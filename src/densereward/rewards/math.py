@@ -8,12 +8,17 @@ Math-Verify 0.9 API) inside a separate worker *process*; the parent waits with a
 kills and restarts the worker when one answer takes too long (SymPy can hang on adversarial
 expressions), so a timeout never needs a signal and never leaves a runaway thread behind.
 
-Reward semantics (same as TRL's ``trl.rewards.accuracy_reward``):
+Reward semantics:
 
-* ``1.0`` -- the completion's final answer (the last ``\\boxed{}``, else an anchored
-  expression such as "the answer is 18") is mathematically equivalent to the reference;
-* ``0.0`` -- it is not, *including* a completion with no extractable answer (a missing or
-  malformed final answer is a real failure that the policy must learn to avoid);
+* the final answer is found by the project's one answer-extraction policy
+  (:mod:`densereward.answers`): after the last ``</think>``; the last *complete*
+  ``\\boxed{}`` / ``\\fbox{}``, else (``answer_format="auto"``) an explicit final-answer line
+  such as ``The answer is 18`` or GSM8K's ``A: 18``;
+* ``1.0`` -- that answer is mathematically equivalent to the reference (Math-Verify);
+* ``0.0`` -- it is not, *including* a completion with no final answer (reason ``no_answer``:
+  no box or answer line, or the last box unfinished or empty) or with unclosed thinking
+  (reason ``unclosed_thinking``): a missing final answer is a real failure that the policy
+  must learn to avoid;
 * ``None`` -- abstain: the *reference* cannot be parsed, the check timed out, or the worker
   crashed. TRL turns ``None`` into NaN and leaves it out of the group baseline.
 """
@@ -32,6 +37,13 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any, Literal
 
+from ..answers import (
+    AnswerFormat,
+    check_answer_format,
+    extract_answer,
+    extract_boxed,
+    extract_final_line,
+)
 from ..errors import BackendUnavailableError, ConfigError
 from ._common import check_lengths, completion_texts
 
@@ -48,45 +60,13 @@ logger = logging.getLogger(__name__)
 _GSM8K_ANSWER = re.compile(r"####\s*(.+?)\s*$", re.DOTALL)
 
 
-def extract_boxed(text: str) -> str | None:
-    """Return the content of the *last* ``\\boxed{...}`` (or ``\\fbox{...}``) in ``text``.
-
-    Braces are matched, so nested groups such as ``\\boxed{\\frac{1}{2}}`` come out whole.
-
-    Args:
-        text: A solution or completion.
-
-    Returns:
-        The boxed content, or ``None`` if there is no complete boxed expression.
-
-    >>> extract_boxed(r"so $x = \\boxed{\\frac{14}{3}}$.")
-    '\\\\frac{14}{3}'
-    >>> extract_boxed("no box") is None
-    True
-    """
-    start = max(text.rfind("\\boxed"), text.rfind("\\fbox"))
-    if start < 0:
-        return None
-    i = text.find("{", start)
-    if i < 0:
-        return None
-    depth = 0
-    for j in range(i, len(text)):
-        if text[j] == "{":
-            depth += 1
-        elif text[j] == "}":
-            depth -= 1
-            if depth == 0:
-                return text[i + 1 : j].strip()
-    return None
-
-
 def reference_answer(answer: str | None = None, solution: str | None = None) -> str | None:
     """The reference final answer from a MATH or GSM8K record.
 
     Args:
-        answer: MATH's ``answer`` field (already the final answer) or GSM8K's ``answer``
-            (a worked solution ending in ``#### N``).
+        answer: MATH's ``answer`` field (already the final answer), GSM8K's ``answer``
+            (a worked solution ending in ``#### N``) or a worked solution ending in a
+            final-answer line (``A: 18``, as in GSM8K's model-solution files).
         solution: MATH's ``solution`` (the final answer is its last ``\\boxed{}``), used
             when ``answer`` is missing (e.g. ``EleutherAI/hendrycks_math``).
 
@@ -103,6 +83,10 @@ def reference_answer(answer: str | None = None, solution: str | None = None) -> 
         m = _GSM8K_ANSWER.search(text)
         if m:
             return m.group(1).replace(",", "").strip()
+        if "\n" in text.strip():  # a worked solution ending in a final-answer line ("A: 18")
+            line = extract_final_line(text)
+            if line:
+                return line
         return text.strip()
     if solution:
         return extract_boxed(str(solution))
@@ -115,9 +99,10 @@ class MathCheck:
 
     Attributes:
         reward: ``1.0`` correct, ``0.0`` wrong or no answer, ``None`` abstained.
-        predicted: What Math-Verify extracted from the completion (``""`` if nothing).
-        reason: Why it abstained or scored 0 (``"no_answer"``, ``"gold_unparseable"``,
-            ``"timeout"``, ``"worker_error"``, ``"invalid_completion"`` for non-text), else ``None``.
+        predicted: The final answer extracted from the completion (``""`` if none).
+        reason: Why it abstained or scored 0 (``"no_answer"``, ``"unclosed_thinking"``,
+            ``"answer_unparseable"``, ``"gold_unparseable"``, ``"timeout"``,
+            ``"worker_error"``, ``"invalid_completion"`` for non-text), else ``None``.
     """
 
     reward: float | None
@@ -145,13 +130,19 @@ class MathChecker:
             calling thread with no timeout at all; for debugging or where processes cannot
             be spawned).
         cache_size: Entries kept in the result cache (0 disables it).
+        answer_format: Where the final answer may be (:mod:`densereward.answers`): ``"auto"``
+            (the last complete ``\\boxed{}``, else an explicit final-answer line),
+            ``"boxed"`` (only a box; TRL ``accuracy_reward``'s strict convention) or
+            ``"final_line"``.
 
     Raises:
-        ConfigError: for a non-positive timeout or an unknown executor.
+        ConfigError: for a non-positive timeout, an unknown executor or answer format.
 
     Example:
         >>> checker = MathChecker(executor="inline")
         >>> checker.check(r"\\frac{1}{2}", r"So the answer is $\\boxed{0.5}$.").reward
+        1.0
+        >>> checker.check("18", "... so she makes $18 a day\\nA: 18").reward
         1.0
     """
 
@@ -161,7 +152,12 @@ class MathChecker:
         timeout_s: float = 10.0,
         executor: Literal["process", "inline"] = "process",
         cache_size: int = 65536,
+        answer_format: AnswerFormat = "auto",
     ) -> None:
+        try:
+            self.answer_format = check_answer_format(answer_format)
+        except ValueError as exc:
+            raise ConfigError(f"MathChecker {exc}") from None
         if timeout_s <= 0:
             raise ConfigError(f"MathChecker timeout_s must be > 0 seconds, got {timeout_s}")
         if executor not in ("process", "inline"):
@@ -255,6 +251,9 @@ class MathChecker:
     def check(self, reference: str | None, completion: str) -> MathCheck:
         """Check one completion against one reference answer.
 
+        The completion's final answer is extracted here (:func:`densereward.answers.extract_answer`
+        with this checker's ``answer_format``); only that answer goes to Math-Verify.
+
         Args:
             reference: The reference final answer (e.g. ``"\\frac{14}{3}"`` or ``"18"``);
                 ``None`` or empty abstains.
@@ -291,7 +290,11 @@ class MathChecker:
                 if not isinstance(comp, str):
                     out.append(MathCheck(None, "", "invalid_completion"))
                     continue
-                key = (str(ref), str(comp))
+                extracted = extract_answer(comp, self.answer_format)
+                if extracted.answer is None:
+                    out.append(MathCheck(0.0, "", extracted.reason))
+                    continue
+                key = (str(ref), extracted.answer)
                 hit = self._cache.get(key)
                 if hit is not None:
                     self._cache.move_to_end(key)
