@@ -236,3 +236,16 @@ def test_sac_run_directory_rules(tmp_path):
     assert sac._check_run_dir(failed_start, resume=True) == "resume"
     with pytest.raises(ConfigError, match=r"sac_100_steps.zip.*add --resume"):
         sac._check_run_dir(failed_start, resume=False)
+
+
+def test_resume_of_a_finished_run_without_checkpoints_gives_one_consistent_choice(tmp_path):
+    """A finished run that saved no checkpoint: neither a new run nor --resume may use it, and
+    neither message sends the user to the other."""
+    (tmp_path / "summary.json").write_text("{}")
+    with pytest.raises(ConfigError, match="finished run.*choose another --output-dir") as new:
+        sac._check_run_dir(tmp_path, resume=False)
+    with pytest.raises(
+        ConfigError, match="finished.*without saving one.*another --output-dir"
+    ) as res:
+        sac._check_run_dir(tmp_path, resume=True)
+    assert "--resume" not in str(new.value) and "without --resume" not in str(res.value)

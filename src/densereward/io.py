@@ -168,6 +168,12 @@ def check_run_dir(
     if resume:
         if checkpoints:
             return "resume"
+        if finished is not None and finished.is_file():
+            raise ConfigError(
+                f"--resume: no checkpoint in {d}: its run finished ({finished.name}) without "
+                f"saving one, so there is nothing to continue from; choose another {flag} for a "
+                "new run (and a checkpoint interval within the budget to resume later)"
+            )
         why = "the directory does not exist" if not d.exists() else (
             "the earlier run stopped before its first checkpoint" if any(d.iterdir())
             else "the directory is empty"
