@@ -1,7 +1,10 @@
-"""Compact text of a robot task and of its trajectory so far, for a progress verifier.
+"""Compact text of a robot task, of its trajectory so far, or of one state, for a progress verifier.
 
 A describer implements :class:`densereward.wrappers.TrajectoryDescriber`:
-``task(first_observation) -> str`` and ``describe(observations, actions) -> str``. Texts
+``task(first_observation) -> str``, ``describe(observations, actions) -> str`` (the
+trajectory, with history: read in reward modes ``progress`` and ``mixture``) and
+``describe_state(observation) -> str`` (the current state alone, no history and no step
+count: read in mode ``shaping``, whose potential must be a function of the state). Texts
 stay short (well under 300 tokens) because the verifier reads one per scored step, and
 positions are rounded to centimetres so that revisited states give the same text and hit
 the progress cache.
@@ -67,6 +70,8 @@ class FetchDescriber:
     'Move the robot gripper to the target at (1.30, 0.70, 0.40) m. Success: gripper within 5 cm of the target.'
     >>> d.describe([o, o], [np.zeros(4)])
     'Step 1. Gripper-target distance: at start 10 cm; now 10 cm. Gripper (1.30, 0.70, 0.50) m, target (1.30, 0.70, 0.40) m.'
+    >>> d.describe_state(o)
+    'Gripper-target distance now 10 cm. Gripper (1.30, 0.70, 0.50) m, target (1.30, 0.70, 0.40) m.'
     """
 
     def __init__(
@@ -170,16 +175,33 @@ class FetchDescriber:
             dist += "; steps " + ", ".join(map(str, recent)) + ": "
             dist += ", ".join(_cm(self._goal_distance(observations[s])) for s in recent) + " cm"
         dist += f"; now {_cm(self._goal_distance(now))} cm."
-        grip = np.asarray(now["observation"])[:3]
+        return f"Step {t}. {dist} {self._positions(now)}"
+
+    def describe_state(self, observation: Any) -> str:
+        """The current state alone: goal distance, gripper (and block) and target positions.
+
+        A function of ``observation`` only (no start distance, no recent distances, no step
+        number), so a potential read from it is a potential of the state.
+
+        Raises:
+            ConfigError: on a non-Fetch observation.
+        """
+        self._check(observation)
+        what = "Gripper" if self.kind == "reach" else "Block"
+        return (
+            f"{what}-target distance now {_cm(self._goal_distance(observation))} cm. "
+            + self._positions(observation)
+        )
+
+    def _positions(self, obs: dict[str, Any]) -> str:
+        grip = np.asarray(obs["observation"])[:3]
         if self.kind == "reach":
-            where = f"Gripper {_xyz(grip)} m, target {_xyz(now['desired_goal'])} m."
-        else:
-            block = np.asarray(now["observation"])[3:6]
-            where = (
-                f"Gripper {_xyz(grip)} m, block {_xyz(block)} m, target {_xyz(now['desired_goal'])} m; "
-                f"gripper-block distance {_cm(np.linalg.norm(grip - block))} cm."
-            )
-        return f"Step {t}. {dist} {where}"
+            return f"Gripper {_xyz(grip)} m, target {_xyz(obs['desired_goal'])} m."
+        block = np.asarray(obs["observation"])[3:6]
+        return (
+            f"Gripper {_xyz(grip)} m, block {_xyz(block)} m, target {_xyz(obs['desired_goal'])} m; "
+            f"gripper-block distance {_cm(np.linalg.norm(grip - block))} cm."
+        )
 
 
 class BoxDescriber:
@@ -200,6 +222,8 @@ class BoxDescriber:
     >>> d = BoxDescriber("Balance the pole.", decimals=1, n_recent=0)
     >>> d.describe([np.array([0.0, 0.12]), np.array([0.04, -0.33])], [np.array([1.0])])
     'Step 1. State now: [0.0, -0.3]. Last action: [1.0].'
+    >>> d.describe_state(np.array([0.04, -0.33]))
+    'State now: [0.0, -0.3].'
     """
 
     def __init__(
@@ -255,6 +279,10 @@ class BoxDescriber:
         if self.show_action and actions:
             parts.append(f"Last action: {self._vec(actions[-1])}.")
         return " ".join(parts)
+
+    def describe_state(self, observation: Any) -> str:
+        """``State now: [...].``: the rounded state alone (no history, step or action)."""
+        return f"State now: {self._vec(observation)}."
 
 
 def rendering_available() -> bool:

@@ -189,8 +189,11 @@ def test_online_shaping_on_fetchreach_scores_every_k_and_telescopes():
     env.action_space.seed(0)
     rewards, infos = run_episode(env, policy=reach_controller)
     assert len(rewards) == 50
-    # s_0 at reset, then steps 10, 20, 30, 40, 50 (the last is also the final state)
-    assert len(rec.batches) == 6 and all(len(b) == 1 for b in rec.batches)
+    # s_0 at reset, then steps 10, 20, 30, 40, 50 (the last is also the final state); the
+    # gripper rests at the goal from step 20 on, so that state's text hits the cache
+    stats = env.verifier_stats
+    assert stats.n_queries == 6 and all(len(b) == 1 for b in rec.batches)
+    assert len(rec.batches) == stats.n_calls == 6 - stats.n_cache_hits < 6
     for info in infos:
         for key in (
             "true_reward",
@@ -280,6 +283,30 @@ def test_sparse_success_reward_on_real_fetchreach():
     assert rewards[-1] == 1.0 and rewards[0] == 0.0
 
 
+@pytest.mark.parametrize("batch", [1, 2, 256])
+def test_sparse_success_compute_reward_takes_batches(batch):
+    """What HER calls: env_method("compute_reward", (B, 3), (B, 3), infos) -> (B,) float32."""
+    venv = envs.make_vec_env("FetchReach-v4", 2, seed=0, reward="sparse")
+    rng = np.random.default_rng(batch)
+    goal = rng.uniform([1.2, 0.6, 0.4], [1.5, 0.9, 0.7], size=(batch, 3))
+    achieved = goal + rng.normal(0.0, 0.04, size=(batch, 3))  # about half within 5 cm
+    r = venv.env_method("compute_reward", achieved, goal, [{}] * batch, indices=[0])[0]
+    assert r.shape == (batch,) and r.dtype == np.float32
+    single = [venv.env_method("compute_reward", a, g, {}, indices=[0])[0]
+              for a, g in zip(achieved, goal, strict=True)]  # fmt: skip
+    assert all(np.asarray(x).shape == () and np.asarray(x).dtype == np.float32 for x in single)
+    np.testing.assert_array_equal(r, single)
+    # the 1/0 of the episode's rewards: Fetch's own -1/0 goal test, shifted
+    fetch = venv.envs[0].unwrapped.compute_reward(achieved, goal, {})
+    np.testing.assert_array_equal(r, fetch + 1.0)
+    if batch == 256:
+        assert 0 < r.sum() < batch
+    with pytest.raises(ConfigError, match="must both be"):
+        SparseSuccessReward(raw_env()).compute_reward(achieved, goal[:, :2], {})
+    with pytest.raises(ConfigError, match="distance_threshold"):
+        SparseSuccessReward(gym.make("Pendulum-v1")).compute_reward(achieved, goal, {})
+
+
 def test_sparse_success_needs_is_success():
     env = SparseSuccessReward(gym.make("Pendulum-v1"))
     env.reset(seed=0)
@@ -364,6 +391,60 @@ def test_identical_trajectories_are_scored_once_and_cached():
     core.resolve(core.start(0, s0))
     assert len(rec.batches) == 1  # cache hit
     assert core.stats.n_cache_hits == 2 and core.stats.n_queries == 3 and core.stats.n_calls == 1
+
+
+def text_progress(tasks, trajectories, **kwargs):
+    """A deterministic progress function that tells every text apart (CRC-32 of task + text)."""
+    import zlib
+
+    return [
+        zlib.crc32(f"{t}|{x}".encode()) % 1001 / 1000
+        for t, x in zip(tasks, trajectories, strict=True)
+    ]
+
+
+def _potential_after(history: list, mode: str) -> float:
+    """Phi of the last state of ``history`` (dict observations), scored by the wrapper core."""
+    core = ProgressRewardCore(
+        text_progress, FetchDescriber("reach"),
+        ProgressRewardConfig(mode=mode, score_every=1, cache_size=0), gamma=0.95,
+    )  # fmt: skip
+    core.resolve(core.start(0, history[0]))
+    for obs in history[1:]:
+        core.resolve(core.advance(0, np.zeros(4), obs, 0.0, done=False))
+    return core.episodes[0].scores[len(history) - 1]
+
+
+def test_shaping_potential_is_a_function_of_the_state_not_of_the_history():
+    env = raw_env()
+    o0, _ = env.reset(seed=5)
+    path = [o0] + [env.step(reach_controller(o0) * 0.2)[0] for _ in range(3)]
+    state = path[-1]
+    other_start = {k: v.copy() for k, v in o0.items()}  # same goal, gripper 8 cm off
+    other_start["observation"][:3] += np.array([0.08, -0.03, 0.0])
+    other_start["achieved_goal"] = other_start["observation"][:3].copy()
+    a = path  # reaches ``state`` at step 3
+    b = [other_start, path[1], state]  # the same state at step 2, from another start
+    # mode shaping: the verifier reads describe_state(s_t); same state, same potential
+    assert _potential_after(a, "shaping") == _potential_after(b, "shaping")
+    # the history-reading text of mode progress differs, and this progress function sees it
+    assert _potential_after(a, "progress") != _potential_after(b, "progress")
+
+    # a describer without describe_state cannot give a potential of the state
+    class TrajectoryOnly:
+        task, describe = FetchDescriber("reach").task, FetchDescriber("reach").describe
+
+    with pytest.raises(ConfigError, match="describe_state"):
+        ProgressRewardCore(text_progress, TrajectoryOnly(), ProgressRewardConfig(), gamma=0.9)
+    # and revisiting a state hits the cache: the text is that of the state alone
+    core = ProgressRewardCore(
+        Recorder(text_progress), FetchDescriber("reach"), ProgressRewardConfig(score_every=1),
+        gamma=0.95,
+    )  # fmt: skip
+    core.resolve(core.start(0, state))
+    core.resolve(core.advance(0, np.zeros(4), path[2], 0.0, done=False))
+    core.resolve(core.advance(0, np.zeros(4), state, 0.0, done=False))
+    assert core.stats.n_cache_hits == 1 and core.stats.n_calls == 2
 
 
 @pytest.mark.slow

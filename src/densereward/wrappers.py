@@ -11,8 +11,15 @@ The progress ``Phi`` becomes a reward in one of three modes (:class:`ProgressRew
 * ``"shaping"``: potential-based shaping added to the environment reward,
   ``r'_t = r_t + F_t`` with ``F_t = gamma * Phi(s_{t+1}) - Phi(s_t)`` (Ng, Harada & Russell
   1999, eq. 2). The sum of ``gamma^t F_t`` over an episode telescopes to
-  ``gamma^T Phi(s_T) - Phi(s_0)``, so shaping cannot change the optimal policy and a
-  policy that hovers near the goal earns nothing from it.
+  ``gamma^T Phi(s_T) - Phi(s_0)``, and a policy that hovers near the goal earns nothing
+  from it. Ng et al.'s guarantee (the optimal policy is unchanged) needs ``Phi`` to be a
+  function of the current state, so in this mode the verifier reads
+  ``describer.describe_state(s_t)`` -- the current state alone (Fetch: goal, gripper and
+  object positions, distances), with no history and no step count -- and the same state
+  reached by two histories gets the same ``Phi`` (and hits the cache). The task text comes
+  from the episode's first observation, so it may only use what stays fixed during an
+  episode and is part of every state (Fetch: the goal). With ``score_every > 1`` the
+  potential used between scorings is *held* (next item), which is an approximation.
 * ``"progress"``: the raw progress ``Phi(s_{t+1})`` (as VLM-RM uses its CLIP reward;
   Rocamonde et al. 2024). Not policy invariant.
 * ``"mixture"``: ``alpha * r_t + (1 - alpha) * Phi(s_{t+1})``.
@@ -26,7 +33,16 @@ Choices, documented once:
 * ``score_every = k``: the verifier scores ``s_0`` (at reset), every ``k``-th state and the
   last state of an episode. In between, ``Phi`` is held at the last scored value, so with
   ``gamma = 1`` shaping is 0 except at scored steps; with ``gamma < 1`` a held step earns
-  ``-(1 - gamma) * Phi``, which is still exact potential-based shaping.
+  ``-(1 - gamma) * Phi``. What holding approximates: the potential actually used at step
+  ``t`` is ``Phi(s_tau)``, ``tau = k * floor(t / k)`` (or ``t`` at the episode's end), the
+  potential of a state up to ``k - 1`` steps old, in place of ``Phi(s_t)``. That is exact
+  potential-based shaping for the augmented state ``(s_t, t mod k, s_tau)``, so the
+  episode's discounted shaping still telescopes to ``gamma^T Phi(s_T) - Phi(s_0)`` (both
+  scored states) and an optimal policy over augmented states is unchanged; but the agent
+  (policy and critic) sees only ``s_t``, and to it the held term is a non-Markov error of
+  up to ``|Phi(s_t) - Phi(s_tau)|`` per step, larger the more ``Phi`` moves in ``k`` steps.
+  ``score_every = 1`` gives the exact potential of the state ``Phi(s_t)`` (each distinct
+  state text is scored once; repeated ones hit the cache) at ``k`` times the verifier calls.
 * An abstained score (``None``) keeps the previous potential and is counted in
   :class:`VerifierCallStats` and in the episode summary. An abstention on ``s_0`` (no previous
   potential) starts the episode at ``Phi = 0`` ("no progress"), also counted. Never 0.5.
@@ -88,7 +104,11 @@ When the wrapper captures frames it also passes ``images=list[list[np.ndarray]]`
 
 
 class TrajectoryDescriber(Protocol):
-    """Turns an episode so far into compact text (see :mod:`envs.describers`)."""
+    """Turns an episode so far, or one state, into compact text (see :mod:`envs.describers`).
+
+    ``mode: shaping`` reads :meth:`describe_state` (a potential of the state); ``progress``
+    and ``mixture`` read :meth:`describe` (the trajectory, history included).
+    """
 
     def task(self, observation: Any) -> str:
         """One-paragraph task description from the first observation of an episode."""
@@ -96,6 +116,11 @@ class TrajectoryDescriber(Protocol):
 
     def describe(self, observations: Sequence[Any], actions: Sequence[np.ndarray]) -> str:
         """Text of the trajectory ``s_0 .. s_t`` (``t + 1`` observations, ``t`` actions)."""
+        ...
+
+    def describe_state(self, observation: Any) -> str:
+        """Text of the state ``s_t`` alone: a function of ``observation`` only (no history,
+        no step count), so that a potential read from it is a potential of the state."""
         ...
 
 
@@ -391,7 +416,8 @@ class ProgressRewardCore:
         n_envs: number of environments served.
 
     Raises:
-        ConfigError: if neither ``config.gamma`` nor ``gamma`` is given, or on bad values.
+        ConfigError: if neither ``config.gamma`` nor ``gamma`` is given, on bad values, or
+            for ``mode="shaping"`` with a describer that has no ``describe_state``.
     """
 
     def __init__(
@@ -423,6 +449,13 @@ class ProgressRewardCore:
             raise ConfigError(f"gamma must be in [0, 1], got {g}")
         if n_envs < 1:
             raise ConfigError(f"n_envs must be >= 1, got {n_envs}")
+        self._state_only = config.mode == "shaping"
+        if self._state_only and not callable(getattr(describer, "describe_state", None)):
+            raise ConfigError(
+                "reward.mode=shaping needs a potential of the state (Ng et al. 1999): the "
+                f"describer {type(describer).__name__} must implement describe_state(observation) "
+                "-> str (FetchDescriber and BoxDescriber do), or use mode progress | mixture"
+            )
         self.progress_fn = progress_fn
         self.describer = describer
         self.config = config
@@ -565,8 +598,17 @@ class ProgressRewardCore:
         return ep
 
     def _query(self, ep: _Episode, step: int) -> _Query:
-        text = self.describer.describe(ep.observations[: step + 1], ep.actions[:step])
-        images = ep.frames[-self.config.max_frames :] if self.config.render_frames else None
+        if self._state_only:  # Phi(s_step): the state alone, however it was reached
+            text = self.describer.describe_state(ep.observations[step])
+        else:
+            text = self.describer.describe(ep.observations[: step + 1], ep.actions[:step])
+        images = None
+        if self.config.render_frames:  # the state's own frame only, for a potential of the state
+            images = (
+                [ep.frames[min(step, len(ep.frames) - 1)]]
+                if self._state_only
+                else ep.frames[-self.config.max_frames :]
+            )
         return _Query(episode=ep, step=step, task=ep.task, text=text, images=images)
 
     def _summary(self, ep: _Episode, *, terminated: bool, info: dict[str, Any]) -> dict[str, Any]:
@@ -829,6 +871,45 @@ class SparseSuccessReward(gym.Wrapper):
         if self.terminate_on_success and success:
             terminated = True
         return obs, float(success), terminated, truncated, info
+
+    def compute_reward(
+        self, achieved_goal: np.ndarray, desired_goal: np.ndarray, info: Any = None
+    ) -> np.ndarray:
+        """This wrapper's reward for any goals: what SB3's ``HerReplayBuffer`` relabels with.
+
+        HER (Andrychowicz et al. 2017) recomputes the rewards of replayed transitions for
+        substituted goals through ``env_method("compute_reward", ...)``, which finds this
+        method before the wrapped environment's (Fetch: ``-1``/``0``), so relabelled rewards
+        are on the same ``1``/``0`` scale as the rewards given during the episode. Success is
+        the Gymnasium-Robotics goal test (``MujocoFetchEnv._is_success``):
+        ``||achieved_goal - desired_goal||_2 < distance_threshold``.
+
+        Args:
+            achieved_goal: ``(B, G)`` goals reached (Fetch: ``G = 3``, metres), or one ``(G,)``.
+            desired_goal: the goals, same shape as ``achieved_goal``.
+            info: ignored (HER passes one dict per row, or a single dict).
+
+        Returns:
+            ``(B,)`` float32 in ``{0, 1}`` (1 = within the threshold); a float32 scalar for
+            ``(G,)`` inputs. Row ``i`` equals the call on row ``i`` alone.
+
+        Raises:
+            ConfigError: if the environment has no ``distance_threshold`` (not a goal
+                environment), or the shapes differ.
+        """
+        threshold = getattr(self.env.unwrapped, "distance_threshold", None)
+        if threshold is None:
+            raise ConfigError(
+                f"compute_reward needs a goal environment with distance_threshold; "
+                f"{self.env.spec.id if self.env.spec else self.env} has none"
+            )
+        a = np.asarray(achieved_goal, dtype=np.float64)
+        d = np.asarray(desired_goal, dtype=np.float64)
+        if a.shape != d.shape or a.ndim not in (1, 2):
+            raise ConfigError(
+                f"achieved_goal {a.shape} and desired_goal {d.shape} must both be (B, G) or (G,)"
+            )
+        return (np.linalg.norm(a - d, axis=-1) < float(threshold)).astype(np.float32)
 
 
 def verifier_progress_fn(verifier: Any) -> ProgressFn:
