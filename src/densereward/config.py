@@ -59,6 +59,15 @@ class VerifierConfig:
     """Length bound of the analysis in the reasoning style (tokens)."""
     reasoning_temperature: float = 0.7
     """Sampling temperature of the analysis in the reasoning style."""
+    chat_template_kwargs: Mapping[str, Any] | None = None
+    """Extra variables for the verifier's chat template, passed to every backend
+    (``apply_chat_template(**kwargs)`` for transformers and vLLM, the request's
+    ``chat_template_kwargs`` for the HTTP backends, which then need a vLLM / SGLang server).
+    ``None`` = the style decides Qwen3's ``enable_thinking``: off in the direct style (the
+    prompt ends ``<think>\n\n</think>\n\n<score>``); in the reasoning style on when the
+    template has the switch (local backends read it; over HTTP set ``{enable_thinking: true}``),
+    and the score is read after the model's ``</think>`` and the prefill. Templates ignore
+    variables they do not use. Set values win over the style's default."""
     beta: float = 10.0
     """Bradley-Terry inverse temperature: p(a > b) = sigmoid(beta * (R_a - R_b)), rewards in [0, 1]."""
     threshold: float = 0.5
@@ -113,6 +122,14 @@ class VerifierConfig:
             raise ConfigError(f"verifier.backend={self.backend!r} needs verifier.base_url")
         if isinstance(self.criteria, list):
             object.__setattr__(self, "criteria", tuple(self.criteria))
+        if self.chat_template_kwargs is not None and (
+            not isinstance(self.chat_template_kwargs, Mapping)
+            or not all(isinstance(k, str) for k in self.chat_template_kwargs)
+        ):
+            raise ConfigError(
+                "verifier.chat_template_kwargs must be a mapping of template variable names to "
+                f"values, e.g. {{enable_thinking: false}}; got {self.chat_template_kwargs!r}"
+            )
 
 
 def _coerce(tp: Any, value: Any, name: str) -> Any:

@@ -23,6 +23,7 @@ Example:
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import time
@@ -179,6 +180,25 @@ class Verifier:
         self.stats = VerifierStats()
         self.spellings = self._check_score_tokens()
         self.candidates = [s for forms in self.spellings for s in forms]
+        self.thinking = self._native_thinking()
+        self.chat_template_kwargs = {
+            "enable_thinking": self.thinking,
+            **(self.config.chat_template_kwargs or {}),
+        }
+
+    def _native_thinking(self) -> bool:
+        """Whether the reasoning style lets the model think in its own ``<think>`` block.
+
+        Only in the reasoning style: ``verifier.chat_template_kwargs.enable_thinking`` if set,
+        else whether the backend's chat template has Qwen3's thinking switch (in-process
+        backends read it; HTTP backends cannot see the server's template and say ``None``).
+        """
+        if self.config.style != "reasoning":
+            return False
+        explicit = (self.config.chat_template_kwargs or {}).get("enable_thinking")
+        if explicit is not None:
+            return bool(explicit)
+        return bool(getattr(self.backend, "thinking_template", False))
 
     # ------------------------------------------------------------------ set-up
     def _check_score_tokens(self) -> tuple[tuple[str, ...], ...]:
@@ -296,7 +316,7 @@ class Verifier:
             "max_new_tokens": self.config.max_reasoning_tokens,
             "temperature": self.config.reasoning_temperature,
             "seed": seed,
-            "stop": ("</analysis>", P.SCORE_PREFILL),
+            "stop": (P.THINK_CLOSE,) if self.thinking else ("</analysis>", P.SCORE_PREFILL),
         }
 
     def _generate_sync(self, prompts: list[ChatPrompt], seeds: Sequence[int]) -> list[str]:
@@ -343,12 +363,27 @@ class Verifier:
         return [_from_cacheable(answers[k]) for k in keys]
 
     def _read_plan(self, prompts: Sequence[ChatPrompt], seeds: Sequence[int]) -> Generator:
-        """Plan: one :class:`_Read` per prompt, in the configured style."""
+        """Plan: one :class:`_Read` per prompt, in the configured style.
+
+        Every prompt carries ``self.chat_template_kwargs``. Reasoning style: a thinking model
+        (:attr:`thinking`) thinks in its own ``<think>`` block, bounded by
+        ``max_reasoning_tokens``, and is read after ``</think>`` and the prefill; other models
+        write an ``<analysis>`` first.
+        """
+        prompts = [
+            dataclasses.replace(p, chat_template_kwargs=self.chat_template_kwargs)
+            for p in prompts
+        ]
         if self.config.style == "reasoning":
-            stage1 = [P.reasoning_prompt(p) for p in prompts]
+            first, then = (
+                (P.thinking_prompt, P.with_thinking)
+                if self.thinking
+                else (P.reasoning_prompt, P.with_analysis)
+            )
+            stage1 = [first(p) for p in prompts]
             analyses = yield from self._cached_io("generate", stage1, seeds)
             prompts = [
-                p if isinstance(a, Exception) else P.with_analysis(s1, a)
+                p if isinstance(a, Exception) else then(s1, a)
                 for p, s1, a in zip(prompts, stage1, analyses, strict=False)
             ]
             failed = [isinstance(a, Exception) for a in analyses]

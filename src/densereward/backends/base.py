@@ -14,7 +14,7 @@ import asyncio
 import difflib
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 from ..errors import ConfigError
@@ -40,14 +40,22 @@ class ChatPrompt:
             and assistant turns for few-shot demonstrations), as a tuple.
         prefill: the text the final assistant turn begins with. The score is read at the
             next token after it (e.g. ``"<score>"``). May be empty.
+        chat_template_kwargs: extra variables for the chat template, e.g.
+            ``{"enable_thinking": False}`` (Qwen3's thinking switch). Every backend passes them
+            on: ``apply_chat_template(..., **kwargs)`` in process, the request's
+            ``chat_template_kwargs`` over HTTP. Templates ignore variables they do not use.
     """
 
     messages: tuple[Mapping[str, str], ...]
     prefill: str = ""
+    chat_template_kwargs: Mapping[str, Any] = field(default_factory=dict)
 
     def key(self) -> tuple:
         """A hashable, order-preserving identity of the prompt (for caches)."""
-        return (tuple((m["role"], m["content"]) for m in self.messages), self.prefill)
+        base = (tuple((m["role"], m["content"]) for m in self.messages), self.prefill)
+        if not self.chat_template_kwargs:
+            return base
+        return (*base, tuple(sorted((k, repr(v)) for k, v in self.chat_template_kwargs.items())))
 
 
 @dataclass

@@ -31,7 +31,13 @@ from ..config import VerifierConfig
 from ..errors import BackendError, BackendUnavailableError, ScoreTokenError
 from .base import BackendUsage, ChatPrompt, LocalAsyncMixin, TokenLogprobs, register_backend
 
-__all__ = ["TransformersBackend", "render_prompt_ids", "resolve_model_path", "candidate_token_ids"]
+__all__ = [
+    "TransformersBackend",
+    "render_prompt_ids",
+    "resolve_model_path",
+    "candidate_token_ids",
+    "template_thinks",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -59,8 +65,9 @@ def render_prompt_ids(tokenizer: Any, prompt: ChatPrompt) -> list[int]:
     rendered with ``continue_final_message=True`` so that the sequence ends right after
     the prefill (no end-of-turn token); an empty prefill uses ``add_generation_prompt``
     instead. The text is then encoded without adding special tokens (the template writes
-    them). The transformers and vLLM backends both call this function, so both models see
-    identical token ids.
+    them). ``prompt.chat_template_kwargs`` go to the template as variables (Qwen3:
+    ``enable_thinking``). The transformers and vLLM backends both call this function, so both
+    models see identical token ids.
 
     Args:
         tokenizer: a Hugging Face tokenizer with a chat template.
@@ -74,16 +81,18 @@ def render_prompt_ids(tokenizer: Any, prompt: ChatPrompt) -> list[int]:
             template rejects, or no chat template).
     """
     messages = [{"role": m["role"], "content": m["content"]} for m in prompt.messages]
+    variables = dict(prompt.chat_template_kwargs)
     try:
         if prompt.prefill:
             text = tokenizer.apply_chat_template(
                 [*messages, {"role": "assistant", "content": prompt.prefill}],
                 tokenize=False,
                 continue_final_message=True,
+                **variables,
             )
         else:
             text = tokenizer.apply_chat_template(
-                messages, tokenize=False, add_generation_prompt=True
+                messages, tokenize=False, add_generation_prompt=True, **variables
             )
     except Exception as e:  # jinja errors, missing template, ...
         raise BackendError(f"the chat template could not render the prompt: {e}") from e
@@ -91,6 +100,16 @@ def render_prompt_ids(tokenizer: Any, prompt: ChatPrompt) -> list[int]:
     if not ids:
         raise BackendError("the rendered prompt is empty")
     return list(ids)
+
+
+def template_thinks(tokenizer: Any) -> bool:
+    """Whether the tokenizer's chat template has a thinking switch (``enable_thinking``, Qwen3).
+
+    A model with such a template thinks in a ``<think>`` block before it answers unless the
+    switch is off; the engine's reasoning style then uses that native thinking.
+    """
+    template = getattr(tokenizer, "chat_template", None)
+    return isinstance(template, str) and "enable_thinking" in template
 
 
 def candidate_token_ids(tokenizer: Any, candidates: Sequence[str]) -> list[int]:
@@ -196,6 +215,7 @@ class TransformersBackend(LocalAsyncMixin):
         if self.tokenizer.pad_token_id is None:
             self.tokenizer.pad_token = self.tokenizer.eos_token
         self.pad_id = int(self.tokenizer.pad_token_id)
+        self.thinking_template = template_thinks(self.tokenizer)
         self.max_length = int(getattr(self.model.config, "max_position_embeddings", 0) or 0) or None
 
     # ------------------------------------------------------------------ helpers

@@ -4,7 +4,8 @@ The score is read at the token right after an assistant *prefill* (e.g. ``"<scor
 the request carries the conversation plus a final assistant message holding the prefill,
 with vLLM's / SGLang's chat-template switches ``continue_final_message=true,
 add_generation_prompt=false`` so the model continues that message instead of opening a
-new turn, ``max_tokens=1``, ``logprobs=true, top_logprobs=k`` and temperature 0
+new turn (and the prompt's template variables as ``chat_template_kwargs``, e.g. Qwen3's
+``enable_thinking``), ``max_tokens=1``, ``logprobs=true, top_logprobs=k`` and temperature 0
 (LLM-as-a-Verifier, Kwok et al. 2026, sec. 3: the score is the expectation over the
 score-token distribution, eq. 1). Servers report at most ``top_logprobs`` alternatives
 (20 for OpenAI and vLLM's default ``--max-logprobs``), so candidates outside the top-k are
@@ -219,6 +220,15 @@ class OpenAIBackend:
             owners = {str(m.get("owned_by", "")).lower() for m in models if isinstance(m, Mapping)}
             server_extensions = bool(owners & _EXTENSION_OWNERS)
         self.server_extensions = server_extensions
+        if config.chat_template_kwargs and not server_extensions:
+            self.close()
+            raise ConfigError(
+                f"verifier.chat_template_kwargs needs a server that renders the chat template "
+                f"(vLLM, SGLang); {self.base_url} does not list itself as one"
+            )
+        # The server's template is not visible from here: the reasoning style uses native
+        # thinking over HTTP only when verifier.chat_template_kwargs sets enable_thinking.
+        self.thinking_template: bool | None = None
 
     # ------------------------------------------------------------------ plumbing
 
@@ -408,6 +418,8 @@ class OpenAIBackend:
         if self.server_extensions:
             payload["continue_final_message"] = bool(prompt.prefill)
             payload["add_generation_prompt"] = not prompt.prefill
+            if prompt.chat_template_kwargs:
+                payload["chat_template_kwargs"] = dict(prompt.chat_template_kwargs)
         return payload
 
     async def _gather(self, factories: Sequence[Callable[[], Awaitable[T]]]) -> list[T]:

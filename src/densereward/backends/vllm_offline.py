@@ -34,7 +34,7 @@ from typing import Any
 from ..config import VerifierConfig
 from ..errors import BackendError, BackendUnavailableError
 from .base import BackendUsage, ChatPrompt, LocalAsyncMixin, TokenLogprobs, register_backend
-from .hf import candidate_token_ids, render_prompt_ids, resolve_model_path
+from .hf import candidate_token_ids, render_prompt_ids, resolve_model_path, template_thinks
 
 __all__ = ["VLLMBackend"]
 
@@ -124,6 +124,7 @@ class VLLMBackend(LocalAsyncMixin):
                 f"the vLLM engine failed to start for {self.model_id!r}: {e}"
             ) from e
         self.tokenizer = self.llm.get_tokenizer()
+        self.thinking_template = template_thinks(self.tokenizer)
 
     # ------------------------------------------------------------------ helpers
 
