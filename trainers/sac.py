@@ -271,6 +271,13 @@ def env_spec(env_id: str) -> Any:
         raise ConfigError(f"env.id={env_id!r}: {exc}") from None
 
 
+_STATE_TEXT = {
+    "new": "created when the run starts",
+    "reuse": "exists with no checkpoint and no result: reused",
+    "resume": "continues from its newest checkpoint",
+}
+
+
 def dry_run(config: dict[str, Any], *, output_dir: Path, resume: bool = False) -> list[str]:
     """Validate a SAC config without training: what ``run`` would check, plus the describer.
 
@@ -295,7 +302,7 @@ def dry_run(config: dict[str, Any], *, output_dir: Path, resume: bool = False) -
     lines = [
         f"env: {spec.id} (max_episode_steps {spec.max_episode_steps}), reward {cfg.env.reward}, "
         f"n_envs {cfg.env.n_envs}",
-        f"run directory: {output_dir} ({state})",
+        f"run directory: {output_dir} ({_STATE_TEXT[state]})",
         f"sac: stable_baselines3.SAC arguments ok {sorted(cfg.sac)}",
     ]
     if cfg.env.reward == "verifier":
