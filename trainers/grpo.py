@@ -208,6 +208,12 @@ def _verifier_factory(vcfg: VerifierConfig):
     return make
 
 
+def _is_main_process() -> bool:
+    """Rank 0 of a multi-process launch (``torchrun``, ``accelerate launch`` set ``RANK``), or a
+    single process. Only the main process creates the run directory and writes its files."""
+    return int(os.environ.get("RANK", "0")) == 0
+
+
 _CHECKPOINT = re.compile(r"checkpoint-(\d+)")  # transformers.trainer_utils.PREFIX_CHECKPOINT_DIR
 
 
@@ -232,6 +238,12 @@ def _run_dir(parts: dict[str, Any], output_dir: str | Path | None, resume: str |
                 "from that one"
             )
         return ckpt.resolve().parent  # .../<run_dir>/checkpoint-N
+    if not _is_main_process():  # the main process creates it; the others only need its path
+        if output_dir is None and parts["wandb"].name is None:
+            raise ConfigError(
+                "several training processes need one run directory: pass --output-dir (or wandb.name)"
+            )
+        return Path(output_dir if output_dir is not None else Path("runs") / parts["wandb"].name)
     if output_dir is not None:
         p = Path(output_dir)
     else:
@@ -324,6 +336,7 @@ def run(
     t0 = time.monotonic()
     run_dir = _run_dir(parts, output_dir, resume)  # checked; created below, once all passed
     secrets = [get_api_key(parts["verifier"].api_key_env) or ""]
+    main_process = _is_main_process()
 
     # Data: conversational prompts plus problem / answer / level columns for the reward funcs.
     dataset = load_tasks(parts["data"])
@@ -331,7 +344,10 @@ def run(
     # Reward functions. The verifier is built now, before the policy loads, so an unreachable
     # verifier server fails the run here (naming the URL), not inside the first training step.
     args = build_grpo_args(parts, run_dir)
-    tracker = RewardQualityTracker(run_dir, threshold=parts["verifier"].threshold)
+    # Every process scores its share and the tracker gathers them; only the main one writes.
+    tracker = RewardQualityTracker(
+        run_dir if main_process else None, threshold=parts["verifier"].threshold
+    )
     verifier = _verifier_factory(parts["verifier"])
     if parts["reward"].type != "sparse" or parts["reward"].track:
         verifier = verifier()
@@ -341,8 +357,9 @@ def run(
         tracker=tracker,
         num_generations=args.num_generations,
     )
-    _create_run_dir(run_dir, resume)
-    atomic_write_json(run_dir / "config.json", redact(config, secrets))  # keys masked anyway
+    if main_process:  # keys never live in configs; masked anyway
+        _create_run_dir(run_dir, resume)
+        atomic_write_json(run_dir / "config.json", redact(config, secrets))
 
     # W&B (offline without a key) and the policy.
     old_env = _wandb_env(parts, run_dir) if "wandb" in (args.report_to or []) else {}
@@ -384,7 +401,8 @@ def run(
         "reward_quality": str(tracker.jsonl_path),
         "plot": str(plot) if plot else None,
     }
-    atomic_write_json(run_dir / "result.json", result)
+    if main_process:
+        atomic_write_json(run_dir / "result.json", result)
     return result
 
 

@@ -261,6 +261,9 @@ class RewardQualityTracker:
     ) -> dict[str, float]:
         """Compute, log and record the metrics of one batch.
 
+        Under several training processes the metrics cover the completions of all of them
+        (:func:`gather_across_processes`; every process must call ``update`` once per batch).
+
         Args:
             prompts: ``(n,)`` prompts (to find the GRPO groups).
             scores: ``(n,)`` verifier scores in ``[0, 1]`` or ``None``.
@@ -282,14 +285,18 @@ class RewardQualityTracker:
         Raises:
             ValueError: if the per-completion sequences differ in length.
         """
-        groups = group_slices(prompts, num_generations)
+        # the metrics cover every process's completions; the completions table stays local
+        all_prompts, all_scores, all_correct, all_levels, all_masses = gather_across_processes(
+            prompts, scores, correct, levels, masses
+        )
+        groups = group_slices(all_prompts, num_generations)
         metrics = reward_quality_metrics(
-            scores,
-            correct,
+            all_scores,
+            all_correct,
             threshold=self.threshold,
             groups=groups,
-            levels=levels,
-            masses=masses,
+            levels=all_levels,
+            masses=all_masses,
             tie_eps=self.tie_eps,
         )
         metrics.update(extra_metrics or {})
@@ -322,6 +329,39 @@ class RewardQualityTracker:
             return None
         records = list(read_jsonl(src)) if src is not None else self.records
         return plot_reward_quality(records, out, prefix=self.prefix)
+
+
+def gather_across_processes(*columns: Sequence[Any] | None) -> tuple[list[Any] | None, ...]:
+    """Per-completion columns of every training process, concatenated in rank order.
+
+    Under a multi-process launch (``torchrun``, ``accelerate launch``) TRL calls the reward
+    functions on every process with that process's share of the generation batch; the
+    reward-quality metrics must cover the whole batch. Rank order restores TRL's global batch
+    order, so GRPO groups split over processes are whole again. This is a collective
+    (``torch.distributed.all_gather_object``): every process must call it the same number of
+    times, which holds because every process calls its reward functions once per batch. Without
+    an initialised process group of two or more processes the columns come back unchanged.
+
+    Args:
+        *columns: ``(n_local,)`` sequences (``None`` stays ``None``).
+
+    Returns:
+        The columns, each ``(n_total,)`` (``None`` where given ``None``).
+    """
+    import sys
+
+    dist = sys.modules.get("torch.distributed")  # never imports torch for a single process
+    if dist is None or not dist.is_available() or not dist.is_initialized():
+        return tuple(None if c is None else list(c) for c in columns)
+    if dist.get_world_size() < 2:
+        return tuple(None if c is None else list(c) for c in columns)
+    local = [None if c is None else list(c) for c in columns]
+    parts: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(parts, local)
+    return tuple(
+        None if local[i] is None else [x for part in parts for x in part[i]]
+        for i in range(len(columns))
+    )
 
 
 def _nan_if_none(x: float | None) -> float:
