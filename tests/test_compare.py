@@ -4,6 +4,7 @@ resumed without redoing finished runs."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -202,7 +203,8 @@ def _sac_compare_config(out: Path, *, budget=300, seeds=(0, 1), wandb=False) -> 
         "base": "configs/sac_fetchreach_sparse.yaml",
         "common": [
             "sac.learning_starts=100", "sac.batch_size=64", "env.n_envs=1", "training.curve_every=100",
-            "training.metrics_window=5", "training.checkpoint_every=0",
+            "training.metrics_window=5", "training.checkpoint_every=0", "training.eval_every=100",
+            "training.eval_episodes=2",
         ],
         "conditions": {"sparse": {}, "env_dense": ["env.id=FetchReachDense-v4", "env.reward=env"]},
         "seeds": list(seeds),
@@ -281,6 +283,22 @@ def test_bad_compare_configs_are_rejected(tmp_path, change, match):
     with pytest.raises(ConfigError, match=match):
         cfg = C.parse_compare_config(config)
         C.build_run_configs(cfg, base_dir=REPO / "configs")
+
+
+def test_fetchreach_comparison_has_the_her_baseline_five_seeds_and_evaluation_curves():
+    path = REPO / "configs" / "compare_fetchreach.yaml"
+    cfg = C.parse_compare_config(load_yaml(path), name=path.stem)
+    assert len(cfg.seeds) >= 5 and cfg.metric is None  # the trainer names its curve
+    runs = C.build_run_configs(cfg, base_dir=path.parent)
+    assert set(runs) == {"sparse", "sparse_her", "env_dense", "verifier_dense"}
+    # the HER condition is exactly configs/sac_fetchreach_sparse_her.yaml under the same
+    # common overrides, budget and seeds
+    her_base = dataclasses.replace(cfg, base="configs/sac_fetchreach_sparse_her.yaml",
+                                   conditions={"a": {}, "b": {}})  # fmt: skip
+    assert C.build_run_configs(her_base, base_dir=path.parent)["a"] == runs["sparse_her"]
+    for seeds in runs.values():
+        for rc in seeds.values():
+            assert rc["training"]["eval_every"] > 0 and rc["training"]["eval_episodes"] >= 10
 
 
 def test_result_from_a_different_config_is_an_error_not_silently_reused(tmp_path):
@@ -363,6 +381,11 @@ def test_kill_and_resume_does_not_redo_finished_runs(tmp_path):
     report = (out / "report.md").read_text()
     assert "| sparse | 2 |" in report and "| env_dense | 2 |" in report and "P(" in report
     assert "**Few runs:** 2 per condition" in report
+    # the curves are the deterministic evaluation episodes, and the report says so
+    assert results["metric"] == "eval/success_rate"
+    assert "Learning curves: deterministic evaluation: 2 episodes every 100" in report
+    assert all([p["step"] for p in r["curve"]] == [0, 100, 200]
+               for r in map(json.loads, map(Path.read_text, finished)))  # fmt: skip
     # the resume was announced and logged; the stored config is the one of these runs
     assert f"resuming {out}: {len(finished)} of 4 runs already finished and skipped" in done.stderr
     skips = {
@@ -375,10 +398,12 @@ def test_kill_and_resume_does_not_redo_finished_runs(tmp_path):
     assert stored["output_dir"] == str(out) and stored["budget"] == 200
     # the per-run progress line reports the same final performance as the report
     for line in done.stderr.splitlines():
-        if line.startswith("[") and "final success_rate=" in line:
+        if line.startswith("[") and "final eval/success_rate=" in line:
             cname, key = line.split("] ", 1)[1].split(":")[0].split()
             run = next(r for r in results["conditions"][cname]["runs"] if f"seed{r['seed']}" == key)
-            assert line.split("final success_rate=")[1].startswith(f"{run['final']:.3f} (mean of")
+            assert line.split("final eval/success_rate=")[1].startswith(
+                f"{run['final']:.3f} (mean of"
+            )
     assert (out / "learning_curves.png").stat().st_size > 1000
 
     # --report-only re-analyses these runs from a config with another budget and seeds: the

@@ -13,6 +13,7 @@ import pytest
 from densereward.callbacks import VerifierDynamicsCallback, value_order_correlation
 from densereward.config import load_yaml
 from densereward.errors import ConfigError
+from densereward.io import read_jsonl
 from trainers import sac
 
 REPO = Path(__file__).resolve().parents[1]
@@ -134,8 +135,10 @@ def test_checkpoint_and_resume_continue_the_run(tmp_path):
     final = VecNormalize.load(str(tmp_path / "vecnormalize.pkl"), _dummy_venv())
     # resumed from the checkpoint's statistics and kept updating them
     assert final.obs_rms["observation"].count > saved.obs_rms["observation"].count + 90
-    assert [p["step"] for p in second["curve"]] == [100, 200]
-    assert second["metric"] == "success_rate" and 0.0 <= second["final"] <= 1.0
+    # evaluation curve: step 0 of the fresh run, the end of each part; training curve too
+    assert [p["step"] for p in second["curve"]] == [0, 100, 200]
+    assert [p["step"] for p in second["train_curve"]] == [100, 200]
+    assert second["metric"] == "eval/success_rate" and 0.0 <= second["final"] <= 1.0
     with pytest.raises(ConfigError, match="no checkpoint"):
         sac.run(config, output_dir=tmp_path / "empty", resume=True)
 
@@ -195,6 +198,112 @@ def test_sac_200_steps_with_the_real_verifier(tmp_path, default_model_dir, capsy
     assert np.isfinite(summary["metrics"]["verifier/voc"])
     assert list((tmp_path / "wandb").glob("offline-run-*")), "W&B offline run directory missing"
     assert summary["curve"] and summary["curve"][-1]["step"] == 200
+
+
+# ---------------------------------------------------------------------------------------------
+# evaluation episodes (issue 17.1) and the sparse baseline with HER (issue 17.3)
+# ---------------------------------------------------------------------------------------------
+
+
+def _normalized_fetch(seed: int, *, training: bool = True):
+    from stable_baselines3.common.vec_env import VecNormalize
+
+    import envs
+
+    venv = envs.make_vec_env("FetchReach-v4", 2, seed=seed, reward="sparse")
+    return VecNormalize(venv, norm_obs=True, norm_reward=False, training=training)
+
+
+def _tiny_sac(venv, learning_starts=50, **kwargs):
+    from stable_baselines3 import SAC
+
+    return SAC("MultiInputPolicy", venv, seed=0, learning_starts=learning_starts, batch_size=32,
+               policy_kwargs={"net_arch": [16, 16]}, device="cpu", **kwargs)  # fmt: skip
+
+
+@pytest.mark.slow
+def test_evaluation_uses_frozen_training_statistics_and_does_not_change_training(tmp_path):
+    import torch
+    from stable_baselines3.common.vec_env import VecNormalize
+
+    from densereward.callbacks import EvaluationCallback
+
+    torch.set_num_threads(1)
+    eval_env = _normalized_fetch(seed=10_000, training=False)
+    cb = EvaluationCallback(eval_env, tmp_path / "eval.jsonl", every=50, n_episodes=2)
+    model = _tiny_sac(_normalized_fetch(seed=0))
+    model.learn(100, callback=cb)
+    # evaluated at 0, every 50 environment steps and at the end, 2 episodes each
+    assert [p["step"] for p in cb.curve] == [0, 50, 100]
+    assert all(p["n_episodes"] == 2 and 0.0 <= p["value"] <= 1.0 for p in cb.curve)
+    assert [p["step"] for p in read_jsonl(tmp_path / "eval.jsonl")] == [0, 50, 100]
+    # the last evaluation ran on the training statistics, and did not update them (frozen)
+    train_rms = model.get_vec_normalize_env().obs_rms
+    for key in ("observation", "desired_goal"):
+        np.testing.assert_array_equal(eval_env.obs_rms[key].mean, train_rms[key].mean)
+        assert eval_env.obs_rms[key].count == train_rms[key].count
+    assert eval_env.training is False and eval_env.norm_reward is False
+    # its own environment and deterministic actions: training is the same without it
+    plain = _tiny_sac(_normalized_fetch(seed=0))
+    plain.learn(100)
+    for a, b in zip(model.policy.parameters(), plain.policy.parameters(), strict=True):
+        torch.testing.assert_close(a, b)
+    # an evaluation environment that reads raw observations while training normalises them
+    raw = _normalized_fetch(seed=0).venv
+    with pytest.raises(ConfigError, match="VecNormalize"):
+        _tiny_sac(_normalized_fetch(seed=0)).learn(
+            10, callback=EvaluationCallback(raw, tmp_path / "x.jsonl", every=50)
+        )
+    assert isinstance(eval_env, VecNormalize)
+
+
+@pytest.mark.slow
+def test_run_reports_the_evaluation_curve(tmp_path):
+    config = small_config(
+        "sac_fetchreach_sparse.yaml", total_timesteps=200, checkpoint_every=0, eval_every=100,
+        eval_episodes=2,
+    )  # fmt: skip
+    config["sac"].update({"learning_starts": 100, "batch_size": 32})
+    summary = sac.run(config, output_dir=tmp_path)
+    assert summary["metric"] == "eval/success_rate"
+    assert "deterministic evaluation: 2 episodes every 100" in summary["curve_source"]
+    assert [p["step"] for p in summary["curve"]] == [0, 100, 200]
+    assert summary["final"] == summary["curve"][-1]["value"]
+    assert [p["step"] for p in summary["train_curve"]] == [100, 200]  # training episodes
+    assert {"eval/success_rate", "eval/mean_reward"} <= logged_keys(tmp_path)
+    assert summary["eval_seconds"] > 0
+    # evaluation off: the curve is the training episodes' success rate, and says so
+    config["training"]["eval_every"] = 0
+    off = sac.run(config, output_dir=tmp_path / "off")
+    assert off["metric"] == "success_rate" and off["curve"] == off["train_curve"]
+    assert off["curve_source"].startswith("training episodes")
+    with pytest.raises(ConfigError, match="eval_every"):
+        sac.parse_config({"training": {"eval_every": -1}})
+
+
+@pytest.mark.slow
+def test_her_relabels_with_the_sparse_success_reward(tmp_path):
+    """HER's relabelled rewards are on the episode's 1/0 scale (not Fetch's own -1/0)."""
+    from stable_baselines3 import HerReplayBuffer
+
+    her = load_yaml(REPO / "configs" / "sac_fetchreach_sparse_her.yaml")
+    assert sac.parse_config(her).her == {"n_sampled_goal": 4, "goal_selection_strategy": "future"}
+    venv = _normalized_fetch(seed=0)
+    model = _tiny_sac(venv, learning_starts=120,  # HER samples finished episodes (50 steps)
+                      replay_buffer_class=HerReplayBuffer, replay_buffer_kwargs=her["her"])  # fmt: skip
+    model.learn(160)
+    batch = model.replay_buffer.sample(256, env=None)  # raw goals (no normalisation)
+    rewards = batch.rewards.numpy().ravel()
+    assert set(np.unique(rewards)) == {0.0, 1.0}  # relabelled goals do succeed sometimes
+    achieved = batch.next_observations["achieved_goal"].numpy().astype(np.float64)
+    desired = batch.observations["desired_goal"].numpy().astype(np.float64)
+    np.testing.assert_array_equal(rewards, np.linalg.norm(achieved - desired, axis=-1) < 0.05)
+    # and the shipped config trains end to end
+    her["training"].update({"total_timesteps": 120, "wandb": False, "checkpoint_every": 0,
+                            "eval_every": 100, "eval_episodes": 2})  # fmt: skip
+    her["sac"].update({"learning_starts": 110, "batch_size": 32})
+    summary = sac.run(her, output_dir=tmp_path / "her")
+    assert summary["env_steps"] == 120 and 0.0 <= summary["final"] <= 1.0
 
 
 # --------------------------------------------------------------------------------------------

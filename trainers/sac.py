@@ -13,9 +13,16 @@ YAML sections map one-to-one onto dataclasses (unknown keys are errors):
 ``HerReplayBuffer`` as ``replay_buffer_kwargs``.
 
 A run directory holds ``config.yaml``, ``logs/progress.csv`` (every SB3 key, including
-``verifier/*`` and ``rollout/*``), ``curve.jsonl`` (success rate vs environment steps),
-``checkpoints/`` (model + replay buffer), ``final_model.zip``, ``summary.json`` and the
-offline W&B run.
+``verifier/*``, ``rollout/*`` and ``eval/*``), ``eval_curve.jsonl`` (success rate of
+deterministic evaluation episodes vs environment steps: the learning curve),
+``train_curve.jsonl`` (success rate of the training episodes), ``checkpoints/`` (model +
+replay buffer), ``final_model.zip``, ``summary.json`` and the offline W&B run.
+
+Evaluation (``training.eval_every``, ``training.eval_episodes``) runs on its own vectorised
+environment, built like the training one (same id, ``VecMonitor``, ``VecNormalize`` with the
+training statistics frozen) but without the verifier wrapper: its reward is the sparse
+success indicator, or the environment's reward when that is the run's (base) reward, and
+its seeds are ``training.seed + 10_000 + i``.
 """
 
 from __future__ import annotations
@@ -53,6 +60,9 @@ from densereward.io import (
     read_jsonl,
 )
 from densereward.wrappers import ProgressRewardConfig
+
+EVAL_SEED_OFFSET = 10_000
+"""Evaluation environment ``i`` is seeded with ``training.seed + EVAL_SEED_OFFSET + i``."""
 
 SECTIONS = ("env", "reward", "verifier", "sac", "her", "training")
 
@@ -106,7 +116,14 @@ class TrainingConfig:
     log_interval: int = 4
     """Episodes between SB3 log dumps (``logs/progress.csv`` and W&B)."""
     curve_every: int = 500
-    """Environment steps between points of the success-rate curve."""
+    """Environment steps between points of the training-episode success-rate curve (``train_curve.jsonl``)."""
+    eval_every: int = 1000
+    """Environment steps between deterministic evaluations on a separate environment (also at
+    step 0 of a fresh run and at the end); their success rate is the learning curve
+    (``eval_curve.jsonl``, the summary's ``curve``) that ``densereward compare`` reads. 0 = no evaluation: the curve is then
+    the success rate of the training episodes."""
+    eval_episodes: int = 10
+    """Episodes per evaluation (deterministic actions, split over ``env.n_envs`` evaluation environments)."""
     checkpoint_every: int = 5_000
     """Environment steps between checkpoints (model and replay buffer); 0 disables them."""
     metrics_window: int = 100
@@ -128,6 +145,11 @@ class TrainingConfig:
             raise ConfigError(f"training.total_timesteps must be >= 1, got {self.total_timesteps}")
         if self.log_interval < 1 or self.curve_every < 1 or self.metrics_window < 1:
             raise ConfigError("training.log_interval, curve_every and metrics_window must be >= 1")
+        if self.eval_every < 0 or self.eval_episodes < 1:
+            raise ConfigError(
+                f"training.eval_every must be >= 0 (0 = off) and eval_episodes >= 1, got "
+                f"{self.eval_every} and {self.eval_episodes}"
+            )
         if self.torch_threads is not None and self.torch_threads < 1:
             raise ConfigError(
                 f"training.torch_threads must be >= 1 or null, got {self.torch_threads}"
@@ -352,6 +374,7 @@ def run(config: dict[str, Any], *, output_dir: Path, resume: bool = False) -> di
 
     import envs
     from densereward.callbacks import (
+        EvaluationCallback,
         LearningCurveCallback,
         ReplayRelabelCallback,
         VerifierDynamicsCallback,
@@ -400,6 +423,23 @@ def run(config: dict[str, Any], *, output_dir: Path, resume: bool = False) -> di
         monitor_dir=run_dir,
     )
     reward_venv = venv  # VecMonitor(...): carries verifier_stats; VecNormalize goes on top
+
+    # 2b. the evaluation environment: same id and observation wrappers, never the verifier
+    eval_venv = None
+    if tc.eval_every:
+        eval_reward = cfg.env.base if cfg.env.reward == "verifier" else cfg.env.reward
+        eval_venv = envs.make_vec_env(
+            cfg.env.id, cfg.env.n_envs, seed=tc.seed + EVAL_SEED_OFFSET, reward=eval_reward
+        )
+        if cfg.env.normalize_obs:  # statistics copied from training before every evaluation
+            eval_venv = VecNormalize(
+                eval_venv,
+                training=False,
+                norm_obs=True,
+                norm_reward=False,
+                clip_obs=cfg.env.clip_obs,
+                gamma=gamma,
+            )
 
     # 3. SAC (fresh, or the latest checkpoint and its replay buffer)
     ckpt_dir = run_dir / "checkpoints"
@@ -464,9 +504,18 @@ def run(config: dict[str, Any], *, output_dir: Path, resume: bool = False) -> di
     # 5. callbacks: reward quality, replay relabelling, learning curve, checkpoints
     dynamics = VerifierDynamicsCallback(threshold=cfg.verifier.threshold, window=tc.metrics_window)
     curve_cb = LearningCurveCallback(
-        run_dir / "curve.jsonl", every=tc.curve_every, window=tc.metrics_window
+        run_dir / "train_curve.jsonl", every=tc.curve_every, window=tc.metrics_window
     )
     callbacks = [dynamics, curve_cb]
+    eval_cb = None
+    if eval_venv is not None:
+        eval_cb = EvaluationCallback(
+            eval_venv,
+            run_dir / "eval_curve.jsonl",
+            every=tc.eval_every,
+            n_episodes=tc.eval_episodes,
+        )
+        callbacks.append(eval_cb)
     if cfg.env.reward == "verifier" and cfg.reward.timing == "episode_end":
         callbacks.append(ReplayRelabelCallback())
     if tc.checkpoint_every:
@@ -500,21 +549,35 @@ def run(config: dict[str, Any], *, output_dir: Path, resume: bool = False) -> di
             venv.save(str(run_dir / "vecnormalize.pkl"))  # needed to run the final policy
 
         # 7. summary
-        curve = (
-            list(read_jsonl(run_dir / "curve.jsonl")) if (run_dir / "curve.jsonl").is_file() else []
-        )
+        def read_curve(name: str) -> list[dict[str, Any]]:
+            return list(read_jsonl(run_dir / name)) if (run_dir / name).is_file() else []
+
+        train_curve = read_curve("train_curve.jsonl")
+        if eval_cb is not None:
+            curve, metric = read_curve("eval_curve.jsonl"), "eval/success_rate"
+            source = (
+                f"deterministic evaluation: {tc.eval_episodes} episodes every {tc.eval_every} "
+                "environment steps (and at 0 and the end) on a separate environment, "
+                "VecNormalize statistics frozen, no verifier calls"
+            )
+        else:
+            curve, metric = train_curve, "success_rate"
+            source = f"training episodes: success rate of the last {tc.metrics_window}"
         metrics = dynamics.metrics()
         stats = reward_venv.venv.verifier_stats.as_dict() if cfg.env.reward == "verifier" else None
         steps = model.num_timesteps - start_steps
         summary = {
             "run_dir": str(run_dir),
             "curve": curve,
-            "metric": "success_rate",
+            "metric": metric,
+            "curve_source": source,
+            "train_curve": train_curve,
             "final": curve[-1]["value"] if curve else float("nan"),
             "metrics": metrics,
             "env_steps": model.num_timesteps,
             "seconds": seconds,
             "steps_per_second": steps / seconds if seconds > 0 else float("nan"),
+            "eval_seconds": eval_cb.seconds if eval_cb is not None else 0.0,
             "verifier_stats": stats,
             "verifier_engine_stats": verifier.stats.as_dict()
             if verifier is not None and hasattr(verifier, "stats")
@@ -526,6 +589,8 @@ def run(config: dict[str, Any], *, output_dir: Path, resume: bool = False) -> di
         return summary
     finally:
         venv.close()
+        if eval_venv is not None:
+            eval_venv.close()
         if wandb_run is not None:
             wandb_run.finish()
             import wandb

@@ -8,8 +8,11 @@
   returns side by side (``rollout/ep_true_rew_mean``, ``rollout/ep_verifier_rew_mean``).
 * :class:`ReplayRelabelCallback`: writes episode-end verifier rewards over the placeholder
   rewards in ``model.replay_buffer`` (``reward.timing="episode_end"``, as VLM-RM does).
-* :class:`LearningCurveCallback`: appends ``{"step", "value"}`` (success rate vs
-  environment steps) to a JSONL file read by ``densereward compare``.
+* :class:`LearningCurveCallback`: appends ``{"step", "value"}`` (success rate of the
+  training episodes vs environment steps) to a JSONL file.
+* :class:`EvaluationCallback`: deterministic evaluation episodes on a separate environment
+  every ``every`` environment steps (SB3's ``evaluate_policy``); its JSONL curve is the one
+  ``densereward compare`` reads.
 * :class:`WandbOutputFormat`: an SB3 logger output that forwards scalars to ``wandb.log``.
 """
 
@@ -34,6 +37,7 @@ __all__ = [
     "VerifierDynamicsCallback",
     "ReplayRelabelCallback",
     "LearningCurveCallback",
+    "EvaluationCallback",
     "WandbOutputFormat",
     "find_verifier_stats",
 ]
@@ -338,6 +342,145 @@ class LearningCurveCallback(BaseCallback):
         point = {"step": int(self.num_timesteps), "value": float(np.mean(self.successes))}
         self.curve.append(point)
         append_jsonl(self.path, point)
+
+
+def _vec_normalize(env: Any) -> Any:
+    """The outermost ``VecNormalize`` in a chain of ``VecEnvWrapper``s, or ``None``."""
+    from stable_baselines3.common.vec_env import VecNormalize
+
+    node = env
+    while node is not None:
+        if isinstance(node, VecNormalize):
+            return node
+        node = getattr(node, "venv", None)
+    return None
+
+
+class EvaluationCallback(BaseCallback):
+    """Deterministic evaluation episodes on a separate environment, as the field reports them.
+
+    The learning curve of the HER paper (Andrychowicz et al. 2017, Sec. 4), the RL Zoo and
+    rliable's protocols is the success rate of *evaluation* episodes -- deterministic actions
+    (SAC: the mean of the squashed Gaussian), no exploration, a separate environment -- not the
+    success of the stochastic training episodes. This callback runs ``n_episodes`` such
+    episodes with SB3's :func:`~stable_baselines3.common.evaluation.evaluate_policy` at the
+    start of a fresh run (step 0), every ``every`` environment steps and at the end of
+    training, logs ``eval/success_rate``, ``eval/mean_reward`` and ``eval/mean_ep_length``
+    (the keys of SB3's ``EvalCallback``) and appends
+    ``{"step", "value", "n_episodes", "mean_reward"}`` (``value`` = success rate in ``[0, 1]``)
+    to ``path``.
+
+    Observation normalisation: when the training environment has a ``VecNormalize``, the
+    evaluation environment must have one too (``training=False``, ``norm_reward=False``);
+    its running mean/std (``obs_rms``) is replaced by a copy of the training statistics
+    before every evaluation, so the policy sees observations normalised exactly as in
+    training and evaluation does not move the statistics. This is what SB3's
+    ``EvalCallback`` does with ``sync_envs_normalization``; that function walks the two
+    wrapper chains in lockstep and so requires identical chains, while the training chain
+    here carries the verifier wrapper that evaluation must not have (evaluation episodes
+    never call the verifier: the environment's success flag is the measure). Hence the copy
+    of the ``VecNormalize`` statistics alone.
+
+    Evaluation does not change training: it uses its own environment (its own seeds and
+    resets) and deterministic actions, which draw no random numbers.
+
+    Args:
+        eval_env: the evaluation ``VecEnv`` (wrapped in ``VecMonitor`` so episode ends are
+            counted as SB3 counts them; with ``VecNormalize`` outermost when training has it).
+        path: JSONL file of the evaluation curve (appended to, so a resumed run continues it).
+        every: environment steps between evaluations (summed over vectorised environments).
+        n_episodes: evaluation episodes per evaluation (split over the ``eval_env``'s envs).
+        deterministic: deterministic actions (the field's protocol; ``False`` only for study).
+
+    Raises:
+        ConfigError: if ``every < 1`` or ``n_episodes < 1``; at training start if exactly one of
+            the training and evaluation environments has a ``VecNormalize``.
+    """
+
+    def __init__(
+        self,
+        eval_env: Any,
+        path: str | Path,
+        *,
+        every: int,
+        n_episodes: int = 10,
+        deterministic: bool = True,
+        verbose: int = 0,
+    ) -> None:
+        super().__init__(verbose)
+        if every < 1 or n_episodes < 1:
+            raise ConfigError(f"evaluation every/n_episodes must be >= 1, got {every}/{n_episodes}")
+        self.eval_env = eval_env
+        self.path = Path(path)
+        self.every = every
+        self.n_episodes = n_episodes
+        self.deterministic = deterministic
+        self.curve: list[dict[str, float]] = []
+        self.seconds = 0.0
+        self._next: int | None = None
+
+    def _on_training_start(self) -> None:
+        train_norm = self.model.get_vec_normalize_env()
+        if (train_norm is None) != (_vec_normalize(self.eval_env) is None):
+            raise ConfigError(
+                "the evaluation environment must have a VecNormalize exactly when the training "
+                "environment has one (the policy reads normalised observations)"
+            )
+        if self.num_timesteps == 0:
+            self._evaluate()
+        self._next = (self.num_timesteps // self.every + 1) * self.every
+
+    def _on_step(self) -> bool:
+        if self._next is not None and self.num_timesteps >= self._next:
+            self._evaluate()
+            self._next = (self.num_timesteps // self.every + 1) * self.every
+        return True
+
+    def _on_training_end(self) -> None:
+        if not self.curve or self.curve[-1]["step"] != self.num_timesteps:
+            self._evaluate()
+
+    def _evaluate(self) -> None:
+        import copy
+        import time
+
+        from stable_baselines3.common.evaluation import evaluate_policy
+
+        t0 = time.perf_counter()
+        train_norm = self.model.get_vec_normalize_env()
+        if train_norm is not None:
+            eval_norm = _vec_normalize(self.eval_env)
+            eval_norm.obs_rms = copy.deepcopy(train_norm.obs_rms)
+            eval_norm.training = False
+            eval_norm.norm_reward = False
+        successes: list[float] = []
+
+        def on_step(locals_: dict[str, Any], _globals: dict[str, Any]) -> None:
+            if locals_["done"] and "episode" in locals_["info"]:  # a real end (VecMonitor)
+                successes.append(float(bool(locals_["info"].get("is_success", False))))
+
+        rewards, lengths = evaluate_policy(
+            self.model,
+            self.eval_env,
+            n_eval_episodes=self.n_episodes,
+            deterministic=self.deterministic,
+            return_episode_rewards=True,
+            callback=on_step,
+        )
+        self.seconds += time.perf_counter() - t0
+        point = {
+            "step": int(self.num_timesteps),
+            "value": float(np.mean(successes)) if successes else float("nan"),
+            "n_episodes": len(rewards),
+            "mean_reward": float(np.mean(rewards)),
+        }
+        self.curve.append(point)
+        append_jsonl(self.path, point)
+        self.logger.record("eval/success_rate", point["value"])
+        self.logger.record("eval/mean_reward", point["mean_reward"])
+        self.logger.record("eval/mean_ep_length", float(np.mean(lengths)))
+        self.logger.record("time/total_timesteps", self.num_timesteps, exclude="tensorboard")
+        self.logger.dump(self.num_timesteps)
 
 
 class WandbOutputFormat(KVWriter):

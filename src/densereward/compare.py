@@ -858,8 +858,14 @@ def render_report(
     final_window: int = 3,
     wall_s: float | None = None,
     missing: Sequence[str] = (),
+    curve_sources: Sequence[str] = (),
 ) -> str:
-    """Markdown report: one table row per condition and one verdict line per pair."""
+    """Markdown report: one table row per condition and one verdict line per pair.
+
+    ``curve_sources``: what the runs' learning curves measure, as the trainers state it
+    (``summary["curve_source"]``, e.g. SAC's deterministic evaluation episodes); each distinct
+    one is named in the report's header and Method section.
+    """
     pct = f"{round(confidence * 100)}%"
     lines = [
         f"# Comparison: {name}",
@@ -867,6 +873,7 @@ def render_report(
         f"Trainer `{trainer}`, metric `{metric}`, budget {int(budget)} {x_label} per run, "
         f"seeds {list(seeds)}."
         + (f" Total wall time {wall_s / 60:.1f} min." if wall_s is not None else ""),
+        *[f"Learning curves: {src}." for src in curve_sources],
         "",
         f"| condition | runs | final {metric} IQM [{pct} CI] | AUC IQM [{pct} CI] | steps to threshold (median; reached) | wall s / run |",
         "|---|---|---|---|---|---|",
@@ -919,6 +926,7 @@ def render_report(
         "",
         "## Method",
         "",
+        *[f"- Curve (`{metric}`): {src}." for src in curve_sources],
         f"- Final performance: mean of the last {final_window} points of each run's `{metric}` curve. "
         f"AUC: area under the curve on [0, {int(budget)}] {x_label} (trapezoid on a common grid, "
         "the first value held before the first evaluation) divided by the budget, i.e. the mean "
@@ -1166,6 +1174,8 @@ def run_comparison(
         analysis, name=str(cfg.name), trainer=cfg.trainer, metric=metric, budget=budget, seeds=cfg.seeds,
         x_label=spec.x_label, confidence=cfg.confidence, n_bootstrap=cfg.n_bootstrap,
         final_window=cfg.final_window, wall_s=wall, missing=missing,
+        curve_sources=sorted({str(r["summary"]["curve_source"]) for rs in by_cond.values()
+                              for r in rs if (r.get("summary") or {}).get("curve_source")}),
     )  # fmt: skip
     plot_curves(
         analysis,
