@@ -215,6 +215,29 @@ def test_score_reuse_detects_mismatch(gsm8k, tmp_path):
         E.align_scores(changed, stored)
 
 
+def test_evaluate_auto_threshold_is_youden_and_reported(gsm8k, tmp_path):
+    rows = E.load_responses(gsm8k, limit=40)
+    rng = np.random.default_rng(0)
+    # a verifier that ranks correct responses higher but scores everything below 0.5
+    scores = [float(0.1 + 0.2 * r["is_correct"] + 0.15 * rng.random()) for r in rows]
+    at_half = E.evaluate(rows, scores, threshold=0.5, n_bootstrap=0)
+    assert at_half["overall"]["tpr"] == 0.0 and at_half["overall"]["tnr"] == 1.0  # degenerate
+    m = E.evaluate(rows, scores, n_bootstrap=50)  # default: auto
+    y = [r["is_correct"] for r in rows]
+    assert m["threshold"] == pytest.approx(M.best_threshold(scores, y)["threshold"])
+    assert m["overall"]["tpr"] > 0.0 and m["overall"]["tnr"] > 0.0
+    assert m["threshold_source"].startswith("auto") and "auto" in E.render_report(m)
+    assert m["overall"]["score_gap"] == pytest.approx(M.mean_score_gap(scores, y))
+    # a number from an earlier metrics.json
+    path = tmp_path / "metrics.json"
+    path.write_text(json.dumps(m))
+    m2 = E.evaluate(rows, scores, threshold=str(path), n_bootstrap=0)
+    assert (
+        m2["threshold"] == m["threshold_calibration"]["threshold"]
+        and str(path) in m2["threshold_source"]
+    )
+
+
 def test_evaluate_edge_cases(gsm8k):
     rows = E.load_responses(gsm8k, limit=5)
     with pytest.raises(DataError, match="abstained"):
@@ -224,7 +247,7 @@ def test_evaluate_edge_cases(gsm8k):
     with pytest.raises(DataError):
         E.evaluate(rows, [0.5])
     # a verifier that rejects everything: TPR 0, TNR 1, precision undefined, eq. 5 falls back
-    m = E.evaluate(rows, [0.0] * len(rows), n_bootstrap=50)
+    m = E.evaluate(rows, [0.0] * len(rows), threshold=0.5, n_bootstrap=50)
     o = m["overall"]
     assert (
         o["tpr"] == 0.0

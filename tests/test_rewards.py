@@ -251,6 +251,66 @@ def test_tracker_logs_records_and_plots(tmp_path):
     assert png is not None and png.stat().st_size > 5000
 
 
+def test_tracker_auto_threshold_is_chosen_on_earlier_batches_and_windows_roll(tmp_path):
+    import numpy as np
+
+    from densereward.metrics import best_threshold
+
+    tracker = RewardQualityTracker(tmp_path, window=6)  # threshold defaults to auto
+    batches = [  # (scores, correct): the verifier ranks well but scores everything below 0.5
+        ([0.30, 0.10, 0.20, 0.15], [1, 0, 0, 0]),
+        ([0.35, 0.12, 0.28, 0.05], [1, 0, 1, 0]),
+        ([0.40, 0.33, 0.08, 0.22], [1, 1, 0, 0]),
+    ]
+    for step, (s, c) in enumerate(batches):
+        tracker.update(prompts=["p", "p", "q", "q"], scores=s, correct=c, num_generations=2,
+                       trainer_state=type("S", (), {"global_step": step}))  # fmt: skip
+    rows = [
+        json.loads(line) for line in (tmp_path / "reward_quality.jsonl").read_text().splitlines()
+    ]
+    # batch 1: no earlier batch -> chosen on the batch itself (flagged)
+    assert rows[0]["verifier/threshold_in_sample"] == 1.0 and rows[0]["verifier/threshold"] == 0.30
+    # batch 3: Youden's J on batches 1-2 only, applied out of sample
+    past_s, past_y = batches[0][0] + batches[1][0], batches[0][1] + batches[1][1]
+    t3 = best_threshold(past_s, past_y)["threshold"]
+    assert (
+        rows[2]["verifier/threshold"] == pytest.approx(t3)
+        and rows[2]["verifier/threshold_in_sample"] == 0.0
+    )
+    assert rows[2]["verifier/tpr"] == pytest.approx(np.mean(np.array([0.40, 0.33]) >= t3))
+    assert rows[2]["threshold_source"].startswith("auto")
+    # the window holds the last 6 labelled completions (batch 2's last two and batch 3)
+    assert rows[2]["verifier/window/n"] == 6.0 and rows[0]["verifier/window/n"] == 4.0
+    w_s = np.array(batches[1][0][2:] + batches[2][0])
+    w_y = np.array(batches[1][1][2:] + batches[2][1])
+    assert rows[2]["verifier/window/pass_rate"] == pytest.approx(w_y.mean())
+    assert rows[2]["verifier/window/score_gap"] == pytest.approx(
+        w_s[w_y == 1].mean() - w_s[w_y == 0].mean()
+    )
+    # a fixed threshold of 0.5 accepts nothing here: TNR 1, TPR 0 -- the degenerate report auto avoids
+    fixed = RewardQualityTracker(None, threshold=0.5)
+    m = fixed.update(prompts=["p"] * 4, scores=batches[1][0], correct=batches[1][1])
+    assert m["verifier/tpr"] == 0.0 and m["verifier/threshold"] == 0.5
+    # one class only so far: auto has nothing to calibrate on -> rates undefined, not 0 or 1
+    m = RewardQualityTracker(None).update(prompts=["p"] * 2, scores=[0.2, 0.3], correct=[0, 0])
+    assert math.isnan(m["verifier/tnr"]) and math.isnan(m["verifier/threshold"])
+    assert tracker.plot().stat().st_size > 5000
+
+
+def test_tracker_threshold_from_eval_verifier_metrics_json(tmp_path):
+    from densereward.errors import ConfigError
+
+    path = tmp_path / "metrics.json"
+    path.write_text(json.dumps({"threshold_calibration": {"threshold": 0.37}}))
+    tracker = RewardQualityTracker(None, threshold=str(path))
+    assert tracker.threshold == 0.37 and str(path) in tracker.threshold_source
+    (tmp_path / "bad.json").write_text("{}")
+    with pytest.raises(ConfigError, match="calibrated threshold"):
+        RewardQualityTracker(None, threshold=str(tmp_path / "bad.json"))
+    with pytest.raises(ConfigError, match="window"):
+        RewardQualityTracker(None, window=0)
+
+
 # ---- data ----------------------------------------------------------------------------------
 
 

@@ -55,7 +55,7 @@ from densereward.io import (
 
 logger = logging.getLogger("densereward.trainers.grpo")
 
-SECTIONS = ("model", "data", "reward", "verifier", "training", "wandb")
+SECTIONS = ("model", "data", "reward", "verifier", "training", "wandb", "heldout")
 
 
 @dataclass(frozen=True)
@@ -111,6 +111,7 @@ def grpo_config_kwargs(training: dict[str, Any]) -> dict[str, Any]:
 def _section_fields() -> dict[str, Any]:
     """Section -> its field names, for the unknown-section hints (evaluated only on error)."""
     from densereward.data import DataConfig
+    from densereward.policy_eval import HeldoutConfig
     from densereward.rewards import RewardConfig
 
     def grpo_fields() -> list[str]:
@@ -123,6 +124,7 @@ def _section_fields() -> dict[str, Any]:
     out["verifier"] = lambda: field_names(VerifierConfig)
     out["training"] = grpo_fields
     out["wandb"] = lambda: field_names(WandbConfig)
+    out["heldout"] = lambda: field_names(HeldoutConfig)
     return out
 
 
@@ -136,6 +138,7 @@ def resolve_config(config: dict[str, Any]) -> dict[str, Any]:
         ConfigError / DataError: for unknown sections or keys and invalid values.
     """
     from densereward.data import DataConfig
+    from densereward.policy_eval import HeldoutConfig
     from densereward.rewards import RewardConfig
 
     check_sections(config, _section_fields())
@@ -145,6 +148,7 @@ def resolve_config(config: dict[str, Any]) -> dict[str, Any]:
         "reward": from_dict(RewardConfig, config.get("reward"), prefix="reward."),
         "verifier": from_dict(VerifierConfig, config.get("verifier"), prefix="verifier."),
         "wandb": from_dict(WandbConfig, config.get("wandb"), prefix="wandb."),
+        "heldout": from_dict(HeldoutConfig, config.get("heldout"), prefix="heldout."),
         "training": grpo_config_kwargs(dict(config.get("training") or {})),
     }
 
@@ -346,7 +350,9 @@ def run(
     args = build_grpo_args(parts, run_dir)
     # Every process scores its share and the tracker gathers them; only the main one writes.
     tracker = RewardQualityTracker(
-        run_dir if main_process else None, threshold=parts["verifier"].threshold
+        run_dir if main_process else None,
+        threshold=parts["verifier"].threshold,
+        window=parts["reward"].track_window,
     )
     verifier = _verifier_factory(parts["verifier"])
     if parts["reward"].type != "sparse" or parts["reward"].track:
@@ -373,9 +379,12 @@ def run(
         )
         trainer.add_callback(_ConfigToWandb(redact(config, secrets)))
         trainer.add_callback(RewardQualityCallback(tracker))  # writes the plot when training ends
+        heldout = _Heldout(parts, args, dataset, trainer)
+        heldout.evaluate("before")  # the initial policy, before any step (or checkpoint) loads
         checkpoint = True if resume == "latest" else resume
         trainer.train(resume_from_checkpoint=checkpoint)
         trainer.save_state()
+        heldout.evaluate("after")
     finally:
         for f in reward_funcs:
             if hasattr(f, "close"):
@@ -400,10 +409,58 @@ def run(
         "wall_s": round(time.monotonic() - t0, 1),
         "reward_quality": str(tracker.jsonl_path),
         "plot": str(plot) if plot else None,
+        "heldout": heldout.summary(run_dir),
     }
     if main_process:
         atomic_write_json(run_dir / "result.json", result)
     return result
+
+
+class _Heldout:
+    """Held-out pass rate before and after training (``heldout:`` section; no-op without data)."""
+
+    def __init__(self, parts: dict[str, Any], args: Any, dataset: Any, trainer: Any) -> None:
+        self.cfg = parts["heldout"]
+        self.args = args
+        self.trainer = trainer
+        self.results: dict[str, dict[str, Any]] = {}
+        self.tasks = None
+        if self.cfg.data is not None:
+            from densereward.policy_eval import heldout_tasks
+
+            self.tasks = heldout_tasks(self.cfg, dataset["problem"])
+
+    def evaluate(self, when: str) -> None:
+        if self.tasks is None:
+            return
+        from densereward.policy_eval import evaluate_pass_rate
+
+        t0 = time.monotonic()
+        self.results[when] = evaluate_pass_rate(
+            self.trainer.model, self.trainer.processing_class, self.tasks, self.cfg,
+            temperature=self.args.temperature, max_new_tokens=self.args.max_completion_length,
+        )  # fmt: skip
+        rates = {m: self.results[when][m] for m in ("greedy", "sampled") if self.results[when][m]}
+        logger.info("held-out pass rate %s training (%d problems, %.0f s): %s", when, len(self.tasks),
+                    time.monotonic() - t0, {m: round(sum(v) / len(v), 3) for m, v in rates.items()})  # fmt: skip
+
+    def summary(self, run_dir: Path) -> dict[str, Any] | None:
+        """Pass rates before / after with paired bootstrap CIs; also written to ``heldout.json``."""
+        if set(self.results) != {"before", "after"}:
+            return None
+        from densereward.policy_eval import paired_difference
+
+        before, after = self.results["before"], self.results["after"]
+        summary: dict[str, Any] = {"n_problems": len(self.tasks), "n_samples": self.cfg.n_samples,
+                                   "confidence": self.cfg.confidence}  # fmt: skip
+        for mode in ("greedy", "sampled"):
+            if before[mode] is not None:
+                summary[mode] = paired_difference(before[mode], after[mode], confidence=self.cfg.confidence,
+                                                  n_resamples=self.cfg.n_resamples, seed=self.cfg.seed)  # fmt: skip
+        atomic_write_json(
+            run_dir / "heldout.json", {"summary": summary, "before": before, "after": after}
+        )
+        return summary
 
 
 def _curve(run_dir: Path, trainer: Any) -> list[dict[str, Any]]:

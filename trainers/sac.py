@@ -49,6 +49,7 @@ from densereward.config import (
     from_dict,
     load_yaml,
     overrides_from,
+    resolve_threshold,
     unknown_key_hints,
 )
 from densereward.errors import ConfigError
@@ -502,7 +503,12 @@ def run(config: dict[str, Any], *, output_dir: Path, resume: bool = False) -> di
     model.set_logger(Logger(str(run_dir / "logs"), formats))
 
     # 5. callbacks: reward quality, replay relabelling, learning curve, checkpoints
-    dynamics = VerifierDynamicsCallback(threshold=cfg.verifier.threshold, window=tc.metrics_window)
+    # the progress callback has no calibration of its own: auto stands for 0.5 there
+    progress_threshold = resolve_threshold(cfg.verifier.threshold)[0]
+    dynamics = VerifierDynamicsCallback(
+        threshold=0.5 if progress_threshold is None else progress_threshold,
+        window=tc.metrics_window,
+    )
     curve_cb = LearningCurveCallback(
         run_dir / "train_curve.jsonl", every=tc.curve_every, window=tc.metrics_window
     )

@@ -21,6 +21,7 @@ from .errors import ConfigError
 
 __all__ = [
     "VerifierConfig",
+    "resolve_threshold",
     "from_dict",
     "load_yaml",
     "apply_overrides",
@@ -70,8 +71,11 @@ class VerifierConfig:
     variables they do not use. Set values win over the style's default."""
     beta: float = 10.0
     """Bradley-Terry inverse temperature: p(a > b) = sigmoid(beta * (R_a - R_b)), rewards in [0, 1]."""
-    threshold: float = 0.5
-    """Accept threshold on the [0, 1] reward for TPR/TNR-style metrics."""
+    threshold: float | str = "auto"
+    """Accept threshold on the [0, 1] score for TPR / TNR / precision (:func:`resolve_threshold`):
+    ``auto`` (Youden's J on the labelled scores seen so far in training, or on the file's scores in
+    eval-verifier), a number in ``[0, 1]``, or the path of an earlier eval-verifier
+    ``metrics.json`` (its calibrated threshold)."""
     max_response_chars: int = 6000
     """Longer candidate texts are truncated (head and tail kept, marker in the middle)."""
     batch_size: int = 8
@@ -116,7 +120,13 @@ class VerifierConfig:
             )
         if self.beta <= 0:
             raise ConfigError(f"verifier.beta must be > 0, got {self.beta}")
-        if not 0.0 <= self.threshold <= 1.0:
+        if isinstance(self.threshold, str):
+            if self.threshold != "auto" and not self.threshold.endswith(".json"):
+                raise ConfigError(
+                    f"verifier.threshold={self.threshold!r}; use auto, a number in [0, 1], or the "
+                    "path of an eval-verifier metrics.json"
+                )
+        elif not 0.0 <= self.threshold <= 1.0:
             raise ConfigError(f"verifier.threshold must be in [0, 1], got {self.threshold}")
         if self.backend in ("openai", "sampled") and not self.base_url:
             raise ConfigError(f"verifier.backend={self.backend!r} needs verifier.base_url")
@@ -130,6 +140,48 @@ class VerifierConfig:
                 "verifier.chat_template_kwargs must be a mapping of template variable names to "
                 f"values, e.g. {{enable_thinking: false}}; got {self.chat_template_kwargs!r}"
             )
+
+
+def resolve_threshold(threshold: float | str) -> tuple[float | None, str]:
+    """The accept threshold ``VerifierConfig.threshold`` stands for, and how it was chosen.
+
+    Args:
+        threshold: ``"auto"``, a number in ``[0, 1]``, or the path of an eval-verifier
+            ``metrics.json`` (its ``threshold_calibration.threshold``: Youden's J on that file).
+
+    Returns:
+        ``(value, source)``: ``value`` is ``None`` for ``auto`` (the caller calibrates on its
+        labelled scores), else the threshold; ``source`` says which, for reports and plots.
+
+    Raises:
+        ConfigError: for another string, a number outside ``[0, 1]``, or a ``metrics.json``
+            that is missing or holds no calibrated threshold.
+
+    >>> resolve_threshold(0.4), resolve_threshold("auto")[0]
+    ((0.4, 'fixed 0.4'), None)
+    """
+    import json
+    import math
+
+    if threshold == "auto":
+        return None, "auto (Youden's J)"
+    if isinstance(threshold, str):
+        path = Path(threshold)
+        try:
+            value = json.loads(path.read_text())["threshold_calibration"]["threshold"]
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise ConfigError(
+                f"verifier.threshold={threshold!r}: cannot read a calibrated threshold from it "
+                f"({type(exc).__name__}: {exc}); give an eval-verifier metrics.json, a number, or auto"
+            ) from None
+        if value is None or not 0.0 <= float(value) <= 1.0 or math.isnan(float(value)):
+            raise ConfigError(
+                f"{path}: threshold_calibration.threshold is {value!r}, not a number in [0, 1]"
+            )
+        return float(value), f"{float(value):.4g} from {path}"
+    if not 0.0 <= float(threshold) <= 1.0:
+        raise ConfigError(f"threshold must be in [0, 1], got {threshold}")
+    return float(threshold), f"fixed {float(threshold):.4g}"
 
 
 def _coerce(tp: Any, value: Any, name: str) -> Any:

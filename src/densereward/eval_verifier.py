@@ -42,6 +42,7 @@ from .config import (
     from_dict,
     load_yaml,
     overrides_from,
+    resolve_threshold,
 )
 from .errors import ConfigError, DataError
 from .io import atomic_write_json, atomic_write_text, read_jsonl, to_jsonable
@@ -68,7 +69,10 @@ GSM8K_GENERATORS = ("6b_finetuning", "6b_verification", "175b_finetuning", "175b
 """Generators of the GSM8K example model solutions (Cobbe et al. 2021): 6B and 175B GPT-3,
 each fine-tuned ("finetuning") and the verification-trained variant ("verification")."""
 
-HEADLINE = ("tpr", "tnr", "balanced_accuracy", "precision", "verifier_gain", "auroc")
+HEADLINE = (
+    "auroc", "score_gap", "pairwise_accuracy",  # threshold-free first
+    "tpr", "tnr", "balanced_accuracy", "precision", "verifier_gain",
+)  # fmt: skip
 
 
 def _sha1(text: str) -> str:
@@ -344,7 +348,7 @@ def evaluate(
     rows: Sequence[Mapping[str, Any]],
     scores: Sequence[float | None],
     *,
-    threshold: float = 0.5,
+    threshold: float | str = "auto",
     n_bootstrap: int = 1000,
     n_calibration_bins: int = 10,
     n_repeats: int = 8,
@@ -356,7 +360,11 @@ def evaluate(
     Args:
         rows: ``(n,)`` rows with ``problem_id, response, is_correct, generator`` (``family`` optional).
         scores: ``(n,)`` verifier scores in ``[0, 1]``, ``None`` = abstained (excluded, counted).
-        threshold: accept threshold ``V = 1[score >= threshold]``.
+        threshold: accept threshold ``V = 1[score >= threshold]``: ``"auto"`` (Youden's J on
+            these scored responses, in-sample; its problem-grouped cross-validated rates are
+            reported beside it as the honest estimate), a number, or an earlier eval-verifier
+            ``metrics.json`` (see :func:`densereward.config.resolve_threshold`). With ``auto``
+            and only one class present, 0.5 is used and ``threshold_source`` says so.
         n_bootstrap: problem-level bootstrap replicates for the confidence intervals (0 = none).
         n_calibration_bins: equal-width bins of ECE and the reliability diagram.
         n_repeats: repeats of the per-generator balanced protocol (Zhou et al. 2025).
@@ -388,9 +396,21 @@ def evaluate(
     fams = [str(r.get("family") or r["generator"]) for r in kept]
     gen_names = [g for g in dict.fromkeys(str(r["generator"]) for r in rows) if g in set(gens)]
 
+    calibration = M.calibrate_threshold(s, y, pids)
+    threshold, threshold_source = resolve_threshold(threshold)
+    if threshold is None:
+        threshold = calibration["threshold"]
+        threshold_source = (
+            f"auto: {threshold:.4g}, Youden's J on these {len(keep)} scored responses"
+            if not math.isnan(threshold)
+            else "0.5 (auto could not calibrate: one class only)"
+        )
+        threshold = 0.5 if math.isnan(threshold) else threshold
+
     def full_report(sc, lab, pid) -> dict[str, float]:
         rep = M.classification_report(sc, lab, threshold, n_bins=n_calibration_bins)
         rep.update(
+            score_gap=M.mean_score_gap(sc, lab),
             pairwise_accuracy=M.pairwise_accuracy(sc, lab, pid),
             tie_rate=M.tie_rate(sc, lab, pid),
             score_gap_snr=M.score_gap_snr(sc, lab, pid),
@@ -408,6 +428,7 @@ def evaluate(
     }
     out: dict[str, Any] = {
         "threshold": threshold,
+        "threshold_source": threshold_source,
         "counts": {
             "n_responses": len(rows),
             "n_scored": len(keep),
@@ -419,7 +440,7 @@ def evaluate(
         "generators": gen_names,
     }
     out["overall"] = full_report(s, y, pids)
-    out["threshold_calibration"] = M.calibrate_threshold(s, y, pids)
+    out["threshold_calibration"] = calibration
     out["soft"] = {
         k: v for k, v in M.classification_report(s, y, soft=True).items() if k in M.REPORT_KEYS[:9]
     }
@@ -429,9 +450,11 @@ def evaluate(
         fns = {
             k: (lambda f: lambda a, b: f(a, b, threshold))(getattr(M, k))
             for k in HEADLINE
-            if k != "auroc"
+            if k not in ("auroc", "score_gap", "pairwise_accuracy")
         }
         fns["auroc"] = M.auroc
+        fns["score_gap"] = M.mean_score_gap
+        fns["pairwise_accuracy"] = M.pairwise_accuracy  # within problem: gets the group ids
         fns["tts_verification_gain"] = lambda a, b, g: M.tts_verification_gain(a, b, g, threshold)
         ci = M.bootstrap_many(
             fns,
@@ -440,7 +463,7 @@ def evaluate(
             groups=pids,
             n_resamples=n_bootstrap,
             seed=seed,
-            pass_groups=("tts_verification_gain",),
+            pass_groups=("tts_verification_gain", "pairwise_accuracy"),
         )
         out["confidence_intervals"] = {
             "confidence": 0.95,
@@ -619,7 +642,8 @@ def render_report(
     parts += [
         f"- responses: {c['n_responses']} ({c['n_scored']} scored, {c['n_abstained']} abstained and excluded), "
         f"problems: {c['n_problems']}, generators: {c['n_generators']}",
-        f"- accept threshold: score >= {metrics['threshold']}",
+        f"- accept threshold: score >= {_fmt(metrics['threshold'], 4)} "
+        f"({metrics.get('threshold_source', 'configured')})",
         "",
         "## Overall",
         "",
@@ -702,7 +726,8 @@ def render_report(
                         _fmt(o.get("tpr")),
                         _fmt(o.get("tnr")),
                         _fmt(o.get("balanced_accuracy")),
-                        "the configured threshold",
+                        "the accept threshold of this report: "
+                        + str(metrics.get("threshold_source", "configured")),
                     ],
                     [
                         _fmt(cal["threshold"]),

@@ -37,7 +37,7 @@ from .difficulty import (
     per_group,
     problem_difficulty,
 )
-from .pairwise import pair_gaps, pairwise_accuracy, score_gap_snr, tie_rate
+from .pairwise import mean_score_gap, pair_gaps, pairwise_accuracy, score_gap_snr, tie_rate
 from .progress import mean_value_order_correlation, value_order_correlation
 from .similarity import (
     SELF_VERIFICATION_KEYWORDS,
@@ -82,6 +82,7 @@ __all__ = [
     "fnr",
     "fpr",
     "gap_closed",
+    "mean_score_gap",
     "mean_value_order_correlation",
     "pair_gaps",
     "pairwise_accuracy",

@@ -14,7 +14,7 @@ from ..errors import DataError
 from .classification import as_arrays
 from .tts import group_indices
 
-__all__ = ["pair_gaps", "pairwise_accuracy", "tie_rate", "score_gap_snr"]
+__all__ = ["pair_gaps", "pairwise_accuracy", "tie_rate", "score_gap_snr", "mean_score_gap"]
 
 NAN = float("nan")
 
@@ -45,6 +45,28 @@ def pair_gaps(scores, labels, problem_ids: Sequence[Hashable] | None = None) -> 
         groups = list(group_indices(problem_ids).values())
     gaps = [(s[ix][y[ix] == 1][:, None] - s[ix][y[ix] == 0][None, :]).reshape(-1) for ix in groups]
     return np.concatenate(gaps) if gaps else np.zeros(0)
+
+
+def mean_score_gap(scores, labels) -> float:
+    """Mean score of correct responses minus mean score of incorrect ones (threshold-free).
+
+    A difference of class means, not of pairs: every response counts once whatever its
+    problem. Positive when the verifier scores correct responses higher on average, even if
+    every score lies below the accept threshold.
+
+    >>> round(mean_score_gap([0.3, 0.2, 0.1, 0.15], [1, 1, 0, 0]), 3)
+    0.125
+
+    Returns:
+        A value in ``[-1, 1]`` for scores in ``[0, 1]``; ``NaN`` unless both classes are present.
+
+    Raises:
+        DataError: on malformed input.
+    """
+    s, y = as_arrays(scores, labels)
+    if y.size == 0 or y.min() == y.max():
+        return NAN
+    return float(s[y == 1].mean() - s[y == 0].mean())
 
 
 def pairwise_accuracy(

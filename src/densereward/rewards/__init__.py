@@ -71,6 +71,9 @@ class RewardConfig:
     """For ``group`` with PPT: pivots per candidate."""
     track: bool = True
     """Log reward-quality metrics (``verifier/*``); with ``sparse`` this adds a verifier monitor."""
+    track_window: int = 256
+    """W: the ``verifier/window/*`` metrics cover the last W labelled completions (a batch of a
+    few completions leaves most rates undefined)."""
     use_async: bool = False
     """Use the ``async`` reward functions (for network backends: ``openai``, ``sampled``)."""
     reference_guided: bool = False
@@ -79,6 +82,8 @@ class RewardConfig:
     """Math-Verify timeout per completion (seconds; enforced in a worker process)."""
 
     def __post_init__(self) -> None:
+        if self.track_window < 1:
+            raise ConfigError(f"reward.track_window must be >= 1, got {self.track_window}")
         if self.type not in ("sparse", "dense", "group", "mixed"):
             raise ConfigError(f"reward.type={self.type!r}; use sparse | dense | group | mixed")
         if self.group_method not in ("ppt", "round_robin"):

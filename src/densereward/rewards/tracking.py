@@ -14,6 +14,15 @@ and
   verification-dynamics view of Zhou et al. 2025 (TPR / TNR as the generator's pass rate
   rises).
 
+Threshold-free keys come first: ``verifier/auroc``, ``verifier/score_gap`` (mean score of
+correct minus incorrect completions), ``verifier/pairwise_accuracy`` (within a GRPO group, the
+fraction of (correct, incorrect) pairs the verifier orders correctly: the signal a
+group-relative reward uses). The accept threshold of the rates is ``verifier/threshold``:
+fixed, read from an eval-verifier ``metrics.json``, or ``auto`` (Youden's J on every labelled
+completion of *earlier* batches, so each batch is scored out of sample; until earlier batches
+hold both classes it is chosen on the batch itself, flagged by ``verifier/threshold_in_sample``
+= 1).
+
 Metric keys (stable): ``verifier/tpr``, ``verifier/tnr``, ``verifier/balanced_accuracy``,
 ``verifier/precision`` (at the verifier threshold), ``verifier/auroc``,
 ``verifier/verifier_gain`` (precision - pass rate, Lu et al. 2025 eq. 1),
@@ -21,6 +30,11 @@ Metric keys (stable): ``verifier/tpr``, ``verifier/tnr``, ``verifier/balanced_ac
 ``verifier/tie_rate``, ``verifier/mean_mass``, ``verifier/n_abstained``,
 ``verifier/frac_zero_spread_sparse``, ``verifier/frac_zero_spread_dense``,
 ``verifier/tpr/level_<k>`` and ``verifier/tnr/level_<k>`` (MATH level k = 1..5), ``verifier/n``.
+
+A batch holds a few completions (often all wrong, or all right), so most per-batch rates are
+undefined. The tracker also computes the labelled metrics over a rolling window of the last
+``window`` labelled completions: ``verifier/window/<metric>`` for every metric of
+:data:`WINDOW_KEYS`; the plot draws those as lines and the per-batch values as faint dots.
 """
 
 from __future__ import annotations
@@ -30,6 +44,7 @@ import logging
 import math
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -39,14 +54,30 @@ import numpy as np
 from ..io import append_jsonl, read_jsonl
 from ._common import check_lengths, group_slices
 
-__all__ = ["RewardQualityTracker", "reward_quality_metrics", "plot_reward_quality", "PLOT_KEYS"]
+__all__ = [
+    "RewardQualityTracker",
+    "reward_quality_metrics",
+    "labelled_metrics",
+    "plot_reward_quality",
+    "PLOT_KEYS",
+    "WINDOW_KEYS",
+]
 
 PLOT_KEYS = (
+    ("auroc", "pairwise_accuracy", "score_gap"),
     ("tpr", "tnr", "balanced_accuracy", "precision"),
-    ("auroc", "verifier_gain", "pass_rate"),
+    ("pass_rate", "verifier_gain"),
     ("tie_rate", "frac_zero_spread_sparse", "frac_zero_spread_dense", "mean_mass"),
 )
-"""Panels of the dynamics plot (metric names without the ``verifier/`` prefix)."""
+"""Panels of the dynamics plot (metric names without the ``verifier/`` prefix): threshold-free
+discrimination, rates at the accept threshold, the policy's pass rate and the verifier gain,
+GRPO-signal health."""
+
+WINDOW_KEYS = (
+    "auroc", "pairwise_accuracy", "score_gap", "tpr", "tnr", "balanced_accuracy", "precision",
+    "verifier_gain", "pass_rate", "n",
+)  # fmt: skip
+"""Metrics also computed over the tracker's rolling window (``verifier/window/<key>``)."""
 
 _NAN = float("nan")
 
@@ -131,11 +162,61 @@ def _tie_rate(values: Sequence[float | None], groups: list[slice], eps: float) -
     return ties / pairs if pairs else _NAN
 
 
+def labelled_metrics(
+    scores: np.ndarray,
+    labels: np.ndarray,
+    problem_ids: Sequence[Any],
+    threshold: float | np.ndarray | None,
+) -> dict[str, float]:
+    """The metrics of scored, labelled completions (keys :data:`WINDOW_KEYS`).
+
+    Args:
+        scores: ``(m,)`` verifier scores in ``[0, 1]`` (no abstentions).
+        labels: ``(m,)`` ground truth in ``{0, 1}``.
+        problem_ids: ``(m,)`` problem (GRPO group) of each completion, for the within-problem
+            pairwise accuracy.
+        threshold: Accept threshold of the rates: one number, or ``(m,)`` per completion (the
+            threshold in force when it was scored); ``None`` / ``NaN`` = not yet calibrated,
+            such completions are left out of the rates.
+
+    Returns:
+        ``auroc`` (Hanley & McNeil 1982), ``pairwise_accuracy`` (ties count 0;
+        :func:`densereward.metrics.pairwise_accuracy`), ``score_gap`` (mean score of correct
+        minus mean score of incorrect completions, in ``[-1, 1]``), ``tpr, tnr,
+        balanced_accuracy, precision`` at the threshold (Zhou et al. 2025, sec. 3),
+        ``verifier_gain`` (precision - pass rate, Lu et al. 2025 eq. 1), ``pass_rate`` and
+        ``n``; undefined ones ``NaN`` (e.g. TPR without a correct completion).
+
+    >>> m = labelled_metrics(np.array([0.9, 0.2, 0.4]), np.array([1.0, 0.0, 0.0]), [0, 0, 1], 0.5)
+    >>> m["tpr"], m["tnr"], m["auroc"], m["pairwise_accuracy"], round(m["score_gap"], 2)
+    (1.0, 1.0, 1.0, 1.0, 0.6)
+    """
+    from ..metrics.classification import auroc, classification_report
+    from ..metrics.pairwise import mean_score_gap, pairwise_accuracy
+
+    thr = np.broadcast_to(
+        np.asarray(_NAN if threshold is None else threshold, dtype=np.float64), scores.shape
+    )
+    decided = np.isfinite(thr)
+    accepted = (scores[decided] >= thr[decided]).astype(np.float64)
+    rates = classification_report(accepted, labels[decided], 0.5) if decided.any() else {}
+    out = {k: float(rates.get(k, _NAN)) for k in ("tpr", "tnr", "balanced_accuracy", "precision",
+                                                   "verifier_gain")}  # fmt: skip
+    out["auroc"] = auroc(scores, labels)
+    out["score_gap"] = mean_score_gap(scores, labels)
+    out["pairwise_accuracy"] = (
+        pairwise_accuracy(scores, labels, list(problem_ids)) if len(scores) else _NAN
+    )
+    out["pass_rate"] = float(labels.mean()) if len(labels) else _NAN
+    out["n"] = float(len(scores))
+    return out
+
+
 def reward_quality_metrics(
     scores: Sequence[float | None],
     correct: Sequence[float | None],
     *,
-    threshold: float = 0.5,
+    threshold: float | None = 0.5,
     groups: list[slice] | None = None,
     levels: Sequence[Any] | None = None,
     masses: Sequence[float | None] | None = None,
@@ -146,15 +227,17 @@ def reward_quality_metrics(
     Args:
         scores: ``(n,)`` verifier scores in ``[0, 1]`` (``None`` = abstained).
         correct: ``(n,)`` ground truth in ``{0, 1}`` (``None`` = unknown, e.g. unparseable reference).
-        threshold: Accept threshold for TPR / TNR / precision.
+        threshold: Accept threshold for TPR / TNR / precision; ``None`` = not calibrated
+            (those metrics ``NaN``).
         groups: GRPO groups (slices of the ``n`` completions); default: one group.
         levels: ``(n,)`` MATH difficulty levels (``None`` entries skipped).
         masses: ``(n,)`` probability mass on the score tokens (``None`` entries skipped).
         tie_eps: Two scores within ``tie_eps`` count as a tie.
 
     Returns:
-        ``tpr, tnr, balanced_accuracy, precision, auroc, verifier_gain`` (on completions with
-        both a score and a ground truth), ``pass_rate`` (all known ground truths), ``tie_rate``,
+        ``tpr, tnr, balanced_accuracy, precision, auroc, verifier_gain, score_gap,
+        pairwise_accuracy`` (on completions with both a score and a ground truth; see
+        :func:`labelled_metrics`), ``pass_rate`` (all known ground truths), ``tie_rate``,
         ``mean_mass``, ``n_abstained``, ``frac_zero_spread_sparse``, ``frac_zero_spread_dense``,
         ``n``, ``n_valid``, and ``tpr/level_<k>``, ``tnr/level_<k>`` per level present. Undefined
         metrics are ``NaN`` (e.g. TNR when every completion is correct).
@@ -166,8 +249,6 @@ def reward_quality_metrics(
     >>> m["tpr"], m["tnr"], m["n_abstained"], m["pass_rate"]
     (1.0, 0.5, 1.0, 0.5)
     """
-    from ..metrics.classification import classification_report
-
     n = len(scores)
     check_lengths(completions=scores, correct=correct, levels=levels, masses=masses)
     groups = groups if groups is not None else [slice(0, n)]
@@ -178,11 +259,11 @@ def reward_quality_metrics(
     ]
     s = np.array([scores[i] for i in valid], dtype=np.float64)
     y = np.array([correct[i] for i in valid], dtype=np.float64)
-    report = classification_report(s, y, threshold) if valid else {}
-    out: dict[str, float] = {
-        k: float(report.get(k, _NAN))
-        for k in ("tpr", "tnr", "balanced_accuracy", "precision", "auroc", "verifier_gain")
-    }
+    group_of = np.zeros(n, dtype=np.int64)
+    for j, g in enumerate(groups):
+        group_of[g] = j
+    out = labelled_metrics(s, y, group_of[valid].tolist(), threshold)
+    del out["n"]
     known = [c for c in correct if c is not None]
     out["pass_rate"] = float(np.mean(known)) if known else _NAN
     out["tie_rate"] = _tie_rate(scores, groups, tie_eps)
@@ -197,9 +278,9 @@ def reward_quality_metrics(
         lv = [levels[i] for i in valid]
         for level in sorted({x for x in lv if x is not None}):
             idx = [j for j, x in enumerate(lv) if x == level]
-            sub = classification_report(s[idx], y[idx], threshold)
-            out[f"tpr/level_{level}"] = float(sub["tpr"])
-            out[f"tnr/level_{level}"] = float(sub["tnr"])
+            sub = labelled_metrics(s[idx], y[idx], group_of[valid][idx].tolist(), threshold)
+            out[f"tpr/level_{level}"] = sub["tpr"]
+            out[f"tnr/level_{level}"] = sub["tnr"]
     return out
 
 
@@ -212,27 +293,62 @@ class RewardQualityTracker:
     Args:
         run_dir: Run directory; ``reward_quality.jsonl`` and ``reward_quality.png`` go there.
             ``None`` keeps metrics in memory only (``records``).
-        threshold: Accept threshold on the ``[0, 1]`` score (``VerifierConfig.threshold``).
+        threshold: Accept threshold on the ``[0, 1]`` score (``VerifierConfig.threshold``):
+            ``"auto"`` (Youden's J, :func:`densereward.metrics.best_threshold`, on every
+            labelled completion of earlier batches; on the batch itself, flagged, until earlier
+            ones hold both classes), a number, or an eval-verifier ``metrics.json`` path (see
+            :func:`densereward.config.resolve_threshold`).
+        window: W, the number of most recent labelled completions of the
+            ``verifier/window/*`` metrics (>= 1).
         tie_eps: Scores within ``tie_eps`` count as tied.
         prefix: Metric-key prefix.
+
+    The window and the auto threshold live in memory: a resumed run starts them afresh.
+
+    Raises:
+        ConfigError: for an invalid threshold or ``window < 1``.
     """
 
     def __init__(
         self,
         run_dir: str | Path | None = None,
         *,
-        threshold: float = 0.5,
+        threshold: float | str = "auto",
+        window: int = 256,
         tie_eps: float = 1e-3,
         prefix: str = "verifier/",
     ) -> None:
+        from ..config import resolve_threshold
+        from ..errors import ConfigError
+
+        if window < 1:
+            raise ConfigError(f"reward-quality window must be >= 1, got {window}")
         self.run_dir = Path(run_dir) if run_dir is not None else None
-        self.threshold = threshold
+        self._fixed_threshold, self.threshold_source = resolve_threshold(threshold)
+        self.threshold: float | None = self._fixed_threshold
+        """The threshold in force (``None`` while ``auto`` has not seen both classes)."""
+        self.window = window
         self.tie_eps = tie_eps
         self.prefix = prefix
         self.records: list[dict[str, Any]] = []
         self._lock = threading.Lock()
         self._explained: set[str] = set()  # undefined metrics already explained in the log
         self._t0 = time.monotonic()
+        self._seen: tuple[list[float], list[float]] = ([], [])  # every labelled (score, label)
+        self._recent: deque[tuple[float, float, str, float]] = deque(maxlen=window)
+
+    def _calibrate(self, s: np.ndarray, y: np.ndarray) -> tuple[float | None, bool]:
+        """The threshold for this batch and whether it was chosen on the batch itself."""
+        from ..metrics.classification import best_threshold
+
+        if self._fixed_threshold is not None:
+            return self._fixed_threshold, False
+        past_s, past_y = (np.asarray(v, dtype=np.float64) for v in self._seen)
+        t = best_threshold(past_s, past_y)["threshold"] if past_y.size else _NAN
+        if math.isfinite(t):
+            return t, False
+        t = best_threshold(np.r_[past_s, s], np.r_[past_y, y])["threshold"]
+        return (t, True) if math.isfinite(t) else (None, False)
 
     @property
     def jsonl_path(self) -> Path | None:
@@ -290,6 +406,8 @@ class RewardQualityTracker:
             prompts, scores, correct, levels, masses
         )
         groups = group_slices(all_prompts, num_generations)
+        with self._lock:
+            windowed = self._update_window(all_prompts, all_scores, all_correct, groups)
         metrics = reward_quality_metrics(
             all_scores,
             all_correct,
@@ -299,6 +417,7 @@ class RewardQualityTracker:
             masses=all_masses,
             tie_eps=self.tie_eps,
         )
+        metrics.update(windowed)
         metrics.update(extra_metrics or {})
         metrics = {self.prefix + k: v for k, v in metrics.items()}
         for key, why in undefined_reasons(metrics, self.prefix).items():
@@ -314,12 +433,43 @@ class RewardQualityTracker:
             log_extra(score_name, [_nan_if_none(x) for x in scores])
             log_extra("ground_truth", [_nan_if_none(x) for x in correct])
         step = int(getattr(trainer_state, "global_step", len(self.records))) + 1
-        record = {"step": step, "time_s": round(time.monotonic() - self._t0, 3), **metrics}
+        record = {"step": step, "time_s": round(time.monotonic() - self._t0, 3),
+                  "threshold_source": self.threshold_source, "window": self.window, **metrics}  # fmt: skip
         with self._lock:
             self.records.append(record)
             if self.jsonl_path is not None:
                 append_jsonl(self.jsonl_path, record)
         return metrics
+
+    def _update_window(
+        self, prompts: Sequence[Any], scores: Sequence[float | None], correct: Sequence[float | None],
+        groups: list[slice],
+    ) -> dict[str, float]:  # fmt: skip
+        """Set this batch's threshold, add its labelled completions to the window; window metrics.
+
+        Each completion keeps the threshold in force when it was scored, so with ``auto`` the
+        window's rates are out of sample except for the flagged first batches.
+        """
+        check_lengths(completions=scores, correct=correct, prompts=prompts)
+        keys = [str(prompts[g.start]) for g in groups for _ in range(g.start, g.stop)]
+        valid = [i for i, (x, c) in enumerate(zip(scores, correct, strict=True))
+                 if x is not None and c is not None and not math.isnan(x)]  # fmt: skip
+        s = np.array([scores[i] for i in valid], dtype=np.float64)
+        y = np.array([correct[i] for i in valid], dtype=np.float64)
+        self.threshold, in_sample = self._calibrate(s, y)
+        thr = _NAN if self.threshold is None else self.threshold
+        self._seen[0].extend(s.tolist())
+        self._seen[1].extend(y.tolist())
+        self._recent.extend((float(s[j]), float(y[j]), keys[i], thr) for j, i in enumerate(valid))
+        ws, wy, wk, wt = (
+            (list(v) for v in zip(*self._recent, strict=True)) if self._recent else ([], [], [], [])
+        )
+        window = labelled_metrics(np.asarray(ws, dtype=np.float64), np.asarray(wy, dtype=np.float64), wk,
+                                  np.asarray(wt, dtype=np.float64))  # fmt: skip
+        out = {f"window/{k}": window[k] for k in WINDOW_KEYS}
+        out["threshold"] = thr
+        out["threshold_in_sample"] = float(in_sample)
+        return out
 
     def plot(self, path: str | Path | None = None) -> Path | None:
         """Plot the recorded metrics against the step; see :func:`plot_reward_quality`."""
@@ -371,9 +521,12 @@ def _nan_if_none(x: float | None) -> float:
 def plot_reward_quality(
     records: Sequence[dict[str, Any]], path: str | Path, *, prefix: str = "verifier/"
 ) -> Path:
-    """Plot reward-quality metrics against the GRPO step (one PNG, three panels).
+    """Plot reward-quality metrics against the GRPO step (one PNG, one panel per :data:`PLOT_KEYS` row).
 
     Records of the same step (several generation batches per logging step) are averaged.
+    Where the records hold window metrics (``<prefix>window/<metric>``) those are the lines
+    and the per-batch values faint dots; the accept threshold (``<prefix>threshold``) is drawn
+    dashed in the rates panel, and the title says how it was chosen (``threshold_source``).
 
     Args:
         records: Rows of ``reward_quality.jsonl`` (``step`` plus ``<prefix><metric>`` keys).
@@ -401,18 +554,43 @@ def plot_reward_quality(
             vals.append(float(np.mean(xs)) if xs else _NAN)
         return vals
 
+    windowed = any(prefix + "window/n" in r for r in records)
     fig, axes = plt.subplots(1, len(PLOT_KEYS), figsize=(5 * len(PLOT_KEYS), 3.8), squeeze=False)
     for ax, keys in zip(axes[0], PLOT_KEYS, strict=True):
         for key in keys:
-            ax.plot(steps, series(key), marker="o", ms=3, label=key)
+            if windowed and key in WINDOW_KEYS:
+                (line,) = ax.plot(steps, series("window/" + key), marker="o", ms=3, label=key)
+                ax.plot(
+                    steps,
+                    series(key),
+                    ls="none",
+                    marker=".",
+                    ms=5,
+                    alpha=0.35,
+                    color=line.get_color(),
+                )
+            else:
+                ax.plot(steps, series(key), marker="o", ms=3, label=key)
+        if "tpr" in keys and any(prefix + "threshold" in r for r in records):
+            ax.plot(steps, series("threshold"), ls="--", color="0.4", lw=1, label="threshold")
         ax.set_xlabel("GRPO step")
-        # rates and probabilities lie in [0, 1]; the verifier gain (precision - pass rate) in [-1, 1]
-        ax.set_ylim(-1.05 if "verifier_gain" in keys else -0.05, 1.05)
+        # rates and probabilities lie in [0, 1]; the verifier gain and the score gap in [-1, 1]
+        ax.set_ylim(-1.05 if {"verifier_gain", "score_gap"} & set(keys) else -0.05, 1.05)
         ax.xaxis.get_major_locator().set_params(integer=True)
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
+        ax.legend(fontsize=7, framealpha=0.7)
+    sources = list(
+        dict.fromkeys(str(r["threshold_source"]) for r in records if r.get("threshold_source"))
+    )
+    sizes = [int(r["window"]) for r in records if r.get("window")]
+    title = "Verifier reward quality as the policy trains"
+    if windowed:
+        size = f"W = {max(sizes)}" if sizes else "W"
+        title += f" (lines: the last {size} labelled completions; dots: each batch)"
+    if sources:
+        title += f"\naccept threshold: {', '.join(sources)}"
+    fig.suptitle(title, fontsize=10)
     axes[0][0].set_ylabel("value")
-    fig.suptitle("Verifier reward quality as the policy trains")
     note = _undefined_note(records, prefix)
     if note:  # beside the lines: why some points are missing
         fig.text(0.005, 0.005, note, fontsize=7, va="bottom", ha="left", color="0.3")
