@@ -401,7 +401,8 @@ def evaluate(
     if threshold is None:
         threshold = calibration["threshold"]
         threshold_source = (
-            f"auto: {threshold:.4g}, Youden's J on these {len(keep)} scored responses"
+            f"auto: {threshold:.4g}, Youden's J on these {len(keep)} scored responses; rates at it "
+            "are in-sample, the cross-validated ones are under 'Accept threshold'"
             if not math.isnan(threshold)
             else "0.5 (auto could not calibrate: one class only)"
         )
