@@ -189,7 +189,7 @@ def test_tracker_logs_frac_no_answer_and_warns_once(caplog, tmp_path):
         comps = ["<think>\nthe answer is surely 4 but", "I believe it is 4", "4", "\\boxed{4}"]
         logged: dict[str, float] = {}
         kwargs = {"problem": ["2+2?"] * 4, "answer": ["4"] * 4}
-        with caplog.at_level(logging.WARNING, logger="densereward.rewards.verifier"):
+        with caplog.at_level(logging.WARNING, logger="densereward.rewards.tracking"):
             out = reward(prompts=["2+2?"] * 4, completions=comps, log_metric=logged.__setitem__,
                          **kwargs)  # fmt: skip
             reward(prompts=["2+2?"] * 4, completions=comps, **kwargs)
@@ -254,7 +254,7 @@ def test_low_mass_read_abstains_through_http(server):
     v = scripted_verifier(server.base_url, granularity=20)
     r = v.score(problem="What is 7+5?", response="12")
     assert r.value is None and r.mass == pytest.approx(2e-6)
-    assert "2e-06" in r.reason and "min_mass 0.05" in r.reason
+    assert "2e-06" in r.reason and "min_mass 0.5" in r.reason
     assert v.stats.n_low_mass == 1 and v.stats.n_abstained == 1
     # pairwise: a pair with an abstained read has no preference
     assert v.compare(problem="p", a="x", b="y").preference is None

@@ -371,7 +371,7 @@ def test_nan_and_minus_inf_logprobs_are_ignored_not_propagated(server):
     v = _http_verifier(server.base_url)
     try:
         server.default = Fault(
-            top_logprobs=[("T", float("nan")), ("A", float("-inf")), ("S", -1.0)]
+            top_logprobs=[("T", float("nan")), ("A", float("-inf")), ("S", -0.3)]
         )
         r = v.score(problem=PROBLEM, response="42")
         # only S has finite mass: the distribution is a point mass on S (level 19 of 20)

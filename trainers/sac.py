@@ -508,6 +508,7 @@ def run(config: dict[str, Any], *, output_dir: Path, resume: bool = False) -> di
     dynamics = VerifierDynamicsCallback(
         threshold=0.5 if progress_threshold is None else progress_threshold,
         window=tc.metrics_window,
+        engine_stats=verifier.stats if verifier is not None else None,
     )
     curve_cb = LearningCurveCallback(
         run_dir / "train_curve.jsonl", every=tc.curve_every, window=tc.metrics_window

@@ -127,18 +127,31 @@ class VerifierDynamicsCallback(BaseCallback):
       ``verifier/cache_hit_rate``, ``verifier/abstain_rate``: cost of the verifier per
       environment step (cumulative).
     * ``verifier/success_rate``, ``rollout/ep_true_rew_mean``, ``rollout/ep_verifier_rew_mean``.
+    * with ``engine_stats``: ``verifier/n_low_mass`` (reads that abstained below
+      ``VerifierConfig.min_mass``), ``verifier/mean_mass``, ``verifier/n_engine_abstained``
+      (cumulative counters of the verifier engine).
 
     Args:
         threshold: accept threshold on the final progress, in ``[0, 1]``.
         window: episodes averaged (SB3 uses 100 for ``rollout/*``).
         verbose: SB3 verbosity.
+        engine_stats: the verifier engine's :class:`~densereward.verifier.VerifierStats`
+            (``Verifier.stats``), or ``None``.
 
     Raises:
         ConfigError: on a threshold outside ``[0, 1]`` or ``window < 1``.
     """
 
-    def __init__(self, threshold: float = 0.5, window: int = 100, verbose: int = 0) -> None:
+    def __init__(
+        self,
+        threshold: float = 0.5,
+        window: int = 100,
+        verbose: int = 0,
+        *,
+        engine_stats: Any = None,
+    ) -> None:
         super().__init__(verbose)
+        self.engine_stats = engine_stats
         if not 0.0 <= threshold <= 1.0:
             raise ConfigError(f"threshold must be in [0, 1], got {threshold}")
         if window < 1:
@@ -215,6 +228,11 @@ class VerifierDynamicsCallback(BaseCallback):
                 out["verifier/cache_hit_rate"] = sum(s.n_cache_hits for s in self._stats) / queries
             if answered:
                 out["verifier/abstain_rate"] = sum(s.n_abstained for s in self._stats) / answered
+        if self.engine_stats is not None:
+            d = self.engine_stats.as_dict()
+            out["verifier/n_low_mass"] = float(d.get("n_low_mass", 0))
+            out["verifier/mean_mass"] = float(d.get("mean_mass", float("nan")))
+            out["verifier/n_engine_abstained"] = float(d.get("n_abstained", 0))
         return out
 
     def record(self) -> None:

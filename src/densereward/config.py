@@ -71,6 +71,20 @@ class VerifierConfig:
     variables they do not use. Set values win over the style's default."""
     beta: float = 10.0
     """Bradley-Terry inverse temperature: p(a > b) = sigmoid(beta * (R_a - R_b)), rewards in [0, 1]."""
+    min_mass: float = 0.5
+    """Floor on the probability mass of the score tokens at a read, in ``[0, 1)``: a read below it
+    abstains (``value=None``, reason names the mass and the floor, counted in
+    ``stats.n_low_mass``) instead of renormalising stray probability into a confident score.
+    Applies to every read (pointwise, each pairwise read, progress) on every backend. For
+    top-k HTTP reads the mass is a lower bound (only the returned top-k tokens are summed), so
+    the floor may reject a read whose true mass is above it, never the reverse; restricted reads
+    (``restrict_to_candidates``) have no pre-restriction mass and are not floored. Default
+    0.5: below it the model's most likely next token is *not* a score, so the read is not the
+    model's grade. Measured with the embedded model: the shipped prompts put 0.78-0.98 of the
+    mass on the score tokens (minimum over 151 reads, G = 10 and 20, reference-free,
+    answer_match and progress); a thinking model answering in prose at the score position
+    leaves ~1e-6; a prompt without the ``<score>`` prefill 0.06-0.23 (README, "Score-token
+    mass"). ``0`` disables the floor."""
     threshold: float | str = "auto"
     """Accept threshold on the [0, 1] score for TPR / TNR / precision (:func:`resolve_threshold`):
     ``auto`` (Youden's J on the labelled scores seen so far in training, or on the file's scores in
@@ -120,6 +134,8 @@ class VerifierConfig:
             )
         if self.beta <= 0:
             raise ConfigError(f"verifier.beta must be > 0, got {self.beta}")
+        if not 0.0 <= self.min_mass < 1.0:
+            raise ConfigError(f"verifier.min_mass must be in [0, 1), got {self.min_mass}")
         if isinstance(self.threshold, str):
             if self.threshold != "auto" and not self.threshold.endswith(".json"):
                 raise ConfigError(

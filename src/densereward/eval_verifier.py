@@ -90,7 +90,7 @@ def _label(value: Any, where: str) -> bool:
 
 
 def load_gsm8k_model_solutions(
-    path: str | Path, *, limit: int | None = None
+    path: str | Path, *, limit: int | None = None, allow_unlabelled: bool = False
 ) -> list[dict[str, Any]]:
     """Rows of the GSM8K example model solutions (``gsm8k/model_solutions_dev.jsonl``).
 
@@ -117,14 +117,16 @@ def load_gsm8k_model_solutions(
             raise DataError(f"{path}:{i + 1}: no generator object with 'solution' and 'is_correct'")
         for g in gens:
             sol = rec[g]
-            if "is_correct" not in sol:
+            if sol.get("is_correct") is None and not allow_unlabelled:
                 raise DataError(f"{path}:{i + 1}: generator {g!r} lacks 'is_correct'")
             rows.append(
                 {
                     "problem_id": f"gsm8k-dev-{i}",
                     "problem": rec["question"],
                     "response": sol["solution"] or "",
-                    "is_correct": _label(sol["is_correct"], f"{path}:{i + 1}:{g}"),
+                    "is_correct": None
+                    if sol.get("is_correct") is None
+                    else _label(sol["is_correct"], f"{path}:{i + 1}:{g}"),
                     "generator": g,
                     "family": g.split("_", 1)[0],
                     "reference": rec.get("ground_truth"),
@@ -133,7 +135,9 @@ def load_gsm8k_model_solutions(
     return rows
 
 
-def load_responses(path: str | Path, *, limit: int | None = None) -> list[dict[str, Any]]:
+def load_responses(
+    path: str | Path, *, limit: int | None = None, allow_unlabelled: bool = False
+) -> list[dict[str, Any]]:
     """Load a labelled response file, detecting the GSM8K model-solutions format.
 
     Generic rows need ``problem``, ``response``, ``is_correct``, ``generator``; ``problem_id``
@@ -142,6 +146,8 @@ def load_responses(path: str | Path, *, limit: int | None = None) -> list[dict[s
     Args:
         path: JSONL file.
         limit: keep the responses of the first ``limit`` distinct problems.
+        allow_unlabelled: accept rows without ``is_correct`` (it becomes ``None``; label them
+            with :func:`label_with_sparse_reward`).
 
     Returns:
         Rows ``{problem_id, problem, response, is_correct, generator, family, reference}``.
@@ -156,14 +162,17 @@ def load_responses(path: str | Path, *, limit: int | None = None) -> list[dict[s
     if first is None:
         raise DataError(f"{p} holds no rows")
     if "question" in first and "response" not in first:
-        return load_gsm8k_model_solutions(p, limit=limit)
+        return load_gsm8k_model_solutions(p, limit=limit, allow_unlabelled=allow_unlabelled)
     rows: list[dict[str, Any]] = []
     seen: set[str] = set()
+    need = ("problem", "response", "generator") + (() if allow_unlabelled else ("is_correct",))
     for i, rec in enumerate(read_jsonl(p)):
-        missing = [k for k in ("problem", "response", "is_correct", "generator") if k not in rec]
+        missing = [k for k in need if k not in rec]
         if missing:
             raise DataError(
-                f"{p}:{i + 1}: missing field(s) {missing}; need problem, response, is_correct, generator"
+                f"{p}:{i + 1}: missing field(s) {missing}; need problem, response, is_correct, "
+                "generator (rows with a 'reference' but no 'is_correct' can be labelled by the "
+                "sparse reward: pass --label-with-sparse)"
             )
         pid = str(rec.get("problem_id") or _sha1(str(rec["problem"])))
         if pid not in seen:
@@ -175,7 +184,9 @@ def load_responses(path: str | Path, *, limit: int | None = None) -> list[dict[s
                 "problem_id": pid,
                 "problem": str(rec["problem"]),
                 "response": str(rec["response"] or ""),
-                "is_correct": _label(rec["is_correct"], f"{p}:{i + 1}"),
+                "is_correct": None
+                if rec.get("is_correct") is None and allow_unlabelled
+                else _label(rec.get("is_correct"), f"{p}:{i + 1}"),
                 "generator": str(rec["generator"]),
                 "family": rec.get("family"),
                 "reference": rec.get("reference"),
@@ -307,13 +318,46 @@ def score_responses(
     return records, stats
 
 
+def label_with_sparse_reward(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Fill missing ``is_correct`` labels with the sparse reward (Math-Verify vs ``reference``).
+
+    Rows that have a label keep it; the sparse reward's agreement with those labels is
+    measured at the same time (:func:`densereward.rewards.agreement.sparse_agreement`).
+
+    Returns:
+        ``{"n_labelled": rows labelled now, "agreement": sparse_agreement(...) on the rows that
+        already had labels}``.
+
+    Raises:
+        DataError: if a row without a label has no reference, or its check abstained.
+    """
+    from .rewards.agreement import sparse_agreement, sparse_labels
+    from .rewards.math import MathChecker
+
+    checker = MathChecker()
+    try:
+        agreement = sparse_agreement([r for r in rows if r.get("is_correct") is not None], checker)
+        todo = [r for r in rows if r.get("is_correct") is None]
+        for r, c in zip(todo, sparse_labels(todo, checker), strict=True):
+            if c["reward"] is None:
+                raise DataError(
+                    f"cannot label problem {r['problem_id']!r} ({r['generator']}) with the sparse "
+                    f"reward: {c['reason'] or 'no reference'}"
+                )
+            r["is_correct"] = c["reward"] == 1.0
+            r["label_source"] = "sparse_reward"
+    finally:
+        checker.close()
+    return {"n_labelled": len(todo), "agreement": agreement}
+
+
 def _final_reference(reference: Any) -> str | None:
     """The final answer inside a reference solution (``None`` when there is no reference)."""
     if reference is None or not str(reference).strip():
         return None
-    from .prompts import extract_final_answer
+    from .rewards.math import reference_answer  # the one answer-extraction policy
 
-    return extract_final_answer(str(reference))
+    return reference_answer(str(reference))
 
 
 def _family_gap(scores, labels, pids, fams, threshold) -> dict[str, Any]:
@@ -1124,6 +1168,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--bootstrap", type=int, default=1000, help="bootstrap replicates for CIs (0 = none)"
     )
     parser.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
+    parser.add_argument(
+        "--label-with-sparse",
+        action="store_true",
+        help="label rows that have a reference but no is_correct with the sparse reward "
+        "(Math-Verify); rows with labels also get the sparse reward's agreement reported",
+    )
 
 
 def main(args: argparse.Namespace) -> int:
@@ -1135,12 +1185,33 @@ def main(args: argparse.Namespace) -> int:
     if args.limit is not None and args.limit < 1:
         raise ConfigError("--limit must be >= 1")
     config = build_config(args.config, overrides_from(args))
-    rows = load_responses(args.responses, limit=args.limit)
+    label_with_sparse = bool(getattr(args, "label_with_sparse", False))
+    rows = load_responses(args.responses, limit=args.limit, allow_unlabelled=label_with_sparse)
     meta: dict[str, Any] = {
         "responses": str(args.responses),
         "limit": args.limit,
         "seed": args.seed,
     }
+    sparse_line = None
+    if label_with_sparse or any(r.get("reference") for r in rows):
+        # The sparse reward is the ground truth of every verifier metric during training:
+        # say how well it agrees with this file's labels (and label what has none).
+        sparse = label_with_sparse_reward(rows)
+        meta["sparse_agreement"] = sparse["agreement"]
+        meta["n_labelled_by_sparse_reward"] = sparse["n_labelled"]
+        ag = sparse["agreement"]
+        if ag["overall"]["agreement"] is not None:
+            per_gen = ", ".join(
+                f"{g} {_fmt(v['agreement'])}" for g, v in ag["per_generator"].items()
+            )
+            sparse_line = (
+                f"{_fmt(ag['overall']['agreement'])} on {ag['overall']['n']} labelled rows"
+                + (f" ({per_gen})" if len(ag["per_generator"]) > 1 else "")
+            )
+        if sparse["n_labelled"]:
+            sparse_line = (sparse_line + "; " if sparse_line else "") + (
+                f"{sparse['n_labelled']} unlabelled rows labelled by the sparse reward"
+            )
     if args.scores:
         records = align_scores(rows, load_scores(args.scores))
         meta["scores_from"] = str(args.scores)
@@ -1162,6 +1233,13 @@ def main(args: argparse.Namespace) -> int:
         "verifier": f"{config.backend} {config.model or 'default (SmolLM2-135M-Instruct)'}, G={config.granularity}, K={config.n_repeats}",
         "prompt": _prompt_description(config, args.reference_guided, scored=not args.scores),
     }
+    if sparse_line:
+        report_meta["sparse reward vs labels"] = sparse_line
+    n_low = int((meta.get("verifier_stats") or {}).get("n_low_mass", 0))
+    if n_low:
+        report_meta["low score-token mass"] = (
+            f"{n_low} reads below min_mass {config.min_mass:g} abstained"
+        )
     paths = write_outputs(
         args.out,
         rows,

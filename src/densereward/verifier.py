@@ -56,6 +56,9 @@ class VerifierStats:
     """Call and quality accounting of one :class:`Verifier` (no module-level state).
 
     ``mean_mass`` is the mean probability on score tokens over reads that reported one.
+    ``n_low_mass`` counts reads that abstained because their score-token mass was below
+    ``VerifierConfig.min_mass``; ``n_no_answer`` counts reference-guided (``answer_match``)
+    candidates with no extractable final answer (scored 0 without a model call).
     """
 
     n_scored: int = 0
@@ -69,6 +72,8 @@ class VerifierStats:
     n_failures: int = 0
     n_nan_logprobs: int = 0
     n_partial_reads: int = 0
+    n_low_mass: int = 0
+    n_no_answer: int = 0
     seconds: float = 0.0
     mass_sum: float = 0.0
     n_mass: int = 0
@@ -419,6 +424,21 @@ class Verifier:
         if reported is not None:
             self.stats.mass_sum += reported
             self.stats.n_mass += 1
+            if reported < self.config.min_mass:
+                # A model answering in prose at the score position leaves a few ppm on the
+                # score tokens; renormalising them would be a confident score from noise.
+                self.stats.n_low_mass += 1
+                return _Read(
+                    None,
+                    reported,
+                    exact=a.exact,
+                    sampled=a.sampled,
+                    reason=(
+                        f"low score-token mass: {reported:.3g} < min_mass {self.config.min_mass:g}"
+                        + ("" if a.exact else " (top-k lower bound)")
+                    ),
+                    n_nan=n_nan,
+                )
         return _Read(dist, reported, exact=a.exact, sampled=a.sampled, n_nan=n_nan)
 
     # ------------------------------------------------------------- aggregation
@@ -445,7 +465,13 @@ class Verifier:
         if not ok:
             self.stats.n_abstained += 1
             reasons = sorted({r.reason or "abstained" for r in reads})
-            return ScoreResult(value=None, reason="; ".join(reasons), **common)
+            low = [r.mass for r in reads if r.mass is not None]
+            return ScoreResult(
+                value=None,
+                mass=float(np.mean(low)) if low else None,
+                reason="; ".join(reasons),
+                **common,
+            )
         dist = np.mean([r.dist for r in ok], axis=0)
         masses = [r.mass for r in ok if r.mass is not None]
         value = float(np.mean([v for v in per_repeat if v is not None]))
@@ -523,12 +549,22 @@ class Verifier:
                 results[i] = short
                 continue
             ref = references[i] if references is not None else None
+            final = None
+            if answer_match and ref is not None:
+                final = P.extract_final_answer(resp)
+                if final is None:
+                    # No final answer (none stated, an unfinished last box, or unclosed
+                    # thinking): it cannot match the reference -- the lowest score, no call.
+                    self.stats.n_no_answer += 1
+                    self.stats.n_scored += 1
+                    results[i] = ScoreResult(value=0.0, mass=None, reason="no final answer")
+                    continue
             prob = P.sanitize_candidate(str(prob))
             for desc in crit.values():
                 if progress:
                     p = P.progress_prompt(self.scale, prob, clean, desc)
-                elif answer_match and ref is not None:
-                    p = P.answer_match_prompt(self.scale, str(ref), P.extract_final_answer(clean))
+                elif final is not None:
+                    p = P.answer_match_prompt(self.scale, str(ref), P.sanitize_candidate(final))
                 else:
                     p = P.pointwise_prompt(self.scale, prob, clean, desc, reference=ref)
                 for k in range(k_rep):
