@@ -302,8 +302,11 @@ class RewardQualityTracker:
             ``verifier/window/*`` metrics (>= 1).
         tie_eps: Scores within ``tie_eps`` count as tied.
         prefix: Metric-key prefix.
+        alarm: Reward-hacking alarm (:class:`~densereward.rewards.hacking.HackingAlarm`, logged
+            as ``verifier/hacking_alarm`` and ``verifier/hacking/*``): ``True`` = one with the
+            default settings, ``False`` = none, or an instance.
 
-    The window and the auto threshold live in memory: a resumed run starts them afresh.
+    The window, the auto threshold and the alarm live in memory: a resumed run starts them afresh.
 
     Raises:
         ConfigError: for an invalid threshold or ``window < 1``.
@@ -317,9 +320,13 @@ class RewardQualityTracker:
         window: int = 256,
         tie_eps: float = 1e-3,
         prefix: str = "verifier/",
+        alarm: Any = True,
     ) -> None:
         from ..config import resolve_threshold
         from ..errors import ConfigError
+        from .hacking import HackingAlarm
+
+        self.alarm: HackingAlarm | None = HackingAlarm() if alarm is True else (alarm or None)
 
         if window < 1:
             raise ConfigError(f"reward-quality window must be >= 1, got {window}")
@@ -408,6 +415,10 @@ class RewardQualityTracker:
         groups = group_slices(all_prompts, num_generations)
         with self._lock:
             windowed = self._update_window(all_prompts, all_scores, all_correct, groups)
+            if self.alarm is not None:
+                step = int(getattr(trainer_state, "global_step", len(self.records))) + 1
+                windowed.update(self.alarm.update(all_scores, all_correct,
+                                                  threshold=self.threshold, step=step))  # fmt: skip
         metrics = reward_quality_metrics(
             all_scores,
             all_correct,
