@@ -376,8 +376,7 @@ class Verifier:
         write an ``<analysis>`` first.
         """
         prompts = [
-            dataclasses.replace(p, chat_template_kwargs=self.chat_template_kwargs)
-            for p in prompts
+            dataclasses.replace(p, chat_template_kwargs=self.chat_template_kwargs) for p in prompts
         ]
         if self.config.style == "reasoning":
             first, then = (
