@@ -358,9 +358,13 @@ def run(config: dict[str, Any], *, output_dir: Path, resume: bool = False) -> di
             ``output_dir/checkpoints`` up to ``training.total_timesteps``.
 
     Returns:
-        ``{"run_dir", "curve": [{"step", "value"}], "metric": "success_rate", "final",
-        "metrics": {...verifier/* and rollout/* of the last window...},
-        "env_steps", "seconds", "steps_per_second", "verifier_stats"}``.
+        ``{"run_dir", "curve": [{"step", "value", ...}], "metric", "curve_source",
+        "train_curve", "final", "metrics": {...verifier/* and rollout/* of the last window...},
+        "env_steps", "seconds", "steps_per_second", "eval_seconds", "verifier_stats"}``:
+        ``curve`` is the evaluation curve (``metric`` ``"eval/success_rate"``, success rate in
+        ``[0, 1]`` of deterministic evaluation episodes) when ``training.eval_every > 0``, else
+        the training-episode curve (``"success_rate"``); ``curve_source`` says which in words;
+        ``final`` is its last value; ``seconds`` includes ``eval_seconds``.
 
     Raises:
         ConfigError: on an invalid config, or ``resume`` without a checkpoint.
