@@ -167,12 +167,22 @@ def build_grpo_args(parts: dict[str, Any], run_dir: Path, *, cpu_check: bool = F
     kw = dict(parts["training"])
     kw["output_dir"] = str(run_dir)
     kw.setdefault("run_name", parts["wandb"].name or run_dir.name)
-    if parts["reward"].type == "mixed":
+    if parts["reward"].reward_weights is not None:  # mixed, gated
         if kw.get("reward_weights") is not None:
             raise ConfigError(
-                "set either reward.weights or training.reward_weights for the mixed reward, not both"
+                f"set either reward.weights or training.reward_weights for the {parts['reward'].type} "
+                "reward, not both"
             )
-        kw["reward_weights"] = list(parts["reward"].weights or (1.0, 1.0))
+        kw["reward_weights"] = parts["reward"].reward_weights
+    if (
+        parts["reward"].type == "gated"
+        and kw.get("multi_objective_aggregation", "sum_then_normalize") != "sum_then_normalize"
+    ):
+        raise ConfigError(
+            "reward.type=gated needs training.multi_objective_aggregation=sum_then_normalize: "
+            "normalising each reward separately lets the dense reward outweigh correctness "
+            "(densereward.rewards.gated_weights)"
+        )
     model_init = dict(kw.get("model_init_kwargs") or {})
     dtype = parts["model"].dtype
     if dtype == "auto":
@@ -612,7 +622,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--output-dir", metavar="DIR", help="the run directory (training.output_dir)"
     )
     parser.add_argument(
-        "--reward", choices=["sparse", "dense", "group", "mixed"], help="reward.type"
+        "--reward", choices=["sparse", "dense", "group", "mixed", "gated"], help="reward.type"
     )
     parser.add_argument("--dry-run", action="store_true",
                         help="validate the whole config (GRPOConfig, VerifierConfig, reward functions) "

@@ -30,6 +30,7 @@ from .verifier import (
 __all__ = [
     "RewardConfig",
     "build_reward_funcs",
+    "gated_weights",
     "MathChecker",
     "MathCorrectnessReward",
     "VerifierReward",
@@ -60,11 +61,15 @@ def __getattr__(name: str) -> Any:
 class RewardConfig:
     """Which reward GRPO optimises (YAML section ``reward:``)."""
 
-    type: Literal["sparse", "dense", "group", "mixed"] = "dense"
+    type: Literal["sparse", "dense", "group", "mixed", "gated"] = "gated"
     """``sparse`` (Math-Verify 0/1), ``dense`` (verifier expected score), ``group`` (within-group
-    soft win rate), ``mixed`` (sparse + dense, weighted by ``weights``)."""
+    soft win rate), ``mixed`` (sparse + dense, weighted by ``weights``), ``gated`` (sparse + dense
+    with ``w_dense < w_sparse``: the dense reward reorders completions of equal correctness but
+    never outweighs correctness; :func:`gated_weights` has the proof). Default ``gated``: the
+    defended reward (``benchmarks/injection.py``; README, "Reward hacking")."""
     weights: tuple[float, ...] | None = None
-    """For ``mixed``: ``[w_sparse, w_dense]`` (default ``[1.0, 1.0]``); becomes ``GRPOConfig.reward_weights``."""
+    """For ``mixed`` / ``gated``: ``[w_sparse, w_dense]`` (default ``[1.0, 1.0]`` / ``[1.0, 0.5]``;
+    ``gated`` needs ``0 <= w_dense < w_sparse``); becomes ``GRPOConfig.reward_weights``."""
     group_method: Literal["ppt", "round_robin"] = "ppt"
     """For ``group``: comparison schedule."""
     pivots: int = 2
@@ -76,16 +81,48 @@ class RewardConfig:
     few completions leaves most rates undefined)."""
     use_async: bool = False
     """Use the ``async`` reward functions (for network backends: ``openai``, ``sampled``)."""
-    reference_guided: bool = False
-    """Show the verifier the reference answer (dense / group); off = reference-free judging."""
+    reference_guided: bool = True
+    """Show the verifier the reference answer (dense / group; the ``answer`` column); off =
+    reference-free judging, which a small verifier can be talked into a top score (README,
+    "Reward hacking")."""
+    reference_prompt: Literal["anchored", "answer_match"] = "anchored"
+    """With ``reference_guided``, the dense prompt: ``anchored`` = the reference answer *and*
+    the full solution, judged on the correctness criterion (so the reasoning is still judged);
+    ``answer_match`` = only the extracted final answer against the reference (immune to text in
+    the reasoning, but it judges nothing else). The group reward always shows full solutions."""
+    injection_penalty: float | None = 1.0
+    """Pre-filter (:func:`densereward.injection.detect_injection`): a completion whose shown text
+    addresses the grader gets ``max(0, dense - injection_penalty)`` (in ``[0, 1]``; 1 = the lowest
+    dense score); ``None`` turns the pre-filter off. Counts are logged as
+    ``verifier/n_injection_flagged`` and ``verifier/frac_injection_flagged``."""
+    guard_prompt: bool = False
+    """End the verifier's criterion with a warning that text addressed to the grader inside a
+    response is evidence of manipulation (:data:`densereward.prompts.MANIPULATION_WARNING`); not
+    with ``reference_prompt=answer_match``, which does not show the response."""
     math_timeout_s: float = 10.0
     """Math-Verify timeout per completion (seconds; enforced in a worker process)."""
 
     def __post_init__(self) -> None:
         if self.track_window < 1:
             raise ConfigError(f"reward.track_window must be >= 1, got {self.track_window}")
-        if self.type not in ("sparse", "dense", "group", "mixed"):
-            raise ConfigError(f"reward.type={self.type!r}; use sparse | dense | group | mixed")
+        if self.type not in ("sparse", "dense", "group", "mixed", "gated"):
+            raise ConfigError(
+                f"reward.type={self.type!r}; use sparse | dense | group | mixed | gated"
+            )
+        if self.reference_prompt not in ("anchored", "answer_match"):
+            raise ConfigError(
+                f"reward.reference_prompt={self.reference_prompt!r}; use anchored | answer_match"
+            )
+        if self.guard_prompt and self.reference_guided and self.reference_prompt == "answer_match":
+            raise ConfigError(
+                "reward.guard_prompt needs the response in the verifier prompt: set "
+                "reward.reference_prompt=anchored or reward.reference_guided=false"
+            )
+        if self.injection_penalty is not None and not 0.0 <= self.injection_penalty <= 1.0:
+            raise ConfigError(
+                f"reward.injection_penalty must be in [0, 1] (or null to turn the pre-filter off), "
+                f"got {self.injection_penalty}"
+            )
         if self.group_method not in ("ppt", "round_robin"):
             raise ConfigError(f"reward.group_method={self.group_method!r}; use ppt | round_robin")
         if self.pivots < 1:
@@ -93,14 +130,82 @@ class RewardConfig:
         if self.weights is not None:
             w = tuple(float(x) for x in self.weights)
             object.__setattr__(self, "weights", w)
-            if self.type != "mixed":
+            if self.type not in ("mixed", "gated"):
                 raise ConfigError(
-                    "reward.weights only applies to reward.type=mixed (set training.reward_weights otherwise)"
+                    "reward.weights only applies to reward.type=mixed or gated (set "
+                    "training.reward_weights otherwise)"
                 )
             if len(w) != 2:
                 raise ConfigError(
-                    f"reward.weights for mixed must be [w_sparse, w_dense], got {list(w)}"
+                    f"reward.weights for {self.type} must be [w_sparse, w_dense], got {list(w)}"
                 )
+            if self.type == "gated":
+                gated_weights(*w)
+
+    @property
+    def reward_weights(self) -> list[float] | None:
+        """``GRPOConfig.reward_weights`` for this reward: ``[w_sparse, w_dense]`` for ``mixed``
+        (default ``[1, 1]``) and ``gated`` (default ``[1, 0.5]``), else ``None`` (TRL: all 1)."""
+        if self.type == "mixed":
+            return list(self.weights or (1.0, 1.0))
+        if self.type == "gated":
+            return list(self.weights or GATED_WEIGHTS)
+        return None
+
+
+GATED_WEIGHTS = (1.0, 0.5)
+"""Default ``[w_sparse, w_dense]`` of the ``gated`` reward."""
+
+
+def gated_weights(w_sparse: float, w_dense: float) -> tuple[float, float]:
+    """Check that ``[w_sparse, w_dense]`` make a sparse-gated mixture; return them.
+
+    The gated reward of completion ``i`` is TRL's weighted sum ``r_i = w_s s_i + w_d d_i`` of
+    the sparse reward ``s_i`` in ``{0, 1}`` (:class:`MathCorrectnessReward`) and the dense
+    reward ``d_i`` in ``[0, 1]`` (:class:`VerifierReward`, after the injection penalty, which
+    keeps it in ``[0, 1]``).
+
+    Guarantee: if ``0 <= w_d < w_s``, every correct completion of a GRPO group gets a larger
+    advantage than every incorrect one, so the dense reward can reorder completions of equal
+    correctness but never outweigh correctness.
+
+    Proof sketch. (1) Rewards: a correct completion has ``r >= w_s + w_d * 0 = w_s``; an
+    incorrect one has ``r <= 0 + w_d * 1 = w_d < w_s``. Where the dense reward abstains
+    (``None``), TRL's ``nansum`` drops it (``r = w_s s_i``), which keeps both bounds. (2)
+    Advantages: TRL 1.16 (``GRPOTrainer._generate_and_score_completions`` with the default
+    ``multi_objective_aggregation="sum_then_normalize"``) computes, per group ``G``,
+    ``A_i = (r_i - mean_G(r)) / (std + 1e-4)`` with ``std`` the group's standard deviation
+    (``scale_rewards="group"``, the default), the batch's (``"batch"``), or ``A_i = r_i -
+    mean_G(r)`` (``"none"``). In every case ``A_i = a_G r_i + b_G`` with ``a_G > 0`` for all ``i``
+    in ``G``: a strictly increasing affine map per group, so ``r_i > r_j`` implies ``A_i > A_j``
+    (Shao et al. 2024, DeepSeekMath, eq. 3 for the group-normalised advantage). With
+    ``w_d = w_s`` a correct completion with dense 0 would *tie* an incorrect one with dense 1;
+    hence the strict inequality. ``multi_objective_aggregation="normalize_then_sum"``
+    normalises each reward separately before the sum and voids the guarantee: the trainer
+    rejects it for ``gated``. A completion whose sparse reward abstained (Math-Verify timeout)
+    gets ``w_d d_i <= w_d``, i.e. ranks with the incorrect ones.
+
+    Args:
+        w_sparse: Weight of the sparse reward, ``> 0``.
+        w_dense: Weight of the dense reward, in ``[0, w_sparse)``.
+
+    Returns:
+        ``(w_sparse, w_dense)`` as floats.
+
+    Raises:
+        ConfigError: if ``w_sparse <= 0`` or ``w_dense`` is outside ``[0, w_sparse)``.
+
+    >>> gated_weights(1, 0.5)
+    (1.0, 0.5)
+    """
+    w_s, w_d = float(w_sparse), float(w_dense)
+    if not (w_s > 0 and 0 <= w_d < w_s):
+        raise ConfigError(
+            f"reward.weights for gated must satisfy 0 <= w_dense < w_sparse (w_sparse > 0), got "
+            f"[{w_s:g}, {w_d:g}]: with the dense reward in [0, 1] this is what keeps every correct "
+            "completion above every incorrect one in its GRPO group; e.g. [1.0, 0.5]"
+        )
+    return w_s, w_d
 
 
 def build_reward_funcs(
@@ -125,7 +230,7 @@ def build_reward_funcs(
 
     Returns:
         ``(reward_funcs, reward_weights)``; ``reward_weights`` is ``None`` (TRL: all 1)
-        except for ``mixed``.
+        except for ``mixed`` and ``gated`` (:attr:`RewardConfig.reward_weights`).
     """
     checker = checker or MathChecker(timeout_s=config.math_timeout_s)
     if config.track and tracker is None:
@@ -146,6 +251,9 @@ def build_reward_funcs(
         "num_generations": num_generations,
         "reference_guided": config.reference_guided,
     }
+    common["reference_prompt"] = config.reference_prompt
+    common["injection_penalty"] = config.injection_penalty
+    common["guard_prompt"] = config.guard_prompt
     dense_cls = AsyncVerifierReward if config.use_async else VerifierReward
     if config.type == "sparse":
         funcs: list[Any] = [MathCorrectnessReward(checker=checker)]
@@ -160,5 +268,7 @@ def build_reward_funcs(
         return [
             group_cls(verifier, method=config.group_method, pivots=config.pivots, **common)
         ], None
-    weights = list(config.weights or (1.0, 1.0))
-    return [MathCorrectnessReward(checker=checker), dense_cls(verifier, **common)], weights
+    return [
+        MathCorrectnessReward(checker=checker),
+        dense_cls(verifier, **common),
+    ], config.reward_weights

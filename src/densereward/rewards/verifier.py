@@ -70,7 +70,26 @@ class _VerifierRewardBase:
         num_generations: int | None = None,
         criteria: Any = None,
         reference_guided: bool = False,
+        reference_prompt: Literal["anchored", "answer_match"] = "answer_match",
+        injection_penalty: float | None = None,
+        guard_prompt: bool = False,
     ) -> None:
+        if guard_prompt and reference_guided and reference_prompt == "answer_match":
+            raise ValueError(
+                "guard_prompt needs the response in the prompt: use reference_prompt='anchored' "
+                "or reference_guided=False (answer_match shows only the extracted final answer)"
+            )
+        if reference_prompt not in ("anchored", "answer_match"):
+            raise ValueError(
+                f"reference_prompt must be 'anchored' or 'answer_match', got {reference_prompt!r}"
+            )
+        if injection_penalty is not None and not 0.0 <= injection_penalty <= 1.0:
+            raise ValueError(
+                f"injection_penalty must be in [0, 1] or None, got {injection_penalty}"
+            )
+        self.reference_prompt = reference_prompt
+        self.injection_penalty = injection_penalty
+        self.guard_prompt = guard_prompt
         self._verifier = verifier
         self._verifier_lock = threading.Lock()
         self.__name__ = name or self.default_name
@@ -82,6 +101,53 @@ class _VerifierRewardBase:
         self.num_generations = num_generations
         self.criteria = criteria
         self.reference_guided = reference_guided
+
+    def _criteria(self, references: Sequence[str | None] | None) -> Any:
+        """Criteria for ``score_batch``: the anchored prompt names the correctness criterion.
+
+        The engine shows the reference with the full solution when criteria are given and the
+        extracted final answer alone (``answer_match``) when they are not. With
+        ``guard_prompt`` every criterion ends with :data:`densereward.prompts.MANIPULATION_WARNING`.
+        """
+        from ..prompts import DEFAULT_CRITERIA, MANIPULATION_WARNING, normalize_criteria
+
+        crit = self.criteria
+        anchored = references is not None and self.reference_prompt == "anchored"
+        if crit is None and (anchored or self.guard_prompt):
+            crit = getattr(getattr(self.verifier, "config", None), "criteria", None)
+            crit = crit or DEFAULT_CRITERIA
+        if self.guard_prompt:
+            crit = {k: v + MANIPULATION_WARNING
+                    for k, v in normalize_criteria(crit, DEFAULT_CRITERIA).items()}  # fmt: skip
+        return crit
+
+    def _screen(self, shown: Sequence[str | None]) -> list[bool] | None:
+        """Injection pre-filter flags of the shown texts (``None`` when the filter is off)."""
+        if self.injection_penalty is None:
+            return None
+        from ..injection import detect_injection
+
+        return [detect_injection(t).flagged for t in shown]
+
+    def _penalise(self, values: list[float | None], flags: list[bool] | None) -> list[float | None]:
+        """``max(0, v - injection_penalty)`` for flagged completions (0 at penalty 1, even if
+        the verifier abstained: the manipulation attempt is the verdict)."""
+        if flags is None:
+            return values
+        pen = float(self.injection_penalty or 0.0)
+        out = list(values)
+        for i, flagged in enumerate(flags):
+            if flagged:
+                v = out[i]
+                out[i] = 0.0 if pen >= 1.0 else (None if v is None else max(0.0, v - pen))
+        return out
+
+    @staticmethod
+    def _flag_metrics(flags: list[bool] | None) -> dict[str, float]:
+        if flags is None or not flags:
+            return {}
+        return {"n_injection_flagged": float(sum(flags)),
+                "frac_injection_flagged": sum(flags) / len(flags)}  # fmt: skip
 
     def _references(self, columns: dict[str, Any], n: int) -> list[str | None] | None:
         """Reference answers for the verifier prompt when ``reference_guided`` (else ``None``)."""
@@ -115,6 +181,7 @@ class _VerifierRewardBase:
         trainer_state: Any,
         log_metric: Any,
         log_extra: Any,
+        flags: list[bool] | None = None,
     ) -> None:
         if self.tracker is None:
             return
@@ -139,7 +206,7 @@ class _VerifierRewardBase:
             log_metric=log_metric,
             log_extra=log_extra,
             score_name=f"{self.__name__}_score",
-            extra_metrics=self._verifier_counters(),
+            extra_metrics={**self._verifier_counters(), **self._flag_metrics(flags)},
         )
 
     def _verifier_counters(self) -> dict[str, float]:
@@ -198,6 +265,16 @@ class VerifierReward(_VerifierRewardBase):
         reference_guided: Show the verifier the reference answer (a stronger but
             answer-dependent reward); default off, so the verifier judges reference-free and
             the tracker measures its quality against Math-Verify.
+        reference_prompt: With ``reference_guided``: ``"answer_match"`` (default: the
+            extracted final answer against the reference) or ``"anchored"`` (the reference and
+            the full solution on the correctness criterion, so the reasoning is still judged).
+        injection_penalty: Pre-filter (:func:`densereward.injection.detect_injection`) on the
+            shown text: a flagged completion gets ``max(0, score - injection_penalty)`` (0 at
+            1, even where the verifier abstained); ``None`` (default) = no pre-filter.
+        guard_prompt: End every criterion with :data:`densereward.prompts.MANIPULATION_WARNING`
+            (text addressed to the grader is evidence of manipulation). Not with the
+            ``answer_match`` prompt, which does not show the response.
+
 
     Returns (from ``__call__``):
         ``(len(completions),)`` expected scores in ``[0, 1]``; ``None`` where the verifier
@@ -214,6 +291,37 @@ class VerifierReward(_VerifierRewardBase):
         check_lengths(completions=texts, prompts=prompts)
         return texts, self._problems(prompts, kwargs)
 
+    def _request(
+        self, texts: list[str | None], problems: list[str], columns: dict[str, Any]
+    ) -> tuple[list[bool] | None, list[int], dict[str, Any]]:
+        """Pre-filter flags, the indices the verifier scores and its ``score_batch`` kwargs.
+
+        At ``injection_penalty >= 1`` a flagged completion's score is 0 whatever the verifier
+        says, so it is not sent to the verifier.
+        """
+        shown, refs = texts, self._references(columns, len(texts))
+        flags = self._screen(shown)
+        skip = flags is not None and float(self.injection_penalty or 0.0) >= 1.0
+        idx = [i for i in range(len(texts)) if not (skip and flags[i])]
+        request = {
+            "problems": [problems[i] for i in idx],
+            "responses": [shown[i] for i in idx],
+            "criteria": self._criteria(refs),
+            "references": None if refs is None else [refs[i] for i in idx],
+        }
+        return flags, idx, request
+
+    def _collect(
+        self, results: Sequence[Any], idx: list[int], n: int, flags: list[bool] | None
+    ) -> tuple[list[float | None], list[float | None]]:
+        """``(values, masses)`` of all ``n`` completions, the injection penalty applied."""
+        got, got_masses = _values(results, len(idx), self.__name__)
+        values: list[float | None] = [None] * n
+        masses: list[float | None] = [None] * n
+        for j, i in enumerate(idx):
+            values[i], masses[i] = got[j], got_masses[j]
+        return self._penalise(values, flags), masses
+
     def __call__(
         self,
         prompts: Sequence[Any],
@@ -225,16 +333,12 @@ class VerifierReward(_VerifierRewardBase):
         **kwargs: Any,
     ) -> list[float | None]:
         texts, problems = self._prepare(prompts, completions, kwargs)
-        results = self.verifier.score_batch(
-            problems=problems,
-            responses=texts,
-            criteria=self.criteria,
-            references=self._references(kwargs, len(texts)),
-        )
-        values, masses = _values(results, len(texts), self.__name__)
+        flags, idx, request = self._request(texts, problems, kwargs)
+        results = self.verifier.score_batch(**request) if idx else []
+        values, masses = self._collect(results, idx, len(texts), flags)
         self._track(
             prompts=prompts, texts=texts, scores=values, masses=masses, columns=kwargs,
-            trainer_state=trainer_state, log_metric=log_metric, log_extra=log_extra,
+            trainer_state=trainer_state, log_metric=log_metric, log_extra=log_extra, flags=flags,
         )  # fmt: skip
         return values
 
@@ -253,17 +357,13 @@ class AsyncVerifierReward(VerifierReward):
         **kwargs: Any,
     ) -> list[float | None]:
         texts, problems = self._prepare(prompts, completions, kwargs)
-        results = await self.verifier.ascore_batch(
-            problems=problems,
-            responses=texts,
-            criteria=self.criteria,
-            references=self._references(kwargs, len(texts)),
-        )
-        values, masses = _values(results, len(texts), self.__name__)
+        flags, idx, request = self._request(texts, problems, kwargs)
+        results = await self.verifier.ascore_batch(**request) if idx else []
+        values, masses = self._collect(results, idx, len(texts), flags)
         await asyncio.to_thread(
             self._track,
             prompts=prompts, texts=texts, scores=values, masses=masses, columns=kwargs,
-            trainer_state=trainer_state, log_metric=log_metric, log_extra=log_extra,
+            trainer_state=trainer_state, log_metric=log_metric, log_extra=log_extra, flags=flags,
         )  # fmt: skip
         return values
 
@@ -405,9 +505,11 @@ class GroupVerifierReward(_VerifierRewardBase):
         values: list[float | None] = [None] * len(texts)
         for sl, args in groups:
             values[sl] = self._rank_group(*args)
+        flags = self._screen(texts)
+        values = self._penalise(values, flags)
         self._track(
             prompts=prompts, texts=texts, scores=values, masses=None, columns=kwargs,
-            trainer_state=trainer_state, log_metric=log_metric, log_extra=log_extra,
+            trainer_state=trainer_state, log_metric=log_metric, log_extra=log_extra, flags=flags,
         )  # fmt: skip
         return values
 
@@ -445,10 +547,12 @@ class AsyncGroupVerifierReward(GroupVerifierReward):
         values: list[float | None] = [None] * len(texts)
         for (sl, _), out in zip(groups, outs, strict=True):
             values[sl] = out
+        flags = self._screen(texts)
+        values = self._penalise(values, flags)
         await asyncio.to_thread(
             self._track,
             prompts=prompts, texts=texts, scores=values, masses=None, columns=kwargs,
-            trainer_state=trainer_state, log_metric=log_metric, log_extra=log_extra,
+            trainer_state=trainer_state, log_metric=log_metric, log_extra=log_extra, flags=flags,
         )  # fmt: skip
         return values
 
