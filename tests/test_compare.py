@@ -473,3 +473,16 @@ def test_dry_run_validates_every_condition_and_creates_nothing(tmp_path, data_di
     assert any(line.startswith("dense: reward: dense -> reward_funcs") for line in lines)
     assert any(line.startswith("sparse: data: jsonl") for line in lines)
     assert not out.exists()
+
+
+def test_bootstrap_interval_depends_on_the_seed_alone():
+    """rliable's StratifiedBootstrap draws from the global np.random; the interval must not."""
+    scores = [0.1, 0.2, 0.35, 0.5, 0.5, 0.65, 0.8, 0.9]
+    np.random.seed(123)
+    a = C.iqm_ci(scores, n_bootstrap=300, seed=4)
+    after = np.random.random()
+    np.random.seed(999)
+    b = C.iqm_ci(scores, n_bootstrap=300, seed=4)
+    assert a == b
+    np.random.seed(123)
+    assert np.random.random() == after  # the caller's random stream is untouched

@@ -578,19 +578,28 @@ def stratified_bootstrap_ci(
     def statistic(*m: np.ndarray) -> np.ndarray:
         return np.atleast_1d(np.asarray(fn(*m), dtype=float))
 
+    # rliable 1.2's StratifiedBootstrap.update_indices draws from the *global* np.random
+    # (np.random.choice), ignoring the random_state it is given; seed the global generator for
+    # the call and put its state back, so the interval depends on ``seed`` alone and the
+    # caller's random stream is untouched.
+    global_state = np.random.get_state()
+    np.random.seed(seed)
     with warnings.catch_warnings():
         # arch 7 deprecates the ``random_state`` argument rliable passes; same numbers
         warnings.filterwarnings(
             "ignore", message="random_state is deprecated", category=FutureWarning
         )
-        point, interval = rly.get_interval_estimates(
-            {"x": data},
-            statistic,
-            method="percentile",
-            reps=n_bootstrap,
-            confidence_interval_size=confidence,
-            random_state=np.random.RandomState(seed),
-        )
+        try:
+            point, interval = rly.get_interval_estimates(
+                {"x": data},
+                statistic,
+                method="percentile",
+                reps=n_bootstrap,
+                confidence_interval_size=confidence,
+                random_state=np.random.RandomState(seed),
+            )
+        finally:
+            np.random.set_state(global_state)
     low, high = (float(v) for v in np.asarray(interval["x"], dtype=float).reshape(2, -1)[:, 0])
     value = float(np.asarray(point["x"], dtype=float).ravel()[0])
     return {"value": value, "low": low, "high": high, "n_runs": int(mats[0].shape[0])}
