@@ -18,6 +18,7 @@ import dataclasses
 import re
 from collections.abc import Mapping, Sequence
 
+from .answers import extract_answer
 from .backends.base import ChatPrompt
 from .scale import ScoreScale
 
@@ -208,55 +209,23 @@ def pointwise_prompt(
     return ChatPrompt(messages=tuple(messages), prefill=SCORE_PREFILL)
 
 
-_BOXED_RE = re.compile(r"\\boxed\s*\{")
-_ANSWER_LINE_RE = re.compile(r"(?:####|\bA:|answer is|answer:)\s*(.+)", re.I)
-_NUMBER_RE = re.compile(r"-?\d[\d,]*(?:\.\d+)?(?:/\d+)?")
+def extract_final_answer(text: str, max_chars: int = 200) -> str | None:
+    r"""The final answer of a solution under the one extraction policy (:mod:`densereward.answers`).
 
-
-def _last_boxed(text: str) -> str | None:
-    starts = [m.end() for m in _BOXED_RE.finditer(text)]
-    if not starts:
-        return None
-    i, depth, out = starts[-1], 1, []
-    while i < len(text):
-        ch = text[i]
-        depth += ch == "{"
-        depth -= ch == "}"
-        if depth == 0:
-            return "".join(out).strip()
-        out.append(ch)
-        i += 1
-    return None
-
-
-def extract_final_answer(text: str, max_chars: int = 200) -> str:
-    r"""The final answer of a solution: last ``\boxed{}``, else an ``answer is``/``####``/``A:``
-    line, else the last number, else the last non-empty line (cut to ``max_chars``).
+    After the last ``</think>``, the last complete ``\boxed{}`` / ``\fbox{}``, else an explicit
+    final-answer line (``The answer is X``, ``A: X``, ``#### X``, ...), cut to ``max_chars``.
+    ``None`` when there is none (no answer, an unfinished last box, or unclosed thinking):
+    the reference-guided ``answer_match`` prompt then gets no model call and scores 0.
 
     >>> extract_final_answer("so $x=\\boxed{\\frac{1}{2}}$.")
     '\\frac{1}{2}'
     >>> extract_final_answer("9 * 2 = 18\nA: 18")
     '18'
-    >>> extract_final_answer("It costs 1,200 dollars in total.")
-    '1200'
+    >>> extract_final_answer("It costs 1,200 dollars in total.") is None
+    True
     """
-    boxed = _last_boxed(text)
-    if boxed:
-        return boxed[:max_chars]
-    lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip()]
-    if not lines:
-        return ""
-    for ln in reversed(lines):
-        m = _ANSWER_LINE_RE.search(ln)
-        if m:
-            nums = _NUMBER_RE.findall(m.group(1))
-            return (nums[-1].replace(",", "") if nums else m.group(1).strip().rstrip("."))[
-                :max_chars
-            ]
-    nums = _NUMBER_RE.findall(lines[-1])
-    if nums:
-        return nums[-1].replace(",", "")
-    return lines[-1][:max_chars]
+    answer = extract_answer(text).answer
+    return None if answer is None else answer[:max_chars]
 
 
 # Tuned on GSM8K model solutions with the embedded 135M verifier (problems 0-80): this terse

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from ..answers import ANSWER_FORMATS
 from ..errors import ConfigError
 from .math import (
     MathChecker,
@@ -101,6 +102,16 @@ class RewardConfig:
     with ``reference_prompt=answer_match``, which does not show the response."""
     math_timeout_s: float = 10.0
     """Math-Verify timeout per completion (seconds; enforced in a worker process)."""
+    answer_format: Literal["auto", "boxed", "final_line"] = "auto"
+    """Where the sparse reward (and the tracker's ground truth) looks for the final answer
+    (:mod:`densereward.answers`), always after the last ``</think>``: ``auto`` = the last
+    complete ``\\boxed{}`` / ``\\fbox{}``, else an explicit final-answer line (``The answer is
+    7``, ``Final answer: 7``, ``A: 7``, ``#### 7``, ``**Answer:** 7``); ``boxed`` = only a box
+    (TRL ``accuracy_reward``'s strict convention, for prompts that demand one); ``final_line``
+    = only an answer line. A number merely mentioned in prose never counts."""
+    verifier_input: Literal["final_answer", "full"] = "final_answer"
+    """What the dense / group verifier is shown: ``final_answer`` = the text after the last
+    ``</think>`` (unclosed thinking scores 0), ``full`` = the whole completion."""
 
     def __post_init__(self) -> None:
         if self.track_window < 1:
@@ -127,6 +138,14 @@ class RewardConfig:
             raise ConfigError(f"reward.group_method={self.group_method!r}; use ppt | round_robin")
         if self.pivots < 1:
             raise ConfigError(f"reward.pivots must be >= 1, got {self.pivots}")
+        if self.answer_format not in ANSWER_FORMATS:
+            raise ConfigError(
+                f"reward.answer_format={self.answer_format!r}; use auto | boxed | final_line"
+            )
+        if self.verifier_input not in ("final_answer", "full"):
+            raise ConfigError(
+                f"reward.verifier_input={self.verifier_input!r}; use final_answer | full"
+            )
         if self.weights is not None:
             w = tuple(float(x) for x in self.weights)
             object.__setattr__(self, "weights", w)
@@ -232,7 +251,9 @@ def build_reward_funcs(
         ``(reward_funcs, reward_weights)``; ``reward_weights`` is ``None`` (TRL: all 1)
         except for ``mixed`` and ``gated`` (:attr:`RewardConfig.reward_weights`).
     """
-    checker = checker or MathChecker(timeout_s=config.math_timeout_s)
+    checker = checker or MathChecker(
+        timeout_s=config.math_timeout_s, answer_format=config.answer_format
+    )
     if config.track and tracker is None:
         import logging
 
@@ -250,6 +271,7 @@ def build_reward_funcs(
         "checker": checker,
         "num_generations": num_generations,
         "reference_guided": config.reference_guided,
+        "verifier_input": config.verifier_input,
     }
     common["reference_prompt"] = config.reference_prompt
     common["injection_penalty"] = config.injection_penalty

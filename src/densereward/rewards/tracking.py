@@ -340,6 +340,7 @@ class RewardQualityTracker:
         self.records: list[dict[str, Any]] = []
         self._lock = threading.Lock()
         self._explained: set[str] = set()  # undefined metrics already explained in the log
+        self._format_warned = False  # the format warning of format_metrics is said once
         self._t0 = time.monotonic()
         self._seen: tuple[list[float], list[float]] = ([], [])  # every labelled (score, label)
         self._recent: deque[tuple[float, float, str, float]] = deque(maxlen=window)
@@ -381,6 +382,7 @@ class RewardQualityTracker:
         log_extra: Callable[[str, list], None] | None = None,
         score_name: str = "verifier_score",
         extra_metrics: dict[str, float] | None = None,
+        answer_reasons: Sequence[str | None] | None = None,
     ) -> dict[str, float]:
         """Compute, log and record the metrics of one batch.
 
@@ -401,6 +403,10 @@ class RewardQualityTracker:
             score_name: Completions-table column for the scores.
             extra_metrics: further metrics to log and record with the same prefix (e.g. the
                 verifier's cumulative ``n_failures``, ``n_truncated``, ``n_invalid_input``).
+            answer_reasons: ``(n,)`` why the sparse check found no final answer
+                (``"no_answer"``, ``"unclosed_thinking"``) or ``None``; gives
+                ``frac_no_answer`` and ``frac_unclosed_thinking`` (gathered like the scores)
+                and the once-per-run format warning (:func:`format_metrics`).
 
         Returns:
             The metrics, keys with the prefix.
@@ -409,8 +415,8 @@ class RewardQualityTracker:
             ValueError: if the per-completion sequences differ in length.
         """
         # the metrics cover every process's completions; the completions table stays local
-        all_prompts, all_scores, all_correct, all_levels, all_masses = gather_across_processes(
-            prompts, scores, correct, levels, masses
+        all_prompts, all_scores, all_correct, all_levels, all_masses, all_reasons = (
+            gather_across_processes(prompts, scores, correct, levels, masses, answer_reasons)
         )
         groups = group_slices(all_prompts, num_generations)
         with self._lock:
@@ -429,6 +435,12 @@ class RewardQualityTracker:
             tie_eps=self.tie_eps,
         )
         metrics.update(windowed)
+        if all_reasons is not None:
+            fmt, warn = format_metrics(all_reasons, all_scores)
+            metrics.update(fmt)
+            if warn and not self._format_warned:
+                self._format_warned = True
+                logger.warning(warn)
         metrics.update(extra_metrics or {})
         metrics = {self.prefix + k: v for k, v in metrics.items()}
         for key, why in undefined_reasons(metrics, self.prefix).items():
@@ -490,6 +502,48 @@ class RewardQualityTracker:
             return None
         records = list(read_jsonl(src)) if src is not None else self.records
         return plot_reward_quality(records, out, prefix=self.prefix)
+
+
+def format_metrics(
+    reasons: Sequence[str | None], scores: Sequence[float | None]
+) -> tuple[dict[str, float], str | None]:
+    """Share of completions with no extractable final answer, and a warning when it is a format problem.
+
+    Args:
+        reasons: ``(n,)`` the sparse check's reason (``"no_answer"``, ``"unclosed_thinking"``,
+            anything else or ``None`` = an answer was found).
+        scores: ``(n,)`` verifier scores (``None`` = abstained).
+
+    Returns:
+        ``({"frac_no_answer", "frac_unclosed_thinking"}, warning)``. ``warning`` is a message
+        when at least half the completions have no answer while the verifier scores them at
+        least 0.8x the batch mean (the policy fails on *format*, which the sparse reward and
+        every verifier metric count as wrong), else ``None``.
+
+    >>> format_metrics(["no_answer", None, "unclosed_thinking", "no_answer"], [0.5] * 4)[0]
+    {'frac_no_answer': 0.75, 'frac_unclosed_thinking': 0.25}
+    """
+    n = len(reasons)
+    if not n:
+        return {}, None
+    none_idx = [i for i, r in enumerate(reasons) if r in ("no_answer", "unclosed_thinking")]
+    out = {
+        "frac_no_answer": len(none_idx) / n,
+        "frac_unclosed_thinking": sum(r == "unclosed_thinking" for r in reasons) / n,
+    }
+    vals = [s for s in scores if s is not None and not math.isnan(s)]
+    none_vals = [scores[i] for i in none_idx if scores[i] is not None and not math.isnan(scores[i])]
+    if out["frac_no_answer"] < 0.5 or not none_vals or np.mean(none_vals) < 0.8 * np.mean(vals):
+        return out, None
+    return out, (
+        f"{100 * out['frac_no_answer']:.0f}% of completions have no extractable final answer "
+        f"({100 * out['frac_unclosed_thinking']:.0f}% unclosed thinking) while the verifier "
+        f"scores them {np.mean(none_vals):.3f} on average (batch mean {np.mean(vals):.3f}): the "
+        "likely cause is the answer *format* (no \\boxed{} or final-answer line, or thinking cut "
+        "by max_completion_length), not correctness; the sparse reward and every verifier/* "
+        "metric count these as wrong. Check the system prompt, reward.answer_format and "
+        "training.max_completion_length. (Said once.)"
+    )
 
 
 def gather_across_processes(*columns: Sequence[Any] | None) -> tuple[list[Any] | None, ...]:

@@ -18,6 +18,14 @@ thread concurrently with the other reward functions -- use them with network bac
 The verifier is passed either as a ``Verifier`` or as a zero-argument factory, which is
 called on first use (so a ``--dry-run`` builds every reward function without loading weights).
 
+What the verifier sees: by default the *final-answer part* of each completion
+(:func:`densereward.answers.final_answer_part`: the text after the last ``</think>``), so a
+thinking model is judged on what it answers, not on its scratch work; a completion whose
+thinking never closed (cut by ``max_completion_length``) has no final answer and is shown as
+empty, which scores 0 (dense) or loses every comparison (group) without a model call -- the
+same verdict the sparse reward gives it. ``verifier_input="full"`` shows the whole text.
+Completions without thinking tags are unaffected.
+
 Abstention: a completion the verifier could not score gets ``None``. TRL turns it into NaN;
 with several reward functions the weighted sum ``nansum``-s over the others; when *every*
 reward function returns ``None`` for a completion TRL 1.16 logs a warning, excludes the row
@@ -34,6 +42,7 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
+from ..answers import final_answer_part
 from ._common import check_lengths, completion_texts, group_slices, prompt_texts
 from .math import MathChecker, default_checker, references_from_columns
 from .tracking import RewardQualityTracker
@@ -70,6 +79,7 @@ class _VerifierRewardBase:
         num_generations: int | None = None,
         criteria: Any = None,
         reference_guided: bool = False,
+        verifier_input: Literal["final_answer", "full"] = "final_answer",
         reference_prompt: Literal["anchored", "answer_match"] = "answer_match",
         injection_penalty: float | None = None,
         guard_prompt: bool = False,
@@ -90,6 +100,11 @@ class _VerifierRewardBase:
         self.reference_prompt = reference_prompt
         self.injection_penalty = injection_penalty
         self.guard_prompt = guard_prompt
+        if verifier_input not in ("final_answer", "full"):
+            raise ValueError(
+                f"verifier_input must be 'final_answer' or 'full', got {verifier_input!r}"
+            )
+        self.verifier_input = verifier_input
         self._verifier = verifier
         self._verifier_lock = threading.Lock()
         self.__name__ = name or self.default_name
@@ -101,6 +116,19 @@ class _VerifierRewardBase:
         self.num_generations = num_generations
         self.criteria = criteria
         self.reference_guided = reference_guided
+
+    def _shown(self, texts: Sequence[str | None]) -> list[str | None]:
+        """What the verifier is shown of each completion (see the module docstring)."""
+        if self.verifier_input == "full":
+            return list(texts)
+        out: list[str | None] = []
+        for t in texts:
+            if not isinstance(t, str):
+                out.append(t)  # not text: the engine abstains on it (counted)
+                continue
+            part = final_answer_part(t)
+            out.append("" if part is None else part)  # unclosed thinking: no final answer
+        return out
 
     def _criteria(self, references: Sequence[str | None] | None) -> Any:
         """Criteria for ``score_batch``: the anchored prompt names the correctness criterion.
@@ -207,6 +235,7 @@ class _VerifierRewardBase:
             log_extra=log_extra,
             score_name=f"{self.__name__}_score",
             extra_metrics={**self._verifier_counters(), **self._flag_metrics(flags)},
+            answer_reasons=[c.reason for c in checks],
         )
 
     def _verifier_counters(self) -> dict[str, float]:
@@ -222,6 +251,8 @@ class _VerifierRewardBase:
             "n_empty",
             "n_nan_logprobs",
             "n_cache_hits",
+            "n_low_mass",
+            "n_no_answer",
         )
         return {k: float(d[k]) for k in keys if k in d}
 
@@ -265,6 +296,8 @@ class VerifierReward(_VerifierRewardBase):
         reference_guided: Show the verifier the reference answer (a stronger but
             answer-dependent reward); default off, so the verifier judges reference-free and
             the tracker measures its quality against Math-Verify.
+        verifier_input: ``"final_answer"`` (default: the text after the last ``</think>``;
+            unclosed thinking is shown as empty and scores 0) or ``"full"`` (the whole text).
         reference_prompt: With ``reference_guided``: ``"answer_match"`` (default: the
             extracted final answer against the reference) or ``"anchored"`` (the reference and
             the full solution on the correctness criterion, so the reasoning is still judged).
@@ -274,7 +307,6 @@ class VerifierReward(_VerifierRewardBase):
         guard_prompt: End every criterion with :data:`densereward.prompts.MANIPULATION_WARNING`
             (text addressed to the grader is evidence of manipulation). Not with the
             ``answer_match`` prompt, which does not show the response.
-
 
     Returns (from ``__call__``):
         ``(len(completions),)`` expected scores in ``[0, 1]``; ``None`` where the verifier
@@ -299,7 +331,7 @@ class VerifierReward(_VerifierRewardBase):
         At ``injection_penalty >= 1`` a flagged completion's score is 0 whatever the verifier
         says, so it is not sent to the verifier.
         """
-        shown, refs = texts, self._references(columns, len(texts))
+        shown, refs = self._shown(texts), self._references(columns, len(texts))
         flags = self._screen(shown)
         skip = flags is not None and float(self.injection_penalty or 0.0) >= 1.0
         idx = [i for i in range(len(texts)) if not (skip and flags[i])]
@@ -477,8 +509,9 @@ class GroupVerifierReward(_VerifierRewardBase):
         check_lengths(completions=texts, prompts=prompts)
         problems = self._problems(prompts, columns)
         refs = self._references(columns, len(texts)) or [None] * len(texts)
+        shown = self._shown(texts)
         groups = [
-            (sl, (problems[sl.start], texts[sl], self._seed(trainer_state, g), refs[sl.start]))
+            (sl, (problems[sl.start], shown[sl], self._seed(trainer_state, g), refs[sl.start]))
             for g, sl in enumerate(group_slices(prompts, self.num_generations))
         ]
         return texts, groups
@@ -505,7 +538,7 @@ class GroupVerifierReward(_VerifierRewardBase):
         values: list[float | None] = [None] * len(texts)
         for sl, args in groups:
             values[sl] = self._rank_group(*args)
-        flags = self._screen(texts)
+        flags = self._screen(self._shown(texts))
         values = self._penalise(values, flags)
         self._track(
             prompts=prompts, texts=texts, scores=values, masses=None, columns=kwargs,
@@ -547,7 +580,7 @@ class AsyncGroupVerifierReward(GroupVerifierReward):
         values: list[float | None] = [None] * len(texts)
         for (sl, _), out in zip(groups, outs, strict=True):
             values[sl] = out
-        flags = self._screen(texts)
+        flags = self._screen(self._shown(texts))
         values = self._penalise(values, flags)
         await asyncio.to_thread(
             self._track,
