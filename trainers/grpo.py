@@ -467,9 +467,10 @@ class _Heldout:
             if before[mode] is not None:
                 summary[mode] = paired_difference(before[mode], after[mode], confidence=self.cfg.confidence,
                                                   n_resamples=self.cfg.n_resamples, seed=self.cfg.seed)  # fmt: skip
-        atomic_write_json(
-            run_dir / "heldout.json", {"summary": summary, "before": before, "after": after}
-        )
+        if _is_main_process():  # under torchrun every process evaluates; one writes
+            atomic_write_json(
+                run_dir / "heldout.json", {"summary": summary, "before": before, "after": after}
+            )
         return summary
 
 
