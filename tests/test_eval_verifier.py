@@ -189,6 +189,7 @@ def test_cli_with_precomputed_scores_end_to_end(gsm8k, tmp_path):
             "--bootstrap",
             "200",
             "--no-plots",
+            "verifier.threshold=0.5",  # the first run's threshold (the default is auto)
         )
         == 0
     )
@@ -279,8 +280,10 @@ def test_cli_with_real_default_verifier(gsm8k, tmp_path, default_model_dir, monk
     kept = [r for r in recs if not r["abstained"]]
     assert kept and all(0.0 <= r["score"] <= 1.0 for r in kept)
     assert len({round(r["score"], 6) for r in kept}) > 5  # dense scores, not a handful of levels
-    pos = [r["score"] >= 0.5 for r in kept if r["is_correct"]]
-    neg = [r["score"] < 0.5 for r in kept if not r["is_correct"]]
+    t = m["threshold"]  # the default `auto` threshold chosen on the file
+    assert 0.0 <= t <= 1.0
+    pos = [r["score"] >= t for r in kept if r["is_correct"]]
+    neg = [r["score"] < t for r in kept if not r["is_correct"]]
     assert m["overall"]["tpr"] == pytest.approx(sum(pos) / len(pos))
     assert m["overall"]["tnr"] == pytest.approx(sum(neg) / len(neg))
     assert set(m["per_generator"]) == set(E.GSM8K_GENERATORS)

@@ -54,9 +54,15 @@ def test_gsm8k_mass_and_auroc(verifier, data_dir, capsys):
         ("reference-free default", plain, labels[:40]),
     ):
         assert all(r.value is not None for r in rs), [r.reason for r in rs if r.value is None]
-        mass = float(np.mean([r.mass for r in rs]))
+        # two responses (truncated, no final answer) are scored 0 by answer_match with no read
+        unread = [r for r in rs if r.mass is None]
+        assert all(r.value == 0.0 and r.reason == "no final answer" for r in unread)
+        assert len(unread) <= 2
+        mass = float(np.mean([r.mass for r in rs if r.mass is not None]))
         assert mass >= 0.5, f"{name}: mean score-token mass {mass:.3f} < 0.5"
         report[name] = (len(rs), mass, auroc(np.array([r.value for r in rs]), y))
+    # measured 0.65-0.68 on these 200 (fp32, deterministic); chance is 0.5
+    assert report["reference-guided answer_match"][2] >= 0.6, report
     with capsys.disabled():
         for name, (n, mass, au) in report.items():
             print(f"\n[gsm8k n={n}] {name}: mean mass={mass:.3f} AUROC={au:.3f}")
