@@ -278,8 +278,10 @@ def score_responses(
     reference-guided ``answer_match`` criterion when no criteria are configured.
 
     Returns:
-        ``(records, stats)``: one ``{score, mass, abstained, reason}`` per row, and the
-        verifier's ``stats.as_dict()``.
+        ``(records, stats)``: one ``{score, mass, abstained, reason, per_criterion,
+        per_repeat}`` per row (the reads behind the score: ``per_repeat`` criterion-major,
+        C x K values in ``[0, 1]`` or ``None``; both empty/``None`` for a row scored without
+        a model call), and the verifier's ``stats.as_dict()``.
 
     Raises:
         BackendError, AbstentionError: as the verifier raises them.
@@ -307,6 +309,8 @@ def score_responses(
                         "mass": res.mass,
                         "abstained": res.value is None,
                         "reason": res.reason,
+                        "per_criterion": res.per_criterion,
+                        "per_repeat": res.per_repeat,
                     }
                 )
             logger.info(
