@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.logger import KVWriter
+from stable_baselines3.common.vec_env import unwrap_vec_normalize
 
 from .errors import ConfigError
 from .io import append_jsonl
@@ -362,18 +363,6 @@ class LearningCurveCallback(BaseCallback):
         append_jsonl(self.path, point)
 
 
-def _vec_normalize(env: Any) -> Any:
-    """The outermost ``VecNormalize`` in a chain of ``VecEnvWrapper``s, or ``None``."""
-    from stable_baselines3.common.vec_env import VecNormalize
-
-    node = env
-    while node is not None:
-        if isinstance(node, VecNormalize):
-            return node
-        node = getattr(node, "venv", None)
-    return None
-
-
 class EvaluationCallback(BaseCallback):
     """Deterministic evaluation episodes on a separate environment, as the field reports them.
 
@@ -439,7 +428,7 @@ class EvaluationCallback(BaseCallback):
 
     def _on_training_start(self) -> None:
         train_norm = self.model.get_vec_normalize_env()
-        if (train_norm is None) != (_vec_normalize(self.eval_env) is None):
+        if (train_norm is None) != (unwrap_vec_normalize(self.eval_env) is None):
             raise ConfigError(
                 "the evaluation environment must have a VecNormalize exactly when the training "
                 "environment has one (the policy reads normalised observations)"
@@ -467,7 +456,7 @@ class EvaluationCallback(BaseCallback):
         t0 = time.perf_counter()
         train_norm = self.model.get_vec_normalize_env()
         if train_norm is not None:
-            eval_norm = _vec_normalize(self.eval_env)
+            eval_norm = unwrap_vec_normalize(self.eval_env)
             eval_norm.obs_rms = copy.deepcopy(train_norm.obs_rms)
             eval_norm.training = False
             eval_norm.norm_reward = False
