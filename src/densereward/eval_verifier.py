@@ -286,6 +286,7 @@ def score_responses(
     Raises:
         BackendError, AbstentionError: as the verifier raises them.
     """
+    from .rewards.math import reference_answer  # the one answer-extraction policy
     from .verifier import Verifier
 
     v = Verifier(config)
@@ -295,7 +296,7 @@ def score_responses(
         for start in range(0, len(rows), chunk_size):
             chunk = rows[start : start + chunk_size]
             refs = (
-                [_final_reference(r.get("reference")) for r in chunk] if reference_guided else None
+                [reference_answer(r.get("reference")) for r in chunk] if reference_guided else None
             )
             results = v.score_batch(
                 problems=[r["problem"] for r in chunk],
@@ -353,15 +354,6 @@ def label_with_sparse_reward(rows: list[dict[str, Any]]) -> dict[str, Any]:
     finally:
         checker.close()
     return {"n_labelled": len(todo), "agreement": agreement}
-
-
-def _final_reference(reference: Any) -> str | None:
-    """The final answer inside a reference solution (``None`` when there is no reference)."""
-    if reference is None or not str(reference).strip():
-        return None
-    from .rewards.math import reference_answer  # the one answer-extraction policy
-
-    return reference_answer(str(reference))
 
 
 def _family_gap(scores, labels, pids, fams, threshold) -> dict[str, Any]:

@@ -34,10 +34,7 @@ def sparse_labels(
         ``0.0`` or ``None`` (no reference, or the check abstained).
     """
     checker = checker or MathChecker()
-    refs = [
-        reference_answer(str(r["reference"])) if r.get("reference") not in (None, "") else None
-        for r in rows
-    ]
+    refs = [reference_answer(r.get("reference")) for r in rows]
     checks = checker.check_batch(refs, [str(r.get("response") or "") for r in rows])
     return [
         {"reward": c.reward, "predicted": c.predicted, "reason": c.reason, "reference": ref}

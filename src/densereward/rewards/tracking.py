@@ -419,10 +419,10 @@ class RewardQualityTracker:
             gather_across_processes(prompts, scores, correct, levels, masses, answer_reasons)
         )
         groups = group_slices(all_prompts, num_generations)
+        step = int(getattr(trainer_state, "global_step", len(self.records))) + 1
         with self._lock:
             windowed = self._update_window(all_prompts, all_scores, all_correct, groups)
             if self.alarm is not None:
-                step = int(getattr(trainer_state, "global_step", len(self.records))) + 1
                 windowed.update(self.alarm.update(all_scores, all_correct,
                                                   threshold=self.threshold, step=step))  # fmt: skip
         metrics = reward_quality_metrics(
@@ -455,7 +455,6 @@ class RewardQualityTracker:
         if log_extra is not None:
             log_extra(score_name, [_nan_if_none(x) for x in scores])
             log_extra("ground_truth", [_nan_if_none(x) for x in correct])
-        step = int(getattr(trainer_state, "global_step", len(self.records))) + 1
         record = {"step": step, "time_s": round(time.monotonic() - self._t0, 3),
                   "threshold_source": self.threshold_source, "window": self.window, **metrics}  # fmt: skip
         with self._lock:

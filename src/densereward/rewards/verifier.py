@@ -499,8 +499,13 @@ class GroupVerifierReward(_VerifierRewardBase):
         completions: Sequence[Any],
         trainer_state: Any,
         columns: dict[str, Any],
-    ) -> tuple[list[str | None], list[tuple[slice, tuple[str, list[str | None], int, str | None]]]]:
-        """Completion texts and, per GRPO group, its slice and ``(problem, candidates, seed, reference)``.
+    ) -> tuple[
+        list[str | None],
+        list[str | None],
+        list[tuple[slice, tuple[str, list[str | None], int, str | None]]],
+    ]:
+        """Completion texts, what the verifier is shown of them, and per GRPO group its slice and
+        ``(problem, candidates, seed, reference)``.
 
         Raises:
             ValueError: if ``prompts`` and ``completions`` differ in length.
@@ -514,7 +519,7 @@ class GroupVerifierReward(_VerifierRewardBase):
             (sl, (problems[sl.start], shown[sl], self._seed(trainer_state, g), refs[sl.start]))
             for g, sl in enumerate(group_slices(prompts, self.num_generations))
         ]
-        return texts, groups
+        return texts, shown, groups
 
     def _rank_group(
         self, problem: str, candidates: list[str], seed: int, reference: str | None
@@ -534,11 +539,11 @@ class GroupVerifierReward(_VerifierRewardBase):
         log_extra: Callable[[str, list], None] | None = None,
         **kwargs: Any,
     ) -> list[float | None]:
-        texts, groups = self._groups(prompts, completions, trainer_state, kwargs)
+        texts, shown, groups = self._groups(prompts, completions, trainer_state, kwargs)
         values: list[float | None] = [None] * len(texts)
         for sl, args in groups:
             values[sl] = self._rank_group(*args)
-        flags = self._screen(self._shown(texts))
+        flags = self._screen(shown)
         values = self._penalise(values, flags)
         self._track(
             prompts=prompts, texts=texts, scores=values, masses=None, columns=kwargs,
@@ -575,12 +580,12 @@ class AsyncGroupVerifierReward(GroupVerifierReward):
         log_extra: Callable[[str, list], None] | None = None,
         **kwargs: Any,
     ) -> list[float | None]:
-        texts, groups = self._groups(prompts, completions, trainer_state, kwargs)
+        texts, shown, groups = self._groups(prompts, completions, trainer_state, kwargs)
         outs = await asyncio.gather(*(self._arank_group(*args) for _, args in groups))
         values: list[float | None] = [None] * len(texts)
         for (sl, _), out in zip(groups, outs, strict=True):
             values[sl] = out
-        flags = self._screen(self._shown(texts))
+        flags = self._screen(shown)
         values = self._penalise(values, flags)
         await asyncio.to_thread(
             self._track,
