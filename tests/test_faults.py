@@ -436,7 +436,7 @@ def test_parse_score_token(text, expected):
 
 
 def test_registered_by_name():
-    from densereward.backends.base import get_backend_class
+    from densereward.backends import get_backend_class
 
     assert get_backend_class("openai") is OpenAIBackend
     assert get_backend_class("sampled") is SampledBackend

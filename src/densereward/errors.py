@@ -14,6 +14,7 @@ __all__ = [
     "BackendUnavailableError",
     "AbstentionError",
     "DataError",
+    "RegistryError",
 ]
 
 
@@ -43,3 +44,7 @@ class AbstentionError(DenseRewardError, RuntimeError):
 
 class DataError(DenseRewardError, ValueError):
     """A data set could not be loaded or has the wrong fields."""
+
+
+class RegistryError(DenseRewardError, ValueError):
+    """A registry refused a registration: the name is taken, or the entry point is malformed."""

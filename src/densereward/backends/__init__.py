@@ -1,16 +1,17 @@
 """Verifier backends: transformers, vLLM offline, OpenAI-compatible HTTP, sampled fallback.
 
-Pick one by name with :func:`get_backend_class` or :func:`create_backend`.
+Pick one by name with :func:`get_backend_class` or :func:`create_backend`; the names live in
+a declarative table of entry points (:mod:`.registry`), imported only when a backend is built.
 """
 
 from __future__ import annotations
 
-from .base import (
-    BackendUsage,
-    ChatPrompt,
-    TokenLogprobs,
-    VerifierBackend,
+from .base import BackendUsage, ChatPrompt, TokenLogprobs, VerifierBackend
+from .registry import (
     available_backends,
+    backend_option_types,
+    check_backend_name,
+    create_backend,
     get_backend_class,
     register_backend,
 )
@@ -21,14 +22,9 @@ __all__ = [
     "TokenLogprobs",
     "VerifierBackend",
     "available_backends",
+    "backend_option_types",
+    "check_backend_name",
+    "create_backend",
     "get_backend_class",
     "register_backend",
 ]
-
-
-def create_backend(config):  # noqa: ANN001, ANN201
-    """Build the backend named by ``config.backend`` from a :class:`~densereward.config.VerifierConfig`."""
-    return get_backend_class(config.backend)(config)
-
-
-__all__.append("create_backend")

@@ -1,4 +1,4 @@
-"""The one small protocol every verifier backend implements, and a name registry.
+"""The one small protocol every verifier backend implements (the name registry: :mod:`.registry`).
 
 A backend turns chat prompts into (a) next-token log-probabilities over a given set of
 candidate token strings at the position right after an assistant *prefill*, and
@@ -11,13 +11,10 @@ backend for log-probabilities of the score-token spellings and does the arithmet
 from __future__ import annotations
 
 import asyncio
-import difflib
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
-
-from ..errors import ConfigError
 
 __all__ = [
     "LocalAsyncMixin",
@@ -25,9 +22,6 @@ __all__ = [
     "TokenLogprobs",
     "BackendUsage",
     "VerifierBackend",
-    "register_backend",
-    "get_backend_class",
-    "available_backends",
 ]
 
 
@@ -220,40 +214,3 @@ class LocalAsyncMixin:
             stop=stop,
         )
 
-
-_REGISTRY: dict[str, Callable[..., Any]] = {}
-
-
-def register_backend(name: str) -> Callable[[type], type]:
-    """Class decorator that registers a backend under ``name``."""
-
-    def deco(cls: type) -> type:
-        _REGISTRY[name] = cls
-        return cls
-
-    return deco
-
-
-def available_backends() -> list[str]:
-    """Names of the registered backends."""
-    from . import _load_all  # noqa: F401  (import side effect: registration)
-
-    return sorted(_REGISTRY)
-
-
-def get_backend_class(name: str) -> Callable[..., Any]:
-    """The backend class registered under ``name``.
-
-    Raises:
-        ConfigError: for an unknown name, suggesting close matches.
-    """
-    from . import _load_all  # noqa: F401
-
-    try:
-        return _REGISTRY[name]
-    except KeyError:
-        close = difflib.get_close_matches(name, list(_REGISTRY), n=3)
-        hint = f" Did you mean {', '.join(repr(c) for c in close)}?" if close else ""
-        raise ConfigError(
-            f"unknown verifier backend {name!r}; available: {sorted(_REGISTRY)}.{hint}"
-        ) from None

@@ -29,7 +29,7 @@ from typing import Any
 
 from ..config import VerifierConfig
 from ..errors import BackendError, BackendUnavailableError, ScoreTokenError
-from .base import BackendUsage, ChatPrompt, LocalAsyncMixin, TokenLogprobs, register_backend
+from .base import BackendUsage, ChatPrompt, LocalAsyncMixin, TokenLogprobs
 
 __all__ = [
     "TransformersBackend",
@@ -148,7 +148,6 @@ def _common_prefix_len(seqs: Sequence[Sequence[int]]) -> int:
     return n
 
 
-@register_backend("transformers")
 class TransformersBackend(LocalAsyncMixin):
     """Verifier backend on a local Hugging Face causal LM (exact full-vocabulary logits).
 

@@ -45,7 +45,7 @@ from typing import Any, TypeVar
 from ..config import VerifierConfig
 from ..errors import BackendError, BackendUnavailableError, ConfigError
 from ..io import get_api_key, redact
-from .base import BackendUsage, ChatPrompt, TokenLogprobs, register_backend
+from .base import BackendUsage, ChatPrompt, TokenLogprobs
 
 __all__ = ["OpenAIBackend"]
 
@@ -136,7 +136,6 @@ class _RateLimiter:
             await asyncio.sleep(delay)
 
 
-@register_backend("openai")
 class OpenAIBackend:
     """Verifier backend over an OpenAI-compatible chat-completions endpoint.
 

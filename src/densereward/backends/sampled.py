@@ -19,7 +19,7 @@ from typing import Any
 
 from ..config import VerifierConfig
 from ..errors import ConfigError
-from .base import ChatPrompt, TokenLogprobs, register_backend
+from .base import ChatPrompt, TokenLogprobs
 from .openai_http import OpenAIBackend
 
 __all__ = ["SampledBackend", "parse_score_token"]
@@ -83,7 +83,6 @@ def _ends_word(text: str, i: int) -> bool:
     return not (text[i] in " \t" and rest[:1].isalpha())
 
 
-@register_backend("sampled")
 class SampledBackend(OpenAIBackend):
     """Empirical score distribution from ``N`` samples, for endpoints without log-probs.
 

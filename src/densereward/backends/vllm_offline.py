@@ -33,7 +33,7 @@ from typing import Any
 
 from ..config import VerifierConfig
 from ..errors import BackendError, BackendUnavailableError
-from .base import BackendUsage, ChatPrompt, LocalAsyncMixin, TokenLogprobs, register_backend
+from .base import BackendUsage, ChatPrompt, LocalAsyncMixin, TokenLogprobs
 from .hf import candidate_token_ids, render_prompt_ids, resolve_model_path, template_thinks
 
 __all__ = ["VLLMBackend"]
@@ -41,7 +41,6 @@ __all__ = ["VLLMBackend"]
 logger = logging.getLogger(__name__)
 
 
-@register_backend("vllm")
 class VLLMBackend(LocalAsyncMixin):
     """Verifier backend on a ``vllm.LLM`` offline engine in this process.
 
