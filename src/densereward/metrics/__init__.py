@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from .bootstrap import bootstrap_ci, bootstrap_many
 from .classification import (
-    REPORT_KEYS,
     accept,
     accuracy,
     auprc,
@@ -17,7 +16,6 @@ from .classification import (
     best_threshold,
     brier_score,
     calibrate_threshold,
-    classification_report,
     expected_calibration_error,
     f1,
     fnr,
@@ -39,6 +37,7 @@ from .difficulty import (
 )
 from .pairwise import mean_score_gap, pair_gaps, pairwise_accuracy, score_gap_snr, tie_rate
 from .progress import mean_value_order_correlation, value_order_correlation
+from .report import REPORT_KEYS, classification_report
 from .similarity import (
     SELF_VERIFICATION_KEYWORDS,
     MiniLMEmbedder,

@@ -25,12 +25,12 @@ from __future__ import annotations
 
 import math
 import warnings
-from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
 from ..errors import DataError
+from ._arrays import NAN, accept, as_arrays, mean_or_nan
 
 __all__ = [
     "accept",
@@ -48,95 +48,9 @@ __all__ = [
     "expected_calibration_error",
     "brier_score",
     "reliability_curve",
-    "classification_report",
     "best_threshold",
     "calibrate_threshold",
-    "REPORT_KEYS",
 ]
-
-NAN = float("nan")
-
-REPORT_KEYS = (
-    "tpr",
-    "tnr",
-    "fpr",
-    "fnr",
-    "accuracy",
-    "balanced_accuracy",
-    "precision",
-    "recall",
-    "f1",
-    "auroc",
-    "auprc",
-    "ece",
-    "brier",
-    "verifier_gain",
-    "pass_rate",
-    "n",
-    "n_pos",
-    "n_neg",
-)
-"""The stable keys of :func:`classification_report`, in order."""
-
-
-def as_arrays(
-    scores: Sequence[float] | np.ndarray, labels: Sequence[Any] | np.ndarray
-) -> tuple[np.ndarray, np.ndarray]:
-    """Validate and convert ``(scores, labels)`` to float arrays of shape ``(n,)``.
-
-    Args:
-        scores: verifier scores, shape ``(n,)``, finite (abstentions must be removed first).
-        labels: ground truth, shape ``(n,)``, each ``0``/``1`` or ``False``/``True``.
-
-    Returns:
-        ``(scores, labels)`` as float64 arrays; ``labels`` holds only ``0.0`` and ``1.0``.
-
-    Raises:
-        DataError: on shape mismatch, non-finite or ``None`` scores, or labels outside {0, 1}.
-    """
-    try:
-        s = np.asarray(scores, dtype=np.float64).reshape(-1) if len(scores) else np.zeros(0)
-        y = np.asarray(labels, dtype=np.float64).reshape(-1) if len(labels) else np.zeros(0)
-    except (TypeError, ValueError) as e:
-        raise DataError(
-            f"scores and labels must be numbers (drop abstained responses first): {e}"
-        ) from None
-    if s.shape != y.shape:
-        raise DataError(
-            f"scores and labels must have the same length, got {s.shape[0]} and {y.shape[0]}"
-        )
-    if not np.all(np.isfinite(s)):
-        raise DataError(
-            "scores contain NaN/inf/None; drop abstained responses before computing metrics"
-        )
-    if not np.all((y == 0.0) | (y == 1.0)):
-        raise DataError("labels must be 0/1 (or False/True)")
-    return s, y
-
-
-def accept(
-    scores: Sequence[float] | np.ndarray, threshold: float = 0.5, soft: bool = False
-) -> np.ndarray:
-    """The verifier's accept decision ``V``, shape ``(n,)``.
-
-    Args:
-        scores: shape ``(n,)``.
-        threshold: hard decision ``V = 1[score >= threshold]``.
-        soft: if True, ``V = score`` (must then lie in ``[0, 1]``); ``threshold`` is ignored.
-
-    Raises:
-        DataError: if ``soft`` and a score lies outside ``[0, 1]``.
-    """
-    s = np.asarray(scores, dtype=np.float64).reshape(-1)
-    if soft:
-        if s.size and (s.min() < 0.0 or s.max() > 1.0):
-            raise DataError("soft metrics need scores in [0, 1]")
-        return s
-    return (s >= threshold).astype(np.float64)
-
-
-def _mean_or_nan(x: np.ndarray) -> float:
-    return float(x.mean()) if x.size else NAN
 
 
 def tpr(scores, labels, threshold: float = 0.5, *, soft: bool = False) -> float:
@@ -155,7 +69,7 @@ def tpr(scores, labels, threshold: float = 0.5, *, soft: bool = False) -> float:
         DataError: on malformed input (see :func:`as_arrays`).
     """
     s, y = as_arrays(scores, labels)
-    return _mean_or_nan(accept(s, threshold, soft)[y == 1])
+    return mean_or_nan(accept(s, threshold, soft)[y == 1])
 
 
 def tnr(scores, labels, threshold: float = 0.5, *, soft: bool = False) -> float:
@@ -168,7 +82,7 @@ def tnr(scores, labels, threshold: float = 0.5, *, soft: bool = False) -> float:
         DataError: on malformed input.
     """
     s, y = as_arrays(scores, labels)
-    return _mean_or_nan(1.0 - accept(s, threshold, soft)[y == 0])
+    return mean_or_nan(1.0 - accept(s, threshold, soft)[y == 0])
 
 
 def fpr(scores, labels, threshold: float = 0.5, *, soft: bool = False) -> float:
@@ -197,7 +111,7 @@ def accuracy(scores, labels, threshold: float = 0.5, *, soft: bool = False) -> f
     """
     s, y = as_arrays(scores, labels)
     v = accept(s, threshold, soft)
-    return _mean_or_nan(v * y + (1.0 - v) * (1.0 - y))
+    return mean_or_nan(v * y + (1.0 - v) * (1.0 - y))
 
 
 def balanced_accuracy(scores, labels, threshold: float = 0.5, *, soft: bool = False) -> float:
@@ -380,51 +294,7 @@ def brier_score(scores, labels) -> float:
     """
     s, y = as_arrays(scores, labels)
     _check_unit(s, "brier_score")
-    return _mean_or_nan((s - y) ** 2)
-
-
-def classification_report(
-    scores, labels, threshold: float = 0.5, *, soft: bool = False, n_bins: int = 10
-) -> dict[str, float]:
-    """All threshold and threshold-free metrics at once, under the stable keys :data:`REPORT_KEYS`.
-
-    Keys: ``tpr, tnr, fpr, fnr, accuracy, balanced_accuracy, precision, recall, f1`` (at
-    ``threshold``, or soft), ``auroc, auprc, ece, brier`` (threshold-free), ``verifier_gain``
-    (precision - pass rate, Lu et al. 2025 eq. 1), ``pass_rate`` (mean label, the solver
-    accuracy), ``n, n_pos, n_neg`` (counts, as floats). Undefined entries are ``NaN``.
-
-    >>> r = classification_report([0.9, 0.2], [1, 0])
-    >>> r["balanced_accuracy"], r["verifier_gain"], r["n"]
-    (1.0, 0.5, 2.0)
-
-    Raises:
-        DataError: on malformed input or scores outside ``[0, 1]``.
-    """
-    from .tts import verifier_gain
-
-    s, y = as_arrays(scores, labels)
-    unit = not s.size or (s.min() >= 0.0 and s.max() <= 1.0)
-    kw = {"threshold": threshold, "soft": soft}
-    return {
-        "tpr": tpr(s, y, **kw),
-        "tnr": tnr(s, y, **kw),
-        "fpr": fpr(s, y, **kw),
-        "fnr": fnr(s, y, **kw),
-        "accuracy": accuracy(s, y, **kw),
-        "balanced_accuracy": balanced_accuracy(s, y, **kw),
-        "precision": precision(s, y, **kw),
-        "recall": recall(s, y, **kw),
-        "f1": f1(s, y, **kw),
-        "auroc": auroc(s, y),
-        "auprc": auprc(s, y),
-        "ece": expected_calibration_error(s, y, n_bins) if unit else NAN,
-        "brier": brier_score(s, y) if unit else NAN,
-        "verifier_gain": verifier_gain(s, y, **kw),
-        "pass_rate": _mean_or_nan(y),
-        "n": float(y.size),
-        "n_pos": float(y.sum()),
-        "n_neg": float(y.size - y.sum()),
-    }
+    return mean_or_nan((s - y) ** 2)
 
 
 def best_threshold(scores, labels) -> dict[str, float]:

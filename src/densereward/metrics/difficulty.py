@@ -14,8 +14,9 @@ from typing import Any
 import numpy as np
 
 from ..errors import DataError
-from .classification import as_arrays, classification_report, tnr, tpr
-from .tts import group_indices
+from ._arrays import as_arrays, group_indices
+from .classification import tnr, tpr
+from .report import classification_report
 
 __all__ = [
     "problem_difficulty",

@@ -10,9 +10,7 @@ from collections.abc import Hashable, Sequence
 
 import numpy as np
 
-from ..errors import DataError
-from .classification import as_arrays
-from .tts import group_indices
+from ._arrays import as_arrays, check_group_ids, group_indices
 
 __all__ = ["pair_gaps", "pairwise_accuracy", "tie_rate", "score_gap_snr", "mean_score_gap"]
 
@@ -40,8 +38,7 @@ def pair_gaps(scores, labels, problem_ids: Sequence[Hashable] | None = None) -> 
     if problem_ids is None:
         groups = [np.arange(y.size)]
     else:
-        if len(problem_ids) != y.size:
-            raise DataError(f"problem_ids has {len(problem_ids)} entries, expected {y.size}")
+        check_group_ids(problem_ids, y.size)
         groups = list(group_indices(problem_ids).values())
     gaps = [(s[ix][y[ix] == 1][:, None] - s[ix][y[ix] == 0][None, :]).reshape(-1) for ix in groups]
     return np.concatenate(gaps) if gaps else np.zeros(0)

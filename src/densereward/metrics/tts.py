@@ -18,7 +18,8 @@ from collections.abc import Hashable, Sequence
 import numpy as np
 
 from ..errors import DataError
-from .classification import accept, as_arrays, precision
+from ._arrays import NAN, accept, as_arrays, check_group_ids, group_codes, group_indices
+from .classification import precision
 
 __all__ = [
     "verifier_gain",
@@ -29,27 +30,9 @@ __all__ = [
     "tts_verification_gain",
     "gap_closed",
     "simulate_rejection_sampling",
-    "group_indices",
+    "group_indices",  # re-exported from ._arrays (their home) for existing callers
     "group_codes",
 ]
-
-NAN = float("nan")
-
-
-def group_indices(groups: Sequence[Hashable]) -> dict[Hashable, np.ndarray]:
-    """Map each distinct group id (in first-seen order) to the indices of its rows."""
-    out: dict[Hashable, list[int]] = {}
-    for i, g in enumerate(groups):
-        out.setdefault(g, []).append(i)
-    return {g: np.asarray(ix, dtype=np.int64) for g, ix in out.items()}
-
-
-def group_codes(groups: Sequence[Hashable]) -> np.ndarray:
-    """Integer code of each row's group, ``0..n_groups-1`` in first-seen order, shape ``(n,)``."""
-    table: dict[Hashable, int] = {}
-    return np.fromiter(
-        (table.setdefault(g, len(table)) for g in groups), dtype=np.int64, count=len(groups)
-    )
 
 
 def verifier_gain(scores, labels, threshold: float = 0.5, *, soft: bool = False) -> float:
@@ -133,13 +116,12 @@ def pass_rate(labels, problem_ids: Sequence[Hashable]) -> float:
 
 
 def _codes(problem_ids: Sequence[Hashable], n: int) -> np.ndarray:
-    if len(problem_ids) != n:
-        raise DataError(f"problem_ids has {len(problem_ids)} entries, expected {n}")
+    check_group_ids(problem_ids, n)
     return group_codes(problem_ids)
 
 
 def _groups(problem_ids: Sequence[Hashable], n: int) -> dict[Hashable, np.ndarray]:
-    _codes(problem_ids, n)
+    check_group_ids(problem_ids, n)
     return group_indices(problem_ids)
 
 
