@@ -72,7 +72,7 @@ def main() -> int:
     from densereward.config import apply_overrides, load_yaml
     from densereward.data import load_tasks
     from densereward.rewards import RewardQualityTracker, build_reward_funcs
-    from trainers.grpo import _verifier_factory, build_grpo_args, resolve_config
+    from densereward.trainers.grpo import _verifier_factory, build_grpo_args, resolve_config
 
     config = load_yaml(a.config)
     config.setdefault("data", {})

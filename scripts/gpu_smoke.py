@@ -230,7 +230,7 @@ def phase_grpo(args: argparse.Namespace) -> None:
     import torch
     from trl.extras import profiling
 
-    from trainers.grpo import run
+    from densereward.trainers.grpo import run
 
     timings: dict[str, list[float]] = {}
     log_metrics = profiling.ProfilingContext._log_metrics
@@ -324,7 +324,7 @@ def dry_run(args: argparse.Namespace) -> int:
     import torch
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
-    from trainers.grpo import run
+    from densereward.trainers.grpo import run
 
     with torch.device("meta"):
         n_params = sum(

@@ -426,7 +426,7 @@ def test_unreachable_server_fails_grpo_before_the_first_training_step(
     tmp_path, data_dir, monkeypatch
 ):
     from densereward.config import load_yaml
-    from trainers.grpo import run
+    from densereward.trainers.grpo import run
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("WANDB_MODE", "disabled")

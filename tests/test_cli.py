@@ -38,13 +38,13 @@ def _config(argv: list[str]) -> dict:
 
         return config_from_args(args)
     if args.trainer == "grpo":
-        from trainers.grpo import config_from_args, resolve_config
+        from densereward.trainers.grpo import config_from_args, resolve_config
 
         config = config_from_args(args)
         resolve_config(config)  # raises as the run would
         return config
     from densereward.config import apply_overrides, load_yaml
-    from trainers.sac import parse_config
+    from densereward.trainers.sac import parse_config
 
     return parse_config(apply_overrides(load_yaml(args.config), overrides_from(args))).__dict__
 

@@ -14,7 +14,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def _parse(argv: list[str]) -> argparse.Namespace:
-    from trainers import grpo
+    from densereward.trainers import grpo
 
     parser = argparse.ArgumentParser(prog="densereward train grpo")
     grpo.add_arguments(parser)
@@ -22,7 +22,7 @@ def _parse(argv: list[str]) -> argparse.Namespace:
 
 
 def test_help_documents_flags_and_example():
-    from trainers import grpo
+    from densereward.trainers import grpo
 
     parser = argparse.ArgumentParser(prog="densereward train grpo")
     grpo.add_arguments(parser)
@@ -41,7 +41,7 @@ def test_help_documents_flags_and_example():
 
 
 def test_overrides_and_shortcuts_compose():
-    from trainers.grpo import config_from_args
+    from densereward.trainers.grpo import config_from_args
 
     args = _parse(["--config", str(REPO / "configs/grpo_math_cpu.yaml"), "verifier.granularity=5",
                    "--set", "training.learning_rate=2e-6", "--data", "x.jsonl", "--max-steps", "3",
@@ -54,7 +54,7 @@ def test_overrides_and_shortcuts_compose():
 
 @pytest.mark.slow  # imports trl / transformers
 def test_dry_run_qwen3_8b_config_validates_without_weights(capsys):
-    from trainers.grpo import main
+    from densereward.trainers.grpo import main
 
     rc = main(_parse(["--config", str(REPO / "configs/grpo_math_qwen3_8b.yaml"), "--dry-run"]))
     out = capsys.readouterr().out
@@ -65,7 +65,7 @@ def test_dry_run_qwen3_8b_config_validates_without_weights(capsys):
 
 @pytest.mark.slow
 def test_unknown_keys_are_errors_naming_the_fix():
-    from trainers.grpo import run
+    from densereward.trainers.grpo import run
 
     base = {"training": {"max_steps": 1}}
     with pytest.raises(ConfigError, match="learning_rate"):
@@ -86,7 +86,7 @@ def test_real_two_step_grpo_run_dense_reward(tmp_path, data_dir, default_model_d
     """Real GRPO: SmolLM2 policy, SmolLM2 verifier, dense reward, W&B offline, 2 steps."""
     pytest.importorskip("densereward.verifier", reason="the verifier engine has not landed yet")
     from densereward.config import load_yaml
-    from trainers.grpo import run
+    from densereward.trainers.grpo import run
 
     monkeypatch.delenv("WANDB_API_KEY", raising=False)
     monkeypatch.delenv("WANDB_MODE", raising=False)
@@ -152,7 +152,7 @@ def test_dry_run_checks_local_data_and_says_when_a_hub_id_is_unreachable(
     from huggingface_hub import constants
 
     from densereward.errors import DataError
-    from trainers.grpo import config_from_args, main, run
+    from densereward.trainers.grpo import config_from_args, main, run
 
     cpu = str(REPO / "configs/grpo_math_cpu.yaml")
     out = tmp_path / "run"
@@ -176,13 +176,13 @@ def test_dry_run_checks_local_data_and_says_when_a_hub_id_is_unreachable(
 
 
 def _wandb_only():
-    from trainers.grpo import WandbConfig
+    from densereward.trainers.grpo import WandbConfig
 
     return {"wandb": WandbConfig()}
 
 
 def test_run_directory_rules_name_the_choices(tmp_path):
-    from trainers.grpo import _run_dir
+    from densereward.trainers.grpo import _run_dir
 
     failed_start = tmp_path / "failed"  # what a start that failed before step 1 leaves
     failed_start.mkdir()

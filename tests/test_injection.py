@@ -121,7 +121,7 @@ def test_reward_config_rejects_an_unsafe_or_unknown_setting(kwargs, match):
 
 def test_gated_weights_reach_trl_and_normalize_then_sum_is_refused(tmp_path):
     from densereward.config import load_yaml
-    from trainers.grpo import build_grpo_args, resolve_config
+    from densereward.trainers.grpo import build_grpo_args, resolve_config
 
     config = load_yaml(REPO / "configs/grpo_math_cpu.yaml")
     args = build_grpo_args(resolve_config(config), tmp_path / "a", cpu_check=True)

@@ -176,7 +176,7 @@ def test_chat_template_kwargs_from_yaml_and_rejected_when_malformed():
 def test_policy_chat_template_kwargs_reach_trl_and_the_8b_config_states_thinking():
     """Item 3: ``training.chat_template_kwargs`` is a ``trl.GRPOConfig`` field passed through."""
     from densereward.config import load_yaml
-    from trainers.grpo import build_grpo_args, resolve_config
+    from densereward.trainers.grpo import build_grpo_args, resolve_config
 
     for name in ("grpo_math_qwen3_8b.yaml", "grpo_math_qwen3_tiny.yaml"):
         config = load_yaml(REPO / "configs" / name)

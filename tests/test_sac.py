@@ -14,7 +14,7 @@ from densereward.callbacks import VerifierDynamicsCallback, value_order_correlat
 from densereward.config import load_yaml
 from densereward.errors import ConfigError
 from densereward.io import read_jsonl
-from trainers import sac
+from densereward.trainers import sac
 
 REPO = Path(__file__).resolve().parents[1]
 CONFIGS = sorted((REPO / "configs").glob("sac_*.yaml"))
@@ -104,7 +104,7 @@ def test_dynamics_metrics_on_known_episodes():
 
 
 def _dummy_venv():
-    import envs
+    from densereward import envs
 
     return envs.make_vec_env("FetchReach-v4", 1, seed=0, reward="sparse")
 
@@ -208,7 +208,7 @@ def test_sac_200_steps_with_the_real_verifier(tmp_path, default_model_dir, capsy
 def _normalized_fetch(seed: int, *, training: bool = True):
     from stable_baselines3.common.vec_env import VecNormalize
 
-    import envs
+    from densereward import envs
 
     venv = envs.make_vec_env("FetchReach-v4", 2, seed=seed, reward="sparse")
     return VecNormalize(venv, norm_obs=True, norm_reward=False, training=training)

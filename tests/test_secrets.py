@@ -95,7 +95,7 @@ def test_key_from_dotenv_file_is_used_and_redacted(server, monkeypatch, tmp_path
 
 
 def test_a_key_put_in_the_config_is_rejected_without_echoing_it():
-    from trainers.grpo import run
+    from densereward.trainers.grpo import run
 
     config = {
         "verifier": {"backend": "openai", "base_url": "http://127.0.0.1:1/v1", "api_key": PLANTED}
@@ -109,7 +109,7 @@ def test_a_key_put_in_the_config_is_rejected_without_echoing_it():
 def test_grpo_run_directory_never_contains_the_key(server, tmp_path, data_dir, monkeypatch):
     """A real 2-step GRPO run (SmolLM2 policy, HTTP verifier, W&B offline, score cache in the run dir)."""
     from densereward.config import load_yaml
-    from trainers.grpo import run
+    from densereward.trainers.grpo import run
 
     monkeypatch.setenv("OPENAI_API_KEY", PLANTED)
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")

@@ -9,7 +9,8 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-import envs
+from densereward import envs
+from densereward.envs.describers import BoxDescriber, FetchDescriber
 from densereward.errors import ConfigError
 from densereward.wrappers import (
     ProgressRewardConfig,
@@ -22,7 +23,6 @@ from densereward.wrappers import (
     shaped_rewards,
     verifier_progress_fn,
 )
-from envs.describers import BoxDescriber, FetchDescriber
 
 # ---------------------------------------------------------------------------------------
 # A deterministic progress function (a real extension point: an oracle from the text)
@@ -522,7 +522,7 @@ def test_describer_errors():
 
 
 def test_render_hook_needs_rgb_array():
-    from envs.describers import RenderHook
+    from densereward.envs.describers import RenderHook
 
     with pytest.raises(ConfigError, match="rgb_array"):
         RenderHook()(raw_env())
@@ -559,7 +559,7 @@ def test_register_robotics_drops_only_the_adroit_notice():
     import sys
 
     code = (
-        "import envs; envs.register_robotics(); import gymnasium as gym; gym.make('FetchReach-v4')"
+        "from densereward import envs; envs.register_robotics(); import gymnasium as gym; gym.make('FetchReach-v4')"
     )
     done = subprocess.run(
         [sys.executable, "-c", code],

@@ -139,7 +139,7 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
         help="GRPO in TRL with sparse / dense / group / mixed verifier rewards",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    from trainers import grpo
+    from .trainers import grpo
 
     grpo.add_arguments(g)
     g.set_defaults(func=grpo.main)
@@ -148,7 +148,7 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
         help="SAC (stable-baselines3) in a robot environment with a verifier progress reward",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    from trainers import sac
+    from .trainers import sac
 
     sac.add_arguments(s)
     s.set_defaults(func=sac.main)

@@ -1,7 +1,7 @@
 """``densereward compare``: sparse vs dense sample efficiency over seeds, with rliable statistics.
 
 A comparison runs every ``(condition, seed)`` pair through the same trainer ``run()`` that
-``densereward train`` uses (:mod:`trainers.sac` or :mod:`trainers.grpo`), with the same budget,
+``densereward train`` uses (:mod:`densereward.trainers.sac` or :mod:`densereward.trainers.grpo`), with the same budget,
 then reports per condition the interquartile mean (IQM) of final performance and of the
 normalised area under the learning curve with stratified-bootstrap 95% confidence intervals,
 the steps needed to reach a threshold, and for every pair of conditions the probability of
@@ -117,7 +117,7 @@ class _TrainerSpec:
 
 TRAINERS: dict[str, _TrainerSpec] = {
     "sac": _TrainerSpec(
-        module="trainers.sac",
+        module="densereward.trainers.sac",
         budget_key=("training", "total_timesteps"),
         seed_key=("training", "seed"),
         x_label="environment steps",
@@ -129,7 +129,7 @@ TRAINERS: dict[str, _TrainerSpec] = {
         ),
     ),
     "grpo": _TrainerSpec(
-        module="trainers.grpo",
+        module="densereward.trainers.grpo",
         budget_key=("training", "max_steps"),
         seed_key=("training", "seed"),
         x_label="GRPO steps",
@@ -1236,7 +1236,7 @@ def dry_run_comparison(
 
     Every condition's run config is built and validated as :func:`run_comparison` does
     (including local data files and environment ids), then put through its trainer's own dry
-    run (``trainers.<name>.dry_run``) in a scratch directory; the output directory is read
+    run (``densereward.trainers.<name>.dry_run``) in a scratch directory; the output directory is read
     to say which runs are already finished and would be skipped.
 
     Returns:

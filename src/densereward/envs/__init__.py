@@ -1,0 +1,206 @@
+"""Robot environments for the SAC trainer: registration, reward variants and describers.
+
+:func:`make_env` builds one environment with a given reward; :func:`make_vec_env` builds
+the vectorised training environment with the wrapper order SB3 needs (``Monitor`` /
+``VecMonitor`` outermost, so ``rollout/ep_rew_mean`` is the reward the agent trains on).
+
+Reward variants (``reward=``):
+
+* ``"env"``: the environment's own reward as registered (``FetchReach-v4``: sparse
+  ``-1``/``0``; ``FetchReachDense-v4``: negative distance).
+* ``"sparse"``: :class:`densereward.wrappers.SparseSuccessReward`, 1 on success else 0.
+* ``"verifier"``: verifier progress (:class:`densereward.wrappers.VerifierProgressReward`),
+  built on the sparse-success reward when ``base="sparse"`` (the default; shaping then adds
+  ``F`` to the success indicator) or on the environment's own reward (``base="env"``).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from typing import Any, Literal
+
+import gymnasium as gym
+
+from densereward.errors import ConfigError
+from densereward.wrappers import (
+    ProgressFn,
+    ProgressRewardConfig,
+    SparseSuccessReward,
+    TrajectoryDescriber,
+    VecVerifierProgressReward,
+    VerifierProgressReward,
+)
+
+from .describers import BoxDescriber, FetchDescriber, RenderHook, rendering_available
+
+__all__ = [
+    "register_robotics",
+    "make_env",
+    "make_vec_env",
+    "default_describer",
+    "FetchDescriber",
+    "BoxDescriber",
+    "RenderHook",
+    "rendering_available",
+]
+
+RewardKind = Literal["env", "sparse", "verifier"]
+
+
+def register_robotics() -> None:
+    """Register Gymnasium-Robotics environments (``FetchReach-v4``, ...); idempotent.
+
+    Its import prints a ``farama_notifications`` notice about the Adroit hand environments'
+    rewards (not used here) on every start; that one line is dropped, anything else printed
+    to stderr during the import is passed through.
+    """
+    import contextlib
+    import io
+    import sys
+
+    buf = io.StringIO()
+    with contextlib.redirect_stderr(buf):
+        import gymnasium_robotics
+    for line in buf.getvalue().splitlines(keepends=True):
+        notice = "AdroitHand" in line and ("farama" in line.lower() or "Gymnasium-Robotics" in line)
+        if not notice:
+            sys.stderr.write(line)
+
+    gym.register_envs(gymnasium_robotics)
+
+
+def default_describer(env_id: str, task: str | None = None) -> TrajectoryDescriber:
+    """:class:`FetchDescriber` for FetchReach/FetchPush ids, else :class:`BoxDescriber` with ``task``.
+
+    Raises:
+        ConfigError: for a non-Fetch env without a ``task`` text.
+    """
+    name = env_id.split("/")[-1].lower()
+    if name.startswith(("fetchreach", "fetchpush")):
+        return FetchDescriber.for_env_id(env_id)
+    if not task:
+        raise ConfigError(
+            f"{env_id!r} has no built-in describer; give env.task (a task description)"
+        )
+    return BoxDescriber(task)
+
+
+def _base_env(
+    env_id: str, *, reward: RewardKind, base: str, render_mode: str | None, **env_kwargs: Any
+) -> gym.Env:
+    if reward not in ("env", "sparse", "verifier"):
+        raise ConfigError(f"env.reward={reward!r}; use env | sparse | verifier")
+    if base not in ("sparse", "env"):
+        raise ConfigError(f"env.base={base!r}; use sparse | env")
+    register_robotics()
+    if env_id not in gym.registry:
+        import difflib
+
+        close = difflib.get_close_matches(env_id, list(gym.registry), n=3)
+        raise ConfigError(
+            f"unknown environment {env_id!r}" + (f"; did you mean {close}?" if close else "")
+        )
+    env = gym.make(env_id, render_mode=render_mode, **env_kwargs)
+    if reward == "sparse" or (reward == "verifier" and base == "sparse"):
+        env = SparseSuccessReward(env)
+    return env
+
+
+def make_env(
+    env_id: str,
+    *,
+    reward: RewardKind = "env",
+    base: str = "sparse",
+    progress_fn: ProgressFn | None = None,
+    describer: TrajectoryDescriber | None = None,
+    reward_config: ProgressRewardConfig | None = None,
+    gamma: float | None = None,
+    monitor: bool = True,
+    render_mode: str | None = None,
+    **env_kwargs: Any,
+) -> gym.Env:
+    """One environment with the requested reward, ``Monitor`` outermost.
+
+    Args:
+        env_id: a registered id, e.g. ``"FetchReach-v4"``.
+        reward: ``"env"`` | ``"sparse"`` | ``"verifier"``.
+        base: for ``"verifier"``: the reward under the verifier term, ``"sparse"`` or ``"env"``.
+        progress_fn: required for ``"verifier"`` (see :data:`densereward.wrappers.ProgressFn`).
+        describer: trajectory describer; default from :func:`default_describer`.
+        reward_config: :class:`ProgressRewardConfig`.
+        gamma: the agent's discount (for shaping when ``reward_config.gamma`` is ``None``).
+        monitor: wrap in SB3's ``Monitor`` (records ``is_success`` too).
+        render_mode: ``None`` (default; no rendering) or ``"rgb_array"``.
+        **env_kwargs: passed to ``gym.make``.
+
+    Raises:
+        ConfigError: on an unknown id or reward, or ``"verifier"`` without ``progress_fn``.
+    """
+    env = _base_env(env_id, reward=reward, base=base, render_mode=render_mode, **env_kwargs)
+    if reward == "verifier":
+        if progress_fn is None:
+            raise ConfigError(
+                "reward='verifier' needs a progress_fn (e.g. verifier_progress_fn(Verifier(...)))"
+            )
+        env = VerifierProgressReward(
+            env, progress_fn, describer or default_describer(env_id), reward_config, gamma=gamma
+        )
+    if monitor:
+        from stable_baselines3.common.monitor import Monitor
+
+        env = Monitor(env, info_keywords=("is_success",))
+    return env
+
+
+def make_vec_env(
+    env_id: str,
+    n_envs: int = 1,
+    *,
+    seed: int = 0,
+    reward: RewardKind = "env",
+    base: str = "sparse",
+    progress_fn: ProgressFn | None = None,
+    describer: TrajectoryDescriber | None = None,
+    reward_config: ProgressRewardConfig | None = None,
+    gamma: float | None = None,
+    monitor_dir: str | os.PathLike[str] | None = None,
+    render_mode: str | None = None,
+    **env_kwargs: Any,
+) -> Any:
+    """``VecMonitor(VecVerifierProgressReward(DummyVecEnv([...])))`` (verifier is skipped for other rewards).
+
+    One batched verifier call per vector step serves all ``n_envs`` environments.
+
+    Args:
+        env_id, reward, base, progress_fn, describer, reward_config, gamma, render_mode,
+            env_kwargs: as in :func:`make_env`.
+        n_envs: number of environments (>= 1), stepped in-process (``DummyVecEnv``).
+        seed: environment ``i`` is seeded with ``seed + i``.
+        monitor_dir: where ``VecMonitor`` writes ``monitor.csv`` (``None``: not written).
+
+    Raises:
+        ConfigError: as :func:`make_env`, or ``n_envs < 1``.
+    """
+    from stable_baselines3.common.vec_env import DummyVecEnv, VecMonitor
+
+    if n_envs < 1:
+        raise ConfigError(f"env.n_envs must be >= 1, got {n_envs}")
+    if reward == "verifier" and progress_fn is None:
+        raise ConfigError(
+            "reward='verifier' needs a progress_fn (e.g. verifier_progress_fn(Verifier(...)))"
+        )
+
+    def thunk(i: int) -> Callable[[], gym.Env]:
+        return lambda: _base_env(
+            env_id, reward=reward, base=base, render_mode=render_mode, **env_kwargs
+        )
+
+    venv = DummyVecEnv([thunk(i) for i in range(n_envs)])
+    venv.seed(seed)
+    if reward == "verifier":
+        venv = VecVerifierProgressReward(
+            venv, progress_fn, describer or default_describer(env_id), reward_config, gamma=gamma
+        )
+    filename = None if monitor_dir is None else os.path.join(os.fspath(monitor_dir), "monitor.csv")
+    return VecMonitor(venv, filename=filename, info_keywords=("is_success",))

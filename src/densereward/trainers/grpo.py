@@ -1,0 +1,735 @@
+"""GRPO with verifier rewards (TRL 1.16): one readable launch script.
+
+Read it top to bottom: config -> data -> verifier -> reward functions -> GRPOConfig ->
+run directory and W&B -> GRPOTrainer -> train -> reward-quality plot.
+
+Usage::
+
+    densereward train grpo --config configs/grpo_math_cpu.yaml \\
+        --data ../shared/data/math500/test.jsonl --max-steps 5 --output-dir runs/demo
+    python trainers/grpo.py --config configs/grpo_math_cpu.yaml reward.type=group training.max_steps=5
+    accelerate launch trainers/grpo.py --config configs/grpo_math_qwen3_8b.yaml   # multi-GPU
+    densereward train grpo --config configs/grpo_math_qwen3_8b.yaml --dry-run     # validate anywhere
+
+YAML sections: ``model`` (policy), ``data`` (:class:`densereward.data.DataConfig`), ``reward``
+(:class:`densereward.rewards.RewardConfig`), ``verifier``
+(:class:`densereward.config.VerifierConfig`), ``training`` (passed verbatim to
+``trl.GRPOConfig``: every field works, unknown keys are errors), ``wandb`` (project, name,
+group, tags).
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import dataclasses
+import logging
+import os
+import re
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from densereward.config import (
+    VerifierConfig,
+    add_override_arguments,
+    apply_overrides,
+    check_sections,
+    field_names,
+    from_dict,
+    load_yaml,
+    overrides_from,
+    unknown_key_hints,
+)
+from densereward.errors import ConfigError, DenseRewardError
+from densereward.io import (
+    atomic_write_json,
+    check_run_dir,
+    configure_wandb,
+    get_api_key,
+    read_jsonl,
+    redact,
+)
+
+logger = logging.getLogger("densereward.trainers.grpo")
+
+SECTIONS = ("model", "data", "reward", "verifier", "training", "wandb", "heldout")
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """The policy (YAML section ``model:``)."""
+
+    name: str | None = None
+    """Hugging Face id or local path; ``None`` = the embedded SmolLM2-135M-Instruct."""
+    dtype: str = "auto"
+    """``auto`` (float32 on CPU, bfloat16 on GPU), ``float32``, ``bfloat16``, ``float16``."""
+    attn_implementation: str | None = None
+    """e.g. ``sdpa`` or ``flash_attention_2``; ``None`` = transformers' default."""
+    torch_threads: int | None = None
+    """CPU threads for torch (``torch.set_num_threads``); ``None`` = torch's default. On a
+    shared or small CPU, 1 avoids OpenMP spin contention (measured 6x faster generation on a
+    loaded 2-core machine)."""
+
+
+@dataclass(frozen=True)
+class WandbConfig:
+    """W&B run metadata (YAML section ``wandb:``); offline automatically without an API key."""
+
+    project: str = "densereward"
+    name: str | None = None
+    """Run name; also the run directory's name when ``training.output_dir`` is not set."""
+    group: str | None = None
+    tags: tuple[str, ...] = ()
+
+
+# --------------------------------------------------------------------------------------------
+# 1. Configuration
+# --------------------------------------------------------------------------------------------
+
+
+def grpo_config_kwargs(training: dict[str, Any]) -> dict[str, Any]:
+    """Check ``training:`` keys against ``trl.GRPOConfig``'s fields.
+
+    Raises:
+        ConfigError: naming each unknown key and its closest GRPOConfig field.
+    """
+    from trl import GRPOConfig
+
+    names = {f.name for f in dataclasses.fields(GRPOConfig) if f.init}
+    unknown = sorted(set(training) - names)
+    if unknown:
+        raise ConfigError(
+            "unknown trl.GRPOConfig field(s) under training: "
+            + unknown_key_hints(unknown, names, sep=", ")
+        )
+    return dict(training)
+
+
+def _section_fields() -> dict[str, Any]:
+    """Section -> its field names, for the unknown-section hints (evaluated only on error)."""
+    from densereward.data import DataConfig
+    from densereward.policy_eval import HeldoutConfig
+    from densereward.rewards import RewardConfig
+
+    def grpo_fields() -> list[str]:
+        from trl import GRPOConfig
+
+        return field_names(GRPOConfig)
+
+    classes = {"model": ModelConfig, "data": DataConfig, "reward": RewardConfig}
+    out: dict[str, Any] = {k: (lambda c=c: field_names(c)) for k, c in classes.items()}
+    out["verifier"] = lambda: field_names(VerifierConfig)
+    out["training"] = grpo_fields
+    out["wandb"] = lambda: field_names(WandbConfig)
+    out["heldout"] = lambda: field_names(HeldoutConfig)
+    return out
+
+
+def resolve_config(config: dict[str, Any]) -> dict[str, Any]:
+    """Parse every section into its dataclass (errors early, before any weights load).
+
+    Returns:
+        ``{"model", "data", "reward", "verifier", "wandb": dataclass, "training": dict}``.
+
+    Raises:
+        ConfigError / DataError: for unknown sections or keys and invalid values.
+    """
+    from densereward.data import DataConfig
+    from densereward.policy_eval import HeldoutConfig
+    from densereward.rewards import RewardConfig
+
+    check_sections(config, _section_fields())
+    return {
+        "model": from_dict(ModelConfig, config.get("model"), prefix="model."),
+        "data": from_dict(DataConfig, config.get("data"), prefix="data."),
+        "reward": from_dict(RewardConfig, config.get("reward"), prefix="reward."),
+        "verifier": from_dict(VerifierConfig, config.get("verifier"), prefix="verifier."),
+        "wandb": from_dict(WandbConfig, config.get("wandb"), prefix="wandb."),
+        "heldout": from_dict(HeldoutConfig, config.get("heldout"), prefix="heldout."),
+        "training": grpo_config_kwargs(dict(config.get("training") or {})),
+    }
+
+
+def build_grpo_args(parts: dict[str, Any], run_dir: Path, *, cpu_check: bool = False):
+    """Build ``trl.GRPOConfig`` from ``training:`` plus what this script decides.
+
+    ``output_dir`` is the run directory, ``run_name`` the W&B name, ``reward_weights`` come
+    from ``reward.weights`` for the mixed reward, ``model_init_kwargs`` from ``model:``.
+    With ``cpu_check`` (a dry run on a machine without a GPU) ``use_cpu=True`` is added so
+    transformers' bf16 device check passes; everything else is validated as on the GPU.
+    """
+    import torch
+    from trl import GRPOConfig
+
+    kw = dict(parts["training"])
+    kw["output_dir"] = str(run_dir)
+    kw.setdefault("run_name", parts["wandb"].name or run_dir.name)
+    if parts["reward"].reward_weights is not None:  # mixed, gated
+        if kw.get("reward_weights") is not None:
+            raise ConfigError(
+                f"set either reward.weights or training.reward_weights for the {parts['reward'].type} "
+                "reward, not both"
+            )
+        kw["reward_weights"] = parts["reward"].reward_weights
+    if (
+        parts["reward"].type == "gated"
+        and kw.get("multi_objective_aggregation", "sum_then_normalize") != "sum_then_normalize"
+    ):
+        raise ConfigError(
+            "reward.type=gated needs training.multi_objective_aggregation=sum_then_normalize: "
+            "normalising each reward separately lets the dense reward outweigh correctness "
+            "(densereward.rewards.gated_weights)"
+        )
+    model_init = dict(kw.get("model_init_kwargs") or {})
+    dtype = parts["model"].dtype
+    if dtype == "auto":
+        dtype = "bfloat16" if torch.cuda.is_available() and not kw.get("use_cpu") else "float32"
+    model_init.setdefault("dtype", dtype)
+    if parts["model"].attn_implementation:
+        model_init.setdefault("attn_implementation", parts["model"].attn_implementation)
+    kw["model_init_kwargs"] = model_init
+    if cpu_check and not torch.cuda.is_available():
+        kw["use_cpu"] = True
+    try:
+        args = GRPOConfig(**kw)
+    except (ValueError, TypeError) as exc:
+        raise ConfigError(f"trl.GRPOConfig rejected the training section: {exc}") from exc
+    if parts["reward"].type == "group":
+        per_proc = args.per_device_train_batch_size * args.steps_per_generation
+        if per_proc % args.num_generations:
+            raise ConfigError(
+                "reward.type=group ranks the num_generations completions of a prompt together, so each "
+                f"process needs whole groups: per_device_train_batch_size * steps_per_generation ({per_proc}) "
+                f"must be a multiple of num_generations ({args.num_generations})"
+            )
+    return args
+
+
+# --------------------------------------------------------------------------------------------
+# 2. Run
+# --------------------------------------------------------------------------------------------
+
+
+def _verifier_factory(vcfg: VerifierConfig):
+    def make():
+        from densereward.verifier import Verifier
+
+        return Verifier(vcfg)
+
+    return make
+
+
+def _is_main_process() -> bool:
+    """Rank 0 of a multi-process launch (``torchrun``, ``accelerate launch`` set ``RANK``), or a
+    single process. Only the main process creates the run directory and writes its files."""
+    return int(os.environ.get("RANK", "0")) == 0
+
+
+_CHECKPOINT = re.compile(r"checkpoint-(\d+)")  # transformers.trainer_utils.PREFIX_CHECKPOINT_DIR
+
+
+def _checkpoints(run_dir: Path) -> list[Path]:
+    """The Trainer's ``checkpoint-<step>`` directories in ``run_dir``, oldest first."""
+    found = [
+        p for p in run_dir.glob("checkpoint-*") if p.is_dir() and _CHECKPOINT.fullmatch(p.name)
+    ]
+    return sorted(found, key=lambda p: int(_CHECKPOINT.fullmatch(p.name).group(1)))
+
+
+def _run_dir(parts: dict[str, Any], output_dir: str | Path | None, resume: str | None) -> Path:
+    """The run directory, checked but not created (:func:`densereward.io.check_run_dir`): the
+    caller creates it once the data, the verifier and TRL's config have passed, so a start that
+    fails on them leaves nothing behind; a directory with no checkpoint is reused."""
+    if resume and resume != "latest":
+        ckpt = Path(resume)
+        if not (ckpt.is_dir() and _CHECKPOINT.fullmatch(ckpt.name)):
+            raise ConfigError(
+                f"--resume {resume}: not a checkpoint-<step> directory. Choices: --resume alone "
+                "continues from the newest checkpoint of --output-dir, --resume <run>/checkpoint-<step> "
+                "from that one"
+            )
+        return ckpt.resolve().parent  # .../<run_dir>/checkpoint-N
+    if not _is_main_process():  # the main process creates it; the others only need its path
+        if output_dir is None and parts["wandb"].name is None:
+            raise ConfigError(
+                "several training processes need one run directory: pass --output-dir (or wandb.name)"
+            )
+        return Path(output_dir if output_dir is not None else Path("runs") / parts["wandb"].name)
+    if output_dir is not None:
+        p = Path(output_dir)
+    else:
+        p = Path("runs") / (parts["wandb"].name or time.strftime("grpo-%Y%m%d-%H%M%S"))
+    state = check_run_dir(
+        p, resume=bool(resume), checkpoints=_checkpoints(p), finished=p / "result.json"
+    )
+    if state == "reuse":
+        logger.info("reusing run directory %s: it holds no checkpoint and no result", p)
+    return p
+
+
+def _create_run_dir(run_dir: Path, resume: str | None) -> None:
+    """Create the checked run directory; a fresh start drops reward-quality rows left by an
+    earlier start that never reached a checkpoint (they would mix with this run's steps)."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    if not resume:
+        for stale in ("reward_quality.jsonl", "reward_quality.png"):
+            (run_dir / stale).unlink(missing_ok=True)
+
+
+def _wandb_env(parts: dict[str, Any], run_dir: Path) -> dict[str, str | None]:
+    """Point W&B at this run (offline without an API key); returns the previous env to restore."""
+    w = parts["wandb"]
+    new = {
+        "WANDB_DIR": str(run_dir),  # exactly one run directory: W&B files live inside it
+        "WANDB_PROJECT": w.project,
+        "WANDB_RUN_GROUP": w.group,
+        "WANDB_TAGS": ",".join(w.tags) if w.tags else None,
+    }
+    old = {k: os.environ.get(k) for k in new}
+    for k, v in new.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
+    configure_wandb(run_dir)
+    return old
+
+
+def _restore_env(old: dict[str, str | None]) -> None:
+    for k, v in old.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
+
+
+def run(
+    config: dict[str, Any],
+    *,
+    output_dir: Path | str | None = None,
+    dry_run: bool = False,
+    resume: str | None = None,
+) -> dict[str, Any]:
+    """Train (or dry-run) GRPO with the configured reward; the trainer contract of ``densereward compare``.
+
+    Args:
+        config: The nested config (YAML sections, overrides applied).
+        output_dir: The run directory (created; must be new unless ``resume``); default:
+            ``training.output_dir`` or ``runs/<wandb.name or timestamp>``.
+        dry_run: Build and validate everything except model weights and data downloads.
+        resume: ``"latest"`` (newest checkpoint in the run directory) or a checkpoint path.
+
+    Returns:
+        ``{"run_dir", "curve": [{"step", "value"}], "metric": "verifier/pass_rate", "final",
+        "wall_s", "steps"}`` (the curve is the policy's Math-Verify pass rate per step);
+        for a dry run ``{"dry_run": True, "checks": [...]}``.
+
+    Raises:
+        ConfigError, DataError: on an invalid configuration or unloadable data.
+    """
+    config = copy.deepcopy(config)
+    parts = resolve_config(config)
+    training = parts["training"]
+    output_dir = output_dir if output_dir is not None else training.pop("output_dir", None)
+    training.pop("output_dir", None)
+
+    if dry_run:
+        return _dry_run(parts, config, output_dir, resume)
+
+    import torch
+    from trl import GRPOTrainer
+
+    from densereward.backends.default_model import ensure_default_model
+    from densereward.data import load_tasks
+    from densereward.rewards import RewardQualityTracker, build_reward_funcs
+    from densereward.rewards.trl_callback import RewardQualityCallback
+
+    t0 = time.monotonic()
+    run_dir = _run_dir(parts, output_dir, resume)  # checked; created below, once all passed
+    secrets = [get_api_key(parts["verifier"].api_key_env) or ""]
+    main_process = _is_main_process()
+
+    # Data: conversational prompts plus problem / answer / level columns for the reward funcs.
+    dataset = load_tasks(parts["data"])
+
+    # Reward functions. The verifier is built now, before the policy loads, so an unreachable
+    # verifier server fails the run here (naming the URL), not inside the first training step.
+    args = build_grpo_args(parts, run_dir)
+    # Every process scores its share and the tracker gathers them; only the main one writes.
+    tracker = RewardQualityTracker(
+        run_dir if main_process else None,
+        threshold=parts["verifier"].threshold,
+        window=parts["reward"].track_window,
+    )
+    verifier = _verifier_factory(parts["verifier"])
+    if parts["reward"].type != "sparse" or parts["reward"].track:
+        verifier = verifier()
+    reward_funcs, _ = build_reward_funcs(
+        parts["reward"],
+        verifier,
+        tracker=tracker,
+        num_generations=args.num_generations,
+    )
+    if main_process:  # keys never live in configs; masked anyway
+        _create_run_dir(run_dir, resume)
+        atomic_write_json(run_dir / "config.json", redact(config, secrets))
+
+    # W&B (offline without a key) and the policy.
+    old_env = _wandb_env(parts, run_dir) if "wandb" in (args.report_to or []) else {}
+    policy = parts["model"].name or str(ensure_default_model())
+    if parts["model"].torch_threads:
+        torch.set_num_threads(parts["model"].torch_threads)
+    torch.manual_seed(args.seed)
+    try:
+        trainer = GRPOTrainer(
+            model=policy, reward_funcs=reward_funcs, args=args, train_dataset=dataset
+        )
+        trainer.add_callback(_ConfigToWandb(redact(config, secrets)))
+        trainer.add_callback(RewardQualityCallback(tracker))  # writes the plot when training ends
+        heldout = _Heldout(parts, args, dataset, trainer)
+        heldout.evaluate("before")  # the initial policy, before any step (or checkpoint) loads
+        checkpoint = True if resume == "latest" else resume
+        trainer.train(resume_from_checkpoint=checkpoint)
+        trainer.save_state()
+        heldout.evaluate("after")
+    finally:
+        for f in reward_funcs:
+            if hasattr(f, "close"):
+                f.close()
+        if (
+            reward_funcs
+            and hasattr(reward_funcs[0], "checker")
+            and reward_funcs[0].checker is not None
+        ):
+            reward_funcs[0].checker.close()
+        _finish_wandb()
+        _restore_env(old_env)
+
+    plot = tracker.plot_path if tracker.plot_path and tracker.plot_path.is_file() else None
+    curve = _curve(run_dir, trainer)
+    result = {
+        "run_dir": str(run_dir),
+        "metric": "verifier/pass_rate",
+        "curve": curve,
+        "final": curve[-1]["value"] if curve else float("nan"),
+        "steps": int(trainer.state.global_step),
+        "wall_s": round(time.monotonic() - t0, 1),
+        "reward_quality": str(tracker.jsonl_path),
+        "plot": str(plot) if plot else None,
+        "heldout": heldout.summary(run_dir),
+    }
+    if main_process:
+        atomic_write_json(run_dir / "result.json", result)
+    return result
+
+
+class _Heldout:
+    """Held-out pass rate before and after training (``heldout:`` section; no-op without data)."""
+
+    def __init__(self, parts: dict[str, Any], args: Any, dataset: Any, trainer: Any) -> None:
+        self.cfg = parts["heldout"]
+        self.args = args
+        self.trainer = trainer
+        self.results: dict[str, dict[str, Any]] = {}
+        self.tasks = None
+        if self.cfg.data is not None:
+            from densereward.policy_eval import heldout_tasks
+
+            self.tasks = heldout_tasks(self.cfg, dataset["problem"])
+
+    def evaluate(self, when: str) -> None:
+        if self.tasks is None:
+            return
+        from densereward.policy_eval import evaluate_pass_rate
+
+        t0 = time.monotonic()
+        self.results[when] = evaluate_pass_rate(
+            self.trainer.model, self.trainer.processing_class, self.tasks, self.cfg,
+            temperature=self.args.temperature, max_new_tokens=self.args.max_completion_length,
+        )  # fmt: skip
+        rates = {m: self.results[when][m] for m in ("greedy", "sampled") if self.results[when][m]}
+        logger.info("held-out pass rate %s training (%d problems, %.0f s): %s", when, len(self.tasks),
+                    time.monotonic() - t0, {m: round(sum(v) / len(v), 3) for m, v in rates.items()})  # fmt: skip
+
+    def summary(self, run_dir: Path) -> dict[str, Any] | None:
+        """Pass rates before / after with paired bootstrap CIs; also written to ``heldout.json``."""
+        if set(self.results) != {"before", "after"}:
+            return None
+        from densereward.policy_eval import paired_difference
+
+        before, after = self.results["before"], self.results["after"]
+        summary: dict[str, Any] = {"n_problems": len(self.tasks), "n_samples": self.cfg.n_samples,
+                                   "confidence": self.cfg.confidence}  # fmt: skip
+        for mode in ("greedy", "sampled"):
+            if before[mode] is not None:
+                summary[mode] = paired_difference(before[mode], after[mode], confidence=self.cfg.confidence,
+                                                  n_resamples=self.cfg.n_resamples, seed=self.cfg.seed)  # fmt: skip
+        if _is_main_process():  # under torchrun every process evaluates; one writes
+            atomic_write_json(
+                run_dir / "heldout.json", {"summary": summary, "before": before, "after": after}
+            )
+        return summary
+
+
+def _curve(run_dir: Path, trainer: Any) -> list[dict[str, Any]]:
+    path = run_dir / "reward_quality.jsonl"
+    by_step: dict[int, list[float]] = {}
+    if path.is_file():
+        for r in read_jsonl(path):
+            if r.get("verifier/pass_rate") is not None:
+                by_step.setdefault(int(r["step"]), []).append(r["verifier/pass_rate"])
+    if by_step:
+        return [{"step": s, "value": sum(v) / len(v)} for s, v in sorted(by_step.items())]
+    return [
+        {"step": int(h["step"]), "value": h["reward"]}
+        for h in trainer.state.log_history
+        if "reward" in h
+    ]
+
+
+def _finish_wandb() -> None:
+    try:
+        import wandb
+
+        if wandb.run is not None:
+            wandb.finish()
+        # Reset W&B's process-wide settings, so a next run in this process (densereward compare,
+        # tests) reads its own WANDB_DIR / mode instead of this run's.
+        wandb.teardown()
+    except ImportError:
+        pass
+
+
+class _ConfigToWandb:
+    """Adds the (redacted) densereward config to the W&B run beside TRL's GRPOConfig."""
+
+    def __new__(cls, config: dict[str, Any]):
+        from transformers import TrainerCallback
+
+        class _Cb(TrainerCallback):
+            def on_train_begin(self, args, state, control, **kwargs):
+                try:
+                    import wandb
+
+                    if wandb.run is not None:
+                        wandb.config.update({"densereward": config}, allow_val_change=True)
+                except ImportError:
+                    pass
+
+        return _Cb()
+
+
+def _dry_run(
+    parts: dict[str, Any], config: dict[str, Any], output_dir: Any, resume: str | None
+) -> dict[str, Any]:
+    """Validate the whole config without model weights or network; report what was checked.
+
+    Local data is loaded (a missing file is an error); a Hub id is not downloaded, and with
+    ``HF_HUB_OFFLINE`` set one missing from the local cache is reported under ``problems``;
+    the run directory is checked as the run would check it, and not created.
+    """
+    import tempfile
+
+    from densereward.data import check_source
+    from densereward.rewards import RewardQualityTracker, build_reward_funcs
+
+    data_line, data_problem = check_source(parts["data"])
+    run_dir = _run_dir(parts, output_dir, resume)
+    state = "continues from its newest checkpoint" if resume else (
+        "exists with no checkpoint and no result: reused" if run_dir.is_dir() and any(run_dir.iterdir())
+        else "created when the run starts"
+    )  # fmt: skip
+    checks = [
+        f"model: {parts['model'].name or 'embedded SmolLM2-135M-Instruct'} (dtype {parts['model'].dtype}) -- weights NOT loaded",
+        data_line,
+        f"run directory: {run_dir} ({state})",
+        f"verifier: VerifierConfig ok (backend {parts['verifier'].backend}, G={parts['verifier'].granularity}, "
+        f"K={parts['verifier'].n_repeats}, style {parts['verifier'].style}"
+        + (f", base_url {parts['verifier'].base_url}" if parts["verifier"].base_url else "")
+        + ") -- not contacted",
+    ]
+    with tempfile.TemporaryDirectory() as tmp:
+        args = build_grpo_args(parts, Path(tmp) / "dry-run", cpu_check=True)
+        funcs, weights = build_reward_funcs(
+            parts["reward"], _verifier_factory(parts["verifier"]),
+            tracker=RewardQualityTracker(None), num_generations=args.num_generations,
+        )  # fmt: skip
+    checks.append(
+        f"training: trl.GRPOConfig ok (use_vllm={args.use_vllm}, vllm_mode={args.vllm_mode}, bf16={args.bf16}, "
+        f"num_generations={args.num_generations}, per_device_train_batch_size={args.per_device_train_batch_size}, "
+        f"max_completion_length={args.max_completion_length}, max_steps={args.max_steps}, report_to={args.report_to})"
+    )
+    checks.append(
+        f"reward: {parts['reward'].type} -> reward_funcs {[f.__name__ for f in funcs]}"
+        + (f", reward_weights {weights}" if weights else "")
+    )
+    if args.use_vllm:
+        import importlib.util
+
+        checks.append(
+            "vllm: "
+            + (
+                "importable"
+                if importlib.util.find_spec("vllm")
+                else "NOT installed (needed on the GPU machine)"
+            )
+        )
+    problems = [data_problem] if data_problem else []
+    return {"dry_run": True, "checks": checks, "problems": problems, "config": redact(config)}
+
+
+# --------------------------------------------------------------------------------------------
+# 3. Command line
+# --------------------------------------------------------------------------------------------
+
+EPILOG = """\
+examples:
+  densereward train grpo --config configs/grpo_math_cpu.yaml \\
+      --data ../shared/data/math500/test.jsonl --max-steps 5 --output-dir runs/demo
+  densereward train grpo --config configs/grpo_math_cpu.yaml --reward group --max-steps 5 \\
+      --output-dir runs/demo-group verifier.granularity=10 training.learning_rate=1e-6
+  densereward train grpo --config configs/grpo_math_qwen3_8b.yaml --dry-run
+  densereward train grpo --config configs/grpo_math_cpu.yaml --output-dir runs/demo --resume
+
+Overrides are dotted key=value pairs over the YAML sections model, data, reward, verifier,
+training (any trl.GRPOConfig field) and wandb. --data/--max-steps/--output-dir/--reward are
+shortcuts for data.path, training.max_steps, training.output_dir (the run directory, which
+must not exist yet unless --resume) and reward.type. W&B runs offline when no API key is set;
+its files, checkpoints, reward_quality.jsonl and reward_quality.png all go in the run directory.
+"""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add the GRPO launcher's arguments to ``parser`` (used by ``densereward train grpo``)."""
+    parser.description = (
+        "GRPO (TRL) with sparse Math-Verify, dense verifier, group or mixed rewards."
+    )
+    parser.epilog = EPILOG
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    parser.add_argument(
+        "--config", required=True, help="YAML config, e.g. configs/grpo_math_cpu.yaml"
+    )
+    add_override_arguments(parser, "training.max_steps=5 verifier.granularity=10")
+    parser.add_argument(
+        "--data",
+        metavar="PATH_OR_HUB_ID",
+        help="data.path: MATH/GSM8K JSONL, a Hub id, or reasoning_gym",
+    )
+    parser.add_argument("--max-steps", type=int, metavar="N", help="training.max_steps")
+    parser.add_argument(
+        "--output-dir", metavar="DIR", help="the run directory (training.output_dir)"
+    )
+    parser.add_argument(
+        "--reward", choices=["sparse", "dense", "group", "mixed", "gated"], help="reward.type"
+    )
+    parser.add_argument("--dry-run", action="store_true",
+                        help="validate the whole config (GRPOConfig, VerifierConfig, reward functions) "
+                        "without loading weights or touching the network")  # fmt: skip
+    parser.add_argument("--resume", nargs="?", const="latest", default=None, metavar="CHECKPOINT",
+                        help="continue from the newest checkpoint of --output-dir, or from CHECKPOINT")  # fmt: skip
+
+
+def config_from_args(args: argparse.Namespace) -> dict[str, Any]:
+    """Load the YAML and apply the overrides and shortcut flags (flags win)."""
+    config = load_yaml(args.config)
+    apply_overrides(config, overrides_from(args))
+
+    def sections(name: str) -> dict[str, Any]:
+        if not isinstance(config.get(name), dict):
+            config[name] = {}
+        return config[name]
+
+    if args.data:
+        data = sections("data")
+        kind_key = (
+            "path"
+            if args.data.endswith((".jsonl", ".json")) or Path(args.data).exists()
+            else "source"
+        )
+        data.pop("path" if kind_key == "source" else "source", None)
+        data[kind_key] = args.data
+    if args.max_steps is not None:
+        sections("training")["max_steps"] = args.max_steps
+    if args.output_dir:
+        sections("training")["output_dir"] = args.output_dir
+    if args.reward:
+        sections("reward")["type"] = args.reward
+        if args.reward != "mixed":
+            config["reward"].pop("weights", None)
+    return config
+
+
+def dry_run(config: dict[str, Any], *, output_dir: Path, resume: str | None = None) -> list[str]:
+    """The dry-run checks of ``run(config, dry_run=True)`` as lines (``densereward compare
+    --dry-run``); a problem the run would hit although the config is valid starts ``"!! "``."""
+    result = run(config, output_dir=output_dir, dry_run=True, resume=resume)
+    return list(result["checks"]) + ["!! " + p for p in result["problems"]]
+
+
+def _print_dry_run(result: dict[str, Any]) -> int:
+    """Print a dry run's checks (``ok``) and problems (``!!``); the exit code is 0 (valid)."""
+    problems = result.get("problems") or []
+    print(
+        "dry run: configuration valid; nothing created, no weights loaded, no network used"
+        + (f"; {len(problems)} problem(s) the run would hit here:" if problems else "")
+    )
+    for c in result["checks"]:
+        print("  ok  " + c)
+    for c in problems:
+        print("  !!  " + c)
+    return 0
+
+
+def main(args: argparse.Namespace) -> int:
+    """CLI entry: run (or dry-run) and print a summary; returns the exit code."""
+    import json
+
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    try:
+        config = config_from_args(args)
+        result = run(config, dry_run=args.dry_run, resume=args.resume)
+    except DenseRewardError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    if result.get("dry_run"):
+        return _print_dry_run(result)
+    print(json.dumps({k: v for k, v in result.items() if k != "curve"}, indent=2))
+    run_dir = Path(result["run_dir"])
+    wandb_runs = (
+        sorted(str(p) for p in (run_dir / "wandb").glob("*run-*"))
+        if (run_dir / "wandb").is_dir()
+        else []
+    )
+    print(
+        f"\nGRPO run finished in {result.get('wall_s', float('nan')):.0f} s. Results are in {run_dir}/:"
+    )
+    print(f"  reward-quality metrics (verifier/* per step): {result.get('reward_quality')}")
+    print(f"  reward-quality dynamics plot:                 {result.get('plot')}")
+    print(
+        f"  completions table, config, result:            {run_dir}/completions/, config.json, result.json"
+    )
+    print(
+        f"  checkpoints (resume with --resume):           {', '.join(sorted(str(p) for p in run_dir.glob('checkpoint-*'))) or 'none'}"
+    )
+    print(
+        f"  W&B run (offline: `wandb sync <dir>`):        {', '.join(wandb_runs) or 'not logged'}"
+    )
+    return 0
+
+
+def cli_main(argv: list[str] | None = None) -> int:
+    """``python trainers/grpo.py ...``: parse the flags of :func:`add_arguments` and run :func:`main`."""
+    from densereward._quiet import quiet_known_notices
+
+    quiet_known_notices()
+    parser = argparse.ArgumentParser(prog="python trainers/grpo.py")
+    add_arguments(parser)
+    return main(parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(cli_main())

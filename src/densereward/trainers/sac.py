@@ -1,0 +1,689 @@
+"""SAC on robot environments with a sparse, dense or verifier-progress reward.
+
+Read top to bottom (CleanRL style): config -> verifier -> environments -> SAC -> logging
+and callbacks -> learn -> summary. Also ``densereward train sac --config ...``::
+
+    python trainers/sac.py --config configs/sac_fetchreach_verifier.yaml training.total_timesteps=2000
+    python trainers/sac.py --config configs/sac_fetchreach_verifier.yaml --output-dir runs/sac/x --resume
+
+YAML sections map one-to-one onto dataclasses (unknown keys are errors):
+``env`` -> :class:`EnvConfig`, ``reward`` -> :class:`densereward.wrappers.ProgressRewardConfig`,
+``verifier`` -> :class:`densereward.config.VerifierConfig`, ``training`` -> :class:`TrainingConfig`;
+``sac`` is passed through to ``stable_baselines3.SAC`` and ``her`` (optional) to
+``HerReplayBuffer`` as ``replay_buffer_kwargs``.
+
+A run directory holds ``config.yaml``, ``logs/progress.csv`` (every SB3 key, including
+``verifier/*``, ``rollout/*`` and ``eval/*``), ``eval_curve.jsonl`` (success rate of
+deterministic evaluation episodes vs environment steps: the learning curve),
+``train_curve.jsonl`` (success rate of the training episodes), ``checkpoints/`` (model +
+replay buffer), ``final_model.zip``, ``summary.json`` and the offline W&B run.
+
+Evaluation (``training.eval_every``, ``training.eval_episodes``) runs on its own vectorised
+environment, built like the training one (same id, ``VecMonitor``, ``VecNormalize`` with the
+training statistics frozen) but without the verifier wrapper: its reward is the sparse
+success indicator, or the environment's reward when that is the run's (base) reward, and
+its seeds are ``training.seed + 10_000 + i``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import os
+import re
+import sys
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+
+from densereward.config import (
+    VerifierConfig,
+    add_override_arguments,
+    apply_overrides,
+    check_sections,
+    field_names,
+    from_dict,
+    load_yaml,
+    overrides_from,
+    resolve_threshold,
+    unknown_key_hints,
+)
+from densereward.errors import ConfigError
+from densereward.io import (
+    atomic_write_json,
+    atomic_write_text,
+    check_run_dir,
+    configure_wandb,
+    read_jsonl,
+)
+from densereward.wrappers import ProgressRewardConfig
+
+EVAL_SEED_OFFSET = 10_000
+"""Evaluation environment ``i`` is seeded with ``training.seed + EVAL_SEED_OFFSET + i``."""
+
+SECTIONS = ("env", "reward", "verifier", "sac", "her", "training")
+
+
+@dataclass(frozen=True)
+class EnvConfig:
+    """The environment (YAML section ``env:``)."""
+
+    id: str = "FetchReach-v4"
+    """Gymnasium id; Fetch tasks come from Gymnasium-Robotics (``FetchReach-v4``, ``FetchPush-v4``, ``FetchReachDense-v4``)."""
+    reward: Literal["env", "sparse", "verifier"] = "verifier"
+    """``env``: the registered reward; ``sparse``: 1 on success else 0; ``verifier``: verifier progress."""
+    base: Literal["sparse", "env"] = "sparse"
+    """For ``reward: verifier``: the reward the verifier term is added to / mixed with."""
+    n_envs: int = 2
+    """Environments stepped together; the verifier scores all due ones in one batched call."""
+    task: str | None = None
+    """Task text for non-Fetch environments (the generic Box describer)."""
+    normalize_obs: bool = False
+    """Wrap the vector env in ``VecNormalize(norm_obs=True, norm_reward=False)``: running
+    mean/std normalisation of the policy's observations (and goals), clipped to +-``clip_obs``,
+    as in the HER paper and the RL Zoo's Fetch settings. Rewards, the verifier and the success
+    metric see the raw observations; the statistics are saved with every checkpoint and the
+    final model (``vecnormalize.pkl``) and restored by ``--resume``."""
+    clip_obs: float = 5.0
+    """Clip of the normalised observations (``normalize_obs`` only; HER paper: 5)."""
+
+    def __post_init__(self) -> None:
+        if self.reward not in ("env", "sparse", "verifier"):
+            raise ConfigError(f"env.reward={self.reward!r}; use env | sparse | verifier")
+        if self.base not in ("sparse", "env"):
+            raise ConfigError(f"env.base={self.base!r}; use sparse | env")
+        if self.n_envs < 1:
+            raise ConfigError(f"env.n_envs must be >= 1, got {self.n_envs}")
+        if not self.clip_obs > 0:
+            raise ConfigError(f"env.clip_obs must be > 0, got {self.clip_obs}")
+
+
+@dataclass(frozen=True)
+class TrainingConfig:
+    """The run (YAML section ``training:``)."""
+
+    total_timesteps: int = 20_000
+    """Environment steps in total (summed over ``n_envs``), including those before a resume."""
+    seed: int = 0
+    """Seed of SAC, the environments (env ``i`` gets ``seed + i``) and the verifier."""
+    output_dir: str = "runs/sac"
+    """Root of run directories (one per run, ``<output_dir>/<run_name or timestamp>``)."""
+    run_name: str | None = None
+    """Name of the run directory; ``None`` = a timestamp."""
+    log_interval: int = 4
+    """Episodes between SB3 log dumps (``logs/progress.csv`` and W&B)."""
+    curve_every: int = 500
+    """Environment steps between points of the training-episode success-rate curve (``train_curve.jsonl``)."""
+    eval_every: int = 1000
+    """Environment steps between deterministic evaluations on a separate environment (also at
+    step 0 of a fresh run and at the end); their success rate is the learning curve
+    (``eval_curve.jsonl``, the summary's ``curve``) that ``densereward compare`` reads. 0 = no evaluation: the curve is then
+    the success rate of the training episodes."""
+    eval_episodes: int = 10
+    """Episodes per evaluation (deterministic actions, split over ``env.n_envs`` evaluation environments)."""
+    checkpoint_every: int = 5_000
+    """Environment steps between checkpoints (model and replay buffer); 0 disables them."""
+    metrics_window: int = 100
+    """Episodes in the windows of ``verifier/*`` and ``rollout/*`` means."""
+    wandb: bool = True
+    """Log to W&B (offline unless an API key is configured)."""
+    wandb_project: str = "densereward"
+    """W&B project name."""
+    device: str = "cpu"
+    """Torch device of SAC: ``cpu``, ``cuda``, ``auto``."""
+    torch_threads: int | None = None
+    """CPU threads of torch (SAC and a local verifier); ``None`` = torch's default. On a small
+    shared CPU, 1 avoids oversubscription (measured 5-10x faster verifier calls on 2 busy cores)."""
+    verbose: int = 0
+    """SB3 verbosity (1 also prints the log table to stdout)."""
+
+    def __post_init__(self) -> None:
+        if self.total_timesteps < 1:
+            raise ConfigError(f"training.total_timesteps must be >= 1, got {self.total_timesteps}")
+        if self.log_interval < 1 or self.curve_every < 1 or self.metrics_window < 1:
+            raise ConfigError("training.log_interval, curve_every and metrics_window must be >= 1")
+        if self.eval_every < 0 or self.eval_episodes < 1:
+            raise ConfigError(
+                f"training.eval_every must be >= 0 (0 = off) and eval_episodes >= 1, got "
+                f"{self.eval_every} and {self.eval_episodes}"
+            )
+        if self.torch_threads is not None and self.torch_threads < 1:
+            raise ConfigError(
+                f"training.torch_threads must be >= 1 or null, got {self.torch_threads}"
+            )
+        if self.checkpoint_every < 0:
+            raise ConfigError(
+                f"training.checkpoint_every must be >= 0, got {self.checkpoint_every}"
+            )
+
+
+@dataclass(frozen=True)
+class SACRunConfig:
+    """All sections of a SAC config file."""
+
+    env: EnvConfig = field(default_factory=EnvConfig)
+    reward: ProgressRewardConfig = field(default_factory=ProgressRewardConfig)
+    verifier: VerifierConfig = field(default_factory=VerifierConfig)
+    training: TrainingConfig = field(default_factory=TrainingConfig)
+    sac: dict[str, Any] = field(default_factory=dict)
+    her: dict[str, Any] | None = None
+
+
+_SET_BY_TRAINER = ("policy", "env", "seed", "device", "verbose")
+"""``SAC`` arguments the trainer sets itself (from ``env``, ``training``)."""
+
+
+def _check_sac_kwargs(kwargs: dict[str, Any]) -> None:
+    """Reject keys of section ``sac`` that ``stable_baselines3.SAC`` would reject, before any run
+    starts (a comparison would otherwise fail only when that condition's first run begins)."""
+    import inspect
+
+    try:
+        from stable_baselines3 import SAC
+    except ImportError:  # the run itself reports the missing extra
+        return
+    allowed = set(inspect.signature(SAC.__init__).parameters) - {"self", *_SET_BY_TRAINER}
+    for key in kwargs:
+        if key in _SET_BY_TRAINER:
+            raise ConfigError(
+                f"sac.{key} is set by the trainer; use "
+                + {"policy": "the observation space (automatic)", "env": "env.id",
+                   "seed": "training.seed", "device": "training.device",
+                   "verbose": "training.verbose"}[key]
+            )  # fmt: skip
+        if key not in allowed:
+            raise ConfigError(
+                f"unknown key {unknown_key_hints([key], allowed, prefix='sac.')}; section 'sac' "
+                "takes the arguments of stable_baselines3.SAC"
+            )
+
+
+def _section_fields() -> dict[str, Any]:
+    """Section -> its field names, for the unknown-section hints (evaluated only on error)."""
+    import inspect
+
+    def init_args(qualname: str) -> list[str]:
+        import importlib
+
+        module, name = qualname.rsplit(".", 1)
+        cls = getattr(importlib.import_module(module), name)
+        return [p for p in inspect.signature(cls.__init__).parameters if p != "self"]
+
+    classes = {"env": EnvConfig, "reward": ProgressRewardConfig, "verifier": VerifierConfig}
+    out: dict[str, Any] = {k: (lambda c=c: field_names(c)) for k, c in classes.items()}
+    out["sac"] = lambda: [a for a in init_args("stable_baselines3.SAC") if a not in _SET_BY_TRAINER]
+    out["her"] = lambda: init_args("stable_baselines3.HerReplayBuffer")
+    out["training"] = lambda: field_names(TrainingConfig)
+    return out
+
+
+def parse_config(config: dict[str, Any]) -> SACRunConfig:
+    """Validate a config dict into :class:`SACRunConfig`.
+
+    Raises:
+        ConfigError: on unknown sections/keys or invalid values.
+    """
+    check_sections(config, _section_fields())
+    for name in ("sac", "her"):
+        if config.get(name) is not None and not isinstance(config[name], dict):
+            raise ConfigError(f"section {name!r} must be a mapping")
+    _check_sac_kwargs(config.get("sac") or {})
+    cfg = SACRunConfig(
+        env=from_dict(EnvConfig, config.get("env"), prefix="env."),
+        reward=from_dict(ProgressRewardConfig, config.get("reward"), prefix="reward."),
+        verifier=from_dict(VerifierConfig, config.get("verifier"), prefix="verifier."),
+        training=from_dict(TrainingConfig, config.get("training"), prefix="training."),
+        sac=dict(config.get("sac") or {}),
+        her=config.get("her"),
+    )
+    if cfg.her is not None and cfg.env.reward == "verifier":
+        raise ConfigError(
+            "her: HER recomputes rewards from goals and would discard the verifier reward; set her: null"
+        )
+    return cfg
+
+
+def _checkpoint_models(ckpt_dir: Path) -> list[tuple[int, Path]]:
+    """``(steps, model zip)`` of every checkpoint in ``ckpt_dir``, fewest steps first."""
+    found = []
+    for p in ckpt_dir.glob("sac_*_steps.zip"):
+        m = re.fullmatch(r"sac_(\d+)_steps\.zip", p.name)
+        if m:
+            found.append((int(m.group(1)), p))
+    return sorted(found)
+
+
+def _check_run_dir(run_dir: Path, resume: bool) -> str:
+    """:func:`densereward.io.check_run_dir` with SAC's layout (``checkpoints/``, ``summary.json``)."""
+    models = [p for _, p in _checkpoint_models(run_dir / "checkpoints")]
+    return check_run_dir(
+        run_dir, resume=resume, checkpoints=models, finished=run_dir / "summary.json"
+    )
+
+
+def _latest_checkpoint(ckpt_dir: Path) -> tuple[Path, Path | None, Path | None] | None:
+    """(model zip, replay buffer pkl or None, VecNormalize pkl or None) of the checkpoint
+    with the most steps."""
+    found = _checkpoint_models(ckpt_dir)
+    if not found:
+        return None
+    steps, model = found[-1]
+    buf = ckpt_dir / f"sac_replay_buffer_{steps}_steps.pkl"
+    norm = ckpt_dir / f"sac_vecnormalize_{steps}_steps.pkl"
+    return model, (buf if buf.is_file() else None), (norm if norm.is_file() else None)
+
+
+def env_spec(env_id: str) -> Any:
+    """The registered spec of ``env_id`` (Gymnasium-Robotics registered first).
+
+    Raises:
+        ConfigError: for an id that is not registered (Gymnasium's message suggests close ids).
+    """
+    import gymnasium as gym
+
+    from densereward import envs
+
+    envs.register_robotics()
+    try:
+        return gym.spec(env_id)
+    except gym.error.Error as exc:
+        raise ConfigError(f"env.id={env_id!r}: {exc}") from None
+
+
+_STATE_TEXT = {
+    "new": "created when the run starts",
+    "reuse": "exists with no checkpoint and no result: reused",
+    "resume": "continues from its newest checkpoint",
+}
+
+
+def dry_run(config: dict[str, Any], *, output_dir: Path, resume: bool = False) -> list[str]:
+    """Validate a SAC config without training: what ``run`` would check, plus the describer.
+
+    Builds one environment, resets it and has the verifier reward's describer write the
+    task and the first step (so a describer that does not fit the environment fails here);
+    the verifier is configured but not loaded; the run directory is checked, not created.
+
+    Returns:
+        One line per check.
+
+    Raises:
+        ConfigError: on an invalid config, an unknown environment id, a describer that does
+            not fit, or a run directory the run would refuse.
+    """
+    import gymnasium as gym
+
+    from densereward import envs
+
+    cfg = parse_config(copy.deepcopy(config))
+    state = _check_run_dir(Path(output_dir), resume)
+    spec = env_spec(cfg.env.id)
+    lines = [
+        f"env: {spec.id} (max_episode_steps {spec.max_episode_steps}), reward {cfg.env.reward}, "
+        f"n_envs {cfg.env.n_envs}",
+        f"run directory: {output_dir} ({_STATE_TEXT[state]})",
+        f"sac: stable_baselines3.SAC arguments ok {sorted(cfg.sac)}",
+    ]
+    if cfg.env.reward == "verifier":
+        describer = envs.default_describer(cfg.env.id, cfg.env.task)
+        env = gym.make(cfg.env.id)
+        try:
+            obs, _ = env.reset(seed=cfg.training.seed)
+            task, text = describer.task(obs), describer.describe([obs], [])
+        finally:
+            env.close()
+        lines.append(
+            f"describer: {type(describer).__name__} on a real first observation: {task!r} / {text!r}"
+        )
+        v = cfg.verifier
+        lines.append(
+            f"verifier: VerifierConfig ok (backend {v.backend}, model {v.model or 'embedded SmolLM2-135M-Instruct'}, "
+            f"G={v.granularity}) -- NOT loaded; reward.mode {cfg.reward.mode}, score_every {cfg.reward.score_every}"
+        )
+    return lines
+
+
+def run(config: dict[str, Any], *, output_dir: Path, resume: bool = False) -> dict[str, Any]:
+    """Train SAC with the configured reward; the trainer contract of ``densereward compare``.
+
+    Args:
+        config: the YAML config as a dict (sections ``env``, ``reward``, ``verifier``,
+            ``sac``, ``her``, ``training``).
+        output_dir: the run directory (created if missing).
+        resume: continue from the latest checkpoint (model + replay buffer) in
+            ``output_dir/checkpoints`` up to ``training.total_timesteps``.
+
+    Returns:
+        ``{"run_dir", "curve": [{"step", "value", ...}], "metric", "curve_source",
+        "train_curve", "final", "metrics": {...verifier/* and rollout/* of the last window...},
+        "env_steps", "seconds", "steps_per_second", "eval_seconds", "verifier_stats"}``:
+        ``curve`` is the evaluation curve (``metric`` ``"eval/success_rate"``, success rate in
+        ``[0, 1]`` of deterministic evaluation episodes) when ``training.eval_every > 0``, else
+        the training-episode curve (``"success_rate"``); ``curve_source`` says which in words;
+        ``final`` is its last value; ``seconds`` includes ``eval_seconds``.
+
+    Raises:
+        ConfigError: on an invalid config, or ``resume`` without a checkpoint.
+    """
+    import gymnasium as gym
+    import numpy as np
+    import torch
+    from stable_baselines3 import SAC, HerReplayBuffer
+    from stable_baselines3.common.callbacks import CheckpointCallback
+    from stable_baselines3.common.logger import Logger, make_output_format
+    from stable_baselines3.common.vec_env import VecNormalize
+
+    from densereward import envs
+    from densereward.callbacks import (
+        EvaluationCallback,
+        LearningCurveCallback,
+        ReplayRelabelCallback,
+        VerifierDynamicsCallback,
+        WandbOutputFormat,
+    )
+    from densereward.wrappers import verifier_progress_fn
+
+    cfg = parse_config(config)
+    run_dir = Path(output_dir)
+    _check_run_dir(run_dir, resume)  # created below, once the verifier and the env id passed
+    tc = cfg.training
+    if tc.torch_threads is not None:
+        torch.set_num_threads(tc.torch_threads)
+    torch.manual_seed(tc.seed)
+    np.random.seed(tc.seed)
+
+    # 1. the verifier (only for the verifier reward)
+    verifier = None
+    progress_fn = None
+    if cfg.env.reward == "verifier":
+        from densereward.verifier import Verifier
+
+        verifier = Verifier(cfg.verifier)
+        progress_fn = verifier_progress_fn(verifier)
+    env_spec(cfg.env.id)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(run_dir / "config.yaml", yaml.safe_dump(config, sort_keys=False))
+
+    # 2. the environments: VecMonitor(VecVerifierProgressReward(DummyVecEnv([...])))
+    sac_kwargs = dict(cfg.sac)
+    gamma = float(
+        sac_kwargs.get("gamma", 0.99)
+    )  # SB3's default; the shaping uses the agent's gamma
+    venv = envs.make_vec_env(
+        cfg.env.id,
+        cfg.env.n_envs,
+        seed=tc.seed,
+        reward=cfg.env.reward,
+        base=cfg.env.base,
+        progress_fn=progress_fn,
+        describer=envs.default_describer(cfg.env.id, cfg.env.task)
+        if cfg.env.reward == "verifier"
+        else None,
+        reward_config=cfg.reward,
+        gamma=gamma,
+        monitor_dir=run_dir,
+    )
+    reward_venv = venv  # VecMonitor(...): carries verifier_stats; VecNormalize goes on top
+
+    # 2b. the evaluation environment: same id and observation wrappers, never the verifier
+    eval_venv = None
+    if tc.eval_every:
+        eval_reward = cfg.env.base if cfg.env.reward == "verifier" else cfg.env.reward
+        eval_venv = envs.make_vec_env(
+            cfg.env.id, cfg.env.n_envs, seed=tc.seed + EVAL_SEED_OFFSET, reward=eval_reward
+        )
+        if cfg.env.normalize_obs:  # statistics copied from training before every evaluation
+            eval_venv = VecNormalize(
+                eval_venv,
+                training=False,
+                norm_obs=True,
+                norm_reward=False,
+                clip_obs=cfg.env.clip_obs,
+                gamma=gamma,
+            )
+
+    # 3. SAC (fresh, or the latest checkpoint and its replay buffer)
+    ckpt_dir = run_dir / "checkpoints"
+    if resume:
+        latest = _latest_checkpoint(ckpt_dir)
+        if latest is None:
+            raise ConfigError(f"--resume: no checkpoint in {ckpt_dir}")
+        if cfg.env.normalize_obs:
+            if latest[2] is None:
+                raise ConfigError(
+                    f"--resume: {latest[0].name} has no VecNormalize statistics beside it "
+                    "(env.normalize_obs=true needs sac_vecnormalize_<steps>_steps.pkl)"
+                )
+            venv = VecNormalize.load(str(latest[2]), venv)
+            venv.training = True
+        model = SAC.load(latest[0], env=venv, device=tc.device)
+        if latest[1] is not None:
+            model.load_replay_buffer(latest[1])
+    else:
+        if cfg.env.normalize_obs:
+            venv = VecNormalize(
+                venv, norm_obs=True, norm_reward=False, clip_obs=cfg.env.clip_obs, gamma=gamma
+            )
+        if cfg.her is not None:
+            sac_kwargs.setdefault("replay_buffer_class", HerReplayBuffer)
+            sac_kwargs.setdefault("replay_buffer_kwargs", dict(cfg.her))
+        policy = (
+            "MultiInputPolicy"
+            if isinstance(venv.observation_space, gym.spaces.Dict)
+            else "MlpPolicy"
+        )
+        try:
+            model = SAC(
+                policy, venv, seed=tc.seed, device=tc.device, verbose=tc.verbose, **sac_kwargs
+            )
+        except TypeError as e:
+            raise ConfigError(f"section 'sac': {e} (keys go to stable_baselines3.SAC)") from None
+
+    # 4. logging: CSV (+ stdout) and W&B (offline by default) through SB3's logger
+    formats = [make_output_format("csv", str(run_dir / "logs"))]
+    if tc.verbose:
+        formats.append(make_output_format("stdout", str(run_dir / "logs")))
+    wandb_run = None
+    if tc.wandb:
+        import wandb
+
+        configure_wandb(run_dir)
+        id_file = run_dir / "wandb_id.txt"
+        run_id = id_file.read_text().strip() if id_file.is_file() else uuid.uuid4().hex[:12]
+        atomic_write_text(id_file, run_id)
+        wandb_run = wandb.init(
+            project=tc.wandb_project,
+            dir=str(run_dir),
+            id=run_id,
+            resume="allow",
+            name=run_dir.name,
+            config=config,
+        )
+        formats.append(WandbOutputFormat(wandb_run))
+    model.set_logger(Logger(str(run_dir / "logs"), formats))
+
+    # 5. callbacks: reward quality, replay relabelling, learning curve, checkpoints
+    # the progress callback has no calibration of its own: auto stands for 0.5 there
+    progress_threshold = resolve_threshold(cfg.verifier.threshold)[0]
+    dynamics = VerifierDynamicsCallback(
+        threshold=0.5 if progress_threshold is None else progress_threshold,
+        window=tc.metrics_window,
+        engine_stats=verifier.stats if verifier is not None else None,
+    )
+    curve_cb = LearningCurveCallback(
+        run_dir / "train_curve.jsonl", every=tc.curve_every, window=tc.metrics_window
+    )
+    callbacks = [dynamics, curve_cb]
+    eval_cb = None
+    if eval_venv is not None:
+        eval_cb = EvaluationCallback(
+            eval_venv,
+            run_dir / "eval_curve.jsonl",
+            every=tc.eval_every,
+            n_episodes=tc.eval_episodes,
+        )
+        callbacks.append(eval_cb)
+    if cfg.env.reward == "verifier" and cfg.reward.timing == "episode_end":
+        callbacks.append(ReplayRelabelCallback())
+    if tc.checkpoint_every:
+        callbacks.append(
+            CheckpointCallback(
+                save_freq=max(tc.checkpoint_every // cfg.env.n_envs, 1),
+                save_path=str(ckpt_dir),
+                name_prefix="sac",
+                save_replay_buffer=True,
+                save_vecnormalize=cfg.env.normalize_obs,
+            )
+        )
+
+    # 6. learn
+    start_steps = model.num_timesteps
+    remaining = tc.total_timesteps - start_steps
+    t0 = time.perf_counter()
+    try:
+        if remaining > 0:
+            model.learn(
+                remaining,
+                callback=callbacks,
+                log_interval=tc.log_interval,
+                reset_num_timesteps=not resume,
+            )
+            dynamics.record()  # the metrics again, so the final log row carries them too
+            model.dump_logs()
+        seconds = time.perf_counter() - t0
+        model.save(run_dir / "final_model.zip")
+        if isinstance(venv, VecNormalize):
+            venv.save(str(run_dir / "vecnormalize.pkl"))  # needed to run the final policy
+
+        # 7. summary
+        def read_curve(name: str) -> list[dict[str, Any]]:
+            return list(read_jsonl(run_dir / name)) if (run_dir / name).is_file() else []
+
+        train_curve = read_curve("train_curve.jsonl")
+        if eval_cb is not None:
+            curve, metric = read_curve("eval_curve.jsonl"), "eval/success_rate"
+            source = (
+                f"deterministic evaluation: {tc.eval_episodes} episodes every {tc.eval_every} "
+                "environment steps (and at 0 and the end) on a separate environment, "
+                "VecNormalize statistics frozen, no verifier calls"
+            )
+        else:
+            curve, metric = train_curve, "success_rate"
+            source = f"training episodes: success rate of the last {tc.metrics_window}"
+        metrics = dynamics.metrics()
+        stats = reward_venv.venv.verifier_stats.as_dict() if cfg.env.reward == "verifier" else None
+        steps = model.num_timesteps - start_steps
+        summary = {
+            "run_dir": str(run_dir),
+            "curve": curve,
+            "metric": metric,
+            "curve_source": source,
+            "train_curve": train_curve,
+            "final": curve[-1]["value"] if curve else float("nan"),
+            "metrics": metrics,
+            "env_steps": model.num_timesteps,
+            "seconds": seconds,
+            "steps_per_second": steps / seconds if seconds > 0 else float("nan"),
+            "eval_seconds": eval_cb.seconds if eval_cb is not None else 0.0,
+            "verifier_stats": stats,
+            "verifier_engine_stats": verifier.stats.as_dict()
+            if verifier is not None and hasattr(verifier, "stats")
+            else None,
+        }
+        atomic_write_json(run_dir / "summary.json", summary)
+        if wandb_run is not None:
+            wandb_run.summary.update({k: v for k, v in metrics.items() if v == v})
+        return summary
+    finally:
+        venv.close()
+        if eval_venv is not None:
+            eval_venv.close()
+        if wandb_run is not None:
+            wandb_run.finish()
+            import wandb
+
+            wandb.teardown()  # reset process-wide W&B settings for the next run in this process
+        if verifier is not None and hasattr(verifier, "close"):
+            verifier.close()
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """CLI flags of ``densereward train sac`` and ``python trainers/sac.py``."""
+    parser.add_argument("--config", required=True, help="YAML config (configs/sac_*.yaml)")
+    parser.add_argument(
+        "--total-timesteps",
+        type=int,
+        default=None,
+        help="environment steps (overrides training.total_timesteps)",
+    )
+    parser.add_argument(
+        "--output-dir",
+        default=None,
+        help="run directory (default: <training.output_dir>/<run_name or timestamp>)",
+    )
+    parser.add_argument("--seed", type=int, default=None, help="overrides training.seed")
+    parser.add_argument(
+        "--resume", action="store_true", help="continue from the latest checkpoint in --output-dir"
+    )
+    parser.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="validate the config, the environment id, the describer on a real first "
+        "observation and the run directory; train nothing, create nothing, load no weights",
+    )
+    add_override_arguments(parser, "reward.score_every=20 sac.learning_rate=1e-3")
+
+
+def main(args: argparse.Namespace) -> int:
+    """Run from parsed CLI arguments; returns the process exit code."""
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    config = load_yaml(args.config)
+    apply_overrides(config, overrides_from(args))
+    training = config.setdefault("training", {}) or {}
+    config["training"] = training
+    if args.total_timesteps is not None:
+        training["total_timesteps"] = args.total_timesteps
+    if args.seed is not None:
+        training["seed"] = args.seed
+    cfg = parse_config(copy.deepcopy(config))  # fail fast, before creating a directory
+    if args.output_dir is not None:
+        run_dir = Path(args.output_dir)
+    elif args.resume:
+        raise ConfigError("--resume needs --output-dir (the run directory to continue)")
+    else:
+        name = cfg.training.run_name or time.strftime("run-%Y%m%d-%H%M%S")
+        run_dir = Path(cfg.training.output_dir) / name
+    if args.dry_run:
+        lines = dry_run(config, output_dir=run_dir, resume=args.resume)
+        print("dry run: configuration valid; nothing created, no weights loaded, no network used")
+        for line in lines:
+            print("  ok  " + line)
+        return 0
+    summary = run(config, output_dir=run_dir, resume=args.resume)
+    m = summary["metrics"]
+    print(
+        f"run_dir={summary['run_dir']} env_steps={summary['env_steps']} "
+        f"steps/s={summary['steps_per_second']:.1f} success_rate={summary['final']:.3f} "
+        + " ".join(f"{k}={v:.3f}" for k, v in sorted(m.items()) if v == v)
+    )
+    return 0
+
+
+def cli_main(argv: list[str] | None = None) -> int:
+    """``python trainers/sac.py ...``: parse the flags of :func:`add_arguments` and run :func:`main`."""
+    from densereward._quiet import quiet_known_notices
+
+    quiet_known_notices()
+    parser = argparse.ArgumentParser(
+        prog="python trainers/sac.py", description=__doc__.splitlines()[0]
+    )
+    add_arguments(parser)
+    return main(parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(cli_main())
