@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import warnings
 
 import pytest
+from servers import MisbehavingServer, scripted_verifier
 
 from densereward.backends import (
     available_backends,
@@ -20,7 +22,9 @@ from densereward.backends import (
 )
 from densereward.backends import registry as R
 from densereward.backends.openai_http import OpenAIBackend
+from densereward.config import VerifierConfig, from_dict, load_yaml
 from densereward.errors import BackendUnavailableError, ConfigError, RegistryError
+from densereward.verifier import Verifier
 
 BUILT_IN = ["openai", "sampled", "transformers", "vllm"]
 
@@ -117,3 +121,114 @@ def test_option_types_follow_the_constructors():
     assert set(local) >= {"share_prefix"} and not open_local
     _, open_vllm = backend_option_types("vllm")
     assert open_vllm  # **engine_kwargs are passed to vllm.LLM
+
+
+# ------------------------------------------------ VerifierConfig: names and options from YAML
+
+
+def _verifier_config(tmp_path, yaml_text: str):
+    """``VerifierConfig`` from the ``verifier:`` section of a YAML file, as the commands load it."""
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml_text)
+    return from_dict(VerifierConfig, load_yaml(path)["verifier"], prefix="verifier.")
+
+
+def _chat_bodies(srv: MisbehavingServer) -> list[dict]:
+    return [r["body"] for r in srv.chat_requests()]
+
+
+def test_backend_options_from_yaml_reach_the_http_backend(tmp_path):
+    with MisbehavingServer() as srv:
+        cfg = _verifier_config(
+            tmp_path,
+            f"verifier:\n  backend: openai\n  base_url: {srv.base_url}\n"
+            "  backend_options: {top_logprobs: '5'}\n",
+        )
+        assert cfg.backend_options == {"top_logprobs": 5}  # coerced to the annotation (int)
+        with scripted_verifier(srv.base_url, backend_options=cfg.backend_options) as v:
+            assert v.score(problem="2+2", response="4").value is not None
+        with scripted_verifier(srv.base_url) as v:
+            v.score(problem="2+2", response="4")
+        assert [b["top_logprobs"] for b in _chat_bodies(srv)] == [5, 20]
+
+
+def test_restrict_to_candidates_from_yaml(tmp_path):
+    with MisbehavingServer() as srv:
+        cfg = _verifier_config(
+            tmp_path,
+            f"verifier:\n  backend: openai\n  base_url: {srv.base_url}\n"
+            "  backend_options:\n    restrict_to_candidates: true\n    top_logprobs: 40\n",
+        )
+        with scripted_verifier(srv.base_url, backend_options=cfg.backend_options) as v:
+            assert v.backend.restrict_to_candidates is True and v.backend.top_logprobs == 40
+            r = v.score(problem="2+2", response="4")
+        # the scripted server has no /tokenize, so the restricted read cannot be asked for:
+        # the engine abstains (counted) and no chat request is sent
+        assert r.value is None and "backend error" in r.reason
+        assert v.stats.n_failures == 1 and _chat_bodies(srv) == []
+
+
+@pytest.mark.parametrize(
+    "options, match",
+    [
+        (
+            "{top_logprob: 5}",
+            r"'top_logprob' \(did you mean 'top_logprobs'\?\); it takes .*restrict_to_candidates",
+        ),
+        (
+            "{top_logprobs: many}",
+            r"verifier.backend_options.top_logprobs: expected int, got 'many'",
+        ),
+        ("[top_logprobs]", "must be a mapping of option names to values"),
+    ],
+)
+def test_bad_backend_options_are_config_errors(tmp_path, options, match):
+    with pytest.raises(ConfigError, match=match):
+        _verifier_config(
+            tmp_path,
+            f"verifier:\n  backend: openai\n  base_url: http://x/v1\n  backend_options: {options}\n",
+        )
+
+
+def test_options_of_each_backend_are_its_own(tmp_path):
+    with pytest.raises(
+        ConfigError, match="unknown verifier.backend_options for backend 'transformers'"
+    ):
+        VerifierConfig(backend_options={"top_logprobs": 5})
+    assert VerifierConfig(backend_options={"share_prefix": "false"}).backend_options == {
+        "share_prefix": False
+    }
+    # the sampled backend takes its own options and, through **kwargs, the HTTP backend's
+    cfg = VerifierConfig(
+        backend="sampled",
+        base_url="http://x/v1",
+        backend_options={"use_n": False, "top_logprobs": 3},
+    )
+    assert cfg.backend_options == {"use_n": False, "top_logprobs": 3}
+    # vLLM passes names it does not know on to vllm.LLM
+    cfg = VerifierConfig(backend="vllm", backend_options={"max_model_len": "2048", "swap_space": 1})
+    assert cfg.backend_options == {"max_model_len": 2048, "swap_space": 1}
+
+
+def test_backend_name_is_checked_against_the_registry(tmp_path, scratch_names):
+    with pytest.raises(
+        ConfigError, match=r"unknown verifier backend 'opneai'.*Did you mean 'openai'"
+    ):
+        _verifier_config(tmp_path, "verifier:\n  backend: opneai\n")
+    with pytest.raises(ConfigError, match="unknown verifier backend 'loopback-http'"):
+        VerifierConfig(backend="loopback-http")
+    scratch_names.append("loopback-http")
+    register_backend("loopback-http", "densereward.backends.openai_http:OpenAIBackend")
+    with MisbehavingServer() as srv:
+        cfg = _verifier_config(
+            tmp_path,
+            f"verifier:\n  backend: loopback-http\n  base_url: {srv.base_url}\n"
+            "  backend_options: {top_logprobs: 3}\n",
+        )
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=".*cannot tokenize.*")
+            v = Verifier(cfg)
+        with v:
+            assert isinstance(v.backend, OpenAIBackend)
+            assert v.score(problem="2+2", response="4").value is not None
+        assert [b["top_logprobs"] for b in _chat_bodies(srv)] == [3]

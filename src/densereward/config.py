@@ -17,6 +17,7 @@ from typing import Any, Literal
 
 import yaml
 
+from .backends.registry import backend_option_types, check_backend_name
 from .errors import ConfigError
 
 __all__ = [
@@ -41,7 +42,16 @@ class VerifierConfig:
     """
 
     backend: str = "transformers"
-    """Backend name: ``transformers`` | ``vllm`` | ``openai`` | ``sampled``."""
+    """Backend name: ``transformers`` | ``vllm`` | ``openai`` | ``sampled``, or a name a third
+    party registered with :func:`densereward.backends.register_backend`."""
+    backend_options: Mapping[str, Any] | None = None
+    """Keyword options of the backend's constructor (``cls(config, **backend_options)``), e.g.
+    ``{top_logprobs: 20, restrict_to_candidates: true}`` for ``openai`` (also ``sampled``:
+    ``max_score_tokens``, ``use_n``), ``{share_prefix: false}`` for ``transformers``,
+    ``{max_model_len: 2048, kv_cache_bytes: 536870912}`` for ``vllm`` (other names there go to
+    ``vllm.LLM``). Names are checked against the constructor's signature and values coerced to
+    its annotations (:func:`~densereward.backends.backend_option_types`); the backend checks
+    the ranges when it is built. ``None`` = the backend's defaults."""
     model: str | None = None
     """Hugging Face id or local path of the verifier; ``None`` = embedded SmolLM2-135M-Instruct."""
     base_url: str | None = None
@@ -118,10 +128,9 @@ class VerifierConfig:
     """Seed of sampled analyses, PPT cycles and samples."""
 
     def __post_init__(self) -> None:
-        if self.backend not in ("transformers", "vllm", "openai", "sampled"):
-            raise ConfigError(
-                f"verifier.backend={self.backend!r}; use transformers | vllm | openai | sampled"
-            )
+        check_backend_name(self.backend)
+        if self.backend_options is not None:
+            object.__setattr__(self, "backend_options", self._checked_backend_options())
         if not 2 <= self.granularity <= 26:
             raise ConfigError(f"verifier.granularity must be in [2, 26], got {self.granularity}")
         if self.n_repeats < 1:
@@ -156,6 +165,32 @@ class VerifierConfig:
                 "verifier.chat_template_kwargs must be a mapping of template variable names to "
                 f"values, e.g. {{enable_thinking: false}}; got {self.chat_template_kwargs!r}"
             )
+
+    def _checked_backend_options(self) -> dict[str, Any]:
+        """``backend_options`` with every name known to the backend and values coerced.
+
+        Raises:
+            ConfigError: for a non-mapping, an option the backend's constructor does not take
+                (with the closest name and the list it does take), or a value that does not
+                fit the option's type.
+        """
+        opts = self.backend_options
+        if not isinstance(opts, Mapping) or not all(isinstance(k, str) for k in opts):
+            raise ConfigError(
+                "verifier.backend_options must be a mapping of option names to values, e.g. "
+                f"{{top_logprobs: 20}}; got {opts!r}"
+            )
+        types, passes_on = backend_option_types(self.backend)
+        unknown = [] if passes_on else sorted(set(opts) - set(types))
+        if unknown:
+            raise ConfigError(
+                f"unknown verifier.backend_options for backend {self.backend!r}: "
+                f"{unknown_key_hints(unknown, types)}; it takes {', '.join(sorted(types)) or 'none'}"
+            )
+        return {
+            k: _coerce(types[k], v, f"verifier.backend_options.{k}") if k in types else v
+            for k, v in opts.items()
+        }
 
 
 def resolve_threshold(threshold: float | str) -> tuple[float | None, str]:

@@ -182,7 +182,7 @@ def create_backend(config: Any) -> Any:
         ConfigError: for an unknown backend name or an option the backend rejects.
         BackendUnavailableError: when the backend cannot be loaded or reached.
     """
-    options: Mapping[str, Any] = getattr(config, "backend_options", None) or {}
+    options: Mapping[str, Any] = config.backend_options or {}
     return get_backend_class(config.backend)(config, **options)
 
 
