@@ -304,11 +304,19 @@ def test_value_order_correlation():
     assert M.value_order_correlation([0.9, 0.5, 0.1]) == pytest.approx(-1.0)
     # ranks 1,2,4,3 vs 1,2,3,4: rho = 1 - 6*2/(4*15) = 0.8
     assert M.value_order_correlation([0.1, 0.2, 0.4, 0.3]) == pytest.approx(0.8)
-    assert nan(M.value_order_correlation([0.5, 0.5, 0.5]))  # constant: undefined, not 0
-    assert nan(M.value_order_correlation([0.5]))
-    assert nan(M.value_order_correlation([]))
+    # undefined is None (an abstention), not 0 and not NaN
+    assert M.value_order_correlation([0.5, 0.5, 0.5]) is None  # constant progress
+    assert M.value_order_correlation([0.5]) is None
+    assert M.value_order_correlation([]) is None
+    assert M.value_order_correlation([0.1, 0.2], steps=[3, 3]) is None  # constant steps
     # abstained steps are dropped, order kept: steps 0, 2, 3
     assert M.value_order_correlation([0.1, None, 0.3, float("nan"), 0.2]) == pytest.approx(0.5)
+    # explicit steps: only their order counts; dropped together with their abstained progress
+    assert M.value_order_correlation([0.1, 0.3, 0.2], steps=[0, 10, 20]) == pytest.approx(0.5)
+    assert M.value_order_correlation([0.9, None, 0.1], steps=[0, 5, 30]) == pytest.approx(-1.0)
+    assert M.value_order_correlation([0.1, 0.2, 0.3], steps=[20, 10, 0]) == pytest.approx(-1.0)
+    with pytest.raises(DataError, match="differ in length"):
+        M.value_order_correlation([0.1, 0.2], steps=[0])
     agg = M.mean_value_order_correlation([[0.1, 0.2], [0.3, 0.3], [0.2, 0.1]])
     assert agg == {"voc": pytest.approx(0.0), "n": 3.0, "n_undefined": 1.0}
 

@@ -10,10 +10,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from densereward.callbacks import VerifierDynamicsCallback, value_order_correlation
+from densereward.callbacks import VerifierDynamicsCallback
 from densereward.config import load_yaml
-from densereward.errors import ConfigError
+from densereward.errors import ConfigError, DataError
 from densereward.io import read_jsonl
+from densereward.metrics import value_order_correlation
 from densereward.trainers import sac
 
 REPO = Path(__file__).resolve().parents[1]
@@ -97,8 +98,8 @@ def test_dynamics_metrics_on_known_episodes():
     assert m["verifier/progress_success_mean"] == pytest.approx(0.6)
     assert m["verifier/progress_failure_mean"] == pytest.approx((0.3 + 0.3 + 0.9) / 3)
     assert m["verifier/success_rate"] == pytest.approx(0.4)
-    with pytest.raises(ConfigError):
-        value_order_correlation([0, 1], [0.5])
+    with pytest.raises(DataError, match="differ in length"):
+        value_order_correlation([0.5], steps=[0, 1])
     with pytest.raises(ConfigError):
         VerifierDynamicsCallback(threshold=2.0)
 

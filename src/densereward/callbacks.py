@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import contextlib
 from collections import deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -31,10 +31,11 @@ from stable_baselines3.common.vec_env import unwrap_vec_normalize
 
 from .errors import ConfigError
 from .io import append_jsonl
-from .wrappers import VerifierCallStats
+from .metrics.classification import balanced_accuracy, tnr, tpr
+from .metrics.progress import value_order_correlation
+from .progress_reward import VerifierCallStats
 
 __all__ = [
-    "value_order_correlation",
     "VerifierDynamicsCallback",
     "ReplayRelabelCallback",
     "LearningCurveCallback",
@@ -42,43 +43,6 @@ __all__ = [
     "WandbOutputFormat",
     "find_verifier_stats",
 ]
-
-
-def value_order_correlation(steps: Sequence[int], progress: Sequence[float | None]) -> float | None:
-    """VOC: Spearman rank correlation between predicted progress and chronological order.
-
-    Value-order correlation of GVL (Ma et al. 2024, "Vision Language Models are In-Context
-    Value Learners", eq. 3): for an expert (successful) trajectory, progress should rise
-    with time, so VOC near 1 means the verifier orders the states correctly.
-
-    Args:
-        steps: environment step of each score (``(n,)``).
-        progress: progress in ``[0, 1]`` at those steps, ``None`` = abstained (dropped).
-
-    Returns:
-        The correlation in ``[-1, 1]``, or ``None`` when undefined (fewer than 2 scores, or
-        constant progress or steps).
-
-    Raises:
-        ConfigError: if the two sequences differ in length.
-
-    >>> round(value_order_correlation([0, 10, 20, 30], [0.1, 0.3, 0.2, 0.9]), 6)
-    0.8
-    >>> value_order_correlation([0, 10], [0.5, 0.5]) is None
-    True
-    """
-    if len(steps) != len(progress):
-        raise ConfigError(f"steps ({len(steps)}) and progress ({len(progress)}) differ in length")
-    pairs = [(s, p) for s, p in zip(steps, progress, strict=True) if p is not None]
-    if len(pairs) < 2:
-        return None
-    from scipy.stats import rankdata
-
-    x = rankdata([s for s, _ in pairs])
-    y = rankdata([p for _, p in pairs])
-    if np.std(x) == 0 or np.std(y) == 0:
-        return None
-    return float(np.corrcoef(x, y)[0, 1])
 
 
 def find_verifier_stats(env: Any) -> list[VerifierCallStats]:
@@ -116,12 +80,16 @@ class VerifierDynamicsCallback(BaseCallback):
     success are logged). Metrics are means over the last ``window`` episodes and are
     recorded whenever an episode ends (SB3 writes them at its next log dump):
 
-    * ``verifier/voc``: mean per-episode VOC over all episodes (:func:`value_order_correlation`;
-      episodes with undefined VOC are skipped and counted in ``verifier/voc_undefined_frac``),
+    * ``verifier/voc``: mean per-episode VOC over all episodes
+      (:func:`densereward.metrics.value_order_correlation` of the progress against the scored
+      environment steps; episodes with undefined VOC, ``None``, are skipped and counted in
+      ``verifier/voc_undefined_frac``),
       and ``verifier/voc_success`` over successful episodes only (GVL's setting: progress of a
       trajectory that reaches the goal should rise with time; a failing one need not).
     * ``verifier/tpr``, ``verifier/tnr``, ``verifier/balanced_accuracy``: final progress
-      ``>= threshold`` as the prediction of ``is_success`` (balanced accuracy = (TPR+TNR)/2).
+      ``>= threshold`` as the prediction of ``is_success`` (:func:`densereward.metrics.tpr`,
+      :func:`~densereward.metrics.tnr`, :func:`~densereward.metrics.balanced_accuracy` =
+      (TPR + TNR) / 2; episodes whose final progress abstained are left out).
     * ``verifier/progress_success_mean``, ``verifier/progress_failure_mean``: mean final
       progress of successful / failed episodes.
     * ``verifier/calls_per_step``, ``verifier/seconds_per_step``, ``verifier/queries_per_step``,
@@ -193,7 +161,7 @@ class VerifierDynamicsCallback(BaseCallback):
         out: dict[str, float] = {"rollout/ep_true_rew_mean": _mean(self.true_returns)}
         eps = list(self.episodes)
         if eps:
-            vocs = [value_order_correlation(e["scored_steps"], e["progress"]) for e in eps]
+            vocs = [value_order_correlation(e["progress"], steps=e["scored_steps"]) for e in eps]
             defined = [v for v in vocs if v is not None]
             out["verifier/voc"] = _mean(defined)
             out["verifier/voc_undefined_frac"] = 1.0 - len(defined) / len(vocs)
@@ -209,11 +177,11 @@ class VerifierDynamicsCallback(BaseCallback):
             ]
             pos = [p for p, s in judged if s]
             neg = [p for p, s in judged if not s]
-            tpr = _mean(float(p >= self.threshold) for p in pos)
-            tnr = _mean(float(p < self.threshold) for p in neg)
-            out["verifier/tpr"] = tpr
-            out["verifier/tnr"] = tnr
-            out["verifier/balanced_accuracy"] = (tpr + tnr) / 2.0
+            final = [p for p, _ in judged]
+            success = [float(s) for _, s in judged]
+            out["verifier/tpr"] = tpr(final, success, self.threshold)
+            out["verifier/tnr"] = tnr(final, success, self.threshold)
+            out["verifier/balanced_accuracy"] = balanced_accuracy(final, success, self.threshold)
             out["verifier/progress_success_mean"] = _mean(pos)
             out["verifier/progress_failure_mean"] = _mean(neg)
             out["verifier/final_progress_mean"] = _mean(p for p, _ in judged)
