@@ -20,14 +20,17 @@ demo: setup
 	$(VENV)/bin/densereward train grpo --config configs/grpo_dynamics_cpu.yaml --max-steps 5 --reward dense \
 		--output-dir $(DEMO_DIR) heldout.data=null training.save_steps=5
 
-## Command 2: the whole test suite (unit, doctests, real model, vLLM on CPU, loopback servers, real envs).
+## Command 2: the layering contracts (.importlinter), then the whole test suite (unit, doctests,
+## real model, vLLM on CPU, loopback servers, real envs).
 test: setup
+	$(VENV)/bin/lint-imports --no-cache
 	$(PY) -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
 
 test-fast: setup
 	$(PY) -m pytest -q -m "not slow" $(PYTEST_ARGS)
 
 lint: setup
+	$(VENV)/bin/lint-imports --no-cache
 	$(VENV)/bin/ruff check src trainers envs tests benchmarks
 	$(VENV)/bin/ruff format --check src trainers envs tests benchmarks
 

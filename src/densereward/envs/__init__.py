@@ -22,16 +22,10 @@ from typing import Any, Literal
 
 import gymnasium as gym
 
-from densereward.errors import ConfigError
-from densereward.wrappers import (
-    ProgressFn,
-    ProgressRewardConfig,
-    SparseSuccessReward,
-    TrajectoryDescriber,
-    VecVerifierProgressReward,
-    VerifierProgressReward,
-)
-
+from ..errors import ConfigError
+from ..progress_reward import ProgressFn, ProgressRewardConfig, TrajectoryDescriber
+from ..vec_env import VecVerifierProgressReward
+from ..wrappers import SparseSuccessReward, VerifierProgressReward
 from .describers import BoxDescriber, FetchDescriber, RenderHook, rendering_available
 
 __all__ = [
