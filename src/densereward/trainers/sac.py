@@ -34,23 +34,17 @@ import re
 import sys
 import time
 import uuid
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import yaml
 
 from densereward.config import (
-    VerifierConfig,
     add_override_arguments,
     apply_overrides,
-    check_sections,
-    field_names,
-    from_dict,
     load_yaml,
     overrides_from,
     resolve_threshold,
-    unknown_key_hints,
 )
 from densereward.errors import ConfigError
 from densereward.io import (
@@ -60,191 +54,15 @@ from densereward.io import (
     configure_wandb,
     read_jsonl,
 )
-from densereward.wrappers import ProgressRewardConfig
 
-EVAL_SEED_OFFSET = 10_000
-"""Evaluation environment ``i`` is seeded with ``training.seed + EVAL_SEED_OFFSET + i``."""
-
-SECTIONS = ("env", "reward", "verifier", "sac", "her", "training")
-
-
-@dataclass(frozen=True)
-class EnvConfig:
-    """The environment (YAML section ``env:``)."""
-
-    id: str = "FetchReach-v4"
-    """Gymnasium id; Fetch tasks come from Gymnasium-Robotics (``FetchReach-v4``, ``FetchPush-v4``, ``FetchReachDense-v4``)."""
-    reward: Literal["env", "sparse", "verifier"] = "verifier"
-    """``env``: the registered reward; ``sparse``: 1 on success else 0; ``verifier``: verifier progress."""
-    base: Literal["sparse", "env"] = "sparse"
-    """For ``reward: verifier``: the reward the verifier term is added to / mixed with."""
-    n_envs: int = 2
-    """Environments stepped together; the verifier scores all due ones in one batched call."""
-    task: str | None = None
-    """Task text for non-Fetch environments (the generic Box describer)."""
-    normalize_obs: bool = False
-    """Wrap the vector env in ``VecNormalize(norm_obs=True, norm_reward=False)``: running
-    mean/std normalisation of the policy's observations (and goals), clipped to +-``clip_obs``,
-    as in the HER paper and the RL Zoo's Fetch settings. Rewards, the verifier and the success
-    metric see the raw observations; the statistics are saved with every checkpoint and the
-    final model (``vecnormalize.pkl``) and restored by ``--resume``."""
-    clip_obs: float = 5.0
-    """Clip of the normalised observations (``normalize_obs`` only; HER paper: 5)."""
-
-    def __post_init__(self) -> None:
-        if self.reward not in ("env", "sparse", "verifier"):
-            raise ConfigError(f"env.reward={self.reward!r}; use env | sparse | verifier")
-        if self.base not in ("sparse", "env"):
-            raise ConfigError(f"env.base={self.base!r}; use sparse | env")
-        if self.n_envs < 1:
-            raise ConfigError(f"env.n_envs must be >= 1, got {self.n_envs}")
-        if not self.clip_obs > 0:
-            raise ConfigError(f"env.clip_obs must be > 0, got {self.clip_obs}")
-
-
-@dataclass(frozen=True)
-class TrainingConfig:
-    """The run (YAML section ``training:``)."""
-
-    total_timesteps: int = 20_000
-    """Environment steps in total (summed over ``n_envs``), including those before a resume."""
-    seed: int = 0
-    """Seed of SAC, the environments (env ``i`` gets ``seed + i``) and the verifier."""
-    output_dir: str = "runs/sac"
-    """Root of run directories (one per run, ``<output_dir>/<run_name or timestamp>``)."""
-    run_name: str | None = None
-    """Name of the run directory; ``None`` = a timestamp."""
-    log_interval: int = 4
-    """Episodes between SB3 log dumps (``logs/progress.csv`` and W&B)."""
-    curve_every: int = 500
-    """Environment steps between points of the training-episode success-rate curve (``train_curve.jsonl``)."""
-    eval_every: int = 1000
-    """Environment steps between deterministic evaluations on a separate environment (also at
-    step 0 of a fresh run and at the end); their success rate is the learning curve
-    (``eval_curve.jsonl``, the summary's ``curve``) that ``densereward compare`` reads. 0 = no evaluation: the curve is then
-    the success rate of the training episodes."""
-    eval_episodes: int = 10
-    """Episodes per evaluation (deterministic actions, split over ``env.n_envs`` evaluation environments)."""
-    checkpoint_every: int = 5_000
-    """Environment steps between checkpoints (model and replay buffer); 0 disables them."""
-    metrics_window: int = 100
-    """Episodes in the windows of ``verifier/*`` and ``rollout/*`` means."""
-    wandb: bool = True
-    """Log to W&B (offline unless an API key is configured)."""
-    wandb_project: str = "densereward"
-    """W&B project name."""
-    device: str = "cpu"
-    """Torch device of SAC: ``cpu``, ``cuda``, ``auto``."""
-    torch_threads: int | None = None
-    """CPU threads of torch (SAC and a local verifier); ``None`` = torch's default. On a small
-    shared CPU, 1 avoids oversubscription (measured 5-10x faster verifier calls on 2 busy cores)."""
-    verbose: int = 0
-    """SB3 verbosity (1 also prints the log table to stdout)."""
-
-    def __post_init__(self) -> None:
-        if self.total_timesteps < 1:
-            raise ConfigError(f"training.total_timesteps must be >= 1, got {self.total_timesteps}")
-        if self.log_interval < 1 or self.curve_every < 1 or self.metrics_window < 1:
-            raise ConfigError("training.log_interval, curve_every and metrics_window must be >= 1")
-        if self.eval_every < 0 or self.eval_episodes < 1:
-            raise ConfigError(
-                f"training.eval_every must be >= 0 (0 = off) and eval_episodes >= 1, got "
-                f"{self.eval_every} and {self.eval_episodes}"
-            )
-        if self.torch_threads is not None and self.torch_threads < 1:
-            raise ConfigError(
-                f"training.torch_threads must be >= 1 or null, got {self.torch_threads}"
-            )
-        if self.checkpoint_every < 0:
-            raise ConfigError(
-                f"training.checkpoint_every must be >= 0, got {self.checkpoint_every}"
-            )
-
-
-@dataclass(frozen=True)
-class SACRunConfig:
-    """All sections of a SAC config file."""
-
-    env: EnvConfig = field(default_factory=EnvConfig)
-    reward: ProgressRewardConfig = field(default_factory=ProgressRewardConfig)
-    verifier: VerifierConfig = field(default_factory=VerifierConfig)
-    training: TrainingConfig = field(default_factory=TrainingConfig)
-    sac: dict[str, Any] = field(default_factory=dict)
-    her: dict[str, Any] | None = None
-
-
-_SET_BY_TRAINER = ("policy", "env", "seed", "device", "verbose")
-"""``SAC`` arguments the trainer sets itself (from ``env``, ``training``)."""
-
-
-def _check_sac_kwargs(kwargs: dict[str, Any]) -> None:
-    """Reject keys of section ``sac`` that ``stable_baselines3.SAC`` would reject, before any run
-    starts (a comparison would otherwise fail only when that condition's first run begins)."""
-    import inspect
-
-    try:
-        from stable_baselines3 import SAC
-    except ImportError:  # the run itself reports the missing extra
-        return
-    allowed = set(inspect.signature(SAC.__init__).parameters) - {"self", *_SET_BY_TRAINER}
-    for key in kwargs:
-        if key in _SET_BY_TRAINER:
-            raise ConfigError(
-                f"sac.{key} is set by the trainer; use "
-                + {"policy": "the observation space (automatic)", "env": "env.id",
-                   "seed": "training.seed", "device": "training.device",
-                   "verbose": "training.verbose"}[key]
-            )  # fmt: skip
-        if key not in allowed:
-            raise ConfigError(
-                f"unknown key {unknown_key_hints([key], allowed, prefix='sac.')}; section 'sac' "
-                "takes the arguments of stable_baselines3.SAC"
-            )
-
-
-def _section_fields() -> dict[str, Any]:
-    """Section -> its field names, for the unknown-section hints (evaluated only on error)."""
-    import inspect
-
-    def init_args(qualname: str) -> list[str]:
-        import importlib
-
-        module, name = qualname.rsplit(".", 1)
-        cls = getattr(importlib.import_module(module), name)
-        return [p for p in inspect.signature(cls.__init__).parameters if p != "self"]
-
-    classes = {"env": EnvConfig, "reward": ProgressRewardConfig, "verifier": VerifierConfig}
-    out: dict[str, Any] = {k: (lambda c=c: field_names(c)) for k, c in classes.items()}
-    out["sac"] = lambda: [a for a in init_args("stable_baselines3.SAC") if a not in _SET_BY_TRAINER]
-    out["her"] = lambda: init_args("stable_baselines3.HerReplayBuffer")
-    out["training"] = lambda: field_names(TrainingConfig)
-    return out
-
-
-def parse_config(config: dict[str, Any]) -> SACRunConfig:
-    """Validate a config dict into :class:`SACRunConfig`.
-
-    Raises:
-        ConfigError: on unknown sections/keys or invalid values.
-    """
-    check_sections(config, _section_fields())
-    for name in ("sac", "her"):
-        if config.get(name) is not None and not isinstance(config[name], dict):
-            raise ConfigError(f"section {name!r} must be a mapping")
-    _check_sac_kwargs(config.get("sac") or {})
-    cfg = SACRunConfig(
-        env=from_dict(EnvConfig, config.get("env"), prefix="env."),
-        reward=from_dict(ProgressRewardConfig, config.get("reward"), prefix="reward."),
-        verifier=from_dict(VerifierConfig, config.get("verifier"), prefix="verifier."),
-        training=from_dict(TrainingConfig, config.get("training"), prefix="training."),
-        sac=dict(config.get("sac") or {}),
-        her=config.get("her"),
-    )
-    if cfg.her is not None and cfg.env.reward == "verifier":
-        raise ConfigError(
-            "her: HER recomputes rewards from goals and would discard the verifier reward; set her: null"
-        )
-    return cfg
+from .sac_config import (  # noqa: F401  (re-exported: the config is part of this trainer's API)
+    EVAL_SEED_OFFSET,
+    SECTIONS,
+    EnvConfig,
+    SACRunConfig,
+    TrainingConfig,
+    parse_config,
+)
 
 
 def _checkpoint_models(ckpt_dir: Path) -> list[tuple[int, Path]]:
