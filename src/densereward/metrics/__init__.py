@@ -2,11 +2,13 @@
 
 Threshold metrics accept continuous scores: ``V = 1[score >= threshold]`` (default 0.5), or
 ``V = score`` with ``soft=True``. Undefined values are ``NaN`` (never 0 or 0.5).
+Learning-curve statistics (IQM, AUC, probability of improvement, steps to threshold) are in
+:mod:`.curves`.
 """
 
 from __future__ import annotations
 
-from .bootstrap import bootstrap_ci, bootstrap_many
+from .bootstrap import bootstrap_ci, bootstrap_many, cluster_resamples, stratified_bootstrap_ci
 from .classification import (
     accept,
     accuracy,
@@ -25,6 +27,15 @@ from .classification import (
     reliability_curve,
     tnr,
     tpr,
+)
+from .curves import (
+    final_performance,
+    iqm_ci,
+    mean_curve_ci,
+    normalized_auc,
+    probability_of_improvement_ci,
+    resample_curve,
+    steps_to_threshold,
 )
 from .difficulty import (
     balanced_subsample,
@@ -73,16 +84,21 @@ __all__ = [
     "brier_score",
     "calibrate_threshold",
     "classification_report",
+    "cluster_resamples",
     "cosine_similarity",
     "difficulty_bins",
     "difficulty_quartiles",
     "expected_calibration_error",
     "f1",
+    "final_performance",
     "fnr",
     "fpr",
     "gap_closed",
+    "iqm_ci",
+    "mean_curve_ci",
     "mean_score_gap",
     "mean_value_order_correlation",
+    "normalized_auc",
     "pair_gaps",
     "pairwise_accuracy",
     "pass_rate",
@@ -90,13 +106,17 @@ __all__ = [
     "per_group",
     "precision",
     "precision_from_rates",
+    "probability_of_improvement_ci",
     "problem_difficulty",
     "recall",
     "reliability_curve",
+    "resample_curve",
     "score_gap_snr",
     "self_verification_keyword_rate",
     "simulate_rejection_sampling",
     "solver_verifier_similarity",
+    "steps_to_threshold",
+    "stratified_bootstrap_ci",
     "tie_rate",
     "tnr",
     "tpr",
