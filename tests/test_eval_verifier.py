@@ -12,6 +12,7 @@ import pytest
 from densereward import eval_verifier as E
 from densereward import metrics as M
 from densereward.errors import ConfigError, DataError
+from densereward.eval_verifier.data import _keys as row_keys
 
 
 @pytest.fixture(scope="module")
@@ -29,7 +30,7 @@ def synthetic_scores(rows, path, *, seed=0, abstain_every=7):
     """A scores.jsonl like the command writes, with scores that separate the classes imperfectly."""
     rng = np.random.default_rng(seed)
     with open(path, "w") as f:
-        for i, (key, row) in enumerate(zip(E._keys(rows), rows, strict=True)):
+        for i, (key, row) in enumerate(zip(row_keys(rows), rows, strict=True)):
             score = float(np.clip(0.55 * row["is_correct"] + 0.2 + rng.normal(0, 0.2), 0, 1))
             if abstain_every and i % abstain_every == 3:
                 score = None

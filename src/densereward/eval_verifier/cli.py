@@ -1,0 +1,171 @@
+"""``densereward eval-verifier``: options, configuration and the run."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+from typing import Any
+
+from ..config import (
+    VerifierConfig,
+    add_override_arguments,
+    apply_overrides,
+    check_sections,
+    field_names,
+    from_dict,
+    load_yaml,
+    overrides_from,
+)
+from ..errors import ConfigError
+from ..io import to_jsonable
+from ..metrics.format import format_number
+from .data import align_scores, load_responses, load_scores
+from .evaluation import evaluate
+from .report import _prompt_description, write_outputs
+from .scoring import label_with_sparse_reward, score_responses
+
+__all__ = ["build_config", "add_arguments", "main"]
+
+
+def build_config(config_path: str | None, overrides: Sequence[str]) -> VerifierConfig:
+    """``VerifierConfig`` from the ``verifier:`` section of a YAML file plus ``verifier.x=y`` overrides.
+
+    The YAML file may be a train config (its other sections are ignored).
+
+    Raises:
+        ConfigError: on unknown keys, bad values, or an override outside ``verifier.`` (with
+            a hint: ``granularity=10`` -> ``verifier.granularity``).
+    """
+    data = load_yaml(config_path) if config_path else {}
+    # the file may be a train config (its other sections are ignored); overrides may not
+    check_sections(
+        apply_overrides({}, list(overrides)), {"verifier": lambda: field_names(VerifierConfig)}
+    )
+    apply_overrides(data, list(overrides))
+    return from_dict(VerifierConfig, data.get("verifier") or {}, prefix="verifier.")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add the ``eval-verifier`` options to ``parser``."""
+    parser.add_argument(
+        "--responses", required=True, help="labelled JSONL (generic rows or GSM8K model solutions)"
+    )
+    parser.add_argument(
+        "--out", default="outputs/eval-verifier", help="output directory (default: %(default)s)"
+    )
+    parser.add_argument("--config", default=None, help="YAML file with a 'verifier:' section")
+    add_override_arguments(parser, "verifier.granularity=10")
+    parser.add_argument(
+        "--scores",
+        default=None,
+        help="reuse per-response scores (a scores.jsonl) instead of scoring",
+    )
+    parser.add_argument(
+        "--limit", type=int, default=None, help="evaluate the first N problems only"
+    )
+    parser.add_argument(
+        "--reference-guided",
+        action="store_true",
+        help="show the verifier each row's reference answer (the engine's answer_match criterion)",
+    )
+    parser.add_argument(
+        "--seed", type=int, default=0, help="seed of sub-sampling, rejection sampling, bootstrap"
+    )
+    parser.add_argument(
+        "--bootstrap", type=int, default=1000, help="bootstrap replicates for CIs (0 = none)"
+    )
+    parser.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
+    parser.add_argument(
+        "--label-with-sparse",
+        action="store_true",
+        help="label rows that have a reference but no is_correct with the sparse reward "
+        "(Math-Verify); rows with labels also get the sparse reward's agreement reported",
+    )
+
+
+def main(args: argparse.Namespace) -> int:
+    """Run ``densereward eval-verifier``; returns the process exit code (0 = success).
+
+    Raises:
+        DataError, ConfigError: on bad input (the CLI prints them).
+    """
+    if args.limit is not None and args.limit < 1:
+        raise ConfigError("--limit must be >= 1")
+    config = build_config(args.config, overrides_from(args))
+    label_with_sparse = bool(getattr(args, "label_with_sparse", False))
+    rows = load_responses(args.responses, limit=args.limit, allow_unlabelled=label_with_sparse)
+    meta: dict[str, Any] = {
+        "responses": str(args.responses),
+        "limit": args.limit,
+        "seed": args.seed,
+    }
+    sparse_line = None
+    if label_with_sparse or any(r.get("reference") for r in rows):
+        # The sparse reward is the ground truth of every verifier metric during training:
+        # say how well it agrees with this file's labels (and label what has none).
+        sparse = label_with_sparse_reward(rows)
+        meta["sparse_agreement"] = sparse["agreement"]
+        meta["n_labelled_by_sparse_reward"] = sparse["n_labelled"]
+        ag = sparse["agreement"]
+        if ag["overall"]["agreement"] is not None:
+            per_gen = ", ".join(
+                f"{g} {format_number(v['agreement'])}" for g, v in ag["per_generator"].items()
+            )
+            sparse_line = (
+                f"{format_number(ag['overall']['agreement'])} on {ag['overall']['n']} labelled rows"
+                + (f" ({per_gen})" if len(ag["per_generator"]) > 1 else "")
+            )
+        if sparse["n_labelled"]:
+            sparse_line = (sparse_line + "; " if sparse_line else "") + (
+                f"{sparse['n_labelled']} unlabelled rows labelled by the sparse reward"
+            )
+    if args.scores:
+        records = align_scores(rows, load_scores(args.scores))
+        meta["scores_from"] = str(args.scores)
+    else:
+        records, stats = score_responses(rows, config, reference_guided=args.reference_guided)
+        meta["verifier_stats"] = stats
+        meta["reference_guided"] = bool(args.reference_guided)
+    meta["verifier"] = {k: v for k, v in to_jsonable(config).items() if k != "api_key_env"}
+    metrics = evaluate(
+        rows,
+        [r["score"] for r in records],
+        threshold=config.threshold,
+        n_bootstrap=args.bootstrap,
+        seed=args.seed,
+    )
+    report_meta = {
+        "responses": meta["responses"],
+        "scores": meta.get("scores_from", "scored now"),
+        "verifier": f"{config.backend} {config.model or 'default (SmolLM2-135M-Instruct)'}, G={config.granularity}, K={config.n_repeats}",
+        "prompt": _prompt_description(config, args.reference_guided, scored=not args.scores),
+    }
+    if sparse_line:
+        report_meta["sparse reward vs labels"] = sparse_line
+    n_low = int((meta.get("verifier_stats") or {}).get("n_low_mass", 0))
+    if n_low:
+        report_meta["low score-token mass"] = (
+            f"{n_low} reads below min_mass {config.min_mass:g} abstained"
+        )
+    paths = write_outputs(
+        args.out,
+        rows,
+        records,
+        metrics,
+        meta=meta,
+        report_meta=report_meta,
+        plots=not args.no_plots,
+    )
+    o = metrics["overall"]
+    print(
+        f"TPR {format_number(o['tpr'])}  TNR {format_number(o['tnr'])}  balanced accuracy {format_number(o['balanced_accuracy'])}  "
+        f"AUROC {format_number(o['auroc'])}  ({metrics['counts']['n_scored']} scored, {metrics['counts']['n_abstained']} abstained)"
+    )
+    cal = metrics["threshold_calibration"]
+    print(
+        f"best accept threshold {format_number(cal['threshold'], 4)}: balanced accuracy "
+        f"{format_number(cal['in_sample']['balanced_accuracy'])} in-sample, "
+        f"{format_number(cal['cross_validated']['balanced_accuracy'])} cross-validated over problems"
+    )
+    print(f"wrote {paths['report']}")
+    return 0

@@ -1,0 +1,212 @@
+"""Loading labelled response files and earlier scores (``densereward eval-verifier``'s input)."""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from ..errors import DataError
+from ..io import read_jsonl
+
+__all__ = [
+    "GSM8K_GENERATORS",
+    "load_gsm8k_model_solutions",
+    "load_responses",
+    "load_scores",
+    "align_scores",
+]
+
+GSM8K_GENERATORS = ("6b_finetuning", "6b_verification", "175b_finetuning", "175b_verification")
+"""Generators of the GSM8K example model solutions (Cobbe et al. 2021): 6B and 175B GPT-3,
+each fine-tuned ("finetuning") and the verification-trained variant ("verification")."""
+
+
+def _sha1(text: str) -> str:
+    return hashlib.sha1(text.encode("utf-8")).hexdigest()[:12]
+
+
+def _label(value: Any, where: str) -> bool:
+    if isinstance(value, bool):
+        return value
+    if value in (0, 1):
+        return bool(value)
+    if isinstance(value, str) and value.lower() in ("true", "false"):
+        return value.lower() == "true"
+    raise DataError(f"{where}: is_correct must be a boolean (or 0/1), got {value!r}")
+
+
+def load_gsm8k_model_solutions(
+    path: str | Path, *, limit: int | None = None, allow_unlabelled: bool = False
+) -> list[dict[str, Any]]:
+    """Rows of the GSM8K example model solutions (``gsm8k/model_solutions_dev.jsonl``).
+
+    Each input line is one problem with four generators (:data:`GSM8K_GENERATORS`); it
+    becomes four rows ``{problem_id, problem, response, is_correct, generator, family,
+    reference}`` with ``problem_id = "gsm8k-dev-<line>"`` and ``family`` the model size
+    (``6b``/``175b``). The responses keep GSM8K's ``<<a*b=c>>`` calculator annotations.
+
+    Args:
+        path: the JSONL file.
+        limit: keep the first ``limit`` problems (``None`` = all).
+
+    Raises:
+        DataError: if a line lacks ``question`` or a generator's ``solution``/``is_correct``.
+    """
+    rows: list[dict[str, Any]] = []
+    for i, rec in enumerate(read_jsonl(path)):
+        if limit is not None and i >= limit:
+            break
+        if "question" not in rec:
+            raise DataError(f"{path}:{i + 1}: GSM8K model-solutions row lacks 'question'")
+        gens = [g for g in rec if isinstance(rec[g], Mapping) and "solution" in rec[g]]
+        if not gens:
+            raise DataError(f"{path}:{i + 1}: no generator object with 'solution' and 'is_correct'")
+        for g in gens:
+            sol = rec[g]
+            if sol.get("is_correct") is None and not allow_unlabelled:
+                raise DataError(f"{path}:{i + 1}: generator {g!r} lacks 'is_correct'")
+            rows.append(
+                {
+                    "problem_id": f"gsm8k-dev-{i}",
+                    "problem": rec["question"],
+                    "response": sol["solution"] or "",
+                    "is_correct": None
+                    if sol.get("is_correct") is None
+                    else _label(sol["is_correct"], f"{path}:{i + 1}:{g}"),
+                    "generator": g,
+                    "family": g.split("_", 1)[0],
+                    "reference": rec.get("ground_truth"),
+                }
+            )
+    return rows
+
+
+def load_responses(
+    path: str | Path, *, limit: int | None = None, allow_unlabelled: bool = False
+) -> list[dict[str, Any]]:
+    """Load a labelled response file, detecting the GSM8K model-solutions format.
+
+    Generic rows need ``problem``, ``response``, ``is_correct``, ``generator``; ``problem_id``
+    defaults to a hash of the problem text, ``family`` to ``None``, ``reference`` to ``None``.
+
+    Args:
+        path: JSONL file.
+        limit: keep the responses of the first ``limit`` distinct problems.
+        allow_unlabelled: accept rows without ``is_correct`` (it becomes ``None``; label them
+            with :func:`label_with_sparse_reward`).
+
+    Returns:
+        Rows ``{problem_id, problem, response, is_correct, generator, family, reference}``.
+
+    Raises:
+        DataError: if the file is missing, empty, or a row lacks a required field.
+    """
+    p = Path(path)
+    if not p.is_file():
+        raise DataError(f"response file not found: {p}")
+    first = next(read_jsonl(p), None)
+    if first is None:
+        raise DataError(f"{p} holds no rows")
+    if "question" in first and "response" not in first:
+        return load_gsm8k_model_solutions(p, limit=limit, allow_unlabelled=allow_unlabelled)
+    rows: list[dict[str, Any]] = []
+    seen: set[str] = set()
+    need = ("problem", "response", "generator") + (() if allow_unlabelled else ("is_correct",))
+    for i, rec in enumerate(read_jsonl(p)):
+        missing = [k for k in need if k not in rec]
+        if missing:
+            raise DataError(
+                f"{p}:{i + 1}: missing field(s) {missing}; need problem, response, is_correct, "
+                "generator (rows with a 'reference' but no 'is_correct' can be labelled by the "
+                "sparse reward: pass --label-with-sparse)"
+            )
+        pid = str(rec.get("problem_id") or _sha1(str(rec["problem"])))
+        if pid not in seen:
+            if limit is not None and len(seen) >= limit:
+                continue
+            seen.add(pid)
+        rows.append(
+            {
+                "problem_id": pid,
+                "problem": str(rec["problem"]),
+                "response": str(rec["response"] or ""),
+                "is_correct": None
+                if rec.get("is_correct") is None and allow_unlabelled
+                else _label(rec.get("is_correct"), f"{p}:{i + 1}"),
+                "generator": str(rec["generator"]),
+                "family": rec.get("family"),
+                "reference": rec.get("reference"),
+            }
+        )
+    return rows
+
+
+def _keys(rows: Sequence[Mapping[str, Any]]) -> list[tuple[str, str, int]]:
+    """``(problem_id, generator, k)`` with k the occurrence of that pair (several samples per generator)."""
+    seen: dict[tuple[str, str], int] = {}
+    out = []
+    for r in rows:
+        pair = (str(r["problem_id"]), str(r["generator"]))
+        out.append((*pair, seen.get(pair, 0)))
+        seen[pair] = seen.get(pair, 0) + 1
+    return out
+
+
+def load_scores(path: str | Path) -> list[dict[str, Any]]:
+    """Read a ``scores.jsonl`` (as written by this command).
+
+    Raises:
+        DataError: if the file is missing or a row lacks ``problem_id``/``generator``/``score``.
+    """
+    p = Path(path)
+    if not p.is_file():
+        raise DataError(f"scores file not found: {p}")
+    recs = list(read_jsonl(p))
+    for i, r in enumerate(recs):
+        if not {"problem_id", "generator", "score"} <= set(r):
+            raise DataError(f"{p}:{i + 1}: a score row needs problem_id, generator and score")
+    return recs
+
+
+def align_scores(
+    rows: Sequence[Mapping[str, Any]], score_records: Sequence[Mapping[str, Any]]
+) -> list[dict[str, Any]]:
+    """Match pre-computed score records to rows by ``(problem_id, generator, response_index)``.
+
+    Extra score records (e.g. from a run without ``--limit``) are ignored.
+
+    Returns:
+        One record per row ``{score, mass, abstained}``, aligned with ``rows``.
+
+    Raises:
+        DataError: if a row has no score record, or the stored ``response_sha1`` shows the
+            record was computed for a different response text.
+    """
+    index: dict[tuple[str, str, int], Mapping[str, Any]] = {}
+    for key, rec in zip(_keys(score_records), score_records, strict=True):
+        k = int(rec.get("response_index", key[2]))
+        index[(key[0], key[1], k)] = rec
+    out = []
+    for key, row in zip(_keys(rows), rows, strict=True):
+        rec = index.get(key)
+        if rec is None:
+            raise DataError(
+                f"no score for problem_id={key[0]!r} generator={key[1]!r} #{key[2]} in the scores file"
+            )
+        sha = rec.get("response_sha1")
+        if sha is not None and sha != _sha1(row["response"]):
+            raise DataError(f"scores file was computed for a different response at {key}; re-score")
+        score = rec.get("score")
+        if score is not None and not (isinstance(score, (int, float)) and math.isfinite(score)):
+            raise DataError(f"invalid score {score!r} at {key}")
+        out.append(
+            {
+                "score": None if score is None else float(score),
+                "mass": rec.get("mass"),
+                "abstained": score is None,
+            }
+        )
+    return out

@@ -1,0 +1,105 @@
+"""PNG plots of :func:`~densereward.eval_verifier.evaluation.evaluate`'s metrics (matplotlib, Agg)."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..metrics.format import format_number
+
+__all__ = ["write_plots"]
+
+
+def _bars(ax, labels: Sequence[str], series: Mapping[str, Sequence[Any]], ylabel: str) -> None:
+    x = np.arange(len(labels))
+    width = 0.8 / max(1, len(series))
+    for j, (name, vals) in enumerate(series.items()):
+        v = [np.nan if a is None else a for a in vals]
+        ax.bar(x + (j - (len(series) - 1) / 2) * width, v, width, label=name)
+    ax.set_xticks(x, labels, rotation=15, fontsize=8)
+    ax.set_ylim(0, 1.3)
+    ax.set_yticks(np.linspace(0, 1, 6))
+    ax.set_ylabel(ylabel)
+    ax.legend(fontsize=7, loc="upper center", ncol=3)
+    ax.grid(axis="y", alpha=0.3)
+
+
+def write_plots(metrics: Mapping[str, Any], out_dir: str | Path) -> list[Path]:
+    """Write ``tpr_tnr_by_difficulty.png``, ``tpr_tnr_by_generator.png``, ``reliability.png`` (Agg backend)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    out_dir = Path(out_dir)
+    paths = []
+    gens = metrics["generators"]
+    bins = metrics["difficulty"]["quartiles"]["bins"]
+
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4), sharey=True)
+    for ax, key in zip(axes, ("tpr", "tnr"), strict=True):
+        series = {"all": [b[key] for b in bins]}
+        series.update({g: [b["per_generator"][g][key] for b in bins] for g in gens})
+        _bars(ax, [b["label"] for b in bins], series, key.upper())
+        ax.set_title(f"{key.upper()} by difficulty quartile (Q1 = hardest)")
+    paths.append(_save(fig, out_dir / "tpr_tnr_by_difficulty.png", plt))
+
+    fig, ax = plt.subplots(figsize=(7, 4))
+    pg = metrics["per_generator"]
+    _bars(
+        ax,
+        gens,
+        {
+            "TPR": [pg[g]["tpr"] for g in gens],
+            "TNR": [pg[g]["tnr"] for g in gens],
+            "balanced acc.": [pg[g]["balanced_accuracy"] for g in gens],
+        },
+        "rate",
+    )
+    ax.set_title("TPR / TNR per generator")
+    paths.append(_save(fig, out_dir / "tpr_tnr_by_generator.png", plt))
+
+    rel = metrics["reliability"]
+    fig, ax = plt.subplots(figsize=(5, 5))
+    edges = np.asarray(rel["edges"], dtype=float)
+    centers = (edges[:-1] + edges[1:]) / 2
+    acc = np.asarray([np.nan if a is None else a for a in rel["accuracy"]], dtype=float)
+    ax.bar(
+        centers,
+        acc,
+        width=edges[1] - edges[0],
+        edgecolor="k",
+        alpha=0.7,
+        label="empirical accuracy",
+    )
+    ax.plot([0, 1], [0, 1], "k--", label="perfect calibration")
+    for cx, n in zip(centers, rel["count"], strict=True):
+        if n:
+            ax.text(cx, 0.02, str(int(n)), ha="center", fontsize=7, rotation=90)
+    ax.set_xlabel("verifier score")
+    ax.set_ylabel("fraction correct")
+    ax.set_xlim(0, 1)
+    ax.set_ylim(0, 1)
+    ax.set_title(f"Reliability (ECE {format_number(metrics['overall']['ece'])})")
+    ax.legend(fontsize=8, loc="upper left")
+    paths.append(_save(fig, out_dir / "reliability.png", plt))
+    return paths
+
+
+def _save(fig, path: Path, plt) -> Path:
+    """Save a figure atomically (temp file + rename)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".png", dir=path.parent)
+    os.close(fd)
+    try:
+        fig.savefig(tmp, dpi=110, bbox_inches="tight")
+        os.replace(tmp, path)
+    finally:
+        plt.close(fig)
+        Path(tmp).unlink(missing_ok=True)
+    return path

@@ -1,0 +1,377 @@
+"""The Markdown report of :func:`~densereward.eval_verifier.evaluation.evaluate`'s metrics, and
+the output files (``scores.jsonl``, ``metrics.json``, ``report.md``, plots)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from ..config import VerifierConfig
+from ..io import atomic_write_json, atomic_write_text, to_jsonable
+from ..metrics.format import format_number, markdown_table
+from .data import _keys, _sha1
+from .evaluation import HEADLINE
+from .plots import write_plots
+
+__all__ = ["render_report", "write_outputs"]
+
+
+_RATE_COLUMNS = (
+    ("pass rate", "pass_rate"),
+    ("TPR", "tpr"),
+    ("TNR", "tnr"),
+    ("bal. acc.", "balanced_accuracy"),
+    ("precision", "precision"),
+    ("verifier gain", "verifier_gain"),
+    ("AUROC", "auroc"),
+)
+"""(header, metric key) of the rate columns shared by the per-generator and difficulty tables."""
+
+_OVERALL_COLUMNS = (
+    ("fpr", "fpr"), ("fnr", "fnr"), ("accuracy", "accuracy"), ("recall", "recall"), ("f1", "f1"),
+    ("auprc", "auprc"), ("ece", "ece"), ("brier", "brier"), ("pass rate", "pass_rate"),
+    ("pairwise acc.", "pairwise_accuracy"), ("tie rate", "tie_rate"), ("gap SNR", "score_gap_snr"),
+)  # fmt: skip
+"""(header, metric key) of the overall report's second table."""
+
+
+def _prompt_description(config: VerifierConfig, reference_guided: bool, *, scored: bool) -> str:
+    """How the responses were judged, for the report header.
+
+    >>> _prompt_description(VerifierConfig(), True, scored=True)
+    'reference-guided (answer_match: the final answer against the reference), style direct'
+    >>> _prompt_description(VerifierConfig(), False, scored=True)
+    'reference-free (the default criterion), style direct'
+    """
+    if not scored:
+        return "unknown (scores read from a file)"
+    crit = ", ".join(config.criteria) if config.criteria else None
+    if reference_guided:
+        what = (
+            f"criteria {crit} with the reference"
+            if crit
+            else "answer_match: the final answer against the reference"
+        )
+        return f"reference-guided ({what}), style {config.style}"
+    return f"reference-free ({f'criteria {crit}' if crit else 'the default criterion'}), style {config.style}"
+
+
+def render_report(
+    metrics: Mapping[str, Any],
+    *,
+    title: str = "Verifier evaluation",
+    meta: Mapping[str, Any] | None = None,
+) -> str:
+    """Render the metrics dict of :func:`evaluate` as Markdown (undefined values shown as ``n/a``)."""
+    c = metrics["counts"]
+    o = metrics["overall"]
+    parts = [f"# {title}", ""]
+    for k, v in (meta or {}).items():
+        parts.append(f"- {k}: `{v}`")
+    parts += [
+        f"- responses: {c['n_responses']} ({c['n_scored']} scored, {c['n_abstained']} abstained and excluded), "
+        f"problems: {c['n_problems']}, generators: {c['n_generators']}",
+        f"- accept threshold: score >= {format_number(metrics['threshold'], 4)} "
+        f"({metrics.get('threshold_source', 'configured')})",
+        "",
+        "## Overall",
+        "",
+    ]
+    ci = metrics.get("confidence_intervals", {})
+    head_rows = []
+    for k in (*HEADLINE, "tts_verification_gain"):
+        iv = ci.get(k)
+        interval = f"[{format_number(iv['low'])}, {format_number(iv['high'])}]" if iv else ""
+        head_rows.append([k, format_number(o.get(k)), interval])
+    parts.append(markdown_table(["metric", "value", "95% CI (problem bootstrap)"], head_rows))
+    parts += [
+        "",
+        markdown_table([h for h, _ in _OVERALL_COLUMNS], [[o[k] for _, k in _OVERALL_COLUMNS]]),
+    ]
+    b = metrics["balanced"]
+    parts += [
+        "",
+        f"Balanced protocol (<= 8 per problem, 4 correct + 4 incorrect when possible; n = {format_number(b['n'], 0)}): "
+        f"TPR {format_number(b['tpr'])}, TNR {format_number(b['tnr'])}, balanced accuracy {format_number(b['balanced_accuracy'])}.",
+        "",
+    ]
+    s = metrics["soft"]
+    parts += [
+        f"Soft variant (V = score): TPR {format_number(s['tpr'])}, TNR {format_number(s['tnr'])}, precision {format_number(s['precision'])}.",
+        "",
+    ]
+    cal = metrics.get("threshold_calibration")
+    if cal:
+        ins, cv = cal["in_sample"], cal["cross_validated"]
+        cv_thr = cv.get("thresholds") or []
+        cv_how = (
+            f"{cv['n_splits']}-fold cross-validated over problems (threshold re-chosen on each "
+            f"training split: {', '.join(format_number(t) for t in cv_thr)})"
+            if cv.get("n_splits")
+            else "not estimable (one class or fewer than 2 problems)"
+        )
+        parts += [
+            "## Accept threshold",
+            "",
+            markdown_table(
+                ["threshold", "TPR", "TNR", "balanced accuracy", "estimate"],
+                [
+                    [
+                        format_number(metrics["threshold"]),
+                        format_number(o.get("tpr")),
+                        format_number(o.get("tnr")),
+                        format_number(o.get("balanced_accuracy")),
+                        "the accept threshold of this report: "
+                        + str(metrics.get("threshold_source", "configured")),
+                    ],
+                    [
+                        format_number(cal["threshold"]),
+                        format_number(ins["tpr"]),
+                        format_number(ins["tnr"]),
+                        format_number(ins["balanced_accuracy"]),
+                        "best on these data (in-sample, optimistic)",
+                    ],
+                    [
+                        "per fold",
+                        format_number(cv["tpr"]),
+                        format_number(cv["tnr"]),
+                        format_number(cv["balanced_accuracy"]),
+                        cv_how,
+                    ],
+                ],
+            ),  # fmt: skip
+            "",
+            "The best threshold maximises balanced accuracy (Youden's J). To accept at it in "
+            f"training or evaluation: `verifier.threshold={format_number(cal['threshold'], 4)}`.",
+            "",
+        ]
+
+    parts += ["## Per generator", ""]
+    pg, pgb = metrics["per_generator"], metrics["per_generator_balanced"]
+    parts.append(
+        markdown_table(
+            [
+                "generator",
+                "n",
+                "abstained",
+                *(h for h, _ in _RATE_COLUMNS),
+                "TPR (shared)",
+                "TNR (shared)",
+                "self-verif. kw",
+            ],
+            [
+                [
+                    g,
+                    format_number(r["n"], 0),
+                    format_number(r["n_abstained"], 0),
+                    *(r[k] for _, k in _RATE_COLUMNS),
+                    pgb[g]["tpr"],
+                    pgb[g]["tnr"],
+                    r["self_verification_keyword_rate"],
+                ]
+                for g, r in pg.items()
+            ],
+        )
+    )
+    any_g = next(iter(pgb.values()))
+    parts += [
+        "",
+        f"TPR/TNR (shared): Zhou et al. protocol, on the {format_number(any_g['n_problems_tpr'], 0)} problems where every "
+        f"generator has a correct response (TPR) / the {format_number(any_g['n_problems_tnr'], 0)} where every generator has "
+        "an incorrect one (TNR); one response per problem, 8 repeats averaged.",
+        "",
+    ]
+
+    d = metrics["difficulty"]
+    parts += ["## By difficulty", "", d["definition"] + ".", ""]
+    for name in ("quartiles", "equal_width"):
+        parts += [f"### {name.replace('_', '-')} bins", ""]
+        parts.append(
+            markdown_table(
+                [
+                    "bin",
+                    "problems",
+                    "responses",
+                    *(h for h, _ in _RATE_COLUMNS),
+                ],
+                [
+                    [
+                        r["label"],
+                        format_number(r["n_problems"], 0),
+                        format_number(r["n"], 0),
+                        *(r[k] for _, k in _RATE_COLUMNS),
+                    ]
+                    for r in d[name]["bins"]
+                ],
+            )
+        )
+        parts.append("")
+    gens = metrics["generators"]
+    parts += ["### TPR / TNR per generator and difficulty quartile", ""]
+    parts.append(
+        markdown_table(
+            ["bin", *[f"{g} TPR / TNR" for g in gens]],
+            [
+                [
+                    r["label"],
+                    *[
+                        f"{format_number(r['per_generator'][g]['tpr'])} / {format_number(r['per_generator'][g]['tnr'])}"
+                        for g in gens
+                    ],
+                ]
+                for r in d["quartiles"]["bins"]
+            ],
+        )
+    )
+    parts += [
+        "",
+        f"Spearman correlation between score and problem easiness d(x): {format_number(d['score_difficulty_spearman'])}.",
+        "",
+    ]
+
+    t = metrics["tts"]
+    parts += ["## Verification at test time", ""]
+    p = t["pooled"]
+    parts.append(
+        f"Pooled (all generators' responses as the K = {format_number(p['k_mean'], 1)} candidates of a problem): "
+        f"pass rate {format_number(p['pass_rate'])} -> verified pass rate {format_number(p['tts_pass_rate'])} "
+        f"(Zhou et al. eq. 5; gain {format_number(p['tts_verification_gain'])}, eq. 6)."
+    )
+    fam = t["by_family"]
+    parts += [
+        "",
+        markdown_table(
+            ["group", "K", "pass rate", "verified pass rate", "gain"],
+            [
+                [
+                    f,
+                    format_number(r["k_mean"], 1),
+                    r["pass_rate"],
+                    r["tts_pass_rate"],
+                    r["tts_verification_gain"],
+                ]
+                for f, r in fam["groups"].items()
+            ],
+        ),
+    ]
+    if "gap_closed" in fam:
+        parts += [
+            "",
+            f"Share of the gap between the weaker ({fam['weak']}) and the stronger ({fam['strong']}) group "
+            f"closed by verification: {format_number(fam['gap_closed'])}.",
+        ]
+    cf = metrics["closed_form"]
+    parts += [
+        "",
+        f"Verifier gain (Lu et al. eq. 1) {format_number(o['verifier_gain'])}; closed form from accuracy, TPR, FPR "
+        f"(App. A): precision {format_number(cf['precision'])}, gain {format_number(cf['verifier_gain'])}. "
+        "This pooled gain treats a resample as a fresh draw from all problems; rejection sampling stays on one "
+        "problem, so its gain (below, M -> inf: the per-problem precision) is the one a solver would see.",
+        "",
+    ]
+    parts.append(
+        markdown_table(
+            [
+                "rejection sampling",
+                "M",
+                "accuracy",
+                "base",
+                "empirical gain",
+                "gain (M -> inf)",
+                "verifier gain",
+                "accept rate",
+                "mean attempts",
+            ],
+            [
+                [
+                    k,
+                    format_number(r["max_attempts"], 0),
+                    r["accuracy"],
+                    r["base_accuracy"],
+                    r["empirical_gain"],
+                    r["expected_gain_infinite_m"],
+                    r["verifier_gain"],
+                    r["acceptance_rate"],
+                    r["mean_attempts"],
+                ]
+                for k, r in metrics["rejection_sampling"].items()
+            ],
+        )
+    )
+    parts += [
+        "",
+        "## Calibration",
+        "",
+        f"ECE {format_number(o['ece'])}, Brier {format_number(o['brier'])}; see `reliability.png`.",
+        "",
+        "## Plots",
+        "",
+        "![TPR/TNR by difficulty](tpr_tnr_by_difficulty.png)",
+        "",
+        "![TPR/TNR per generator](tpr_tnr_by_generator.png)",
+        "",
+        "![Reliability](reliability.png)",
+        "",
+        "Per-response scores: `scores.jsonl` (TPR = mean of score >= threshold over is_correct rows).",
+        "",
+    ]
+    return "\n".join(parts)
+
+
+def write_outputs(
+    out_dir: str | Path,
+    rows: Sequence[Mapping[str, Any]],
+    records: Sequence[Mapping[str, Any]],
+    metrics: Mapping[str, Any],
+    *,
+    meta: Mapping[str, Any] | None = None,
+    report_meta: Mapping[str, Any] | None = None,
+    plots: bool = True,
+) -> dict[str, Path]:
+    """Write ``scores.jsonl``, ``metrics.json``, ``report.md`` and the plots, each atomically.
+
+    Args:
+        out_dir: output directory (created).
+        rows: ``(n,)`` rows as from :func:`load_responses`.
+        records: ``(n,)`` ``{score, mass}`` per row (``score`` None = abstained).
+        metrics: the dict of :func:`evaluate`.
+        meta: stored under ``meta`` in ``metrics.json`` (run settings, verifier config and stats).
+        report_meta: short ``name: value`` lines at the top of ``report.md``.
+        plots: also write the PNG plots.
+
+    Returns:
+        ``{"scores", "metrics", "report", <plot stems>}`` -> path.
+    """
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    lines = []
+    for key, row, rec in zip(_keys(rows), rows, records, strict=True):
+        lines.append(
+            to_jsonable(
+                {
+                    "problem_id": key[0],
+                    "generator": key[1],
+                    "response_index": key[2],
+                    "is_correct": bool(row["is_correct"]),
+                    "score": rec["score"],
+                    "mass": rec.get("mass"),
+                    "abstained": rec["score"] is None,
+                    "response_sha1": _sha1(row["response"]),
+                }
+            )
+        )
+    paths = {
+        "scores": atomic_write_text(
+            out / "scores.jsonl", "".join(json.dumps(x) + "\n" for x in lines)
+        )
+    }
+    paths["metrics"] = atomic_write_json(
+        out / "metrics.json", {"meta": dict(meta or {}), **metrics}
+    )
+    paths["report"] = atomic_write_text(out / "report.md", render_report(metrics, meta=report_meta))
+    if plots:
+        for p in write_plots(metrics, out):
+            paths[p.stem] = p
+    return paths
