@@ -34,7 +34,7 @@ def _config(argv: list[str]) -> dict:
 
         return {"verifier": build_config(args.config, overrides_from(args)).__dict__}
     if args.command == "compare":
-        from densereward.compare import config_from_args
+        from densereward.sample_efficiency import config_from_args
 
         return config_from_args(args)
     if args.trainer == "grpo":

@@ -1,4 +1,6 @@
-"""Tests of ``densereward compare``: statistics on synthetic curves, config checks, and a
+"""Tests of ``densereward compare`` (:mod:`densereward.sample_efficiency`) and the learning-curve
+statistics (:mod:`densereward.metrics.curves`): statistics on synthetic curves, config checks,
+a comparison through a registered run function of its own, and a
 real SAC comparison (FetchReach, sparse vs environment-dense) killed with SIGKILL mid-way and
 resumed without redoing finished runs."""
 
@@ -18,10 +20,11 @@ import numpy as np
 import pytest
 import yaml
 
-from densereward import compare as C
+from densereward import sample_efficiency as C
 from densereward.config import load_yaml
 from densereward.errors import ConfigError, DataError
 from densereward.io import atomic_write_json, read_jsonl
+from densereward.metrics import curves
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -33,37 +36,39 @@ REPO = Path(__file__).resolve().parents[1]
 
 def test_steps_to_threshold_first_crossing_and_never():
     assert (
-        C.steps_to_threshold([10, 20, 30, 40], [0.1, 0.8, 0.5, 0.9], 0.8) == 20.0
+        curves.steps_to_threshold([10, 20, 30, 40], [0.1, 0.8, 0.5, 0.9], 0.8) == 20.0
     )  # first, not last
-    assert math.isnan(C.steps_to_threshold([10, 20], [0.1, 0.79], 0.8))
+    assert math.isnan(curves.steps_to_threshold([10, 20], [0.1, 0.79], 0.8))
     with pytest.raises(DataError):
-        C.steps_to_threshold([1, 2], [0.5], 0.8)
+        curves.steps_to_threshold([1, 2], [0.5], 0.8)
 
 
 def test_normalized_auc_known_shapes():
     # constant 1 -> 1; linear ramp 0 -> 1 over the budget -> 1/2; step at half budget -> ~1/2
-    assert C.normalized_auc([0, 100], [1.0, 1.0], 100) == pytest.approx(1.0)
-    assert C.normalized_auc([0, 50, 100], [0.0, 0.5, 1.0], 100) == pytest.approx(0.5)
+    assert curves.normalized_auc([0, 100], [1.0, 1.0], 100) == pytest.approx(1.0)
+    assert curves.normalized_auc([0, 50, 100], [0.0, 0.5, 1.0], 100) == pytest.approx(0.5)
     # first value held before the first evaluation, last value held after the last one
-    assert C.normalized_auc([50], [0.4], 100) == pytest.approx(0.4)
+    assert curves.normalized_auc([50], [0.4], 100) == pytest.approx(0.4)
     # a curve that rises earlier has a larger AUC at the same final value
-    early = C.normalized_auc([0, 20, 100], [0, 1, 1], 100)
-    late = C.normalized_auc([0, 80, 100], [0, 1, 1], 100)
+    early = curves.normalized_auc([0, 20, 100], [0, 1, 1], 100)
+    late = curves.normalized_auc([0, 80, 100], [0, 1, 1], 100)
     assert (
         early > late
         and early == pytest.approx(0.9, abs=0.01)
         and late == pytest.approx(0.6, abs=0.01)
     )
-    assert math.isnan(C.normalized_auc([], [], 100))
+    assert math.isnan(curves.normalized_auc([], [], 100))
     with pytest.raises(DataError):
-        C.normalized_auc([0], [1.0], 0)
+        curves.normalized_auc([0], [1.0], 0)
 
 
 def test_final_performance_and_resample():
-    assert C.final_performance([0.0, 0.2, 0.4, 0.9], 3) == pytest.approx(0.5)
-    assert C.final_performance([0.7], 3) == pytest.approx(0.7)
-    assert math.isnan(C.final_performance([], 3))
-    np.testing.assert_allclose(C.resample_curve([10, 20], [1.0, 3.0], [0, 15, 30]), [1.0, 2.0, 3.0])
+    assert curves.final_performance([0.0, 0.2, 0.4, 0.9], 3) == pytest.approx(0.5)
+    assert curves.final_performance([0.7], 3) == pytest.approx(0.7)
+    assert math.isnan(curves.final_performance([], 3))
+    np.testing.assert_allclose(
+        curves.resample_curve([10, 20], [1.0, 3.0], [0, 15, 30]), [1.0, 2.0, 3.0]
+    )
 
 
 def test_iqm_trims_outer_quartiles_and_ci_brackets_it():
@@ -77,40 +82,40 @@ def test_iqm_trims_outer_quartiles_and_ci_brackets_it():
         0.5,
         10.0,
     ]  # IQM ignores the outliers, the mean does not
-    r = C.iqm_ci(scores, n_bootstrap=500, seed=1)
+    r = curves.iqm_ci(scores, n_bootstrap=500, seed=1)
     assert r["value"] == pytest.approx(0.5)
     assert r["low"] <= r["value"] <= r["high"] and r["n_runs"] == 8
     # reproducible from the seed; a different seed moves the interval, not the point estimate
-    assert C.iqm_ci(scores, n_bootstrap=500, seed=1) == r
+    assert curves.iqm_ci(scores, n_bootstrap=500, seed=1) == r
     # identical runs: zero-width interval; NaN runs are dropped; no finite run -> NaN
-    assert C.iqm_ci([0.3, 0.3, 0.3], n_bootstrap=200) == {
+    assert curves.iqm_ci([0.3, 0.3, 0.3], n_bootstrap=200) == {
         "value": pytest.approx(0.3),
         "low": pytest.approx(0.3),
         "high": pytest.approx(0.3),
         "n_runs": 3,
     }
-    assert C.iqm_ci([0.2, float("nan"), 0.4], n_bootstrap=200)["n_runs"] == 2
-    assert math.isnan(C.iqm_ci([float("nan")], n_bootstrap=200)["value"])
+    assert curves.iqm_ci([0.2, float("nan"), 0.4], n_bootstrap=200)["n_runs"] == 2
+    assert math.isnan(curves.iqm_ci([float("nan")], n_bootstrap=200)["value"])
 
 
 def test_probability_of_improvement_separated_tied_and_overlapping():
-    sep = C.probability_of_improvement_ci([0.8, 0.9, 1.0], [0.1, 0.2, 0.3], n_bootstrap=500)
+    sep = curves.probability_of_improvement_ci([0.8, 0.9, 1.0], [0.1, 0.2, 0.3], n_bootstrap=500)
     assert sep == {"value": 1.0, "low": 1.0, "high": 1.0, "n_runs": 3}
-    tie = C.probability_of_improvement_ci([0.5, 0.5], [0.5, 0.5], n_bootstrap=500)
+    tie = curves.probability_of_improvement_ci([0.5, 0.5], [0.5, 0.5], n_bootstrap=500)
     assert tie["value"] == pytest.approx(0.5)
-    mix = C.probability_of_improvement_ci([0.1, 0.5, 0.9], [0.2, 0.4, 0.6], n_bootstrap=2000)
+    mix = curves.probability_of_improvement_ci([0.1, 0.5, 0.9], [0.2, 0.4, 0.6], n_bootstrap=2000)
     assert mix["value"] == pytest.approx(5 / 9)
     assert mix["low"] < 0.5 < mix["high"]  # three overlapping seeds: no significant difference
 
 
 def test_mean_curve_band_contains_mean_and_collapses_for_identical_runs():
     rng = np.random.default_rng(0)
-    curves = rng.uniform(size=(5, 11))
-    mean, low, high = C.mean_curve_ci(curves, n_bootstrap=500)
-    np.testing.assert_allclose(mean, curves.mean(axis=0))
+    rows = rng.uniform(size=(5, 11))
+    mean, low, high = curves.mean_curve_ci(rows, n_bootstrap=500)
+    np.testing.assert_allclose(mean, rows.mean(axis=0))
     assert np.all(low <= mean + 1e-12) and np.all(mean <= high + 1e-12) and np.all(high - low > 0)
     same = np.tile(np.linspace(0, 1, 11), (3, 1))
-    _, lo2, hi2 = C.mean_curve_ci(same, n_bootstrap=200)
+    _, lo2, hi2 = curves.mean_curve_ci(same, n_bootstrap=200)
     np.testing.assert_allclose(lo2, hi2)
 
 
@@ -479,10 +484,153 @@ def test_bootstrap_interval_depends_on_the_seed_alone():
     """rliable's StratifiedBootstrap draws from the global np.random; the interval must not."""
     scores = [0.1, 0.2, 0.35, 0.5, 0.5, 0.65, 0.8, 0.9]
     np.random.seed(123)
-    a = C.iqm_ci(scores, n_bootstrap=300, seed=4)
+    a = curves.iqm_ci(scores, n_bootstrap=300, seed=4)
     after = np.random.random()
     np.random.seed(999)
-    b = C.iqm_ci(scores, n_bootstrap=300, seed=4)
+    b = curves.iqm_ci(scores, n_bootstrap=300, seed=4)
     assert a == b
     np.random.seed(123)
     assert np.random.random() == after  # the caller's random stream is untouched
+
+
+# ------------------------------------------------------------------------------------------
+# the registry of trainers: a comparison takes run functions, not module names
+# ------------------------------------------------------------------------------------------
+
+
+def _toy_run(config: dict, *, output_dir: Path) -> dict:
+    """A cheap real trainer: its score rises linearly at ``reward.rate`` per budget (capped
+    at 1) with seed-dependent noise; it writes its learning curve to ``curve.jsonl``."""
+    output_dir.mkdir(parents=True)  # the runner hands over a directory that does not exist yet
+    steps, seed = config["training"]["steps"], config["training"]["seed"]
+    rng = np.random.default_rng(seed)
+    curve = [
+        {"step": t, "value": float(min(1.0, config["reward"]["rate"] * t / steps) + 0.02 * rng.standard_normal())}
+        for t in range(0, steps + 1, steps // 10)
+    ]  # fmt: skip
+    with (output_dir / "curve.jsonl").open("w") as f:
+        f.writelines(json.dumps(p) + "\n" for p in curve)
+    return {"metric": "toy/score", "curve": curve, "final": curve[-1]["value"],
+            "run_dir": str(output_dir), "curve_source": "the toy trainer's score"}  # fmt: skip
+
+
+def _toy_dry_run(config: dict, *, output_dir: Path) -> list[str]:
+    return [f"run directory: {output_dir}", f"rate {config['reward']['rate']}"] + (
+        ["!! a rate this low never reaches the threshold"] if config["reward"]["rate"] < 0.5 else []
+    )
+
+
+def _toy_validate(config: dict) -> None:
+    if not config["reward"]["rate"] > 0:
+        raise ConfigError(f"reward.rate must be > 0, got {config['reward']['rate']}")
+
+
+def _toy_spec(calls: list) -> C.TrainerSpec:
+    def run(config, *, output_dir):
+        calls.append((config["reward"]["rate"], config["training"]["seed"], output_dir))
+        return _toy_run(config, output_dir=output_dir)
+
+    return C.TrainerSpec(run=run, dry_run=_toy_dry_run, budget_key=("training", "steps"),
+                         x_label="toy steps", validate=_toy_validate)  # fmt: skip
+
+
+def _toy_config(out: Path) -> dict:
+    return {
+        "name": "toy", "trainer": "toy", "output_dir": str(out), "n_bootstrap": 200,
+        "base": {"training": {"steps": 10}, "reward": {"rate": 1.0}},
+        "conditions": {"slow": ["reward.rate=0.3"], "fast": {"reward": {"rate": 3.0}}},
+        "seeds": [0, 1, 2], "budget": 100, "threshold": 0.9,
+    }  # fmt: skip
+
+
+def test_a_comparison_runs_a_run_function_given_to_it(tmp_path):
+    calls: list = []
+    spec = _toy_spec(calls)
+    out = tmp_path / "cmp"
+    res = C.run_comparison(_toy_config(out), trainers={"toy": spec}, progress=False)
+    # every (condition, seed) ran once, seed-major, with the comparison's budget and seeds, in
+    # the comparison's run directory
+    assert [(r, s) for r, s, _ in calls] == [
+        (0.3, 0),
+        (3.0, 0),
+        (0.3, 1),
+        (3.0, 1),
+        (0.3, 2),
+        (3.0, 2),
+    ]
+    assert all(d == out / "runs" / ("slow" if r == 0.3 else "fast") / f"seed{s}" / d.name
+               for r, s, d in calls)  # fmt: skip
+    written = [json.loads(x) for x in (calls[0][2] / "curve.jsonl").read_text().splitlines()]
+    stored = json.loads((out / "runs" / "slow" / "seed0" / "result.json").read_text())
+    assert stored["curve"] == written and stored["config"]["training"]["steps"] == 100
+    fast, slow = res["conditions"]["fast"], res["conditions"]["slow"]
+    assert fast["auc"]["value"] > slow["auc"]["value"] and res["x_label"] == "toy steps"
+    assert (
+        fast["steps_to_threshold"]["n_reached"] == 3
+        and slow["steps_to_threshold"]["n_reached"] == 0
+    )
+    assert res["pairs"][0]["verdict"].startswith("fast beats slow (AUC)")
+    report = (out / "report.md").read_text()
+    assert (
+        "metric `toy/score`, budget 100 toy steps" in report and "the toy trainer's score" in report
+    )
+    # a re-run resumes: nothing runs again
+    C.run_comparison(_toy_config(out), trainers={"toy": spec}, progress=False)
+    assert len(calls) == 6
+    # the dry run goes through the spec's dry_run; the trainer's validate runs before any run
+    lines = C.dry_run_comparison(_toy_config(out), trainers={"toy": spec})
+    assert "output directory: " + str(out) + " (6 of 6 runs finished" in lines[1]
+    assert (
+        "slow: rate 0.3" in lines
+        and "!! slow: a rate this low never reaches the threshold" in lines
+    )
+    assert not any("run directory" in line for line in lines)
+    bad = {**_toy_config(tmp_path / "bad"), "conditions": {"a": {}, "b": ["reward.rate=0"]}}
+    with pytest.raises(ConfigError, match="condition 'b': reward.rate must be > 0"):
+        C.run_comparison(bad, trainers={"toy": spec}, progress=False)
+    assert len(calls) == 6 and not (tmp_path / "bad").exists()
+    # a trainer name the registry does not hold is a config error naming the choices
+    with pytest.raises(ConfigError, match=r"trainer='toy'; use one of \['grpo', 'sac'\]"):
+        C.run_comparison(_toy_config(out), progress=False)
+
+
+def test_register_trainer_adds_a_name_and_never_overwrites_one(tmp_path):
+    from densereward.errors import RegistryError
+
+    calls: list = []
+    spec = _toy_spec(calls)
+    with pytest.raises(RegistryError, match="'sac' is already registered"):
+        C.register_trainer("sac", spec)
+    with pytest.raises(RegistryError, match="non-empty string"):
+        C.register_trainer(" ", spec)
+    with pytest.raises(RegistryError, match="callable run"):
+        C.TrainerSpec(run="trainers.sac", dry_run=_toy_dry_run, budget_key=("training", "steps"))
+    name = "toy-registered"
+    try:
+        assert C.register_trainer(name, spec) is spec
+        assert C.register_trainer(name, spec) is spec  # the same spec again: a no-op
+        with pytest.raises(RegistryError, match="already registered"):
+            C.register_trainer(name, _toy_spec([]))
+        # the budget and seed keys are reserved for every condition
+        assert spec.reserved == (("training", "steps"), ("training", "seed"))
+        config = {**_toy_config(tmp_path), "trainer": name, "seeds": [0, 1]}
+        res = C.run_comparison(config, progress=False)  # the default registry
+        assert res["trainer"] == name and len(calls) == 4
+        with pytest.raises(ConfigError, match="set by the comparison"):
+            C.build_run_configs(C.parse_compare_config(
+                {**config, "conditions": {"a": {}, "b": ["training.steps=5"]}}))  # fmt: skip
+    finally:
+        C.TRAINERS.pop(name, None)
+
+
+def test_the_built_in_trainers_import_nothing_heavy_until_a_run():
+    code = (
+        "import sys, densereward.sample_efficiency as se; "
+        "assert callable(se.TRAINERS['sac'].run) and callable(se.TRAINERS['grpo'].dry_run); "
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in "
+        "('trl', 'stable_baselines3', 'torch', 'transformers', 'gymnasium') "
+        "or m.startswith('densereward.trainers')))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "[]"

@@ -5,7 +5,7 @@ Sub-commands::
     densereward score          score one response with the verifier (expected score, mass, argmax)
     densereward train grpo     GRPO in TRL with a verifier reward (trainers/grpo.py)
     densereward train sac      SAC in a robot environment with a verifier reward (trainers/sac.py)
-    densereward compare        sparse vs dense sample efficiency over seeds (rliable statistics)
+    densereward compare        sample-efficiency comparison: sparse vs dense over seeds (rliable)
     densereward eval-verifier  verification-dynamics metrics of a verifier on labelled responses
 
 Every sub-command has its own ``--help``.
@@ -157,13 +157,13 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
 def _add_compare(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "compare",
-        help="sparse vs dense sample efficiency over seeds (rliable IQM, bootstrap CIs)",
+        help="sample-efficiency comparison: sparse vs dense over seeds (rliable IQM, bootstrap CIs)",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    from . import compare
+    from .sample_efficiency import cli
 
-    compare.add_arguments(p)
-    p.set_defaults(func=compare.main)
+    cli.add_arguments(p)
+    p.set_defaults(func=cli.main)
 
 
 def _add_eval(sub: argparse._SubParsersAction) -> None:

@@ -1,0 +1,146 @@
+"""``densereward compare``: the sample-efficiency comparison's command line."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from ..config import add_override_arguments, apply_overrides, load_yaml, overrides_from
+from ..errors import ConfigError
+from .runner import dry_run_comparison, output_dir_of, run_comparison
+
+__all__ = ["EPILOG", "add_arguments", "config_from_args", "main"]
+
+EPILOG = """\
+examples:
+  densereward compare --config configs/compare_fetchreach.yaml
+  densereward compare --config configs/compare_fetchreach.yaml --seeds 0 1 budget=2000 --output-dir runs/cmp-small
+  densereward compare --config configs/compare_grpo_cpu.yaml --conditions sparse dense
+  densereward compare --config configs/compare_fetchreach.yaml --report-only   # statistics of finished runs
+
+Re-running the same command resumes: finished runs (runs/<condition>/seed<k>/result.json) are
+skipped and an interrupted run starts again. Outputs: report.md, learning_curves.png, results.json.
+"""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add ``densereward compare``'s arguments to ``parser``."""
+    parser.description = (
+        "Compare reward conditions (e.g. sparse vs dense) over seeds with the same trainer and budget: "
+        "IQM with stratified-bootstrap CIs, probability of improvement, steps to threshold, AUC (rliable)."
+    )
+    parser.epilog = EPILOG
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    parser.add_argument(
+        "--config", required=True, help="comparison YAML, e.g. configs/compare_fetchreach.yaml"
+    )
+    add_override_arguments(parser, "budget=2000 threshold=0.9 (keys of the comparison config)")
+    parser.add_argument(
+        "--output-dir", default=None, help="output directory (overrides output_dir:)"
+    )
+    parser.add_argument(
+        "--seeds", type=int, nargs="+", default=None, help="seeds (overrides seeds:)"
+    )
+    parser.add_argument(
+        "--budget", type=int, default=None, help="steps per run (overrides budget:)"
+    )
+    parser.add_argument(
+        "--conditions", nargs="+", default=None, metavar="NAME", help="run only these conditions"
+    )
+    parser.add_argument(
+        "--report-only",
+        action="store_true",
+        help="run nothing; report the runs finished so far (their budget, seeds and conditions "
+        "are read from <output dir>/compare_config.yaml; flags still override)",
+    )
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    parser.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="validate every condition with its trainer's dry run (data files, environment ids, "
+        "configs) and list the finished runs; run nothing, create nothing",
+    )
+
+
+_RUN_KEYS = ("trainer", "base", "common", "conditions", "seeds", "budget")
+"""Keys of a comparison config that define its runs (the rest only changes the analysis)."""
+
+
+def config_from_args(args: argparse.Namespace) -> dict[str, Any]:
+    """Load the comparison YAML and apply the command-line overrides (flags win).
+
+    With ``--report-only`` the run-defining keys (``trainer, base, common, conditions, seeds,
+    budget``) come from ``<output dir>/compare_config.yaml`` when it exists -- the config the
+    runs there were made with -- so a comparison run with ``--budget/--seeds/--conditions``
+    can be re-analysed without repeating them; analysis keys (``threshold``, ``final_window``,
+    ``metric``, bootstrap settings) still come from ``--config``, and overrides and flags
+    still win.
+
+    Raises:
+        ConfigError: for a missing config file, a malformed override, or ``--conditions``
+            naming a condition the config does not have (or one twice).
+    """
+    config = load_yaml(args.config)
+    if getattr(args, "report_only", False):
+        out = output_dir_of(
+            getattr(args, "output_dir", None),
+            config.get("output_dir"),
+            config.get("name") or Path(args.config).stem,
+        )
+        stored_path = out / "compare_config.yaml"
+        if stored_path.is_file():
+            stored = load_yaml(stored_path)
+            for key in _RUN_KEYS:
+                if key in stored:
+                    config[key] = stored[key]
+                else:
+                    config.pop(key, None)
+            print(f"report-only: runs as recorded in {stored_path}", file=sys.stderr)
+    apply_overrides(config, overrides_from(args))
+    if args.seeds is not None:
+        config["seeds"] = list(args.seeds)
+    if args.budget is not None:
+        config["budget"] = args.budget
+    if args.conditions:
+        conds = config.get("conditions") or {}
+        unknown = [c for c in args.conditions if c not in conds]
+        if unknown:
+            raise ConfigError(f"--conditions: unknown {unknown}; the config has {list(conds)}")
+        dup = sorted({c for c in args.conditions if args.conditions.count(c) > 1})
+        if dup:
+            raise ConfigError(f"--conditions: {dup} given more than once")
+        config["conditions"] = {c: conds[c] for c in args.conditions}
+    return config
+
+
+def main(args: argparse.Namespace) -> int:
+    """Run ``densereward compare`` from parsed arguments; returns the exit code."""
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    config = config_from_args(args)
+    cfg_path = Path(args.config)
+    if getattr(args, "dry_run", False):
+        lines = dry_run_comparison(config, output_dir=args.output_dir,
+                                   base_dir=cfg_path.resolve().parent, name=cfg_path.stem)  # fmt: skip
+        n_problems = sum(line.startswith("!! ") for line in lines)
+        print("dry run: comparison valid; nothing run, nothing created"
+              + (f"; {n_problems} problem(s) the runs would hit:" if n_problems else ""))  # fmt: skip
+        for line in lines:
+            print(f"  {line}" if line.startswith("!! ") else f"  ok  {line}")
+        return 0
+    res = run_comparison(
+        config, output_dir=args.output_dir, base_dir=cfg_path.resolve().parent, name=cfg_path.stem,
+        progress=not args.no_progress, report_only=args.report_only,
+    )  # fmt: skip
+    out = Path(res["output_dir"])
+    print(
+        f"report: {out / 'report.md'}\nlearning curves: {out / 'learning_curves.png'}\nresults: {out / 'results.json'}"
+    )
+    for p in res["pairs"]:
+        print(p["verdict"])
+    if res["missing"]:
+        print(f"incomplete: {len(res['missing'])} run(s) not finished", file=sys.stderr)
+    return 0

@@ -1,0 +1,473 @@
+"""The comparison's configuration and its registry of trainers.
+
+A trainer is registered as a :class:`TrainerSpec`: its ``run`` and ``dry_run`` functions and
+the config keys a comparison sets for every run (budget, seed). The registry holds functions,
+not module names, in the spirit of Gymnasium's ``register(id, entry_point=...)``: the two
+built-in entries (``sac``, ``grpo``) are small functions that import
+:mod:`densereward.trainers.sac` / :mod:`densereward.trainers.grpo` (and with them SB3 or TRL)
+only when called, and :func:`register_trainer` adds one of your own.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import hashlib
+import json
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from ..config import apply_overrides, from_dict, load_yaml, parse_override
+from ..errors import ConfigError, DataError, RegistryError
+from ..io import to_jsonable
+
+__all__ = [
+    "TRAINERS",
+    "CompareConfig",
+    "CompareWandbConfig",
+    "TrainerSpec",
+    "build_run_configs",
+    "fingerprint",
+    "parse_compare_config",
+    "register_trainer",
+]
+
+Keys = tuple[str, ...]
+
+
+# --------------------------------------------------------------------------------------------
+# Registry of trainers
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TrainerSpec:
+    """How a comparison drives one trainer: its run functions and the keys it sets per run.
+
+    Example (a trainer of your own; ``densereward.sample_efficiency`` re-exports these)::
+
+        register_trainer("mine", TrainerSpec(run=my_run, dry_run=my_dry_run,
+                                             budget_key=("training", "steps")))
+    """
+
+    run: Callable[..., Mapping[str, Any]]
+    """``run(config, *, output_dir) -> summary``: trains one run from its nested config dict
+    (the base config with the condition's overrides, budget and seed set) in the run
+    directory ``output_dir`` (a :class:`~pathlib.Path` that does not exist yet). The summary
+    has ``"curve": [{"step", "value"}, ...]`` (steps in the budget's unit), ``"metric"`` (the
+    curve's name) and optionally ``"final"``, ``"run_dir"``, ``"curve_source"``."""
+    dry_run: Callable[..., Sequence[str]]
+    """``dry_run(config, *, output_dir) -> lines``: validates a run config without training;
+    one line per check, a problem the run would hit starts with ``"!! "``; a line starting
+    ``"run directory:"`` is dropped (the directory is a scratch one)."""
+    budget_key: Keys
+    """Config key of a run's training budget, e.g. ``("training", "total_timesteps")``."""
+    seed_key: Keys = ("training", "seed")
+    """Config key of a run's seed."""
+    x_label: str = "steps"
+    """Unit of the budget and of the curves' steps, for the report and the plot."""
+    reserved: tuple[Keys, ...] = ()
+    """Further keys a condition may not override (e.g. the run directory); the budget and
+    seed keys are always reserved: every condition gets the same ones."""
+    prepare: Callable[..., None] | None = None
+    """``prepare(config, *, wandb_group, wandb_enabled)``: fits a condition's config to the
+    comparison in place (W&B group and switch, no run directory of its own); ``None`` = as is."""
+    validate: Callable[[dict[str, Any]], None] | None = None
+    """``validate(config)``: the checks a run would fail at its start (the trainer's own
+    config parser, data files, environment ids), raising ``ConfigError`` / ``DataError``;
+    called for every condition before the first run. ``None`` = no check."""
+
+    def __post_init__(self) -> None:
+        if not callable(self.run) or not callable(self.dry_run):
+            raise RegistryError("TrainerSpec needs callable run and dry_run functions")
+        for keys in (self.budget_key, self.seed_key, *self.reserved):
+            if not keys or not all(isinstance(k, str) and k for k in keys):
+                raise RegistryError(
+                    f"TrainerSpec keys must be non-empty tuples of names, got {keys!r}"
+                )
+        every = [tuple(self.budget_key), tuple(self.seed_key), *map(tuple, self.reserved)]
+        object.__setattr__(self, "reserved", tuple(dict.fromkeys(every)))
+
+
+def _set(config: dict[str, Any], keys: Sequence[str], value: Any) -> None:
+    node = config
+    for k in keys[:-1]:
+        if not isinstance(node.get(k), dict):
+            node[k] = {}
+        node = node[k]
+    node[keys[-1]] = value
+
+
+def _get(config: Mapping[str, Any], keys: Sequence[str]) -> Any:
+    node: Any = config
+    for k in keys:
+        if not isinstance(node, Mapping) or k not in node:
+            return None
+        node = node[k]
+    return node
+
+
+def _sac_run(config: dict[str, Any], *, output_dir: Path) -> dict[str, Any]:
+    from ..trainers import sac
+
+    return sac.run(config, output_dir=output_dir)
+
+
+def _sac_dry_run(config: dict[str, Any], *, output_dir: Path) -> list[str]:
+    from ..trainers import sac
+
+    return sac.dry_run(config, output_dir=output_dir)
+
+
+def _sac_prepare(config: dict[str, Any], *, wandb_group: str, wandb_enabled: bool) -> None:
+    # SAC's W&B group and job type come from the environment (WANDB_RUN_GROUP) the runner sets
+    _set(config, ("training", "wandb"), bool(wandb_enabled))
+    config.get("training", {}).pop("run_name", None)
+
+
+def _sac_validate(config: dict[str, Any]) -> None:
+    from ..trainers import sac
+
+    sac.env_spec(sac.parse_config(copy.deepcopy(config)).env.id)
+
+
+def _grpo_run(config: dict[str, Any], *, output_dir: Path) -> dict[str, Any]:
+    from ..trainers import grpo
+
+    return grpo.run(config, output_dir=output_dir)
+
+
+def _grpo_dry_run(config: dict[str, Any], *, output_dir: Path) -> list[str]:
+    from ..trainers import grpo
+
+    return grpo.dry_run(config, output_dir=output_dir)
+
+
+def _grpo_prepare(config: dict[str, Any], *, wandb_group: str, wandb_enabled: bool) -> None:
+    _set(config, ("wandb", "group"), wandb_group)
+    if not wandb_enabled:
+        _set(config, ("training", "report_to"), "none")
+    config.get("training", {}).pop("output_dir", None)
+
+
+def _grpo_validate(config: dict[str, Any]) -> None:
+    from ..data import check_source
+    from ..trainers import grpo
+
+    check_source(grpo.resolve_config(copy.deepcopy(config))["data"])
+
+
+TRAINERS: dict[str, TrainerSpec] = {
+    "sac": TrainerSpec(
+        run=_sac_run,
+        dry_run=_sac_dry_run,
+        budget_key=("training", "total_timesteps"),
+        x_label="environment steps",
+        reserved=(("training", "output_dir"), ("training", "run_name")),
+        prepare=_sac_prepare,
+        validate=_sac_validate,
+    ),
+    "grpo": TrainerSpec(
+        run=_grpo_run,
+        dry_run=_grpo_dry_run,
+        budget_key=("training", "max_steps"),
+        x_label="GRPO steps",
+        reserved=(("training", "output_dir"), ("wandb", "group")),
+        prepare=_grpo_prepare,
+        validate=_grpo_validate,
+    ),
+}
+"""The registry: trainer name (a comparison's ``trainer:``) -> :class:`TrainerSpec`. Add to it
+with :func:`register_trainer`; a comparison may also be given a mapping of its own."""
+
+
+def register_trainer(name: str, spec: TrainerSpec) -> TrainerSpec:
+    """Register ``spec`` under ``name`` (a comparison's ``trainer: name``).
+
+    Args:
+        name: a non-empty string.
+        spec: the trainer's :class:`TrainerSpec`.
+
+    Returns:
+        ``spec``.
+
+    Raises:
+        RegistryError: if ``name`` is taken by a different spec (names are never overwritten,
+            built-in or not; registering the same spec again is a no-op), or if ``name`` or
+            ``spec`` is malformed.
+    """
+    if not isinstance(name, str) or not name.strip():
+        raise RegistryError(f"a trainer name must be a non-empty string, got {name!r}")
+    if not isinstance(spec, TrainerSpec):
+        raise RegistryError(f"register_trainer needs a TrainerSpec, got {type(spec).__name__}")
+    if name in TRAINERS and TRAINERS[name] != spec:
+        raise RegistryError(
+            f"trainer {name!r} is already registered; pick another name (registered: "
+            f"{sorted(TRAINERS)})"
+        )
+    TRAINERS[name] = spec
+    return spec
+
+
+def trainer_spec(name: str, trainers: Mapping[str, TrainerSpec] = TRAINERS) -> TrainerSpec:
+    """The spec of trainer ``name``; :class:`ConfigError` naming the choices if there is none."""
+    if name not in trainers:
+        raise ConfigError(f"trainer={name!r}; use one of {sorted(trainers)}")
+    return trainers[name]
+
+
+# --------------------------------------------------------------------------------------------
+# Comparison config
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CompareWandbConfig:
+    """W&B grouping of the comparison's runs (YAML section ``wandb:``)."""
+
+    group: str | None = None
+    """W&B group of every run; ``None`` = the comparison's ``name``. Each run's job type is its condition."""
+    enabled: bool = True
+    """Log the runs to W&B (offline unless an API key is configured)."""
+
+
+@dataclass(frozen=True)
+class CompareConfig:
+    """A sparse-vs-dense comparison (YAML ``configs/compare_*.yaml``)."""
+
+    trainer: str
+    """The trainer every run goes through, a name in the registry (:data:`TRAINERS`):
+    ``sac`` (densereward.trainers.sac), ``grpo`` (densereward.trainers.grpo) or one added
+    with :func:`register_trainer`."""
+    conditions: dict[str, Any]
+    """Condition name -> overrides of the base config: a list of dotted ``key=value`` strings, a
+    nested mapping merged into the base, or ``null`` / ``{}`` for the base itself."""
+    base: Any = None
+    """The train config every condition starts from: a YAML path (relative to the working
+    directory or to the comparison config) or an inline mapping."""
+    name: str | None = None
+    """Name of the comparison (report title, default W&B group); ``None`` = the config file's stem."""
+    common: Any = None
+    """Overrides applied to every condition before its own (same forms as a condition)."""
+    seeds: tuple[int, ...] = (0, 1, 2)
+    """Seeds S; every condition runs every seed (``training.seed``)."""
+    budget: int | None = None
+    """Training budget of every run: ``training.total_timesteps`` (SAC, environment steps) or
+    ``training.max_steps`` (GRPO, optimizer steps); ``None`` = the base config's value."""
+    threshold: float | None = None
+    """Performance level for steps-to-threshold (e.g. success rate 0.8); ``None`` = not reported."""
+    metric: str | None = None
+    """Label of the curve metric in the report; ``None`` = the trainer's (``success_rate``,
+    ``verifier/pass_rate``)."""
+    output_dir: str | None = None
+    """Output directory; ``None`` = ``runs/compare/<name>``."""
+    final_window: int = 3
+    """Final performance = mean of the last ``final_window`` points of a run's curve."""
+    grid_points: int = 51
+    """Points of the common step grid on ``[0, budget]`` (curve averaging, bands and AUC)."""
+    n_bootstrap: int = 2000
+    """Bootstrap replicates of every confidence interval."""
+    confidence: float = 0.95
+    """Coverage of the confidence intervals."""
+    stats_seed: int = 0
+    """Seed of the bootstrap (the report is reproducible from the result files)."""
+    primary: Literal["auc", "final"] = "auc"
+    """Score of the pairwise verdicts: ``auc`` (sample efficiency) or ``final`` (final performance)."""
+    wandb: CompareWandbConfig = field(default_factory=CompareWandbConfig)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.trainer, str) or not self.trainer:
+            raise ConfigError(f"trainer={self.trainer!r}; use one of {sorted(TRAINERS)}")
+        if self.base is not None and not isinstance(self.base, (str, Mapping)):
+            raise ConfigError(
+                f"base must be a config path or a mapping, got {type(self.base).__name__}"
+            )
+        if not isinstance(self.conditions, Mapping) or len(self.conditions) < 2:
+            raise ConfigError("conditions must map at least two condition names to overrides")
+        for cname, ov in self.conditions.items():
+            if (
+                not isinstance(cname, str)
+                or not cname
+                or any(c in cname for c in "/\\ ")
+                or cname.startswith(".")
+            ):
+                raise ConfigError(
+                    f"condition name {cname!r} must be a non-empty string without '/', '\\' or spaces"
+                )
+            _check_override_form(ov, f"conditions.{cname}")
+        _check_override_form(self.common, "common")
+        seeds = self.seeds if isinstance(self.seeds, (list, tuple)) else None
+        if not seeds:
+            raise ConfigError(f"seeds must be a non-empty list of integers, got {self.seeds!r}")
+        try:
+            clean = tuple(int(s) for s in seeds)
+        except (TypeError, ValueError):
+            raise ConfigError(f"seeds must be integers, got {self.seeds!r}") from None
+        if len(set(clean)) != len(clean):
+            raise ConfigError(f"seeds must be distinct, got {list(clean)}")
+        object.__setattr__(self, "seeds", clean)
+        if self.budget is not None and self.budget < 1:
+            raise ConfigError(f"budget must be >= 1, got {self.budget}")
+        if self.final_window < 1:
+            raise ConfigError(f"final_window must be >= 1, got {self.final_window}")
+        if self.grid_points < 2:
+            raise ConfigError(f"grid_points must be >= 2, got {self.grid_points}")
+        if self.n_bootstrap < 100:
+            raise ConfigError(f"n_bootstrap must be >= 100, got {self.n_bootstrap}")
+        if not 0.0 < self.confidence < 1.0:
+            raise ConfigError(f"confidence must be in (0, 1), got {self.confidence}")
+        if self.primary not in ("auc", "final"):
+            raise ConfigError(f"primary={self.primary!r}; use auc | final")
+
+
+def _check_override_form(ov: Any, where: str) -> None:
+    if ov is None or isinstance(ov, Mapping):
+        return
+    if isinstance(ov, (list, tuple)) and all(isinstance(x, str) for x in ov):
+        for x in ov:
+            parse_override(x)  # raises ConfigError on a malformed entry
+        return
+    raise ConfigError(f"{where} must be a list of key=value strings or a mapping, got {ov!r}")
+
+
+def parse_compare_config(
+    config: Mapping[str, Any],
+    *,
+    name: str | None = None,
+    trainers: Mapping[str, TrainerSpec] = TRAINERS,
+) -> CompareConfig:
+    """Validate a comparison config mapping into :class:`CompareConfig`.
+
+    Args:
+        config: the YAML mapping (see :mod:`densereward.sample_efficiency`).
+        name: default comparison name (e.g. the config file's stem) when ``name`` is not set.
+        trainers: the registry ``trainer:`` is looked up in (default :data:`TRAINERS`).
+
+    Raises:
+        ConfigError: on unknown keys or invalid values, or a trainer not in ``trainers``.
+    """
+    data = dict(config)
+    for required in ("trainer", "conditions"):
+        if required not in data:
+            raise ConfigError(f"comparison config needs {required!r}")
+    cfg = from_dict(CompareConfig, data)
+    trainer_spec(cfg.trainer, trainers)
+    if cfg.name is None:
+        cfg = dataclasses.replace(cfg, name=name or "compare")
+    return cfg
+
+
+def _deep_merge(base: dict[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
+    for k, v in over.items():
+        if isinstance(v, Mapping) and isinstance(base.get(k), dict):
+            _deep_merge(base[k], v)
+        else:
+            base[k] = copy.deepcopy(dict(v) if isinstance(v, Mapping) else v)
+    return base
+
+
+def _override_keys(ov: Any) -> list[Keys]:
+    if ov is None:
+        return []
+    if isinstance(ov, Mapping):
+        out = []
+        for k, v in ov.items():
+            if isinstance(v, Mapping) and v:
+                out += [(str(k), *sub) for sub in _override_keys(v)]
+            else:
+                out.append((str(k),))
+        return out
+    return [tuple(parse_override(x)[0]) for x in ov]
+
+
+def _apply(config: dict[str, Any], ov: Any) -> dict[str, Any]:
+    if ov is None:
+        return config
+    if isinstance(ov, Mapping):
+        return _deep_merge(config, ov)
+    return apply_overrides(config, list(ov))
+
+
+def _load_base(base: Any, base_dir: Path | None) -> dict[str, Any]:
+    if base is None:
+        return {}
+    if isinstance(base, Mapping):
+        return copy.deepcopy(dict(base))
+    p = Path(base)
+    candidates = [p] if p.is_absolute() else [Path.cwd() / p]
+    if not p.is_absolute() and base_dir is not None:
+        candidates += [base_dir / p, base_dir.parent / p]
+    for c in candidates:
+        if c.is_file():
+            return load_yaml(c)
+    raise ConfigError(
+        f"base config {base!r} not found (looked in {', '.join(str(c.parent) for c in candidates)})"
+    )
+
+
+def build_run_configs(
+    cfg: CompareConfig,
+    *,
+    base_dir: Path | None = None,
+    trainers: Mapping[str, TrainerSpec] = TRAINERS,
+) -> dict[str, dict[str, dict[str, Any]]]:
+    """The train config of every run: ``{condition: {f"seed{k}": config}}``.
+
+    Each is the base config with ``common`` and then the condition's overrides applied, the
+    budget and the seed set, and W&B grouping filled in (the trainer's ``prepare``), so every
+    condition gets the same budget and seeds. The configs are validated by the trainer's
+    ``validate`` (its own parser) before any run.
+
+    Args:
+        cfg: the comparison.
+        base_dir: directory of the comparison config file (a relative ``base`` path is also
+            looked up there and in its parent).
+        trainers: the registry ``cfg.trainer`` is looked up in (default :data:`TRAINERS`).
+
+    Raises:
+        ConfigError: if a condition overrides the budget, the seed or the run directory, or a
+            resulting config is invalid for the trainer.
+        DataError: if a condition's data would not load (e.g. a missing local file).
+    """
+    spec = trainer_spec(cfg.trainer, trainers)
+    base = _load_base(cfg.base, base_dir)
+    _apply(base, copy.deepcopy(cfg.common))
+    budget = cfg.budget if cfg.budget is not None else _get(base, spec.budget_key)
+    if budget is None:
+        raise ConfigError(f"set budget: (or {'.'.join(spec.budget_key)} in the base config)")
+    group = cfg.wandb.group or cfg.name
+    out: dict[str, dict[str, dict[str, Any]]] = {}
+    for cname, ov in cfg.conditions.items():
+        for keys in _override_keys(cfg.common) + _override_keys(ov):
+            if any(keys == r[: len(keys)] or r == keys[: len(r)] for r in spec.reserved):
+                raise ConfigError(
+                    f"conditions.{cname}: {'.'.join(keys)} is set by the comparison for every run "
+                    "(use budget: / seeds:); conditions must differ only in their reward set-up"
+                )
+        cond_cfg = _apply(copy.deepcopy(base), copy.deepcopy(ov))
+        _set(cond_cfg, spec.budget_key, int(budget))
+        if spec.prepare is not None:
+            spec.prepare(cond_cfg, wandb_group=group, wandb_enabled=bool(cfg.wandb.enabled))
+        if spec.validate is not None:
+            try:
+                spec.validate(cond_cfg)
+            except (ConfigError, DataError) as exc:
+                raise type(exc)(f"condition {cname!r}: {exc}") from None
+        out[cname] = {}
+        for seed in cfg.seeds:
+            run_cfg = copy.deepcopy(cond_cfg)
+            _set(run_cfg, spec.seed_key, int(seed))
+            out[cname][f"seed{seed}"] = run_cfg
+    return out
+
+
+def fingerprint(trainer: str, config: Mapping[str, Any]) -> str:
+    """Stable hash of a run's trainer and config (detects a changed config on resume).
+
+    Returns:
+        16 hex digits of the SHA-256 of the JSON ``{"trainer", "config"}`` with sorted keys.
+    """
+    text = json.dumps({"trainer": trainer, "config": to_jsonable(config)}, sort_keys=True)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]

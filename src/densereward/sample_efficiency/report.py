@@ -1,0 +1,336 @@
+"""Analysis of a comparison's runs, its Markdown report and its learning-curve plot.
+
+The statistics themselves are :mod:`densereward.metrics.curves` (IQM, AUC, probability of
+improvement, steps to threshold, the mean curve with its band); this module applies them per
+condition and per pair of conditions and writes the results down.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..metrics.curves import (
+    curve_arrays,
+    final_performance,
+    iqm_ci,
+    mean_curve_ci,
+    normalized_auc,
+    probability_of_improvement_ci,
+    resample_curve,
+    steps_to_threshold,
+)
+from ..metrics.format import format_number, markdown_table
+
+__all__ = ["analyze", "plot_curves", "render_report", "verdict"]
+
+NAN = float("nan")
+
+
+def verdict(
+    a: str, b: str, poi: Mapping[str, float], *, score: str = "AUC", n_a: int = 2, n_b: int = 2
+) -> str:
+    """One-line verdict for a pair from P(a > b) and its interval.
+
+    ``a`` beats ``b`` when the interval's lower bound is above 0.5, ``b`` beats ``a`` when
+    its upper bound is below 0.5, otherwise there is no significant difference. With fewer
+    than 2 runs (``n_a``, ``n_b``) on a side the bootstrap interval is degenerate: no verdict.
+
+    >>> verdict("dense", "sparse", {"value": 0.89, "low": 0.67, "high": 1.0})
+    'dense beats sparse (AUC): P(dense > sparse) = 0.89 [0.67, 1.00]'
+    >>> verdict("dense", "sparse", {"value": 0.5, "low": 0.2, "high": 0.8})
+    'no significant difference between dense and sparse (AUC): P(dense > sparse) = 0.50 [0.20, 0.80]'
+    """
+    p, lo, hi = poi.get("value", NAN), poi.get("low", NAN), poi.get("high", NAN)
+    stat = f"P({a} > {b}) = {format_number(p, 2)} [{format_number(lo, 2)}, {format_number(hi, 2)}]"
+    if min(n_a, n_b) < 2:
+        return f"too few runs for a verdict ({score}; {n_a} and {n_b} finished, >= 2 each needed): {stat}"
+    if not all(map(math.isfinite, (p, lo, hi))):
+        return f"not comparable ({score}: a condition has no finished run with a curve): {stat}"
+    if lo > 0.5:
+        return f"{a} beats {b} ({score}): {stat}"
+    if hi < 0.5:
+        return f"{b} beats {a} ({score}): {stat}"
+    return f"no significant difference between {a} and {b} ({score}): {stat}"
+
+
+def analyze(
+    runs: Mapping[str, Sequence[Mapping[str, Any]]],
+    *,
+    budget: float,
+    threshold: float | None = None,
+    final_window: int = 3,
+    grid_points: int = 51,
+    n_bootstrap: int = 2000,
+    confidence: float = 0.95,
+    seed: int = 0,
+    primary: str = "auc",
+) -> dict[str, Any]:
+    """Statistics of a comparison from its per-run results.
+
+    Args:
+        runs: condition -> list of run results, each with ``seed`` and ``curve``
+            (``[{"step", "value"}]``, steps in the budget's unit).
+        budget: training budget (environment steps or GRPO steps) = the grid's right end.
+        threshold: level for steps-to-threshold; ``None`` skips it.
+        final_window: evaluations averaged into final performance.
+        grid_points: points of the common grid on ``[0, budget]``.
+        n_bootstrap, confidence, seed: bootstrap settings (every CI uses ``seed``).
+        primary: ``auc`` or ``final``, the score of the pairwise verdicts.
+
+    Returns:
+        ``{"grid": (G,), "conditions": {name: {"runs": [...], "final": ci, "auc": ci,
+        "steps_to_threshold": {...}, "curve": {"mean", "low", "high"}}}, "pairs": [...]}``.
+    """
+    grid = np.linspace(0.0, float(budget), grid_points)
+    kw = {"n_bootstrap": n_bootstrap, "confidence": confidence, "seed": seed}
+    conditions: dict[str, Any] = {}
+    for name, results in runs.items():
+        per_run = []
+        rows = []
+        for r in results:
+            s, v = curve_arrays(r.get("curve") or [])
+            item = {
+                "seed": r.get("seed"),
+                "final": final_performance(v, final_window),
+                "auc": normalized_auc(s, v, budget, grid_points=grid_points) if s.size else NAN,
+                "steps_to_threshold": steps_to_threshold(s, v, threshold)
+                if threshold is not None and s.size
+                else NAN,
+                "n_points": int(s.size),
+                "wall_s": r.get("wall_s"),
+                "run_dir": r.get("run_dir"),
+            }
+            per_run.append(item)
+            if s.size:
+                rows.append(resample_curve(s, v, grid))
+        finals = [x["final"] for x in per_run]
+        aucs = [x["auc"] for x in per_run]
+        entry: dict[str, Any] = {
+            "n_runs": len(per_run),
+            "runs": per_run,
+            "final": iqm_ci(finals, **kw),
+            "auc": iqm_ci(aucs, **kw),
+        }
+        if threshold is not None:
+            sts = np.array([x["steps_to_threshold"] for x in per_run], dtype=float)
+            reached = np.isfinite(sts)
+            median = float(np.median(np.where(reached, sts, np.inf))) if sts.size else NAN
+            entry["steps_to_threshold"] = {
+                "threshold": threshold,
+                "median": median if math.isfinite(median) else None,
+                "n_reached": int(reached.sum()),
+                "n_runs": int(sts.size),
+                "per_seed": {
+                    str(x["seed"]): (
+                        None
+                        if not math.isfinite(x["steps_to_threshold"])
+                        else x["steps_to_threshold"]
+                    )
+                    for x in per_run
+                },
+            }
+        if rows:
+            mean, low, high = mean_curve_ci(np.stack(rows), **kw)
+            entry["curve"] = {"mean": mean, "low": low, "high": high}
+        else:
+            entry["curve"] = None
+        conditions[name] = entry
+    pairs = []
+    for a, b in itertools.combinations(list(conditions), 2):
+        pa = {k: [x[k] for x in conditions[a]["runs"]] for k in ("auc", "final")}
+        pb = {k: [x[k] for x in conditions[b]["runs"]] for k in ("auc", "final")}
+        poi = {k: probability_of_improvement_ci(pa[k], pb[k], **kw) for k in ("auc", "final")}
+        # orient each pair so the condition with the larger primary score comes first
+        if math.isfinite(poi[primary]["value"]) and poi[primary]["value"] < 0.5:
+            a, b = b, a
+            poi = {
+                k: {
+                    "value": 1 - v["value"],
+                    "low": 1 - v["high"],
+                    "high": 1 - v["low"],
+                    "n_runs": len(pb[k]),
+                }
+                for k, v in poi.items()
+            }
+        pairs.append(
+            {
+                "a": a, "b": b, "score": primary,
+                "p_improvement": poi,
+                "verdict": verdict(
+                    a, b, poi[primary], score="AUC" if primary == "auc" else "final performance",
+                    n_a=int(np.isfinite([x[primary] for x in conditions[a]["runs"]]).sum()),
+                    n_b=int(np.isfinite([x[primary] for x in conditions[b]["runs"]]).sum()),
+                ),
+            }
+        )  # fmt: skip
+    return {"grid": grid, "conditions": conditions, "pairs": pairs}
+
+
+def _ci_text(ci: Mapping[str, float], digits: int = 3) -> str:
+    """``value [low, high]``."""
+    lo, hi = format_number(ci["low"], digits), format_number(ci["high"], digits)
+    return f"{format_number(ci['value'], digits)} [{lo}, {hi}]"
+
+
+def render_report(
+    analysis: Mapping[str, Any],
+    *,
+    name: str,
+    trainer: str,
+    metric: str,
+    budget: float,
+    seeds: Sequence[int],
+    x_label: str,
+    confidence: float = 0.95,
+    n_bootstrap: int = 2000,
+    final_window: int = 3,
+    wall_s: float | None = None,
+    missing: Sequence[str] = (),
+    curve_sources: Sequence[str] = (),
+) -> str:
+    """Markdown report: one table row per condition and one verdict line per pair.
+
+    ``curve_sources``: what the runs' learning curves measure, as the trainers state it
+    (``summary["curve_source"]``, e.g. SAC's deterministic evaluation episodes); each distinct
+    one is named in the report's header and Method section.
+    """
+    pct = f"{round(confidence * 100)}%"
+    headers = [
+        "condition", "runs", f"final {metric} IQM [{pct} CI]", f"AUC IQM [{pct} CI]",
+        "steps to threshold (median; reached)", "wall s / run",
+    ]  # fmt: skip
+    rows = []
+    for cname, c in analysis["conditions"].items():
+        st = c.get("steps_to_threshold")
+        if st is None:
+            st_txt = "n/a"
+        else:
+            med = "not reached" if st["median"] is None else f"{st['median']:.0f}"
+            st_txt = f"{med} ({st['n_reached']}/{st['n_runs']} reached >= {st['threshold']:g})"
+        walls = [r["wall_s"] for r in c["runs"] if r.get("wall_s") is not None]
+        wall = f"{np.mean(walls):.0f}" if walls else "n/a"
+        rows.append(
+            [cname, str(c["n_runs"]), _ci_text(c["final"]), _ci_text(c["auc"]), st_txt, wall]
+        )
+    lines = [
+        f"# Comparison: {name}",
+        "",
+        f"Trainer `{trainer}`, metric `{metric}`, budget {int(budget)} {x_label} per run, "
+        f"seeds {list(seeds)}."
+        + (f" Total wall time {wall_s / 60:.1f} min." if wall_s is not None else ""),
+        *[f"Learning curves: {src}." for src in curve_sources],
+        "",
+        markdown_table(headers, rows),
+    ]
+    lines += ["", "## Verdicts", ""]
+    for p in analysis["pairs"]:
+        lines.append(
+            f"- {p['verdict']}; final: P({p['a']} > {p['b']}) = "
+            f"{_ci_text(p['p_improvement']['final'], 2)}"
+        )
+    if missing:
+        lines += ["", f"**Incomplete:** {len(missing)} run(s) not finished: {', '.join(missing)}."]
+    n_min = min((c["n_runs"] for c in analysis["conditions"].values()), default=0)
+    if 0 < n_min < 5:
+        lines += [
+            "",
+            f"**Few runs:** {n_min} per condition. A bootstrap over so few runs understates the "
+            "uncertainty (two runs that beat two others give P = 1.00 [1.00, 1.00]); read the "
+            "verdicts as indicative and add seeds (`--seeds`) before drawing conclusions.",
+        ]
+    short = sorted(
+        {cname for cname, c in analysis["conditions"].items()
+         for r in c["runs"] if 0 < int(r.get("n_points") or 0) < 3}
+    )  # fmt: skip
+    if short:
+        lines += [
+            "",
+            f"**Short curves:** some runs of {', '.join(short)} have fewer than 3 evaluation "
+            "points; the budget may be too small to learn anything (e.g. below SAC's "
+            "`learning_starts`), or the curve interval too large.",
+        ]
+    lines += [
+        "",
+        "![learning curves](learning_curves.png)",
+        "",
+        "## Method",
+        "",
+        *[f"- Curve (`{metric}`): {src}." for src in curve_sources],
+        f"- Final performance: mean of the last {final_window} points of each run's `{metric}` curve. "
+        f"AUC: area under the curve on [0, {int(budget)}] {x_label} (trapezoid on a common grid, "
+        "the first value held before the first evaluation) divided by the budget, i.e. the mean "
+        "performance over training; higher = learns faster.",
+        "- IQM: interquartile mean over runs (25%-trimmed mean, `rliable.metrics.aggregate_iqm`); "
+        "with fewer than 4 runs it equals the mean. "
+        f"CIs: {pct} percentile stratified bootstrap over runs, {n_bootstrap} replicates "
+        "(`rliable.library.get_interval_estimates`; Agarwal et al. 2021). With few seeds the intervals are wide, and with fewer than about 5 runs per condition still too narrow: a percentile bootstrap cannot show more spread than the runs have.",
+        "- P(X > Y): probability of improvement (Mann-Whitney U / (n_x n_y), ties count 1/2, "
+        "`rliable.metrics.probability_of_improvement`) with rliable's independent stratified "
+        "bootstrap (`StratifiedIndependentBootstrap`); "
+        "X beats Y when the CI's lower bound is above 0.5.",
+        "- Steps to threshold: the first evaluation at or above the threshold; the median counts "
+        "runs that never reached it as infinite.",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def plot_curves(
+    analysis: Mapping[str, Any],
+    path: Path,
+    *,
+    metric: str,
+    x_label: str,
+    threshold: float | None,
+    title: str,
+    confidence: float = 0.95,
+) -> Path:
+    """Mean learning curve with its bootstrap band per condition (PNG, written atomically).
+
+    Needs matplotlib (``pip install densereward[plots]``).
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    grid = np.asarray(analysis["grid"])
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    for cname, c in analysis["conditions"].items():
+        if c.get("curve") is None:
+            continue
+        mean = np.asarray(c["curve"]["mean"])
+        (line,) = ax.plot(grid, mean, label=f"{cname} (n={c['n_runs']})")
+        ax.fill_between(
+            grid,
+            c["curve"]["low"],
+            c["curve"]["high"],
+            color=line.get_color(),
+            alpha=0.2,
+            linewidth=0,
+        )
+    if threshold is not None:
+        ax.axhline(
+            threshold, color="grey", linestyle="--", linewidth=1, label=f"threshold {threshold:g}"
+        )
+    ax.set_xlabel(x_label)
+    ax.set_ylabel(metric)
+    ax.set_title(
+        f"{title}\nline: mean over seeds; band: {round(confidence * 100)}% bootstrap CI of the mean",
+        fontsize=10,
+    )
+    ax.grid(alpha=0.3)
+    ax.legend(loc="best", fontsize=8)
+    fig.tight_layout()
+    tmp = path.with_name(f".{path.name}.tmp.png")
+    fig.savefig(tmp, dpi=120)
+    plt.close(fig)
+    os.replace(tmp, path)
+    return path

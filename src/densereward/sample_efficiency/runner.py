@@ -1,0 +1,421 @@
+"""Running a comparison: every ``(condition, seed)`` run, resumable, then the report.
+
+Runs go seed-major through the registered trainer's ``run`` function
+(:class:`~densereward.sample_efficiency.config.TrainerSpec`) in this process; each finished
+run is written atomically to ``<out>/runs/<condition>/seed<k>/result.json`` with a
+fingerprint of its config, so a re-run skips it and a changed config is an error.
+"""
+
+from __future__ import annotations
+
+import copy
+import gc
+import json
+import logging
+import os
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..errors import ConfigError, DenseRewardError
+from ..io import append_jsonl, atomic_write_json, atomic_write_text, to_jsonable
+from ..metrics.curves import curve_arrays, final_performance
+from ..metrics.format import format_number
+from .config import (
+    TRAINERS,
+    CompareConfig,
+    TrainerSpec,
+    _get,
+    build_run_configs,
+    fingerprint,
+    parse_compare_config,
+    trainer_spec,
+)
+from .report import analyze, plot_curves, render_report
+
+__all__ = ["dry_run_comparison", "output_dir_of", "run_comparison"]
+
+logger = logging.getLogger(__name__)
+
+_WANDB_ENV = (
+    "WANDB_DIR",
+    "WANDB_MODE",
+    "WANDB_SILENT",
+    "WANDB_RUN_GROUP",
+    "WANDB_JOB_TYPE",
+    "WANDB_PROJECT",
+    "WANDB_TAGS",
+)
+
+
+class _ChangedConfig(Exception):
+    """A finished run's result file was produced by a different run config."""
+
+
+def _load_result(path: Path, expected_fp: str) -> dict[str, Any] | None:
+    """A finished run's result, ``None`` if absent or unreadable; :class:`_ChangedConfig` if
+    it was produced by a different run config."""
+    if not path.is_file():
+        return None
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as exc:
+        logger.warning("ignoring unreadable %s (%s); the run is redone", path, exc)
+        return None
+    if not isinstance(data, dict) or "curve" not in data or "fingerprint" not in data:
+        logger.warning("ignoring %s: not a run result; the run is redone", path)
+        return None
+    if data["fingerprint"] != expected_fp:
+        raise _ChangedConfig(str(path))
+    return data
+
+
+def _eta(durations: dict[str, list[float]], remaining: Sequence[str]) -> float | None:
+    every = [d for ds in durations.values() for d in ds]
+    if not every:
+        return None
+    overall = float(np.mean(every))
+    return float(sum(np.mean(durations[c]) if durations.get(c) else overall for c in remaining))
+
+
+def _hms(seconds: float | None) -> str:
+    if seconds is None:
+        return "?"
+    s = int(round(seconds))
+    return (
+        f"{s // 3600}:{s % 3600 // 60:02d}:{s % 60:02d}" if s >= 3600 else f"{s // 60}:{s % 60:02d}"
+    )
+
+
+def output_dir_of(flag: str | Path | None, configured: str | None, name: Any) -> Path:
+    """The comparison's directory: ``--output-dir``, else ``output_dir:``, else runs/compare/<name>."""
+    return Path(flag or configured or Path("runs") / "compare" / str(name))
+
+
+def run_comparison(
+    config: Mapping[str, Any],
+    *,
+    output_dir: str | Path | None = None,
+    base_dir: str | Path | None = None,
+    name: str | None = None,
+    progress: bool = True,
+    report_only: bool = False,
+    trainers: Mapping[str, TrainerSpec] = TRAINERS,
+) -> dict[str, Any]:
+    """Run (or resume) a comparison and write ``results.json``, ``report.md``, ``learning_curves.png``.
+
+    Runs go seed-major (seed 0 of every condition, then seed 1, ...), so a partial comparison
+    stays balanced. Each run calls the trainer's ``run(config, output_dir=...)`` in this process
+    (for ``sac`` and ``grpo`` the ``densereward train`` code path); its result is written
+    atomically to ``<out>/runs/<condition>/seed<k>/result.json`` when it finishes. Finished runs
+    with the same run config are skipped; an unfinished run's directory is removed and the run
+    redone.
+
+    Args:
+        config: the comparison config mapping (see :class:`CompareConfig`).
+        output_dir: overrides ``output_dir`` of the config.
+        base_dir: directory of the comparison config file (for a relative ``base`` path).
+        name: default name when the config has none (the CLI passes the file's stem).
+        progress: show a progress bar over runs with an estimate of the time left.
+        report_only: run nothing; build the report from the runs finished so far.
+        trainers: the registry ``trainer:`` is looked up in: name -> :class:`TrainerSpec`
+            (default: :data:`~densereward.sample_efficiency.config.TRAINERS`).
+
+    Returns:
+        The content of ``results.json``: ``{"name", "trainer", "metric", "budget", "seeds",
+        "threshold", "conditions": {...}, "pairs": [...], "missing": [...], "wall_s", "output_dir"}``.
+
+    Raises:
+        ConfigError: on an invalid config, or result files from a different config.
+        DenseRewardError: if no condition has a finished run (``report_only``).
+        Exception: whatever a trainer raises; runs finished before it are kept.
+    """
+    t_start = time.monotonic()
+    cfg = parse_compare_config(config, name=name, trainers=trainers)
+    spec = trainer_spec(cfg.trainer, trainers)
+    run_configs = build_run_configs(
+        cfg, base_dir=Path(base_dir) if base_dir is not None else None, trainers=trainers
+    )
+    out = output_dir_of(output_dir, cfg.output_dir, cfg.name)
+    budget = int(_get(next(iter(next(iter(run_configs.values())).values())), spec.budget_key))
+    events = out / "events.jsonl"
+
+    order = [(c, f"seed{s}") for s in cfg.seeds for c in cfg.conditions]
+    results: dict[tuple[str, str], dict[str, Any]] = {}
+    fps = {(c, k): fingerprint(cfg.trainer, run_configs[c][k]) for c, k in order}
+    changed: list[str] = []
+    for c, k in order:
+        try:
+            r = _load_result(out / "runs" / c / k / "result.json", fps[(c, k)])
+        except _ChangedConfig as exc:
+            changed.append(str(exc))
+            continue
+        if r is not None:
+            results[(c, k)] = r
+    if changed:
+        raise ConfigError(
+            f"{len(changed)} finished run(s) in {out / 'runs'} were produced by a different run "
+            f"config (budget, seeds, base config or overrides changed), e.g. {changed[0]}; pass "
+            f"--output-dir for a new comparison, the flags of the original command "
+            f"(see {out / 'compare_config.yaml'}) to continue it, or delete {out / 'runs'} to redo it"
+        )
+    todo = [] if report_only else [ck for ck in order if ck not in results]
+    if not report_only:  # the config of the runs in this directory (not of a refused call)
+        atomic_write_text(
+            out / "compare_config.yaml", _yaml_dump({**dict(config), "output_dir": str(out)})
+        )
+    if results and todo:
+        print(
+            f"resuming {out}: {len(results)} of {len(order)} runs already finished and skipped, "
+            f"{len(todo)} to run",
+            file=sys.stderr,
+        )
+        for c, k in order:
+            if (c, k) in results:
+                append_jsonl(
+                    events, {"event": "skip", "condition": c, "seed": k, "time": time.time()}
+                )
+
+    durations: dict[str, list[float]] = {}
+    for (c, _), r in results.items():
+        if r.get("wall_s") is not None:
+            durations.setdefault(c, []).append(float(r["wall_s"]))
+    if todo:
+        _run_all(
+            cfg,
+            spec,
+            run_configs,
+            fps,
+            todo,
+            results,
+            durations,
+            out,
+            events,
+            progress,
+            n_total=len(order),
+        )
+
+    by_cond: dict[str, list[dict[str, Any]]] = {c: [] for c in cfg.conditions}
+    for c, k in order:
+        if (c, k) in results:
+            by_cond[c].append(results[(c, k)])
+    missing = [f"{c}/{k}" for c, k in order if (c, k) not in results]
+    if not any(by_cond.values()):
+        raise DenseRewardError(f"no finished run in {out}/runs; run the comparison first")
+    trainer_metric = next(
+        (r.get("metric") for rs in by_cond.values() for r in rs if r.get("metric")), None
+    )
+    metric = cfg.metric or trainer_metric or "performance"
+    analysis = analyze(
+        by_cond, budget=budget, threshold=cfg.threshold, final_window=cfg.final_window,
+        grid_points=cfg.grid_points, n_bootstrap=cfg.n_bootstrap, confidence=cfg.confidence,
+        seed=cfg.stats_seed, primary=cfg.primary,
+    )  # fmt: skip
+    wall = sum(float(r.get("wall_s") or 0.0) for rs in by_cond.values() for r in rs)
+    report = render_report(
+        analysis, name=str(cfg.name), trainer=cfg.trainer, metric=metric, budget=budget, seeds=cfg.seeds,
+        x_label=spec.x_label, confidence=cfg.confidence, n_bootstrap=cfg.n_bootstrap,
+        final_window=cfg.final_window, wall_s=wall, missing=missing,
+        curve_sources=sorted({str(r["summary"]["curve_source"]) for rs in by_cond.values()
+                              for r in rs if (r.get("summary") or {}).get("curve_source")}),
+    )  # fmt: skip
+    plot_curves(
+        analysis,
+        out / "learning_curves.png",
+        metric=metric,
+        x_label=spec.x_label,
+        threshold=cfg.threshold,
+        title=str(cfg.name),
+        confidence=cfg.confidence,
+    )
+    atomic_write_text(out / "report.md", report)
+    results_doc = {
+        "name": cfg.name,
+        "trainer": cfg.trainer,
+        "metric": metric,
+        "trainer_metric": trainer_metric,
+        "x_label": spec.x_label,
+        "budget": budget,
+        "seeds": list(cfg.seeds),
+        "threshold": cfg.threshold,
+        "final_window": cfg.final_window,
+        "bootstrap": {
+            "n": cfg.n_bootstrap,
+            "confidence": cfg.confidence,
+            "seed": cfg.stats_seed,
+            "method": "percentile, stratified over runs",
+        },
+        "wandb_group": cfg.wandb.group or cfg.name,
+        "grid": analysis["grid"],
+        "conditions": analysis["conditions"],
+        "pairs": analysis["pairs"],
+        "missing": missing,
+        "wall_s": round(wall, 1),
+        "session_wall_s": round(time.monotonic() - t_start, 1),
+        "output_dir": str(out),
+    }
+    atomic_write_json(out / "results.json", results_doc)
+    return to_jsonable(results_doc)
+
+
+def dry_run_comparison(
+    config: Mapping[str, Any],
+    *,
+    output_dir: str | Path | None = None,
+    base_dir: str | Path | None = None,
+    name: str | None = None,
+    trainers: Mapping[str, TrainerSpec] = TRAINERS,
+) -> list[str]:
+    """Validate a comparison without running or creating anything (``--dry-run``).
+
+    Every condition's run config is built and validated as :func:`run_comparison` does
+    (including local data files and environment ids), then put through its trainer's own dry
+    run (the spec's ``dry_run``, e.g. ``densereward.trainers.sac.dry_run``) in a scratch
+    directory; the output directory is read to say which runs are already finished and would
+    be skipped.
+
+    Returns:
+        One line per check; a problem a run would hit although the config is valid starts
+        with ``"!! "``.
+
+    Raises:
+        ConfigError, DataError: as :func:`run_comparison` would, before its first run.
+    """
+    cfg = parse_compare_config(config, name=name, trainers=trainers)
+    spec = trainer_spec(cfg.trainer, trainers)
+    run_configs = build_run_configs(
+        cfg, base_dir=Path(base_dir) if base_dir is not None else None, trainers=trainers
+    )
+    out = output_dir_of(output_dir, cfg.output_dir, cfg.name)
+    order = [(c, f"seed{s}") for s in cfg.seeds for c in cfg.conditions]
+    done, changed = 0, []
+    for c, k in order:
+        try:
+            done += _load_result(out / "runs" / c / k / "result.json",
+                                 fingerprint(cfg.trainer, run_configs[c][k])) is not None  # fmt: skip
+        except _ChangedConfig as exc:
+            changed.append(str(exc))
+    lines = [
+        f"comparison {cfg.name!r}: trainer {cfg.trainer}, conditions {list(cfg.conditions)}, "
+        f"seeds {list(cfg.seeds)}, budget {_get(run_configs[order[0][0]][order[0][1]], spec.budget_key)}",
+        f"output directory: {out} ({done} of {len(order)} runs finished there and would be skipped)",
+    ]
+    lines += [f"!! a finished run has a different config: {c}" for c in changed[:1]]
+    with tempfile.TemporaryDirectory() as tmp:
+        for cname, seeds in run_configs.items():
+            first = copy.deepcopy(next(iter(seeds.values())))
+            for line in spec.dry_run(first, output_dir=Path(tmp) / cname):
+                if line.startswith("run directory:"):
+                    continue  # a scratch directory; the comparison's own is reported above
+                bang = line.startswith("!! ")
+                lines.append(("!! " if bang else "") + f"{cname}: {line[3:] if bang else line}")
+    return lines
+
+
+def _run_all(
+    cfg: CompareConfig,
+    spec: TrainerSpec,
+    run_configs: dict[str, dict[str, dict[str, Any]]],
+    fps: dict[tuple[str, str], str],
+    todo: list[tuple[str, str]],
+    results: dict[tuple[str, str], dict[str, Any]],
+    durations: dict[str, list[float]],
+    out: Path,
+    events: Path,
+    progress: bool,
+    *,
+    n_total: int,
+) -> None:
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    console = Console(stderr=True)
+    n_done0 = n_total - len(todo)
+    group = cfg.wandb.group or str(cfg.name)
+    with Progress(
+        TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+        TextColumn("elapsed"), TimeElapsedColumn(), TextColumn("left ~{task.fields[eta]}"),
+        console=console, disable=not progress, transient=False,
+    ) as bar:  # fmt: skip
+        task = bar.add_task(
+            "runs",
+            total=n_total,
+            completed=n_done0,
+            eta=_hms(_eta(durations, [c for c, _ in todo])),
+        )
+        for i, (cname, key) in enumerate(todo):
+            remaining = [c for c, _ in todo[i + 1 :]]
+            bar.update(task, description=f"{cname} {key}")
+            seed_dir = out / "runs" / cname / key
+            run_dir = seed_dir / f"{cname}-{key}"
+            if run_dir.exists():
+                shutil.rmtree(run_dir)  # an interrupted earlier attempt: start this run again
+                append_jsonl(
+                    events,
+                    {"event": "cleanup", "condition": cname, "seed": key, "time": time.time()},
+                )
+            seed_dir.mkdir(parents=True, exist_ok=True)
+            append_jsonl(
+                events, {"event": "start", "condition": cname, "seed": key, "time": time.time()}
+            )
+            old_env = {k: os.environ.get(k) for k in _WANDB_ENV}
+            os.environ["WANDB_RUN_GROUP"] = group
+            os.environ["WANDB_JOB_TYPE"] = cname
+            t0 = time.monotonic()
+            try:
+                summary = spec.run(copy.deepcopy(run_configs[cname][key]), output_dir=run_dir)
+            finally:
+                for k, v in old_env.items():
+                    if v is None:
+                        os.environ.pop(k, None)
+                    else:
+                        os.environ[k] = v
+                gc.collect()
+            wall = time.monotonic() - t0
+            record = {
+                "condition": cname,
+                "seed": int(key[4:]),
+                "trainer": cfg.trainer,
+                "fingerprint": fps[(cname, key)],
+                "metric": summary.get("metric"),
+                "curve": summary.get("curve") or [],
+                "final": summary.get("final"),
+                "wall_s": round(wall, 2),
+                "run_dir": summary.get("run_dir", str(run_dir)),
+                "summary": {k: v for k, v in summary.items() if k not in ("curve", "run_dir")},
+                "config": run_configs[cname][key],
+            }
+            atomic_write_json(seed_dir / "result.json", record)
+            append_jsonl(
+                events,
+                {
+                    "event": "finish",
+                    "condition": cname,
+                    "seed": key,
+                    "time": time.time(),
+                    "wall_s": wall,
+                },
+            )
+            results[(cname, key)] = record
+            durations.setdefault(cname, []).append(wall)
+            eta = _eta(durations, remaining)
+            bar.update(task, advance=1, eta=_hms(eta))
+            _, values = curve_arrays(record["curve"])  # as analyze() reads it
+            final = final_performance(values, cfg.final_window) if values.size else None
+            console.print(
+                f"[{n_done0 + i + 1}/{n_total}] {cname} {key}: final {summary.get('metric')}="
+                f"{format_number(final)} (mean of the last {min(cfg.final_window, values.size)} of "
+                f"{values.size} points) in {wall:.0f} s; ~{_hms(eta)} left"
+            )
+
+
+def _yaml_dump(obj: Any) -> str:
+    import yaml
+
+    return yaml.safe_dump(to_jsonable(obj), sort_keys=False)
