@@ -7,18 +7,19 @@
   non-pivot-vs-pivot and pivot-vs-pivot pair. Exactly ``N + k(N-k) + k(k-1)/2``
   comparisons instead of the ``N(N-1)/2`` of a full round robin.
 
-The schedule functions here are pure (no model calls); :class:`~densereward.verifier.Verifier`
-runs the comparisons in batches and feeds the preferences back.
+Everything here is pure (no model calls). A tournament is a generator (:data:`Schedule`): it
+yields the pairs of a batch and receives their preferences, so
+:class:`~densereward.verifier.Verifier` runs each batch as one batched model call (sync or
+async) and sends the preferences back; :func:`run_tournament` drives one with a plain function.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Generator, Sequence
 
 import numpy as np
 
-from .errors import ConfigError
 from .results import RankResult
 
 __all__ = [
@@ -29,6 +30,9 @@ __all__ = [
     "round_robin_pairs",
     "select_pivots",
     "aggregate",
+    "ppt_schedule",
+    "round_robin_schedule",
+    "run_tournament",
     "run_ppt",
     "run_round_robin",
 ]
@@ -140,40 +144,85 @@ def aggregate(
     )
 
 
-def run_ppt(n: int, k: int, compare: CompareFn, *, seed: int = 0) -> RankResult:
-    """Probabilistic Pivot Tournament over ``n`` candidates with ``k`` pivots.
+Schedule = Generator[list[Pair], Sequence["float | None"], RankResult]
+"""A tournament as a generator: it yields a batch of ``(a, b)`` index pairs, is sent back
+``p(a > b)`` for each (``None`` = abstained), and returns the :class:`RankResult`."""
+
+
+def ppt_schedule(n: int, k: int, *, seed: int = 0) -> Schedule:
+    """Probabilistic Pivot Tournament over ``n`` candidates with ``k`` pivots, as a generator.
+
+    Yields two batches: the ring pass (``n`` pairs of a random Hamiltonian cycle), then every
+    non-pivot-vs-pivot and pivot-vs-pivot pair among the top-``k`` of the ring (none when
+    there is nothing left to compare). Drive it with :func:`run_tournament`, or send the
+    preferences yourself (the verifier engine runs each batch as one batched model call).
 
     Args:
         n: number of candidates, ``>= 1``.
         k: number of pivots, ``0 <= k <= n``.
-        compare: called with a batch of ``(a, b)`` index pairs, returns ``p(a > b)`` for each
-            (``None`` = abstained). Called twice: ring pass, then pivot pairs.
         seed: seed of the random Hamiltonian cycle.
 
     Returns:
-        :class:`RankResult` with ``n_comparisons == ppt_comparison_count(n, k)``.
+        (as the generator's return value) :class:`RankResult` with
+        ``n_comparisons == ppt_comparison_count(n, k)``.
 
     Raises:
-        ConfigError: if ``n < 1`` or ``k`` is outside ``[0, n]``.
+        ValueError: on the first ``next()``, if ``n < 1`` or ``k`` is outside ``[0, n]``.
+
+    >>> sched = ppt_schedule(3, 1, seed=0)
+    >>> ring = next(sched); len(ring)
+    3
+    >>> rest = sched.send([1.0, 0.0, 0.5]); len(rest)
+    2
     """
     if n < 1:
-        raise ConfigError(f"rank needs at least one candidate, got {n}")
+        raise ValueError(f"rank needs at least one candidate, got {n}")
     if not 0 <= k <= n:
-        raise ConfigError(f"pivots must be in [0, {n}] for {n} candidates, got {k}")
+        raise ValueError(f"pivots must be in [0, {n}] for {n} candidates, got {k}")
     if n == 1:
         return aggregate(1, [], [])
     rng = np.random.default_rng(seed)
     ring = ring_pairs(n, rng)
-    ring_prefs = list(compare(ring))
+    ring_prefs = list((yield ring))
     pivots = select_pivots(n, k, ring, ring_prefs)
     rest = pivot_pairs(n, pivots)
-    rest_prefs = list(compare(rest)) if rest else []
+    rest_prefs = list((yield rest)) if rest else []
     return aggregate(n, ring + rest, ring_prefs + rest_prefs, pivots)
 
 
-def run_round_robin(n: int, compare: CompareFn) -> RankResult:
-    """Full round robin: every unordered pair once (``n(n-1)/2`` comparisons)."""
+def round_robin_schedule(n: int) -> Schedule:
+    """Full round robin as a generator: one batch of every unordered pair (``n(n-1)/2``).
+
+    Raises:
+        ValueError: on the first ``next()``, if ``n < 1``.
+    """
     if n < 1:
-        raise ConfigError(f"rank needs at least one candidate, got {n}")
+        raise ValueError(f"rank needs at least one candidate, got {n}")
     pairs = round_robin_pairs(n)
-    return aggregate(n, pairs, list(compare(pairs)) if pairs else [])
+    prefs = list((yield pairs)) if pairs else []
+    return aggregate(n, pairs, prefs)
+
+
+def run_tournament(schedule: Schedule, compare: CompareFn) -> RankResult:
+    """Drive a tournament ``schedule`` with a synchronous ``compare`` (pairs -> preferences).
+
+    >>> res = run_tournament(round_robin_schedule(3), lambda pairs: [1.0 if a < b else 0.0 for a, b in pairs])
+    >>> res.winner, res.order
+    (0, (0, 1, 2))
+    """
+    try:
+        pairs = next(schedule)
+        while True:
+            pairs = schedule.send(list(compare(pairs)))
+    except StopIteration as stop:
+        return stop.value
+
+
+def run_ppt(n: int, k: int, compare: CompareFn, *, seed: int = 0) -> RankResult:
+    """PPT (:func:`ppt_schedule`) with a synchronous ``compare``, called once per batch."""
+    return run_tournament(ppt_schedule(n, k, seed=seed), compare)
+
+
+def run_round_robin(n: int, compare: CompareFn) -> RankResult:
+    """Full round robin (:func:`round_robin_schedule`) with a synchronous ``compare``."""
+    return run_tournament(round_robin_schedule(n), compare)

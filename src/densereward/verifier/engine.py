@@ -1,143 +1,31 @@
-"""The verifier engine: fine-grained scores from score-token distributions.
+"""The verifier engine: :class:`Verifier` builds the prompts and plans; reads and I/O live beside it.
 
-Implements the continuous verifier reward of LLM-as-a-Verifier (Kwok et al. 2026). With G
-ordered score tokens ``v_1..v_G`` with values ``phi(v_g)``, C criteria and K repeats:
-
-    R(x, tau) = 1/(C K) * sum_c sum_k sum_g p(v_g | x, c, tau) * phi(v_g)        (eq. 1)
-
-normalised to ``[0, 1]`` by ``(R - phi_min) / (phi_max - phi_min)``, where ``p`` is the
-verifier's next-token distribution at the score position restricted to the score tokens
-and renormalised. Every spelling of a score token (``"A"`` and ``" A"``) is summed into its
-level. Where no score token has mass the engine abstains (``value=None``, counted).
-
-All model I/O goes through one backend (:mod:`densereward.backends`); every method exists
-as a sync and an ``a``-prefixed async variant built from the same plan, so both compute
-identical numbers.
-
-Example:
-    >>> from densereward import Verifier                       # doctest: +SKIP
-    >>> v = Verifier()                                          # embedded SmolLM2-135M  # doctest: +SKIP
-    >>> r = v.score(problem="What is 7+5?", response="12")      # doctest: +SKIP
-    >>> r.value, r.mass, r.argmax_value                          # doctest: +SKIP
+Every method exists as a sync and an ``a``-prefixed async variant built from the same plan
+(:mod:`.driver`), so both compute identical numbers; the arithmetic of a read and of eq. 1
+is in :mod:`.reads`, the tournaments in :mod:`densereward.tournament`.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import logging
-import math
-import time
-import warnings
 import zlib
 from collections.abc import Generator, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
+from .. import prompts as P
+from ..backends.base import ChatPrompt, VerifierBackend
+from ..cache import ScoreCache
+from ..config import VerifierConfig
+from ..errors import AbstentionError
+from ..results import PairwiseResult, RankResult, ScoreResult
+from ..scale import ScoreScale
+from ..tournament import bradley_terry_preference, ppt_schedule, round_robin_schedule
+from .driver import PlanDriver
+from .reads import Read, VerifierStats, aggregate_reads, check_score_tokens, read_distribution
 
-from . import prompts as P
-from .backends.base import ChatPrompt, TokenLogprobs, VerifierBackend
-from .cache import ScoreCache, cache_key
-from .config import VerifierConfig
-from .errors import AbstentionError, BackendError, ScoreTokenError
-from .results import PairwiseResult, RankResult, ScoreResult
-from .scale import ScoreScale
-from .tournament import bradley_terry_preference, run_ppt, run_round_robin
-
-__all__ = ["Verifier", "VerifierStats", "distribution_from_logprobs"]
-
-logger = logging.getLogger(__name__)
+__all__ = ["Verifier"]
 
 Criteria = Sequence[str] | Mapping[str, str] | None
-
-
-@dataclass
-class VerifierStats:
-    """Call and quality accounting of one :class:`Verifier` (no module-level state).
-
-    ``mean_mass`` is the mean probability on score tokens over reads that reported one.
-    ``n_low_mass`` counts reads that abstained because their score-token mass was below
-    ``VerifierConfig.min_mass``; ``n_no_answer`` counts reference-guided (``answer_match``)
-    candidates with no extractable final answer (scored 0 without a model call).
-    """
-
-    n_scored: int = 0
-    n_abstained: int = 0
-    n_empty: int = 0
-    n_invalid_input: int = 0
-    n_truncated: int = 0
-    n_reads: int = 0
-    n_cache_hits: int = 0
-    n_backend_calls: int = 0
-    n_failures: int = 0
-    n_nan_logprobs: int = 0
-    n_partial_reads: int = 0
-    n_low_mass: int = 0
-    n_no_answer: int = 0
-    seconds: float = 0.0
-    mass_sum: float = 0.0
-    n_mass: int = 0
-
-    @property
-    def mean_mass(self) -> float:
-        return self.mass_sum / self.n_mass if self.n_mass else float("nan")
-
-    def as_dict(self) -> dict[str, float]:
-        d = {k: v for k, v in self.__dict__.items() if k not in ("mass_sum", "n_mass")}
-        d["mean_mass"] = self.mean_mass
-        return d
-
-
-@dataclass
-class _Read:
-    """The distribution read at one score position (or why there is none)."""
-
-    dist: np.ndarray | None  # (G,) renormalised
-    mass: float | None
-    exact: bool = True
-    sampled: bool = False
-    reason: str | None = None
-    n_nan: int = 0
-
-
-def distribution_from_logprobs(
-    tl: TokenLogprobs, scale: ScoreScale, spellings: Sequence[Sequence[str]] | None = None
-) -> tuple[np.ndarray | None, float, int]:
-    """Sum the probabilities of every spelling of each level and renormalise.
-
-    Args:
-        tl: the backend's answer for one prompt.
-        scale: the score scale (G levels).
-        spellings: per level, the spellings to sum (default ``scale.spellings``).
-
-    Returns:
-        ``(dist, mass, n_nan)``: ``dist`` the ``(G,)`` renormalised distribution or ``None``
-        when no score token has positive finite mass; ``mass`` the summed probability before
-        renormalising (in ``[0, 1]``); ``n_nan`` how many NaN log-probabilities were ignored.
-
-    >>> s = ScoreScale.letters(2)
-    >>> d, m, _ = distribution_from_logprobs(TokenLogprobs({"A": math.log(0.1), " A": math.log(0.1), "B": math.log(0.2)}), s)
-    >>> [float(round(x, 3)) for x in d], round(m, 3)
-    ([0.5, 0.5], 0.4)
-    """
-    spellings = spellings or scale.spellings
-    p = np.zeros(scale.granularity)
-    n_nan = 0
-    for g, forms in enumerate(spellings):
-        for s in forms:
-            lp = tl.logprobs.get(s)
-            if lp is None:
-                continue
-            if isinstance(lp, float) and math.isnan(lp):
-                n_nan += 1
-                continue
-            if lp > 0:  # a log-probability above 0 is malformed; clip to probability 1
-                lp = 0.0
-            p[g] += math.exp(lp) if lp != -math.inf else 0.0
-    mass = float(p.sum())
-    if not (mass > 0 and math.isfinite(mass)):
-        return None, 0.0, n_nan
-    return p / mass, min(mass, 1.0), n_nan
 
 
 def _seed_for(base: int, *parts: Any) -> int:
@@ -172,7 +60,7 @@ class Verifier:
         self.config = config or VerifierConfig()
         self.scale = scale or ScoreScale.letters(self.config.granularity)
         if backend is None:
-            from .backends import create_backend
+            from ..backends import create_backend
 
             backend = create_backend(self.config)
         self.backend = backend
@@ -183,13 +71,16 @@ class Verifier:
             else (ScoreCache(self.config.cache_dir) if self.config.cache_dir else None)
         )
         self.stats = VerifierStats()
-        self.spellings = self._check_score_tokens()
+        self.spellings = check_score_tokens(self.backend, self.scale)
         self.candidates = [s for forms in self.spellings for s in forms]
         self.thinking = self._native_thinking()
         self.chat_template_kwargs = {
             "enable_thinking": self.thinking,
             **(self.config.chat_template_kwargs or {}),
         }
+        self._driver = PlanDriver(
+            self.backend, self.config, self.stats, self.cache, self.candidates, self.thinking
+        )
 
     def _native_thinking(self) -> bool:
         """Whether the reasoning style lets the model think in its own ``<think>`` block.
@@ -205,170 +96,9 @@ class Verifier:
             return bool(explicit)
         return bool(getattr(self.backend, "thinking_template", False))
 
-    # ------------------------------------------------------------------ set-up
-    def _check_score_tokens(self) -> tuple[tuple[str, ...], ...]:
-        """Keep, per level, the spellings that are single tokens; the canonical one must be."""
-        kept: list[tuple[str, ...]] = []
-        seen: dict[int, str] = {}
-        for forms in self.scale.spellings:
-            level: list[str] = []
-            for i, s in enumerate(forms):
-                ids = self.backend.tokenize(s)
-                if ids is None:  # backend cannot tokenize (e.g. plain OpenAI): trust the strings
-                    if i == 0 and not kept:
-                        warnings.warn(
-                            f"backend {self.backend.name!r} cannot tokenize; score tokens are not checked",
-                            stacklevel=3,
-                        )
-                    level.append(s)
-                    continue
-                if len(ids) != 1:
-                    if i == 0:
-                        raise ScoreTokenError(
-                            f"score token {s!r} maps to {len(ids)} token ids {ids} in the tokenizer of "
-                            f"{self.backend.model_id!r}; pick single-token score tokens (e.g. a smaller granularity or another scale)"
-                        )
-                    continue  # an alternative spelling the tokenizer cannot produce as one token
-                if ids[0] in seen:
-                    if i == 0:
-                        raise ScoreTokenError(
-                            f"score token {s!r} has the same token id {ids[0]} as {seen[ids[0]]!r}"
-                        )
-                    continue
-                seen[ids[0]] = s
-                level.append(s)
-            kept.append(tuple(level))
-        return tuple(kept)
-
-    # ------------------------------------------------------------ I/O drivers
-    def _run(self, plan: Generator) -> Any:
-        """Drive a plan with the backend's sync methods."""
-        try:
-            req = next(plan)
-            while True:
-                req = plan.send(self._io_sync(req))
-        except StopIteration as stop:
-            return stop.value
-
-    async def _arun(self, plan: Generator) -> Any:
-        """Drive a plan with the backend's async methods."""
-        try:
-            req = next(plan)
-            while True:
-                req = plan.send(await self._io_async(req))
-        except StopIteration as stop:
-            return stop.value
-
-    def _chunks(self, items: Sequence[Any]) -> list[Sequence[Any]]:
-        bs = max(1, self.config.batch_size)
-        return [items[i : i + bs] for i in range(0, len(items), bs)]
-
-    def _on_failure(self, err: Exception, n: int) -> list[Exception]:
-        self.stats.n_failures += n
-        if self.config.on_error == "raise":
-            raise err
-        logger.warning("verifier backend failed on %d prompt(s): %s", n, err)
-        return [err] * n
-
-    def _io_sync(self, req: tuple) -> list[Any]:
-        kind, prompts, extra = req
-        out: list[Any] = []
-        t0 = time.perf_counter()
-        for chunk in self._chunks(prompts):
-            self.stats.n_backend_calls += 1
-            try:
-                if kind == "logprobs":
-                    out.extend(self.backend.next_token_logprobs(list(chunk), self.candidates))
-                else:
-                    out.extend(
-                        self._generate_sync(list(chunk), extra[len(out) : len(out) + len(chunk)])
-                    )
-            except BackendError as err:
-                out.extend(self._on_failure(err, len(chunk)))
-        self.stats.seconds += time.perf_counter() - t0
-        return out
-
-    async def _io_async(self, req: tuple) -> list[Any]:
-        import asyncio
-
-        kind, prompts, extra = req
-        t0 = time.perf_counter()
-
-        async def one(start: int, chunk: Sequence[ChatPrompt]) -> list[Any]:
-            self.stats.n_backend_calls += 1
-            try:
-                if kind == "logprobs":
-                    return list(
-                        await self.backend.anext_token_logprobs(list(chunk), self.candidates)
-                    )
-                seeds = extra[start : start + len(chunk)]
-                return [
-                    (await self.backend.agenerate([p], **self._gen_kwargs(s)))[0]
-                    for p, s in zip(chunk, seeds, strict=False)
-                ]
-            except BackendError as err:
-                return self._on_failure(err, len(chunk))
-
-        bs = max(1, self.config.batch_size)
-        parts = await asyncio.gather(
-            *(one(i, prompts[i : i + bs]) for i in range(0, len(prompts), bs))
-        )
-        self.stats.seconds += time.perf_counter() - t0
-        return [x for part in parts for x in part]
-
-    def _gen_kwargs(self, seed: int) -> dict[str, Any]:
-        return {
-            "max_new_tokens": self.config.max_reasoning_tokens,
-            "temperature": self.config.reasoning_temperature,
-            "seed": seed,
-            "stop": (P.THINK_CLOSE,) if self.thinking else ("</analysis>", P.SCORE_PREFILL),
-        }
-
-    def _generate_sync(self, prompts: list[ChatPrompt], seeds: Sequence[int]) -> list[str]:
-        # one call per prompt: each analysis has its own seed, so cached and uncached runs agree
-        return [
-            self.backend.generate([p], **self._gen_kwargs(s))[0]
-            for p, s in zip(prompts, seeds, strict=False)
-        ]
-
     # ------------------------------------------------------------- read plans
-    def _key(self, kind: str, prompt: ChatPrompt, seed: int | None = None) -> str:
-        return cache_key(
-            kind=kind,
-            backend=self.backend.name,
-            model=self.backend.model_id,
-            prompt=prompt.key(),
-            candidates=self.candidates,
-            seed=seed,
-            gen=self._gen_kwargs(0) if kind == "generate" else None,
-        )
-
-    def _cached_io(
-        self, kind: str, prompts: Sequence[ChatPrompt], seeds: Sequence[int | None]
-    ) -> Generator:
-        """Plan: answers for ``prompts`` from the cache, deduplicated, the rest from the backend."""
-        keys = [self._key(kind, p, s) for p, s in zip(prompts, seeds, strict=False)]
-        answers: dict[str, Any] = {}
-        if self.cache is not None:
-            for k in set(keys):
-                hit = self.cache.get(k)
-                if hit is not None:
-                    answers[k] = hit
-                    self.stats.n_cache_hits += 1
-        todo: dict[str, tuple[ChatPrompt, int | None]] = {}
-        for k, p, s in zip(keys, prompts, seeds, strict=False):
-            if k not in answers and k not in todo:
-                todo[k] = (p, s)
-        if todo:
-            got = yield (kind, [p for p, _ in todo.values()], [s for _, s in todo.values()])
-            for k, a in zip(todo, got, strict=True):
-                answers[k] = a
-                if self.cache is not None and not isinstance(a, Exception):
-                    self.cache.set(k, _to_cacheable(a))
-        return [_from_cacheable(answers[k]) for k in keys]
-
     def _read_plan(self, prompts: Sequence[ChatPrompt], seeds: Sequence[int]) -> Generator:
-        """Plan: one :class:`_Read` per prompt, in the configured style.
+        """Plan: one :class:`~.reads.Read` per prompt, in the configured style.
 
         Every prompt carries ``self.chat_template_kwargs``. Reasoning style: a thinking model
         (:attr:`thinking`) thinks in its own ``<think>`` block, bounded by
@@ -385,7 +115,7 @@ class Verifier:
                 else (P.reasoning_prompt, P.with_analysis)
             )
             stage1 = [first(p) for p in prompts]
-            analyses = yield from self._cached_io("generate", stage1, seeds)
+            analyses = yield from self._driver.cached("generate", stage1, seeds)
             prompts = [
                 p if isinstance(a, Exception) else then(s1, a)
                 for p, s1, a in zip(prompts, stage1, analyses, strict=False)
@@ -394,98 +124,20 @@ class Verifier:
         else:
             failed = [False] * len(prompts)
         todo = [i for i, f in enumerate(failed) if not f]
-        answers = yield from self._cached_io(
+        answers = yield from self._driver.cached(
             "logprobs", [prompts[i] for i in todo], [None] * len(todo)
         )
-        reads: list[_Read] = [_Read(None, None, reason="backend error")] * len(prompts)
+        reads: list[Read] = [Read(None, None, reason="backend error")] * len(prompts)
         for i, a in zip(todo, answers, strict=False):
-            reads[i] = self._to_read(a)
+            reads[i] = read_distribution(
+                a, self.scale, self.spellings, min_mass=self.config.min_mass, stats=self.stats
+            )
         self.stats.n_reads += len(prompts)
         return reads
 
-    def _to_read(self, a: TokenLogprobs | Exception) -> _Read:
-        if isinstance(a, Exception):
-            return _Read(None, None, reason=f"backend error: {type(a).__name__}")
-        dist, mass, n_nan = distribution_from_logprobs(a, self.scale, self.spellings)
-        self.stats.n_nan_logprobs += n_nan
-        if not a.exact:
-            self.stats.n_partial_reads += 1
-        if dist is None:
-            return _Read(
-                None,
-                None,
-                exact=a.exact,
-                sampled=a.sampled,
-                reason="no probability mass on score tokens",
-                n_nan=n_nan,
-            )
-        reported = None if a.restricted else mass
-        if reported is not None:
-            self.stats.mass_sum += reported
-            self.stats.n_mass += 1
-            if reported < self.config.min_mass:
-                # A model answering in prose at the score position leaves a few ppm on the
-                # score tokens; renormalising them would be a confident score from noise.
-                self.stats.n_low_mass += 1
-                return _Read(
-                    None,
-                    reported,
-                    exact=a.exact,
-                    sampled=a.sampled,
-                    reason=(
-                        f"low score-token mass: {reported:.3g} < min_mass {self.config.min_mass:g}"
-                        + ("" if a.exact else " (top-k lower bound)")
-                    ),
-                    n_nan=n_nan,
-                )
-        return _Read(dist, reported, exact=a.exact, sampled=a.sampled, n_nan=n_nan)
-
-    # ------------------------------------------------------------- aggregation
-    def _aggregate(
-        self, reads: Sequence[_Read], names: Sequence[str], n_repeats: int, *, truncated: bool
-    ) -> ScoreResult:
-        """Eq. 1 over C criteria x K repeats (criterion-major); abstained reads are skipped."""
-        phi = self.scale.phi
-        per_repeat: list[float | None] = []
-        for r in reads:
-            per_repeat.append(None if r.dist is None else self.scale.normalize(float(r.dist @ phi)))
-        per_criterion: dict[str, float | None] = {}
-        for c, name in enumerate(names):
-            vals = [v for v in per_repeat[c * n_repeats : (c + 1) * n_repeats] if v is not None]
-            per_criterion[name] = float(np.mean(vals)) if vals else None
-        ok = [r for r in reads if r.dist is not None]
-        common = dict(
-            per_criterion=per_criterion,
-            per_repeat=per_repeat,
-            sampled=any(r.sampled for r in reads),
-            exact=all(r.exact for r in reads),
-            truncated=truncated,
-        )
-        if not ok:
-            self.stats.n_abstained += 1
-            reasons = sorted({r.reason or "abstained" for r in reads})
-            low = [r.mass for r in reads if r.mass is not None]
-            return ScoreResult(
-                value=None,
-                mass=float(np.mean(low)) if low else None,
-                reason="; ".join(reasons),
-                **common,
-            )
-        dist = np.mean([r.dist for r in ok], axis=0)
-        masses = [r.mass for r in ok if r.mass is not None]
-        value = float(np.mean([v for v in per_repeat if v is not None]))
-        arg = int(np.argmax(dist))
-        self.stats.n_scored += 1
-        return ScoreResult(
-            value=value,
-            distribution=dist,
-            mass=float(np.mean(masses)) if masses else None,
-            argmax=arg,
-            argmax_value=self.scale.normalize(self.scale.values[arg]),
-            reason=None
-            if len(ok) == len(reads)
-            else f"{len(reads) - len(ok)} of {len(reads)} reads abstained",
-            **common,
+    def _aggregate(self, reads: Sequence[Read], crit: Mapping[str, str], cut: bool) -> ScoreResult:
+        return aggregate_reads(
+            reads, list(crit), self.config.n_repeats, self.scale, self.stats, truncated=cut
         )
 
     def _prepare(self, text: Any) -> tuple[str | None, ScoreResult | None, bool]:
@@ -573,9 +225,7 @@ class Verifier:
         reads = yield from self._read_plan(prompts, seeds)
         per_item = len(crit) * k_rep
         for j, (i, cut) in enumerate(owners):
-            results[i] = self._aggregate(
-                reads[j * per_item : (j + 1) * per_item], list(crit), k_rep, truncated=cut
-            )
+            results[i] = self._aggregate(reads[j * per_item : (j + 1) * per_item], crit, cut)
         return [self._finalize(r) for r in results]
 
     def _compare_plan(
@@ -630,8 +280,7 @@ class Verifier:
                 else:
                     reads_a.append(slot_b)
                     reads_b.append(slot_a)
-            ra = self._aggregate(reads_a, list(crit), k_rep, truncated=cut)
-            rb = self._aggregate(reads_b, list(crit), k_rep, truncated=cut)
+            ra, rb = self._aggregate(reads_a, crit, cut), self._aggregate(reads_b, crit, cut)
             out[i] = self._pair(ra, rb)
         return out
 
@@ -688,36 +337,29 @@ class Verifier:
         if method not in ("ppt", "round_robin"):
             raise ValueError(f"method must be 'ppt' or 'round_robin', got {method!r}")
         n = len(candidates)
-        batches: list[list[tuple[int, int]]] = []
-        # The tournaments are written against a synchronous compare(); record the pair batches
-        # they ask for, run each batch through the plan, and replay.
-        prefs_by_batch: list[list[float | None]] = []
-
-        def compare(pairs: Sequence[tuple[int, int]]) -> list[float | None]:
-            idx = len(batches)
-            batches.append(list(pairs))
-            if idx < len(prefs_by_batch):
-                return prefs_by_batch[idx]
-            raise _NeedBatch(pairs)
-
+        schedule = (
+            ppt_schedule(n, pivots, seed=self.config.seed if seed is None else seed)
+            if method == "ppt"
+            else round_robin_schedule(n)
+        )
+        # The tournament yields each batch of pairs; the batch runs as one compare plan and
+        # the preferences go back in.
+        try:
+            pairs = next(schedule)
+        except StopIteration as done:
+            return done.value
         while True:
-            batches.clear()
+            res = yield from self._compare_plan(
+                [problem] * len(pairs),
+                [candidates[x] for x, _ in pairs],
+                [candidates[y] for _, y in pairs],
+                criteria,
+                [reference] * len(pairs) if reference is not None else None,
+            )
             try:
-                if method == "ppt":
-                    return run_ppt(
-                        n, pivots, compare, seed=self.config.seed if seed is None else seed
-                    )
-                return run_round_robin(n, compare)
-            except _NeedBatch as need:
-                pairs = need.pairs
-                res = yield from self._compare_plan(
-                    [problem] * len(pairs),
-                    [candidates[x] for x, _ in pairs],
-                    [candidates[y] for _, y in pairs],
-                    criteria,
-                    [reference] * len(pairs) if reference is not None else None,
-                )
-                prefs_by_batch.append([r.preference for r in res])
+                pairs = schedule.send([r.preference for r in res])
+            except StopIteration as done:
+                return done.value
 
     # ------------------------------------------------------------- public API
     def score_batch(
@@ -747,7 +389,7 @@ class Verifier:
             ValueError: on length mismatches.
             AbstentionError: on abstention when ``config.on_error == 'raise'``.
         """
-        return self._run(self._score_plan(problems, responses, criteria, references))
+        return self._driver.run(self._score_plan(problems, responses, criteria, references))
 
     async def ascore_batch(
         self,
@@ -758,7 +400,7 @@ class Verifier:
         references: Sequence[str | None] | None = None,
     ) -> list[ScoreResult]:
         """Async :meth:`score_batch`."""
-        return await self._arun(self._score_plan(problems, responses, criteria, references))
+        return await self._driver.arun(self._score_plan(problems, responses, criteria, references))
 
     def score(
         self,
@@ -809,7 +451,7 @@ class Verifier:
         that prefix. With ``config.n_repeats = K`` the repeats alternate the A/B slots (odd
         repeats show ``b`` first) to cancel position bias.
         """
-        return self._run(self._compare_plan(problems, a, b, criteria, references))
+        return self._driver.run(self._compare_plan(problems, a, b, criteria, references))
 
     async def acompare_batch(
         self,
@@ -821,7 +463,7 @@ class Verifier:
         references: Sequence[str | None] | None = None,
     ) -> list[PairwiseResult]:
         """Async :meth:`compare_batch`."""
-        return await self._arun(self._compare_plan(problems, a, b, criteria, references))
+        return await self._driver.arun(self._compare_plan(problems, a, b, criteria, references))
 
     def compare(
         self,
@@ -865,7 +507,7 @@ class Verifier:
         Returns:
             :class:`RankResult` (``win_rate`` ``(N,)`` = soft wins / comparisons).
         """
-        return self._run(
+        return self._driver.run(
             self._rank_plan(problem, candidates, pivots, method, seed, criteria, reference)
         )
 
@@ -881,7 +523,7 @@ class Verifier:
         reference: str | None = None,
     ) -> RankResult:
         """Async :meth:`rank`."""
-        return await self._arun(
+        return await self._driver.arun(
             self._rank_plan(problem, candidates, pivots, method, seed, criteria, reference)
         )
 
@@ -889,13 +531,15 @@ class Verifier:
         self, *, tasks: Sequence[str], trajectories: Sequence[Any], criteria: Criteria = None
     ) -> list[ScoreResult]:
         """Task progress of each trajectory so far, ``(B,)``; ``value`` in ``[0, 1]``, 1 = done."""
-        return self._run(self._score_plan(tasks, trajectories, criteria, None, progress=True))
+        return self._driver.run(
+            self._score_plan(tasks, trajectories, criteria, None, progress=True)
+        )
 
     async def aprogress_batch(
         self, *, tasks: Sequence[str], trajectories: Sequence[Any], criteria: Criteria = None
     ) -> list[ScoreResult]:
         """Async :meth:`progress_batch`."""
-        return await self._arun(
+        return await self._driver.arun(
             self._score_plan(tasks, trajectories, criteria, None, progress=True)
         )
 
@@ -937,35 +581,3 @@ class Verifier:
 
     def __repr__(self) -> str:
         return f"Verifier(backend={self.backend.name!r}, model={self.backend.model_id!r}, G={self.scale.granularity}, style={self.config.style!r})"
-
-
-class _NeedBatch(Exception):
-    def __init__(self, pairs: Sequence[tuple[int, int]]) -> None:
-        self.pairs = list(pairs)
-
-
-def _to_cacheable(a: Any) -> Any:
-    if isinstance(a, TokenLogprobs):
-        return {
-            "t": "lp",
-            "logprobs": dict(a.logprobs),
-            "exact": a.exact,
-            "sampled": a.sampled,
-            "n_samples": a.n_samples,
-            "restricted": a.restricted,
-        }
-    return {"t": "text", "text": a}
-
-
-def _from_cacheable(a: Any) -> Any:
-    if isinstance(a, dict) and a.get("t") == "lp":
-        return TokenLogprobs(
-            a["logprobs"],
-            exact=a["exact"],
-            sampled=a["sampled"],
-            n_samples=a["n_samples"],
-            restricted=a["restricted"],
-        )
-    if isinstance(a, dict) and a.get("t") == "text":
-        return a["text"]
-    return a

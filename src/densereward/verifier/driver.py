@@ -1,0 +1,215 @@
+"""Running the engine's plans against a backend: batching, the score cache, failures.
+
+A *plan* is a generator that yields requests ``(kind, prompts, seeds)`` and is sent back one
+answer per prompt: ``kind`` is ``"logprobs"`` (next-token log-probabilities of the score
+tokens, a :class:`~densereward.backends.base.TokenLogprobs`) or ``"generate"`` (a sampled
+analysis, a string); a prompt whose backend call failed gets the
+:class:`~densereward.errors.BackendError` instead (or it is raised, per
+``VerifierConfig.on_error``). The same plan runs with the backend's sync methods
+(:meth:`PlanDriver.run`) or its async ones (:meth:`PlanDriver.arun`), so both compute
+identical numbers. :meth:`PlanDriver.cached` is the sub-plan that answers from the
+:class:`~densereward.cache.ScoreCache` first and deduplicates the rest.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Generator, Sequence
+from typing import Any
+
+from .. import prompts as P
+from ..backends.base import ChatPrompt, TokenLogprobs, VerifierBackend
+from ..cache import ScoreCache, cache_key
+from ..config import VerifierConfig
+from ..errors import BackendError
+from .reads import VerifierStats
+
+__all__ = ["PlanDriver"]
+
+logger = logging.getLogger("densereward.verifier")
+
+
+class PlanDriver:
+    """Answers a plan's requests with one backend, in chunks of ``config.batch_size`` prompts.
+
+    Args:
+        backend: the model.
+        config: reads ``batch_size``, ``on_error``, ``max_reasoning_tokens`` and
+            ``reasoning_temperature``.
+        stats: the verifier's counters (backend calls, failures, cache hits, seconds).
+        cache: answers by :func:`~densereward.cache.cache_key`, or ``None``.
+        candidates: every score-token spelling to ask log-probabilities for.
+        thinking: whether analyses stop at ``</think>`` (native thinking) or at
+            ``</analysis>`` / the score prefill.
+    """
+
+    def __init__(
+        self,
+        backend: VerifierBackend,
+        config: VerifierConfig,
+        stats: VerifierStats,
+        cache: ScoreCache | None,
+        candidates: Sequence[str],
+        thinking: bool,
+    ) -> None:
+        self.backend = backend
+        self.config = config
+        self.stats = stats
+        self.cache = cache
+        self.candidates = list(candidates)
+        self.thinking = thinking
+
+    def run(self, plan: Generator) -> Any:
+        """Drive ``plan`` with the backend's sync methods; returns the plan's return value."""
+        try:
+            req = next(plan)
+            while True:
+                req = plan.send(self._io_sync(req))
+        except StopIteration as stop:
+            return stop.value
+
+    async def arun(self, plan: Generator) -> Any:
+        """Drive ``plan`` with the backend's async methods (chunks run concurrently)."""
+        try:
+            req = next(plan)
+            while True:
+                req = plan.send(await self._io_async(req))
+        except StopIteration as stop:
+            return stop.value
+
+    def _chunks(self, items: Sequence[Any]) -> list[Sequence[Any]]:
+        bs = max(1, self.config.batch_size)
+        return [items[i : i + bs] for i in range(0, len(items), bs)]
+
+    def _on_failure(self, err: Exception, n: int) -> list[Exception]:
+        self.stats.n_failures += n
+        if self.config.on_error == "raise":
+            raise err
+        logger.warning("verifier backend failed on %d prompt(s): %s", n, err)
+        return [err] * n
+
+    def _io_sync(self, req: tuple) -> list[Any]:
+        kind, prompts, extra = req
+        out: list[Any] = []
+        t0 = time.perf_counter()
+        for chunk in self._chunks(prompts):
+            self.stats.n_backend_calls += 1
+            try:
+                if kind == "logprobs":
+                    out.extend(self.backend.next_token_logprobs(list(chunk), self.candidates))
+                else:
+                    out.extend(
+                        self._generate_sync(list(chunk), extra[len(out) : len(out) + len(chunk)])
+                    )
+            except BackendError as err:
+                out.extend(self._on_failure(err, len(chunk)))
+        self.stats.seconds += time.perf_counter() - t0
+        return out
+
+    async def _io_async(self, req: tuple) -> list[Any]:
+        import asyncio
+
+        kind, prompts, extra = req
+        t0 = time.perf_counter()
+
+        async def one(start: int, chunk: Sequence[ChatPrompt]) -> list[Any]:
+            self.stats.n_backend_calls += 1
+            try:
+                if kind == "logprobs":
+                    return list(
+                        await self.backend.anext_token_logprobs(list(chunk), self.candidates)
+                    )
+                seeds = extra[start : start + len(chunk)]
+                return [
+                    (await self.backend.agenerate([p], **self.gen_kwargs(s)))[0]
+                    for p, s in zip(chunk, seeds, strict=False)
+                ]
+            except BackendError as err:
+                return self._on_failure(err, len(chunk))
+
+        bs = max(1, self.config.batch_size)
+        parts = await asyncio.gather(
+            *(one(i, prompts[i : i + bs]) for i in range(0, len(prompts), bs))
+        )
+        self.stats.seconds += time.perf_counter() - t0
+        return [x for part in parts for x in part]
+
+    def gen_kwargs(self, seed: int) -> dict[str, Any]:
+        """Sampling arguments of one reasoning-style analysis with ``seed``."""
+        return {
+            "max_new_tokens": self.config.max_reasoning_tokens,
+            "temperature": self.config.reasoning_temperature,
+            "seed": seed,
+            "stop": (P.THINK_CLOSE,) if self.thinking else ("</analysis>", P.SCORE_PREFILL),
+        }
+
+    def _generate_sync(self, prompts: list[ChatPrompt], seeds: Sequence[int]) -> list[str]:
+        # one call per prompt: each analysis has its own seed, so cached and uncached runs agree
+        return [
+            self.backend.generate([p], **self.gen_kwargs(s))[0]
+            for p, s in zip(prompts, seeds, strict=False)
+        ]
+
+    def key(self, kind: str, prompt: ChatPrompt, seed: int | None = None) -> str:
+        """The cache key of one request (backend, model, prompt, candidates, seed, sampling)."""
+        return cache_key(
+            kind=kind,
+            backend=self.backend.name,
+            model=self.backend.model_id,
+            prompt=prompt.key(),
+            candidates=self.candidates,
+            seed=seed,
+            gen=self.gen_kwargs(0) if kind == "generate" else None,
+        )
+
+    def cached(
+        self, kind: str, prompts: Sequence[ChatPrompt], seeds: Sequence[int | None]
+    ) -> Generator:
+        """Plan: answers for ``prompts`` from the cache, deduplicated, the rest from the backend."""
+        keys = [self.key(kind, p, s) for p, s in zip(prompts, seeds, strict=False)]
+        answers: dict[str, Any] = {}
+        if self.cache is not None:
+            for k in set(keys):
+                hit = self.cache.get(k)
+                if hit is not None:
+                    answers[k] = hit
+                    self.stats.n_cache_hits += 1
+        todo: dict[str, tuple[ChatPrompt, int | None]] = {}
+        for k, p, s in zip(keys, prompts, seeds, strict=False):
+            if k not in answers and k not in todo:
+                todo[k] = (p, s)
+        if todo:
+            got = yield (kind, [p for p, _ in todo.values()], [s for _, s in todo.values()])
+            for k, a in zip(todo, got, strict=True):
+                answers[k] = a
+                if self.cache is not None and not isinstance(a, Exception):
+                    self.cache.set(k, _to_cacheable(a))
+        return [_from_cacheable(answers[k]) for k in keys]
+
+
+def _to_cacheable(a: Any) -> Any:
+    if isinstance(a, TokenLogprobs):
+        return {
+            "t": "lp",
+            "logprobs": dict(a.logprobs),
+            "exact": a.exact,
+            "sampled": a.sampled,
+            "n_samples": a.n_samples,
+            "restricted": a.restricted,
+        }
+    return {"t": "text", "text": a}
+
+
+def _from_cacheable(a: Any) -> Any:
+    if isinstance(a, dict) and a.get("t") == "lp":
+        return TokenLogprobs(
+            a["logprobs"],
+            exact=a["exact"],
+            sampled=a["sampled"],
+            n_samples=a["n_samples"],
+            restricted=a["restricted"],
+        )
+    if isinstance(a, dict) and a.get("t") == "text":
+        return a["text"]
+    return a
