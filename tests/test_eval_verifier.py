@@ -258,12 +258,41 @@ def test_evaluate_edge_cases(gsm8k):
         and o["verifier_gain"] is None
     )
     assert (
-        o["tts_pass_rate"] == pytest.approx(o["plain_pass_rate"])
+        o["tts_pass_rate"] == pytest.approx(o["mean_problem_pass_rate"])
         and o["tts_verification_gain"] == 0.0
     )
-    assert not math.isnan(m["tts"]["pooled"]["pass_rate"])
+    assert not math.isnan(m["tts"]["pooled"]["mean_problem_pass_rate"])
     text = E.render_report(m)
     assert "n/a" in text
+
+
+def test_pooled_and_per_problem_pass_rates_are_named_apart(gsm8k):
+    """``pass_rate`` = pooled fraction correct; ``mean_problem_pass_rate`` = mean of per-problem rates."""
+    rows = E.load_responses(gsm8k, limit=20)
+    # unequal responses per problem: keep all of the even problems, one response of the odd ones
+    pids = list(dict.fromkeys(r["problem_id"] for r in rows))
+    seen: set[str] = set()
+    kept = []
+    for r in rows:
+        odd = pids.index(r["problem_id"]) % 2 == 1
+        if not odd or r["problem_id"] not in seen:
+            kept.append(r)
+            seen.add(r["problem_id"])
+    y = [float(r["is_correct"]) for r in kept]
+    per_problem = [
+        np.mean([float(r["is_correct"]) for r in kept if r["problem_id"] == p]) for p in pids
+    ]
+    pooled, mean_problem = float(np.mean(y)), float(np.mean(per_problem))
+    assert abs(pooled - mean_problem) > 0.01  # the data tell the two apart
+    m = E.evaluate(kept, [0.5] * len(kept), threshold=0.5, n_bootstrap=0)
+    o, tts = m["overall"], m["tts"]
+    assert o["pass_rate"] == pytest.approx(pooled)
+    assert o["mean_problem_pass_rate"] == pytest.approx(mean_problem)
+    assert tts["pooled"]["mean_problem_pass_rate"] == pytest.approx(mean_problem)
+    assert "pass_rate" not in tts["pooled"] and "plain_pass_rate" not in o
+    for g in tts["by_family"]["groups"].values():
+        assert set(g) >= {"mean_problem_pass_rate", "tts_pass_rate"} and "pass_rate" not in g
+    assert f"mean problem pass rate {mean_problem:.3f}" in E.render_report(m)
 
 
 @pytest.mark.slow

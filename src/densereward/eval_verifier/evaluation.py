@@ -26,13 +26,17 @@ HEADLINE = (
 
 
 def _family_gap(scores, labels, pids, fams, threshold) -> dict[str, Any]:
-    """TTS pass rates per family (or generator) and the weak-to-strong gap closed by verification."""
+    """TTS pass rates per family (or generator) and the weak-to-strong gap closed by verification.
+
+    ``mean_problem_pass_rate`` is the mean over problems of each problem's pass rate (the base of
+    Zhou et al. eq. 5); the weaker / stronger group is the one with the lower / higher of it.
+    """
     per = {}
     for f, ix in M.tts.group_indices(fams).items():
         sub_p = [pids[i] for i in ix]
         k = len(ix) / len(set(sub_p))
         per[f] = {
-            "pass_rate": M.pass_rate(labels[ix], sub_p),
+            "mean_problem_pass_rate": M.pass_rate(labels[ix], sub_p),
             "tts_pass_rate": M.tts_pass_rate(scores[ix], labels[ix], sub_p, threshold),
             "tts_verification_gain": M.tts_verification_gain(
                 scores[ix], labels[ix], sub_p, threshold
@@ -41,13 +45,15 @@ def _family_gap(scores, labels, pids, fams, threshold) -> dict[str, Any]:
         }
     out: dict[str, Any] = {"groups": per}
     if len(per) >= 2:
-        weak = min(per, key=lambda f: per[f]["pass_rate"])
-        strong = max(per, key=lambda f: per[f]["pass_rate"])
+        weak = min(per, key=lambda f: per[f]["mean_problem_pass_rate"])
+        strong = max(per, key=lambda f: per[f]["mean_problem_pass_rate"])
         out.update(
             weak=weak,
             strong=strong,
             gap_closed=M.gap_closed(
-                per[weak]["pass_rate"], per[weak]["tts_pass_rate"], per[strong]["pass_rate"]
+                per[weak]["mean_problem_pass_rate"],
+                per[weak]["tts_pass_rate"],
+                per[strong]["mean_problem_pass_rate"],
             ),
         )
     return out
@@ -87,6 +93,13 @@ def evaluate(
         equal-width bins, overall and per generator), ``tts``, ``rejection_sampling``,
         ``reliability``, ``self_verification_keyword_rate``.
 
+        Two pass rates, named apart: ``pass_rate`` is the pooled fraction of correct
+        responses (``mean(is_correct)``, as in the classification report and the training
+        logs' ``verifier/pass_rate``); ``mean_problem_pass_rate`` is the mean over problems
+        of each problem's fraction correct (:func:`densereward.metrics.pass_rate`, the base
+        of the verified ``tts_pass_rate``, Zhou et al. 2025 eq. 5, also a mean over problems).
+        They differ when problems have different numbers of responses.
+
     Raises:
         DataError: if lengths differ, a score is outside ``[0, 1]``, or nothing was scored.
     """
@@ -124,7 +137,7 @@ def evaluate(
             pairwise_accuracy=M.pairwise_accuracy(sc, lab, pid),
             tie_rate=M.tie_rate(sc, lab, pid),
             score_gap_snr=M.score_gap_snr(sc, lab, pid),
-            plain_pass_rate=M.pass_rate(lab, pid),
+            mean_problem_pass_rate=M.pass_rate(lab, pid),
             tts_pass_rate=M.tts_pass_rate(sc, lab, pid, threshold),
             tts_verification_gain=M.tts_verification_gain(sc, lab, pid, threshold),
             mean_score=float(np.mean(sc)) if len(sc) else math.nan,
@@ -243,7 +256,7 @@ def evaluate(
     # Test-time scaling with verification; gap between weaker and stronger families.
     out["tts"] = {
         "pooled": {
-            "pass_rate": M.pass_rate(y, pids),
+            "mean_problem_pass_rate": M.pass_rate(y, pids),
             "tts_pass_rate": M.tts_pass_rate(s, y, pids, threshold),
             "tts_verification_gain": M.tts_verification_gain(s, y, pids, threshold),
             "k_mean": len(pids) / len(set(pids)),

@@ -34,7 +34,7 @@ _OVERALL_COLUMNS = (
     ("auprc", "auprc"), ("ece", "ece"), ("brier", "brier"), ("pass rate", "pass_rate"),
     ("pairwise acc.", "pairwise_accuracy"), ("tie rate", "tie_rate"), ("gap SNR", "score_gap_snr"),
 )  # fmt: skip
-"""(header, metric key) of the overall report's second table."""
+"""(header, metric key) of the overall report's second table (``pass_rate``: pooled)."""
 
 
 def _prompt_description(config: VerifierConfig, reference_guided: bool, *, scored: bool) -> str:
@@ -236,19 +236,20 @@ def render_report(
     p = t["pooled"]
     parts.append(
         f"Pooled (all generators' responses as the K = {format_number(p['k_mean'], 1)} candidates of a problem): "
-        f"pass rate {format_number(p['pass_rate'])} -> verified pass rate {format_number(p['tts_pass_rate'])} "
+        f"mean problem pass rate {format_number(p['mean_problem_pass_rate'])} -> verified pass rate "
+        f"{format_number(p['tts_pass_rate'])} "
         f"(Zhou et al. eq. 5; gain {format_number(p['tts_verification_gain'])}, eq. 6)."
     )
     fam = t["by_family"]
     parts += [
         "",
         markdown_table(
-            ["group", "K", "pass rate", "verified pass rate", "gain"],
+            ["group", "K", "mean problem pass rate", "verified pass rate", "gain"],
             [
                 [
                     f,
                     format_number(r["k_mean"], 1),
-                    r["pass_rate"],
+                    r["mean_problem_pass_rate"],
                     r["tts_pass_rate"],
                     r["tts_verification_gain"],
                 ]
