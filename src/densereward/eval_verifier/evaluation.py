@@ -278,14 +278,12 @@ def evaluate(
             seed=seed,
         )
     out["rejection_sampling"] = rs
+    # Lu et al. 2025 App. A: precision and gain from accuracy, TPR, FPR (NaN when a rate is).
+    rates = (float(y.mean()), out["overall"]["tpr"], out["overall"]["fpr"])
     out["closed_form"] = {
-        "precision": M.precision_from_rates(
-            float(y.mean()), out["overall"]["tpr"], out["overall"]["fpr"]
-        )
-        if not (math.isnan(out["overall"]["tpr"]) or math.isnan(out["overall"]["fpr"]))
-        else math.nan,
+        "precision": M.precision_from_rates(*rates),
+        "verifier_gain": M.verifier_gain_from_rates(*rates),
     }
-    out["closed_form"]["verifier_gain"] = out["closed_form"]["precision"] - float(y.mean())
     out["reliability"] = M.reliability_curve(s, y, n_calibration_bins)
     out["self_verification_keyword_rate"] = M.self_verification_keyword_rate(
         [r["response"] for r in kept]
