@@ -191,7 +191,8 @@ def labelled_metrics(
     >>> m["tpr"], m["tnr"], m["auroc"], m["pairwise_accuracy"], round(m["score_gap"], 2)
     (1.0, 1.0, 1.0, 1.0, 0.6)
     """
-    from ..metrics.classification import auroc, classification_report
+    from ..metrics.classification import auroc
+    from ..metrics.report import classification_report
     from ..metrics.pairwise import mean_score_gap, pairwise_accuracy
 
     thr = np.broadcast_to(
