@@ -45,6 +45,17 @@ def test_soft_variant_uses_the_score_itself():
         M.tpr([1.5, 0.2], [1, 0], soft=True)
 
 
+def test_one_threshold_per_response():
+    # the threshold in force when each response was scored (the GRPO tracker, the hacking alarm)
+    s, y, thr = [0.3, 0.3, 0.3, 0.3], [1, 1, 0, 0], [0.2, 0.4, 0.2, 0.4]
+    assert M.tpr(s, y, thr) == 0.5 and M.tnr(s, y, thr) == 0.5
+    assert M.precision(s, y, thr) == 0.5
+    with pytest.raises(DataError, match="threshold has shape"):
+        M.tpr(s, y, [0.5, 0.5])
+    with pytest.raises(DataError, match="threshold is None"):
+        M.tnr(s, y, None)
+
+
 def test_threshold_free_metrics_by_hand():
     # pairs (correct, incorrect): 0.9>0.6, 0.9>0.1, 0.8>0.6, 0.8>0.1, 0.3<0.6, 0.3>0.1 -> 5/6
     assert M.auroc(S, Y) == pytest.approx(5 / 6)

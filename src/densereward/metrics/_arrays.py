@@ -67,27 +67,41 @@ def as_arrays(
 
 
 def accept(
-    scores: Sequence[float] | np.ndarray, threshold: float = 0.5, soft: bool = False
+    scores: Sequence[float] | np.ndarray,
+    threshold: float | np.ndarray = 0.5,
+    soft: bool = False,
 ) -> np.ndarray:
     """The verifier's accept decision ``V``, shape ``(n,)``.
 
+    Every threshold metric (TPR, TNR, precision, ...) decides through this function, so a
+    ``threshold`` array reaches them too.
+
     Args:
         scores: shape ``(n,)``.
-        threshold: hard decision ``V = 1[score >= threshold]``.
+        threshold: hard decision ``V = 1[score >= threshold]``: one number, or shape ``(n,)``,
+            one threshold per response (e.g. the one in force when it was scored).
         soft: if True, ``V = score`` (must then lie in ``[0, 1]``); ``threshold`` is ignored.
 
     Raises:
-        DataError: if ``soft`` and a score lies outside ``[0, 1]``.
+        DataError: if ``soft`` and a score lies outside ``[0, 1]``; if ``threshold`` is
+            ``None`` or an array of another shape.
 
     >>> accept([0.2, 0.5, 0.9]).tolist()
     [0.0, 1.0, 1.0]
+    >>> accept([0.2, 0.5, 0.9], threshold=[0.1, 0.6, 0.9]).tolist()
+    [1.0, 0.0, 1.0]
     """
     s = np.asarray(scores, dtype=np.float64).reshape(-1)
     if soft:
         if s.size and (s.min() < 0.0 or s.max() > 1.0):
             raise DataError("soft metrics need scores in [0, 1]")
         return s
-    return (s >= threshold).astype(np.float64)
+    if threshold is None:
+        raise DataError("threshold is None; pass a number (or one per response)")
+    t = np.asarray(threshold, dtype=np.float64)
+    if t.ndim and t.shape != s.shape:
+        raise DataError(f"threshold has shape {t.shape}, expected a number or {s.shape}")
+    return (s >= t).astype(np.float64)
 
 
 def mean_or_nan(x: np.ndarray) -> float:

@@ -159,9 +159,14 @@ def _var_over_n(x: np.ndarray) -> float:
 
 
 def _tnr(half: list[np.ndarray], min_negatives: int) -> float:
-    """TNR of the incorrect completions of a half-window at their thresholds (NaN if too few)."""
+    """TNR of the incorrect completions of a half-window at their thresholds (NaN if too few).
+
+    Completions scored before a threshold existed (``NaN``) are left out.
+    """
+    from ..metrics.classification import tnr
+
     s, y, thr = half
-    neg = (y == 0) & np.isfinite(thr)
-    if neg.sum() < min_negatives:
+    decided = np.isfinite(thr)
+    if ((y == 0) & decided).sum() < min_negatives:
         return _NAN
-    return float(np.mean(s[neg] < thr[neg]))
+    return tnr(s[decided], y[decided], thr[decided])
