@@ -32,12 +32,10 @@ sent only in the ``Authorization`` header and never appears in messages, logs or
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import contextlib
 import json
 import logging
 import math
-import threading
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, TypeVar
@@ -46,6 +44,7 @@ from ..config import VerifierConfig
 from ..errors import BackendError, BackendUnavailableError, ConfigError
 from ..io import get_api_key, redact
 from .base import BackendUsage, ChatPrompt, TokenLogprobs
+from .transport import LoopThread, RateLimiter, RetryableError, Secret, parse_retry_after
 
 __all__ = ["OpenAIBackend"]
 
@@ -55,85 +54,6 @@ T = TypeVar("T")
 
 _RETRY_STATUS = frozenset({408, 409, 425, 429, 500, 502, 503, 504})
 _EXTENSION_OWNERS = frozenset({"vllm", "sglang", "sglang-team", "lmsys"})
-
-
-class _Secret(str):
-    """A string whose ``repr`` is masked, so a key held in an attribute never shows in reprs."""
-
-    def __repr__(self) -> str:
-        return "'***'"
-
-
-class _RetryableError(BackendError):
-    """A transient failure worth retrying; ``retry_after`` (s) from the server, if given."""
-
-    def __init__(self, message: str, retry_after: float | None = None):
-        super().__init__(message)
-        self.retry_after = retry_after
-
-
-def _parse_retry_after(value: str | None) -> float | None:
-    """Seconds to wait from a ``Retry-After`` header (delta-seconds or HTTP date), or None."""
-    if not value:
-        return None
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        pass
-    from email.utils import parsedate_to_datetime
-
-    try:
-        when = parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    return max(0.0, when.timestamp() - time.time())
-
-
-class _LoopThread:
-    """A private asyncio event loop running in a daemon thread."""
-
-    def __init__(self, name: str):
-        self.loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        asyncio.set_event_loop(self.loop)
-        self.loop.run_forever()
-
-    def submit(self, coro: Awaitable[T]) -> concurrent.futures.Future[T]:
-        return asyncio.run_coroutine_threadsafe(coro, self.loop)  # type: ignore[arg-type]
-
-    def in_loop_thread(self) -> bool:
-        return threading.current_thread() is self._thread
-
-    def stop(self) -> None:
-        if self.loop.is_closed():
-            return
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        if self.in_loop_thread():  # e.g. garbage-collected on the loop thread: cannot join itself
-            return
-        self._thread.join(timeout=10)
-        self.loop.close()
-
-
-class _RateLimiter:
-    """Spaces request starts at least ``60 / requests_per_minute`` seconds apart."""
-
-    def __init__(self, requests_per_minute: float | None):
-        self.interval = 60.0 / requests_per_minute if requests_per_minute else 0.0
-        self._next = 0.0
-        self._lock = asyncio.Lock()
-
-    async def wait(self) -> None:
-        if self.interval <= 0:
-            return
-        async with self._lock:
-            now = time.monotonic()
-            delay = self._next - now
-            self._next = max(now, self._next) + self.interval
-        if delay > 0:
-            await asyncio.sleep(delay)
 
 
 class OpenAIBackend:
@@ -197,11 +117,11 @@ class OpenAIBackend:
         self.retry_max_s = float(retry_max_s)
         self.usage = BackendUsage()
         key = get_api_key(config.api_key_env)
-        self._api_key = _Secret(key) if key else None
+        self._api_key = Secret(key) if key else None
         self._secrets = [self._api_key] if self._api_key else []
         self._token_ids: dict[str, int] = {}
         self._closed = False
-        self._loop = _LoopThread(name=f"densereward-{self.name}-http")
+        self._loop = LoopThread(name=f"densereward-{self.name}-http")
         try:
             self._loop.submit(self._open()).result()
             models = self._loop.submit(self._health_check(health_timeout_s)).result()
@@ -258,7 +178,7 @@ class OpenAIBackend:
             headers=headers, timeout=httpx.Timeout(self.config.timeout_s), limits=limits
         )
         self._semaphore = asyncio.Semaphore(self.config.max_concurrency)
-        self._limiter = _RateLimiter(self.config.requests_per_minute)
+        self._limiter = RateLimiter(self.config.requests_per_minute)
 
     async def _health_check(self, timeout_s: float) -> list[Any]:
         import httpx
@@ -343,13 +263,13 @@ class OpenAIBackend:
             async for attempt in AsyncRetrying(
                 stop=stop_after_attempt(self.config.max_retries + 1),
                 wait=wait,
-                retry=retry_if_exception_type(_RetryableError),
+                retry=retry_if_exception_type(RetryableError),
                 before_sleep=before_sleep,
                 reraise=True,
             ):
                 with attempt:
                     return await self._post_once(url, payload)
-        except _RetryableError as e:
+        except RetryableError as e:
             self.usage.n_failures += 1
             raise BackendError(
                 f"{self.name} backend: POST {url} failed after {self.config.max_retries} retries: {self._redact(str(e))}"
@@ -368,25 +288,25 @@ class OpenAIBackend:
             try:
                 resp = await self._client.post(url, json=payload)
             except httpx.TimeoutException as e:
-                raise _RetryableError(
+                raise RetryableError(
                     f"timed out after {self.config.timeout_s:g} s ({type(e).__name__})"
                 ) from None
             except httpx.TransportError as e:
-                raise _RetryableError(
+                raise RetryableError(
                     f"connection error ({type(e).__name__}: {self._redact(str(e))})"
                 ) from None
         if resp.status_code != 200:
             detail = self._redact(resp.text)[:300]
             msg = f"HTTP {resp.status_code} from {url}: {detail}"
             if resp.status_code in _RETRY_STATUS:
-                raise _RetryableError(msg, _parse_retry_after(resp.headers.get("Retry-After")))
+                raise RetryableError(msg, parse_retry_after(resp.headers.get("Retry-After")))
             if resp.status_code in (401, 403):
                 msg += f" (check the key in ${self.config.api_key_env})"
             raise BackendError(msg)
         try:
             data = json.loads(resp.content)
         except ValueError:
-            raise _RetryableError(
+            raise RetryableError(
                 f"malformed JSON from {url}: {self._redact(resp.text)[:120]!r}"
             ) from None
         if (
@@ -394,7 +314,7 @@ class OpenAIBackend:
             or not isinstance(data.get("choices"), list)
             or not data["choices"]
         ):
-            raise _RetryableError(
+            raise RetryableError(
                 f"response from {url} has no choices: {self._redact(resp.text)[:120]!r}"
             )
         usage = data.get("usage") or {}
