@@ -14,19 +14,18 @@ and
   verification-dynamics view of Zhou et al. 2025 (TPR / TNR as the generator's pass rate
   rises).
 
-Threshold-free keys come first: ``verifier/auroc``, ``verifier/score_gap`` (mean score of
-correct minus incorrect completions), ``verifier/pairwise_accuracy`` (within a GRPO group, the
-fraction of (correct, incorrect) pairs the verifier orders correctly: the signal a
-group-relative reward uses). The accept threshold of the rates is ``verifier/threshold``:
-fixed, read from an eval-verifier ``metrics.json``, or ``auto`` (Youden's J on every labelled
-completion of *earlier* batches, so each batch is scored out of sample; until earlier batches
-hold both classes it is chosen on the batch itself, flagged by ``verifier/threshold_in_sample``
-= 1).
+The metrics themselves (keys, definitions, the pooled ``verifier/pass_rate``) are the pure
+functions of :mod:`densereward.rewards.quality`. The accept threshold of the rates is
+``verifier/threshold``: fixed, read from an eval-verifier ``metrics.json``, or ``auto``
+(Youden's J on every labelled completion of *earlier* batches, so each batch is scored out of
+sample; until earlier batches hold both classes it is chosen on the batch itself, flagged by
+``verifier/threshold_in_sample`` = 1).
 
 Metric keys (stable): ``verifier/tpr``, ``verifier/tnr``, ``verifier/balanced_accuracy``,
 ``verifier/precision`` (at the verifier threshold), ``verifier/auroc``,
 ``verifier/verifier_gain`` (precision - pass rate, Lu et al. 2025 eq. 1),
-``verifier/pass_rate`` (the policy's Math-Verify accuracy = generator capability),
+``verifier/pass_rate`` (the pooled pass rate: the fraction of the batch's completions that
+Math-Verify finds correct, the policy's accuracy = generator capability),
 ``verifier/tie_rate``, ``verifier/mean_mass``, ``verifier/n_abstained``,
 ``verifier/frac_zero_spread_sparse``, ``verifier/frac_zero_spread_dense``,
 ``verifier/tpr/level_<k>`` and ``verifier/tnr/level_<k>`` (MATH level k = 1..5), ``verifier/n``.
@@ -34,12 +33,12 @@ Metric keys (stable): ``verifier/tpr``, ``verifier/tnr``, ``verifier/balanced_ac
 A batch holds a few completions (often all wrong, or all right), so most per-batch rates are
 undefined. The tracker also computes the labelled metrics over a rolling window of the last
 ``window`` labelled completions: ``verifier/window/<metric>`` for every metric of
-:data:`WINDOW_KEYS`; the plot draws those as lines and the per-batch values as faint dots.
+:data:`~densereward.rewards.quality.WINDOW_KEYS`; the plot draws those as lines and the
+per-batch values as faint dots.
 """
 
 from __future__ import annotations
 
-import itertools
 import logging
 import math
 import threading
@@ -53,6 +52,13 @@ import numpy as np
 
 from ..io import append_jsonl, read_jsonl
 from ._common import check_lengths, group_slices
+from .quality import (
+    WINDOW_KEYS,
+    format_metrics,
+    labelled_metrics,
+    reward_quality_metrics,
+    undefined_reasons,
+)
 
 __all__ = [
     "RewardQualityTracker",
@@ -73,55 +79,9 @@ PLOT_KEYS = (
 discrimination, rates at the accept threshold, the policy's pass rate and the verifier gain,
 GRPO-signal health."""
 
-WINDOW_KEYS = (
-    "auroc", "pairwise_accuracy", "score_gap", "tpr", "tnr", "balanced_accuracy", "precision",
-    "verifier_gain", "pass_rate", "n",
-)  # fmt: skip
-"""Metrics also computed over the tracker's rolling window (``verifier/window/<key>``)."""
-
 _NAN = float("nan")
 
 logger = logging.getLogger(__name__)
-
-_RATES = ("tpr", "tnr", "precision", "balanced_accuracy", "verifier_gain")
-
-
-def undefined_reasons(metrics: dict[str, Any], prefix: str = "verifier/") -> dict[str, str]:
-    """Why each undefined (``NaN`` / ``None``) quality metric of one record is undefined.
-
-    Explains the rolling-window metrics (``window/<key>``) when the record has them, else the
-    batch's; keys are returned without ``prefix``.
-
-    >>> undefined_reasons({"verifier/tpr": float("nan"), "verifier/tnr": 1.0, "verifier/n_valid": 4.0})
-    {'tpr': 'no correct completion (Math-Verify) in the batch'}
-    """
-
-    def nan(key: str) -> bool:
-        v = metrics.get(prefix + key)
-        return v is None or (isinstance(v, float) and math.isnan(v))
-
-    scope = "window/" if prefix + "window/n" in metrics else ""
-    where = "in the window" if scope else "in the batch"
-    n = metrics.get(prefix + ("window/n" if scope else "n_valid"))
-    out = {}
-    for key in ("tpr", "tnr", "auroc", *_RATES[2:]):
-        if prefix + scope + key not in metrics or not nan(scope + key):
-            continue
-        if not n:
-            why = f"no completion {where} has both a verifier score and a Math-Verify label"
-        elif key in _RATES and prefix + "threshold" in metrics and nan("threshold"):
-            why = "no accept threshold yet (threshold=auto waits for correct and incorrect completions)"
-        else:
-            why = {
-                "tpr": f"no correct completion (Math-Verify) {where}",
-                "tnr": f"no incorrect completion (Math-Verify) {where}",
-                "auroc": f"it needs both correct and incorrect completions {where}",
-                "precision": f"the verifier accepted no completion {where} (no score >= the threshold)",
-                "balanced_accuracy": "TPR or TNR is undefined",
-                "verifier_gain": "precision is undefined",
-            }[key]
-        out[scope + key] = why
-    return out
 
 
 def _undefined_note(records: Sequence[dict[str, Any]], prefix: str) -> str:
@@ -137,152 +97,6 @@ def _undefined_note(records: Sequence[dict[str, Any]], prefix: str) -> str:
         f"{key} undefined at {len(steps[key])} of {n_steps} steps (no point drawn): {why}"
         for key, why in first.items()
     )
-
-
-def _zero_spread(values: Sequence[float | None], groups: list[slice], eps: float = 1e-6) -> float:
-    """Fraction of groups whose non-abstained rewards all agree within ``eps`` (no GRPO signal)."""
-    if not groups:
-        return _NAN
-    flat = 0
-    for g in groups:
-        v = [x for x in values[g] if x is not None and not math.isnan(x)]
-        if len(v) < 2 or max(v) - min(v) <= eps:
-            flat += 1
-    return flat / len(groups)
-
-
-def _tie_rate(values: Sequence[float | None], groups: list[slice], eps: float) -> float:
-    """Fraction of within-group completion pairs whose scores differ by at most ``eps``."""
-    ties = pairs = 0
-    for g in groups:
-        v = [x for x in values[g] if x is not None and not math.isnan(x)]
-        for a, b in itertools.combinations(v, 2):
-            pairs += 1
-            ties += abs(a - b) <= eps
-    return ties / pairs if pairs else _NAN
-
-
-def labelled_metrics(
-    scores: np.ndarray,
-    labels: np.ndarray,
-    problem_ids: Sequence[Any],
-    threshold: float | np.ndarray | None,
-) -> dict[str, float]:
-    """The metrics of scored, labelled completions (keys :data:`WINDOW_KEYS`).
-
-    Args:
-        scores: ``(m,)`` verifier scores in ``[0, 1]`` (no abstentions).
-        labels: ``(m,)`` ground truth in ``{0, 1}``.
-        problem_ids: ``(m,)`` problem (GRPO group) of each completion, for the within-problem
-            pairwise accuracy.
-        threshold: Accept threshold of the rates: one number, or ``(m,)`` per completion (the
-            threshold in force when it was scored); ``None`` / ``NaN`` = not yet calibrated,
-            such completions are left out of the rates.
-
-    Returns:
-        ``auroc`` (Hanley & McNeil 1982), ``pairwise_accuracy`` (ties count 0;
-        :func:`densereward.metrics.pairwise_accuracy`), ``score_gap`` (mean score of correct
-        minus mean score of incorrect completions, in ``[-1, 1]``), ``tpr, tnr,
-        balanced_accuracy, precision`` at the threshold (Zhou et al. 2025, sec. 3),
-        ``verifier_gain`` (precision - pass rate, Lu et al. 2025 eq. 1), ``pass_rate`` and
-        ``n``; undefined ones ``NaN`` (e.g. TPR without a correct completion).
-
-    >>> m = labelled_metrics(np.array([0.9, 0.2, 0.4]), np.array([1.0, 0.0, 0.0]), [0, 0, 1], 0.5)
-    >>> m["tpr"], m["tnr"], m["auroc"], m["pairwise_accuracy"], round(m["score_gap"], 2)
-    (1.0, 1.0, 1.0, 1.0, 0.6)
-    """
-    from ..metrics.classification import auroc
-    from ..metrics.report import classification_report
-    from ..metrics.pairwise import mean_score_gap, pairwise_accuracy
-
-    thr = np.broadcast_to(
-        np.asarray(_NAN if threshold is None else threshold, dtype=np.float64), scores.shape
-    )
-    decided = np.isfinite(thr)
-    accepted = (scores[decided] >= thr[decided]).astype(np.float64)
-    rates = classification_report(accepted, labels[decided], 0.5) if decided.any() else {}
-    out = {k: float(rates.get(k, _NAN)) for k in ("tpr", "tnr", "balanced_accuracy", "precision",
-                                                   "verifier_gain")}  # fmt: skip
-    out["auroc"] = auroc(scores, labels)
-    out["score_gap"] = mean_score_gap(scores, labels)
-    out["pairwise_accuracy"] = (
-        pairwise_accuracy(scores, labels, list(problem_ids)) if len(scores) else _NAN
-    )
-    out["pass_rate"] = float(labels.mean()) if len(labels) else _NAN
-    out["n"] = float(len(scores))
-    return out
-
-
-def reward_quality_metrics(
-    scores: Sequence[float | None],
-    correct: Sequence[float | None],
-    *,
-    threshold: float | None = 0.5,
-    groups: list[slice] | None = None,
-    levels: Sequence[Any] | None = None,
-    masses: Sequence[float | None] | None = None,
-    tie_eps: float = 1e-3,
-) -> dict[str, float]:
-    """Reward-quality metrics of one batch of completions (keys without the ``verifier/`` prefix).
-
-    Args:
-        scores: ``(n,)`` verifier scores in ``[0, 1]`` (``None`` = abstained).
-        correct: ``(n,)`` ground truth in ``{0, 1}`` (``None`` = unknown, e.g. unparseable reference).
-        threshold: Accept threshold for TPR / TNR / precision; ``None`` = not calibrated
-            (those metrics ``NaN``).
-        groups: GRPO groups (slices of the ``n`` completions); default: one group.
-        levels: ``(n,)`` MATH difficulty levels (``None`` entries skipped).
-        masses: ``(n,)`` probability mass on the score tokens (``None`` entries skipped).
-        tie_eps: Two scores within ``tie_eps`` count as a tie.
-
-    Returns:
-        ``tpr, tnr, balanced_accuracy, precision, auroc, verifier_gain, score_gap,
-        pairwise_accuracy`` (on completions with both a score and a ground truth; see
-        :func:`labelled_metrics`), ``pass_rate`` (all known ground truths), ``tie_rate``,
-        ``mean_mass``, ``n_abstained``, ``frac_zero_spread_sparse``, ``frac_zero_spread_dense``,
-        ``n``, ``n_valid``, and ``tpr/level_<k>``, ``tnr/level_<k>`` per level present. Undefined
-        metrics are ``NaN`` (e.g. TNR when every completion is correct).
-
-    Raises:
-        ValueError: if the per-completion sequences differ in length.
-
-    >>> m = reward_quality_metrics([0.9, 0.2, None, 0.7], [1, 0, 1, 0], groups=[slice(0, 2), slice(2, 4)])
-    >>> m["tpr"], m["tnr"], m["n_abstained"], m["pass_rate"]
-    (1.0, 0.5, 1.0, 0.5)
-    """
-    n = len(scores)
-    check_lengths(completions=scores, correct=correct, levels=levels, masses=masses)
-    groups = groups if groups is not None else [slice(0, n)]
-    valid = [
-        i
-        for i in range(n)
-        if scores[i] is not None and correct[i] is not None and not math.isnan(scores[i])
-    ]
-    s = np.array([scores[i] for i in valid], dtype=np.float64)
-    y = np.array([correct[i] for i in valid], dtype=np.float64)
-    group_of = np.zeros(n, dtype=np.int64)
-    for j, g in enumerate(groups):
-        group_of[g] = j
-    out = labelled_metrics(s, y, group_of[valid].tolist(), threshold)
-    del out["n"]
-    known = [c for c in correct if c is not None]
-    out["pass_rate"] = float(np.mean(known)) if known else _NAN
-    out["tie_rate"] = _tie_rate(scores, groups, tie_eps)
-    m = [x for x in (masses or []) if x is not None and not math.isnan(x)]
-    out["mean_mass"] = float(np.mean(m)) if m else _NAN
-    out["n_abstained"] = float(sum(x is None or math.isnan(x) for x in scores))
-    out["frac_zero_spread_sparse"] = _zero_spread(correct, groups)
-    out["frac_zero_spread_dense"] = _zero_spread(scores, groups)
-    out["n"] = float(n)
-    out["n_valid"] = float(len(valid))
-    if levels is not None:
-        lv = [levels[i] for i in valid]
-        for level in sorted({x for x in lv if x is not None}):
-            idx = [j for j, x in enumerate(lv) if x == level]
-            sub = labelled_metrics(s[idx], y[idx], group_of[valid][idx].tolist(), threshold)
-            out[f"tpr/level_{level}"] = sub["tpr"]
-            out[f"tnr/level_{level}"] = sub["tnr"]
-    return out
 
 
 class RewardQualityTracker:
@@ -502,48 +316,6 @@ class RewardQualityTracker:
             return None
         records = list(read_jsonl(src)) if src is not None else self.records
         return plot_reward_quality(records, out, prefix=self.prefix)
-
-
-def format_metrics(
-    reasons: Sequence[str | None], scores: Sequence[float | None]
-) -> tuple[dict[str, float], str | None]:
-    """Share of completions with no extractable final answer, and a warning when it is a format problem.
-
-    Args:
-        reasons: ``(n,)`` the sparse check's reason (``"no_answer"``, ``"unclosed_thinking"``,
-            anything else or ``None`` = an answer was found).
-        scores: ``(n,)`` verifier scores (``None`` = abstained).
-
-    Returns:
-        ``({"frac_no_answer", "frac_unclosed_thinking"}, warning)``. ``warning`` is a message
-        when at least half the completions have no answer while the verifier scores them at
-        least 0.8x the batch mean (the policy fails on *format*, which the sparse reward and
-        every verifier metric count as wrong), else ``None``.
-
-    >>> format_metrics(["no_answer", None, "unclosed_thinking", "no_answer"], [0.5] * 4)[0]
-    {'frac_no_answer': 0.75, 'frac_unclosed_thinking': 0.25}
-    """
-    n = len(reasons)
-    if not n:
-        return {}, None
-    none_idx = [i for i, r in enumerate(reasons) if r in ("no_answer", "unclosed_thinking")]
-    out = {
-        "frac_no_answer": len(none_idx) / n,
-        "frac_unclosed_thinking": sum(r == "unclosed_thinking" for r in reasons) / n,
-    }
-    vals = [s for s in scores if s is not None and not math.isnan(s)]
-    none_vals = [scores[i] for i in none_idx if scores[i] is not None and not math.isnan(scores[i])]
-    if out["frac_no_answer"] < 0.5 or not none_vals or np.mean(none_vals) < 0.8 * np.mean(vals):
-        return out, None
-    return out, (
-        f"{100 * out['frac_no_answer']:.0f}% of completions have no extractable final answer "
-        f"({100 * out['frac_unclosed_thinking']:.0f}% unclosed thinking) while the verifier "
-        f"scores them {np.mean(none_vals):.3f} on average (batch mean {np.mean(vals):.3f}): the "
-        "likely cause is the answer *format* (no \\boxed{} or final-answer line, or thinking cut "
-        "by max_completion_length), not correctness; the sparse reward and every verifier/* "
-        "metric count these as wrong. Check the system prompt, reward.answer_format and "
-        "training.max_completion_length. (Said once.)"
-    )
 
 
 def gather_across_processes(*columns: Sequence[Any] | None) -> tuple[list[Any] | None, ...]:

@@ -1,0 +1,284 @@
+"""Reward-quality metrics of one GRPO batch (pure functions; the tracker that logs them is
+:class:`~densereward.rewards.tracking.RewardQualityTracker`).
+
+Threshold-free keys come first: ``auroc``, ``score_gap`` (mean score of correct minus incorrect
+completions), ``pairwise_accuracy`` (within a GRPO group, the fraction of (correct, incorrect)
+pairs the verifier orders correctly: the signal a group-relative reward uses). The rates
+``tpr``, ``tnr``, ``balanced_accuracy``, ``precision`` and ``verifier_gain`` (precision - pass
+rate, Lu et al. 2025 eq. 1) are taken at the accept threshold in force (``threshold``: fixed,
+read from an eval-verifier ``metrics.json``, or ``auto``; see the tracker). Every
+classification rate comes from :mod:`densereward.metrics`.
+
+``pass_rate`` is the *pooled* pass rate: the fraction of completions that Math-Verify finds
+correct (the policy's accuracy, generator capability), every completion counting once. It is
+not the mean over problems of per-problem pass rates
+(:func:`densereward.metrics.mean_problem_pass_rate`, eval-verifier's
+``mean_problem_pass_rate``).
+
+Other keys: ``tie_rate`` (within-group completion pairs whose dense scores tie, whatever their
+labels), ``mean_mass``, ``n_abstained``, ``frac_zero_spread_sparse``,
+``frac_zero_spread_dense``, ``tpr/level_<k>`` and ``tnr/level_<k>`` (MATH level k = 1..5),
+``n``, ``n_valid``, ``frac_no_answer``, ``frac_unclosed_thinking``. The tracker logs them under
+``verifier/`` and the labelled ones also over a rolling window (``verifier/window/<key>`` for
+every key of :data:`WINDOW_KEYS`).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from ._common import check_lengths
+
+__all__ = [
+    "labelled_metrics",
+    "reward_quality_metrics",
+    "format_metrics",
+    "undefined_reasons",
+    "WINDOW_KEYS",
+]
+
+WINDOW_KEYS = (
+    "auroc", "pairwise_accuracy", "score_gap", "tpr", "tnr", "balanced_accuracy", "precision",
+    "verifier_gain", "pass_rate", "n",
+)  # fmt: skip
+"""Metrics also computed over the tracker's rolling window (``verifier/window/<key>``)."""
+
+_NAN = float("nan")
+
+_RATES = ("tpr", "tnr", "precision", "balanced_accuracy", "verifier_gain")
+
+
+def undefined_reasons(metrics: dict[str, Any], prefix: str = "verifier/") -> dict[str, str]:
+    """Why each undefined (``NaN`` / ``None``) quality metric of one record is undefined.
+
+    Explains the rolling-window metrics (``window/<key>``) when the record has them, else the
+    batch's; keys are returned without ``prefix``.
+
+    >>> undefined_reasons({"verifier/tpr": float("nan"), "verifier/tnr": 1.0, "verifier/n_valid": 4.0})
+    {'tpr': 'no correct completion (Math-Verify) in the batch'}
+    """
+
+    def nan(key: str) -> bool:
+        v = metrics.get(prefix + key)
+        return v is None or (isinstance(v, float) and math.isnan(v))
+
+    scope = "window/" if prefix + "window/n" in metrics else ""
+    where = "in the window" if scope else "in the batch"
+    n = metrics.get(prefix + ("window/n" if scope else "n_valid"))
+    out = {}
+    for key in ("tpr", "tnr", "auroc", *_RATES[2:]):
+        if prefix + scope + key not in metrics or not nan(scope + key):
+            continue
+        if not n:
+            why = f"no completion {where} has both a verifier score and a Math-Verify label"
+        elif key in _RATES and prefix + "threshold" in metrics and nan("threshold"):
+            why = "no accept threshold yet (threshold=auto waits for correct and incorrect completions)"
+        else:
+            why = {
+                "tpr": f"no correct completion (Math-Verify) {where}",
+                "tnr": f"no incorrect completion (Math-Verify) {where}",
+                "auroc": f"it needs both correct and incorrect completions {where}",
+                "precision": f"the verifier accepted no completion {where} (no score >= the threshold)",
+                "balanced_accuracy": "TPR or TNR is undefined",
+                "verifier_gain": "precision is undefined",
+            }[key]
+        out[scope + key] = why
+    return out
+
+
+def _zero_spread(values: Sequence[float | None], groups: list[slice], eps: float = 1e-6) -> float:
+    """Fraction of groups whose non-abstained rewards all agree within ``eps`` (no GRPO signal)."""
+    if not groups:
+        return _NAN
+    flat = 0
+    for g in groups:
+        v = [x for x in values[g] if x is not None and not math.isnan(x)]
+        if len(v) < 2 or max(v) - min(v) <= eps:
+            flat += 1
+    return flat / len(groups)
+
+
+def _tie_rate(values: Sequence[float | None], groups: list[slice], eps: float) -> float:
+    """Fraction of within-group completion pairs whose scores differ by at most ``eps``."""
+    ties = pairs = 0
+    for g in groups:
+        v = [x for x in values[g] if x is not None and not math.isnan(x)]
+        for a, b in itertools.combinations(v, 2):
+            pairs += 1
+            ties += abs(a - b) <= eps
+    return ties / pairs if pairs else _NAN
+
+
+def labelled_metrics(
+    scores: np.ndarray,
+    labels: np.ndarray,
+    problem_ids: Sequence[Any],
+    threshold: float | np.ndarray | None,
+) -> dict[str, float]:
+    """The metrics of scored, labelled completions (keys :data:`WINDOW_KEYS`).
+
+    Args:
+        scores: ``(m,)`` verifier scores in ``[0, 1]`` (no abstentions).
+        labels: ``(m,)`` ground truth in ``{0, 1}``.
+        problem_ids: ``(m,)`` problem (GRPO group) of each completion, for the within-problem
+            pairwise accuracy.
+        threshold: Accept threshold of the rates: one number, or ``(m,)`` per completion (the
+            threshold in force when it was scored); ``None`` / ``NaN`` = not yet calibrated,
+            such completions are left out of the rates.
+
+    Returns:
+        ``auroc`` (Hanley & McNeil 1982), ``pairwise_accuracy`` (ties count 0;
+        :func:`densereward.metrics.pairwise_accuracy`), ``score_gap`` (mean score of correct
+        minus mean score of incorrect completions, in ``[-1, 1]``), ``tpr, tnr,
+        balanced_accuracy, precision`` at the threshold (Zhou et al. 2025, sec. 3),
+        ``verifier_gain`` (precision - pass rate, Lu et al. 2025 eq. 1), ``pass_rate`` (pooled:
+        the fraction of these completions that are correct) and ``n``; undefined ones ``NaN``
+        (e.g. TPR without a correct completion).
+
+    >>> m = labelled_metrics(np.array([0.9, 0.2, 0.4]), np.array([1.0, 0.0, 0.0]), [0, 0, 1], 0.5)
+    >>> m["tpr"], m["tnr"], m["auroc"], m["pairwise_accuracy"], round(m["score_gap"], 2)
+    (1.0, 1.0, 1.0, 1.0, 0.6)
+    """
+    from ..metrics.classification import auroc
+    from ..metrics.pairwise import mean_score_gap, pairwise_accuracy
+    from ..metrics.report import classification_report
+
+    thr = np.broadcast_to(
+        np.asarray(_NAN if threshold is None else threshold, dtype=np.float64), scores.shape
+    )
+    decided = np.isfinite(thr)
+    rates = (
+        classification_report(scores[decided], labels[decided], thr[decided])
+        if decided.any()
+        else {}
+    )
+    out = {k: float(rates.get(k, _NAN)) for k in ("tpr", "tnr", "balanced_accuracy", "precision",
+                                                   "verifier_gain")}  # fmt: skip
+    out["auroc"] = auroc(scores, labels)
+    out["score_gap"] = mean_score_gap(scores, labels)
+    out["pairwise_accuracy"] = (
+        pairwise_accuracy(scores, labels, list(problem_ids)) if len(scores) else _NAN
+    )
+    out["pass_rate"] = float(labels.mean()) if len(labels) else _NAN
+    out["n"] = float(len(scores))
+    return out
+
+
+def reward_quality_metrics(
+    scores: Sequence[float | None],
+    correct: Sequence[float | None],
+    *,
+    threshold: float | None = 0.5,
+    groups: list[slice] | None = None,
+    levels: Sequence[Any] | None = None,
+    masses: Sequence[float | None] | None = None,
+    tie_eps: float = 1e-3,
+) -> dict[str, float]:
+    """Reward-quality metrics of one batch of completions (keys without the ``verifier/`` prefix).
+
+    Args:
+        scores: ``(n,)`` verifier scores in ``[0, 1]`` (``None`` = abstained).
+        correct: ``(n,)`` ground truth in ``{0, 1}`` (``None`` = unknown, e.g. unparseable reference).
+        threshold: Accept threshold for TPR / TNR / precision; ``None`` = not calibrated
+            (those metrics ``NaN``).
+        groups: GRPO groups (slices of the ``n`` completions); default: one group.
+        levels: ``(n,)`` MATH difficulty levels (``None`` entries skipped).
+        masses: ``(n,)`` probability mass on the score tokens (``None`` entries skipped).
+        tie_eps: Two scores within ``tie_eps`` count as a tie.
+
+    Returns:
+        ``tpr, tnr, balanced_accuracy, precision, auroc, verifier_gain, score_gap,
+        pairwise_accuracy`` (on completions with both a score and a ground truth; see
+        :func:`labelled_metrics`), ``pass_rate`` (pooled over every completion with a known
+        ground truth, scored or not), ``tie_rate``,
+        ``mean_mass``, ``n_abstained``, ``frac_zero_spread_sparse``, ``frac_zero_spread_dense``,
+        ``n``, ``n_valid``, and ``tpr/level_<k>``, ``tnr/level_<k>`` per level present. Undefined
+        metrics are ``NaN`` (e.g. TNR when every completion is correct).
+
+    Raises:
+        ValueError: if the per-completion sequences differ in length.
+
+    >>> m = reward_quality_metrics([0.9, 0.2, None, 0.7], [1, 0, 1, 0], groups=[slice(0, 2), slice(2, 4)])
+    >>> m["tpr"], m["tnr"], m["n_abstained"], m["pass_rate"]
+    (1.0, 0.5, 1.0, 0.5)
+    """
+    n = len(scores)
+    check_lengths(completions=scores, correct=correct, levels=levels, masses=masses)
+    groups = groups if groups is not None else [slice(0, n)]
+    valid = [
+        i
+        for i in range(n)
+        if scores[i] is not None and correct[i] is not None and not math.isnan(scores[i])
+    ]
+    s = np.array([scores[i] for i in valid], dtype=np.float64)
+    y = np.array([correct[i] for i in valid], dtype=np.float64)
+    group_of = np.zeros(n, dtype=np.int64)
+    for j, g in enumerate(groups):
+        group_of[g] = j
+    out = labelled_metrics(s, y, group_of[valid].tolist(), threshold)
+    del out["n"]
+    known = [c for c in correct if c is not None]
+    out["pass_rate"] = float(np.mean(known)) if known else _NAN
+    out["tie_rate"] = _tie_rate(scores, groups, tie_eps)
+    m = [x for x in (masses or []) if x is not None and not math.isnan(x)]
+    out["mean_mass"] = float(np.mean(m)) if m else _NAN
+    out["n_abstained"] = float(sum(x is None or math.isnan(x) for x in scores))
+    out["frac_zero_spread_sparse"] = _zero_spread(correct, groups)
+    out["frac_zero_spread_dense"] = _zero_spread(scores, groups)
+    out["n"] = float(n)
+    out["n_valid"] = float(len(valid))
+    if levels is not None:
+        lv = [levels[i] for i in valid]
+        for level in sorted({x for x in lv if x is not None}):
+            idx = [j for j, x in enumerate(lv) if x == level]
+            sub = labelled_metrics(s[idx], y[idx], group_of[valid][idx].tolist(), threshold)
+            out[f"tpr/level_{level}"] = sub["tpr"]
+            out[f"tnr/level_{level}"] = sub["tnr"]
+    return out
+
+
+def format_metrics(
+    reasons: Sequence[str | None], scores: Sequence[float | None]
+) -> tuple[dict[str, float], str | None]:
+    """Share of completions with no extractable final answer, and a warning when it is a format problem.
+
+    Args:
+        reasons: ``(n,)`` the sparse check's reason (``"no_answer"``, ``"unclosed_thinking"``,
+            anything else or ``None`` = an answer was found).
+        scores: ``(n,)`` verifier scores (``None`` = abstained).
+
+    Returns:
+        ``({"frac_no_answer", "frac_unclosed_thinking"}, warning)``. ``warning`` is a message
+        when at least half the completions have no answer while the verifier scores them at
+        least 0.8x the batch mean (the policy fails on *format*, which the sparse reward and
+        every verifier metric count as wrong), else ``None``.
+
+    >>> format_metrics(["no_answer", None, "unclosed_thinking", "no_answer"], [0.5] * 4)[0]
+    {'frac_no_answer': 0.75, 'frac_unclosed_thinking': 0.25}
+    """
+    n = len(reasons)
+    if not n:
+        return {}, None
+    none_idx = [i for i, r in enumerate(reasons) if r in ("no_answer", "unclosed_thinking")]
+    out = {
+        "frac_no_answer": len(none_idx) / n,
+        "frac_unclosed_thinking": sum(r == "unclosed_thinking" for r in reasons) / n,
+    }
+    vals = [s for s in scores if s is not None and not math.isnan(s)]
+    none_vals = [scores[i] for i in none_idx if scores[i] is not None and not math.isnan(scores[i])]
+    if out["frac_no_answer"] < 0.5 or not none_vals or np.mean(none_vals) < 0.8 * np.mean(vals):
+        return out, None
+    return out, (
+        f"{100 * out['frac_no_answer']:.0f}% of completions have no extractable final answer "
+        f"({100 * out['frac_unclosed_thinking']:.0f}% unclosed thinking) while the verifier "
+        f"scores them {np.mean(none_vals):.3f} on average (batch mean {np.mean(vals):.3f}): the "
+        "likely cause is the answer *format* (no \\boxed{} or final-answer line, or thinking cut "
+        "by max_completion_length), not correctness; the sparse reward and every verifier/* "
+        "metric count these as wrong. Check the system prompt, reward.answer_format and "
+        "training.max_completion_length. (Said once.)"
+    )
