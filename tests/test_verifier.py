@@ -302,12 +302,16 @@ def test_reasoning_style_reads_after_the_analysis_only():
     assert r.value is not None
 
 
-def test_progress_and_track():
-    v, _ = make(granularity=11)
+def test_progress_and_progress_curve():
+    v, b = make(granularity=11)
     rs = v.progress_batch(tasks=["t", "t"], trajectories=["quality=0.2", "quality=0.9"])
     assert [round(r.value, 6) for r in rs] == [0.2, 0.9]
+    curve = v.progress_curve(problem="t", steps=["quality=0.3", "b", "c"], checkpoints=[0, 2])
+    assert [round(x, 6) for x in curve] == [0.3, 0.3]
+    shown = b.seen[-1].messages[-1]["content"]  # the last checkpoint sees every step so far
+    assert "step 1: quality=0.3\nstep 2: b\nstep 3: c\n</trajectory>" in shown
     with pytest.raises(ValueError):
-        v.track(problem="t", steps=["a"], checkpoints=[3])
+        v.progress_curve(problem="t", steps=["a"], checkpoints=[3])
 
 
 def test_length_mismatch_raises():

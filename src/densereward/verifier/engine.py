@@ -33,7 +33,7 @@ def _seed_for(base: int, *parts: Any) -> int:
 
 
 class Verifier:
-    """Dense verifier rewards: ``score``, ``compare``, ``rank``, ``progress_batch``, ``track``.
+    """Dense verifier rewards: ``score``, ``compare``, ``rank``, ``progress_batch``, ``progress_curve``.
 
     Args:
         config: how the reward is computed; default :class:`VerifierConfig` (embedded
@@ -543,7 +543,7 @@ class Verifier:
             self._score_plan(tasks, trajectories, criteria, None, progress=True)
         )
 
-    def track(
+    def progress_curve(
         self, *, problem: str, steps: Sequence[str], checkpoints: Sequence[int] | None = None
     ) -> list[float | None]:
         """Progress after each step of a trajectory (higher = closer to done).
