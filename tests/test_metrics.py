@@ -201,10 +201,10 @@ def test_tts_pass_rate_eq5_with_all_rejected_fallback():
     y = [1, 1, 0, 1, 0, 0]
     pid = ["a", "a", "a", "b", "b", "b"]
     assert M.tts_pass_rate(s, y, pid) == pytest.approx((1 / 2 + 1 / 3) / 2)
-    assert M.pass_rate(y, pid) == pytest.approx((2 / 3 + 1 / 3) / 2)
+    assert M.mean_problem_pass_rate(y, pid) == pytest.approx((2 / 3 + 1 / 3) / 2)
     assert M.tts_verification_gain(s, y, pid) == pytest.approx((1 / 2 + 1 / 3) / 2 - 0.5)
     # verifier rejects everything -> verified pass rate falls back to the plain one, gain 0
-    assert M.tts_pass_rate([0.0] * 6, y, pid) == pytest.approx(M.pass_rate(y, pid))
+    assert M.tts_pass_rate([0.0] * 6, y, pid) == pytest.approx(M.mean_problem_pass_rate(y, pid))
     assert M.tts_verification_gain([0.0] * 6, y, pid) == pytest.approx(0.0)
     # soft: problem a: (0.9*1 + 0.2*1 + 0.7*0) / 1.8
     soft_b = (0.1 * 1) / 0.4
@@ -387,7 +387,7 @@ def test_bootstrap_ci_cluster_and_nan_handling():
     )
     assert 150 < some["n_resamples"] < 250 and some["low"] == some["high"] == 0.0
     many = M.bootstrap_many(
-        {"pass": lambda s, t, g: M.pass_rate(t, g), "tpr": lambda s, t: M.tpr(s, t)},
+        {"pass": lambda s, t, g: M.mean_problem_pass_rate(t, g), "tpr": lambda s, t: M.tpr(s, t)},
         S,
         Y,
         groups=["a", "a", "b", "b", "c"],

@@ -36,7 +36,7 @@ def _family_gap(scores, labels, pids, fams, threshold) -> dict[str, Any]:
         sub_p = [pids[i] for i in ix]
         k = len(ix) / len(set(sub_p))
         per[f] = {
-            "mean_problem_pass_rate": M.pass_rate(labels[ix], sub_p),
+            "mean_problem_pass_rate": M.mean_problem_pass_rate(labels[ix], sub_p),
             "tts_pass_rate": M.tts_pass_rate(scores[ix], labels[ix], sub_p, threshold),
             "tts_verification_gain": M.tts_verification_gain(
                 scores[ix], labels[ix], sub_p, threshold
@@ -96,7 +96,7 @@ def evaluate(
         Two pass rates, named apart: ``pass_rate`` is the pooled fraction of correct
         responses (``mean(is_correct)``, as in the classification report and the training
         logs' ``verifier/pass_rate``); ``mean_problem_pass_rate`` is the mean over problems
-        of each problem's fraction correct (:func:`densereward.metrics.pass_rate`, the base
+        of each problem's fraction correct (:func:`densereward.metrics.mean_problem_pass_rate`, the base
         of the verified ``tts_pass_rate``, Zhou et al. 2025 eq. 5, also a mean over problems).
         They differ when problems have different numbers of responses.
 
@@ -137,7 +137,7 @@ def evaluate(
             pairwise_accuracy=M.pairwise_accuracy(sc, lab, pid),
             tie_rate=M.tie_rate(sc, lab, pid),
             score_gap_snr=M.score_gap_snr(sc, lab, pid),
-            mean_problem_pass_rate=M.pass_rate(lab, pid),
+            mean_problem_pass_rate=M.mean_problem_pass_rate(lab, pid),
             tts_pass_rate=M.tts_pass_rate(sc, lab, pid, threshold),
             tts_verification_gain=M.tts_verification_gain(sc, lab, pid, threshold),
             mean_score=float(np.mean(sc)) if len(sc) else math.nan,
@@ -256,7 +256,7 @@ def evaluate(
     # Test-time scaling with verification; gap between weaker and stronger families.
     out["tts"] = {
         "pooled": {
-            "mean_problem_pass_rate": M.pass_rate(y, pids),
+            "mean_problem_pass_rate": M.mean_problem_pass_rate(y, pids),
             "tts_pass_rate": M.tts_pass_rate(s, y, pids, threshold),
             "tts_verification_gain": M.tts_verification_gain(s, y, pids, threshold),
             "k_mean": len(pids) / len(set(pids)),

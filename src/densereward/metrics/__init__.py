@@ -58,7 +58,7 @@ from .similarity import (
 )
 from .tts import (
     gap_closed,
-    pass_rate,
+    mean_problem_pass_rate,
     precision_from_rates,
     simulate_rejection_sampling,
     tts_pass_rate,
@@ -97,11 +97,11 @@ __all__ = [
     "iqm_ci",
     "mean_curve_ci",
     "mean_score_gap",
+    "mean_problem_pass_rate",
     "mean_value_order_correlation",
     "normalized_auc",
     "pair_gaps",
     "pairwise_accuracy",
-    "pass_rate",
     "per_generator_balanced",
     "per_group",
     "precision",

@@ -7,7 +7,8 @@
 * Verification-augmented test-time scaling (Zhou et al. 2025, "Variation in Verification",
   arXiv 2509.17995, eqs. 5 and 6): per problem, the fraction of correct responses among the
   K responses the verifier accepts (the plain pass rate when it rejects all K), averaged over
-  problems; the verification gain is that minus the plain pass rate.
+  problems; the verification gain is that minus the mean problem pass rate
+  (:func:`mean_problem_pass_rate`, also a mean over problems, not the pooled fraction correct).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ __all__ = [
     "verifier_gain",
     "precision_from_rates",
     "verifier_gain_from_rates",
-    "pass_rate",
+    "mean_problem_pass_rate",
     "tts_pass_rate",
     "tts_verification_gain",
     "gap_closed",
@@ -95,8 +96,16 @@ def verifier_gain_from_rates(solver_accuracy: float, tpr: float, fpr: float) -> 
     return precision_from_rates(solver_accuracy, tpr, fpr) - solver_accuracy
 
 
-def pass_rate(labels, problem_ids: Sequence[Hashable]) -> float:
-    """Plain pass rate: per problem the fraction of correct responses, averaged over problems.
+def mean_problem_pass_rate(labels, problem_ids: Sequence[Hashable]) -> float:
+    """Mean problem pass rate: per problem the fraction of correct responses, averaged over problems.
+
+    The base of the verified pass rate (:func:`tts_pass_rate`, Zhou et al. 2025 eq. 5), which
+    is also a mean over problems. Not the *pooled* pass rate (the fraction of all responses
+    that are correct, ``classification_report(...)["pass_rate"]``): the two differ when
+    problems have different numbers of responses.
+
+    >>> mean_problem_pass_rate([1, 1, 0, 0], ["a", "a", "a", "b"])
+    0.3333333333333333
 
     Args:
         labels: 0/1 correctness, shape ``(n,)``.
@@ -163,11 +172,13 @@ def tts_verification_gain(
 ) -> float:
     """Verification gain of test-time scaling, ``pass_V - pass`` (Zhou et al. 2025, eq. 6).
 
+    ``pass`` is :func:`mean_problem_pass_rate`, ``pass_V`` :func:`tts_pass_rate`.
+
     Raises:
         DataError: on malformed input.
     """
-    return tts_pass_rate(scores, labels, problem_ids, threshold, soft=soft) - pass_rate(
-        labels, problem_ids
+    return tts_pass_rate(scores, labels, problem_ids, threshold, soft=soft) - (
+        mean_problem_pass_rate(labels, problem_ids)
     )
 
 
@@ -221,7 +232,7 @@ def simulate_rejection_sampling(
     Returns:
         ``{"accuracy", "base_accuracy", "empirical_gain", "expected_gain_infinite_m",
         "verifier_gain", "acceptance_rate", "mean_attempts", "max_attempts", "n_problems"}``,
-        where ``base_accuracy`` is the plain pass rate, ``acceptance_rate`` the fraction of
+        where ``base_accuracy`` is the mean problem pass rate, ``acceptance_rate`` the fraction of
         runs ending on an accepted draw, ``verifier_gain`` the pooled eq. 1 value.
 
     Raises:
@@ -258,7 +269,7 @@ def simulate_rejection_sampling(
         attempts.append((first + 1).mean())
         n_acc = v[ix].sum()
         expected.append((v[ix] * y[ix]).sum() / n_acc if n_acc > 0 else y[ix].mean())
-    base = pass_rate(y, problem_ids)
+    base = mean_problem_pass_rate(y, problem_ids)
     accuracy = float(np.mean(acc))
     return {
         "accuracy": accuracy,
