@@ -11,7 +11,7 @@ import pytest
 
 from densereward import envs
 from densereward.envs.describers import BoxDescriber, FetchDescriber
-from densereward.errors import ConfigError
+from densereward.errors import ConfigError, DataError, StateError
 from densereward.wrappers import (
     ProgressRewardConfig,
     ProgressRewardCore,
@@ -108,10 +108,24 @@ def test_held_potentials_keep_previous_on_abstention_and_start_at_zero():
     phis, n_abs = held_potentials({0: None, 3: 0.4, 6: None, 9: 0.9}, 10)
     np.testing.assert_allclose(phis, [0, 0, 0, 0.4, 0.4, 0.4, 0.4, 0.4, 0.4, 0.9, 0.9])
     assert n_abs == 2
-    with pytest.raises(ConfigError):
+    with pytest.raises(DataError, match="outside the episode"):
         held_potentials({12: 0.5}, 10)
-    with pytest.raises(ConfigError):
+    with pytest.raises(DataError, match=r"progress must be in \[0, 1\]"):
         held_potentials({0: 1.5}, 10)
+
+
+def test_runtime_faults_are_data_or_state_errors_not_config_errors():
+    with pytest.raises(DataError, match="non-empty 1-D"):
+        shaped_rewards(np.zeros((2, 2)), 0.9, terminated=False)
+    core = ProgressRewardCore(
+        lambda tasks, trajs: [0.5] * len(trajs),
+        BoxDescriber("Reach the origin."),
+        ProgressRewardConfig(),
+        gamma=0.9,
+    )
+    with pytest.raises(StateError, match="environment 0 stepped before reset"):
+        core.advance(0, np.zeros(2), np.array([0.1, 0.2]), 0.0, False)
+    assert not issubclass(DataError, ConfigError) and not issubclass(StateError, ConfigError)
 
 
 def test_combine_reward_modes():
@@ -247,7 +261,7 @@ def test_invalid_progress_values_raise():
         lambda t, x: ["high"] * len(t),
     ):
         env = VerifierProgressReward(raw_env(), bad, FetchDescriber("reach"), gamma=0.9)
-        with pytest.raises(ConfigError):
+        with pytest.raises(DataError, match="progress_fn returned"):
             env.reset(seed=0)
 
 
@@ -301,7 +315,7 @@ def test_sparse_success_compute_reward_takes_batches(batch):
     np.testing.assert_array_equal(r, fetch + 1.0)
     if batch == 256:
         assert 0 < r.sum() < batch
-    with pytest.raises(ConfigError, match="must both be"):
+    with pytest.raises(DataError, match="must both be"):
         SparseSuccessReward(raw_env()).compute_reward(achieved, goal[:, :2], {})
     with pytest.raises(ConfigError, match="distance_threshold"):
         SparseSuccessReward(gym.make("Pendulum-v1")).compute_reward(achieved, goal, {})
@@ -310,7 +324,7 @@ def test_sparse_success_compute_reward_takes_batches(batch):
 def test_sparse_success_needs_is_success():
     env = SparseSuccessReward(gym.make("Pendulum-v1"))
     env.reset(seed=0)
-    with pytest.raises(ConfigError, match="is_success"):
+    with pytest.raises(DataError, match="is_success"):
         env.step(env.action_space.sample())
 
 
@@ -517,8 +531,10 @@ def test_describer_errors():
     with pytest.raises(ConfigError):
         envs.default_describer("Pendulum-v1")
     assert isinstance(envs.default_describer("Pendulum-v1", "Swing up."), BoxDescriber)
-    with pytest.raises(ConfigError):
+    with pytest.raises(DataError, match="dict observations"):
         FetchDescriber("reach").describe([np.zeros(3)], [])
+    with pytest.raises(DataError, match="at least the initial observation"):
+        FetchDescriber("reach").describe([], [])
 
 
 def test_render_hook_needs_rgb_array():
@@ -585,9 +601,9 @@ def test_fetch_describer_refuses_an_observation_without_what_it_reads(kind, env_
     describer on FetchPush the block's distance as the gripper's): both refuse, naming the fix."""
     obs, _ = raw_env(env_id).reset(seed=0)
     d = FetchDescriber(kind)
-    with pytest.raises(ConfigError, match=r"not a Fetch.* observation.*for_env_id"):
+    with pytest.raises(DataError, match=r"not a Fetch.* observation.*for_env_id"):
         d.task(obs)
-    with pytest.raises(ConfigError, match="not a Fetch"):
+    with pytest.raises(DataError, match="not a Fetch"):
         d.describe([obs], [])
     right = FetchDescriber.for_env_id(env_id)
     assert right.task(obs) and right.describe([obs], [])

@@ -29,7 +29,7 @@ from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.logger import KVWriter
 from stable_baselines3.common.vec_env import unwrap_vec_normalize
 
-from .errors import ConfigError
+from .errors import ConfigError, DataError
 from .io import append_jsonl
 from .metrics.classification import balanced_accuracy, tnr, tpr
 from .metrics.progress import value_order_correlation
@@ -225,6 +225,7 @@ class ReplayRelabelCallback(BaseCallback):
 
     Raises:
         ConfigError: at training start if the model has no replay buffer or uses HER.
+        DataError: when a relabelled episode gets another number of rewards than it has steps.
     """
 
     def __init__(self, verbose: int = 0) -> None:
@@ -250,7 +251,7 @@ class ReplayRelabelCallback(BaseCallback):
         buf = self.model.replay_buffer
         for i, rows, rewards in self._pending:
             if len(rows) != len(rewards):
-                raise ConfigError(
+                raise DataError(
                     f"episode of {len(rows)} stored steps got {len(rewards)} relabelled rewards"
                 )
             if len(rows) > buf.buffer_size:

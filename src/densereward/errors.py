@@ -2,6 +2,10 @@
 
 Every error the library raises on purpose derives from :class:`DenseRewardError`,
 so callers can catch the library's errors without catching programming errors.
+:class:`ConfigError` is for configuration only (a field, an argument that configures an
+object, a command-line choice); faults met while running have their own types: the model
+(:class:`BackendError`), data and values handed over at run time (:class:`DataError`), a call
+in the wrong state (:class:`StateError`), the verifier's abstention (:class:`AbstentionError`).
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ __all__ = [
     "BackendUnavailableError",
     "AbstentionError",
     "DataError",
+    "StateError",
     "RegistryError",
 ]
 
@@ -43,7 +48,15 @@ class AbstentionError(DenseRewardError, RuntimeError):
 
 
 class DataError(DenseRewardError, ValueError):
-    """A data set could not be loaded or has the wrong fields."""
+    """Data handed to the library is malformed: a data set that cannot be loaded or has the
+    wrong fields, or a value met at run time that breaks its contract (a progress function's
+    value outside ``[0, 1]`` or wrong count, an observation of another environment, inputs of
+    mismatched lengths or shapes)."""
+
+
+class StateError(DenseRewardError, RuntimeError):
+    """A call came in a state that does not allow it (an environment stepped before
+    ``reset()``, ``step_wait()`` before ``step_async()``)."""
 
 
 class RegistryError(DenseRewardError, ValueError):

@@ -79,7 +79,7 @@ from typing import Any, Literal, Protocol
 
 import numpy as np
 
-from .errors import ConfigError
+from .errors import ConfigError, DataError, StateError
 from .shaping import (
     combine_reward,
     held_potentials,
@@ -285,6 +285,9 @@ class ProgressRewardCore:
     Raises:
         ConfigError: if neither ``config.gamma`` nor ``gamma`` is given, on bad values, or
             for ``mode="shaping"`` with a describer that has no ``describe_state``.
+        DataError: (at run time) when ``progress_fn`` returns a value outside ``[0, 1]``, a
+            non-number, or another number of values than trajectories.
+        StateError: (at run time) when an environment steps before its ``reset()``.
     """
 
     def __init__(
@@ -409,7 +412,7 @@ class ProgressRewardCore:
         self.stats.seconds += time.perf_counter() - t0
         self.stats.n_calls += 1
         if len(values) != len(groups):
-            raise ConfigError(
+            raise DataError(
                 f"progress_fn returned {len(values)} values for {len(groups)} trajectories"
             )
         for g, v in zip(groups, values, strict=True):
@@ -461,7 +464,7 @@ class ProgressRewardCore:
     def _episode(self, i: int) -> _Episode:
         ep = self.episodes[i]
         if ep is None:
-            raise ConfigError(f"environment {i} stepped before reset()")
+            raise StateError(f"environment {i} stepped before reset()")
         return ep
 
     def _query(self, ep: _Episode, step: int) -> _Query:
@@ -514,13 +517,13 @@ def _check_progress(v: Any) -> float | None:
     try:
         f = float(v)
     except (TypeError, ValueError):
-        raise ConfigError(
+        raise DataError(
             f"progress_fn returned {v!r}; expected a float in [0, 1] or None"
         ) from None
     if f != f:  # NaN = abstention the function did not label
         return None
     if not 0.0 <= f <= 1.0:
-        raise ConfigError(
+        raise DataError(
             f"progress_fn returned {f}; progress must be in [0, 1] (or None to abstain)"
         )
     return f

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .errors import ConfigError
+from .errors import ConfigError, DataError
 
 __all__ = [
     "potential_shaping",
@@ -62,22 +62,23 @@ def held_potentials(scores: dict[int, float | None], length: int) -> tuple[np.nd
         and the number of abstentions among ``scores``.
 
     Raises:
-        ConfigError: if a step is outside ``[0, length]`` or a value outside ``[0, 1]``.
+        DataError: if ``length < 0``, a step is outside ``[0, length]`` or a value outside
+            ``[0, 1]``.
 
     >>> held_potentials({0: 0.1, 2: None, 3: 0.7}, 4)
     (array([0.1, 0.1, 0.1, 0.7, 0.7]), 1)
     """
     if length < 0:
-        raise ConfigError(f"episode length must be >= 0, got {length}")
+        raise DataError(f"episode length must be >= 0, got {length}")
     out = np.zeros(length + 1, dtype=np.float64)
     n_abstained = 0
     for t, v in scores.items():
         if not 0 <= t <= length:
-            raise ConfigError(f"scored step {t} is outside the episode [0, {length}]")
+            raise DataError(f"scored step {t} is outside the episode [0, {length}]")
         if v is None:
             n_abstained += 1
         elif not 0.0 <= v <= 1.0 or v != v:
-            raise ConfigError(f"progress must be in [0, 1] or None, got {v!r} at step {t}")
+            raise DataError(f"progress must be in [0, 1] or None, got {v!r} at step {t}")
     phi = 0.0
     for t in range(length + 1):
         v = scores.get(t)
@@ -100,7 +101,8 @@ def shaped_rewards(potentials: np.ndarray, gamma: float, *, terminated: bool) ->
         ``gamma^T Phi_T - Phi_0`` (``-Phi_0`` when terminated).
 
     Raises:
-        ConfigError: if ``gamma`` is outside ``[0, 1]`` or ``potentials`` is not 1-D non-empty.
+        ConfigError: if ``gamma`` is outside ``[0, 1]``.
+        DataError: if ``potentials`` is not 1-D non-empty.
 
     >>> shaped_rewards(np.array([0.5, 0.5, 0.5]), 1.0, terminated=False)
     array([0., 0.])
@@ -109,7 +111,7 @@ def shaped_rewards(potentials: np.ndarray, gamma: float, *, terminated: bool) ->
         raise ConfigError(f"gamma must be in [0, 1], got {gamma}")
     phi = np.asarray(potentials, dtype=np.float64)
     if phi.ndim != 1 or phi.size == 0:
-        raise ConfigError(f"potentials must be a non-empty 1-D array, got shape {phi.shape}")
+        raise DataError(f"potentials must be a non-empty 1-D array, got shape {phi.shape}")
     nxt = phi[1:].copy()
     if terminated and nxt.size:
         nxt[-1] = 0.0

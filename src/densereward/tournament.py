@@ -20,6 +20,7 @@ from collections.abc import Callable, Generator, Sequence
 
 import numpy as np
 
+from .errors import DataError
 from .results import RankResult
 
 __all__ = [
@@ -167,7 +168,7 @@ def ppt_schedule(n: int, k: int, *, seed: int = 0) -> Schedule:
         ``n_comparisons == ppt_comparison_count(n, k)``.
 
     Raises:
-        ValueError: on the first ``next()``, if ``n < 1`` or ``k`` is outside ``[0, n]``.
+        DataError: on the first ``next()``, if ``n < 1`` or ``k`` is outside ``[0, n]``.
 
     >>> sched = ppt_schedule(3, 1, seed=0)
     >>> ring = next(sched); len(ring)
@@ -176,9 +177,9 @@ def ppt_schedule(n: int, k: int, *, seed: int = 0) -> Schedule:
     2
     """
     if n < 1:
-        raise ValueError(f"rank needs at least one candidate, got {n}")
+        raise DataError(f"rank needs at least one candidate, got {n}")
     if not 0 <= k <= n:
-        raise ValueError(f"pivots must be in [0, {n}] for {n} candidates, got {k}")
+        raise DataError(f"pivots must be in [0, {n}] for {n} candidates, got {k}")
     if n == 1:
         return aggregate(1, [], [])
     rng = np.random.default_rng(seed)
@@ -194,10 +195,10 @@ def round_robin_schedule(n: int) -> Schedule:
     """Full round robin as a generator: one batch of every unordered pair (``n(n-1)/2``).
 
     Raises:
-        ValueError: on the first ``next()``, if ``n < 1``.
+        DataError: on the first ``next()``, if ``n < 1``.
     """
     if n < 1:
-        raise ValueError(f"rank needs at least one candidate, got {n}")
+        raise DataError(f"rank needs at least one candidate, got {n}")
     pairs = round_robin_pairs(n)
     prefs = list((yield pairs)) if pairs else []
     return aggregate(n, pairs, prefs)

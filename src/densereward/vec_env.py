@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 from stable_baselines3.common.vec_env import VecEnvWrapper
 
-from .errors import ConfigError
+from .errors import ConfigError, StateError
 from .progress_reward import (
     ProgressFn,
     ProgressRewardConfig,
@@ -87,7 +87,7 @@ class VecVerifierProgressReward(VecEnvWrapper):
     def step_wait(self) -> Any:
         obs, r_env, dones, infos = self.venv.step_wait()
         if self._actions is None:
-            raise ConfigError("step_wait() called before step_async()")
+            raise StateError("step_wait() called before step_async()")
         frames = (
             self._frames(range(self.num_envs))
             if self.core.config.render_frames

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 import gymnasium as gym
 import numpy as np
 
-from .errors import ConfigError
+from .errors import ConfigError, DataError
 from .progress_reward import (
     ProgressCache,
     ProgressFn,
@@ -143,7 +143,7 @@ class SparseSuccessReward(gym.Wrapper):
         terminate_on_success: also end the episode (``terminated=True``) on success.
 
     Raises:
-        ConfigError: at the first step whose ``info`` lacks ``is_success``.
+        DataError: at the first step whose ``info`` lacks ``is_success``.
     """
 
     def __init__(self, env: gym.Env, *, terminate_on_success: bool = False) -> None:
@@ -153,7 +153,7 @@ class SparseSuccessReward(gym.Wrapper):
     def step(self, action: Any) -> tuple[Any, float, bool, bool, dict[str, Any]]:
         obs, r_env, terminated, truncated, info = self.env.step(action)
         if "is_success" not in info:
-            raise ConfigError(
+            raise DataError(
                 f"SparseSuccessReward needs info['is_success'] from {self.env.spec.id if self.env.spec else self.env}"
             )
         info = dict(info)
@@ -186,7 +186,8 @@ class SparseSuccessReward(gym.Wrapper):
 
         Raises:
             ConfigError: if the environment has no ``distance_threshold`` (not a goal
-                environment), or the shapes differ.
+                environment).
+            DataError: if the shapes differ.
         """
         threshold = getattr(self.env.unwrapped, "distance_threshold", None)
         if threshold is None:
@@ -197,7 +198,7 @@ class SparseSuccessReward(gym.Wrapper):
         a = np.asarray(achieved_goal, dtype=np.float64)
         d = np.asarray(desired_goal, dtype=np.float64)
         if a.shape != d.shape or a.ndim not in (1, 2):
-            raise ConfigError(
+            raise DataError(
                 f"achieved_goal {a.shape} and desired_goal {d.shape} must both be (B, G) or (G,)"
             )
         return (np.linalg.norm(a - d, axis=-1) < float(threshold)).astype(np.float32)

@@ -25,7 +25,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from densereward.errors import ConfigError
+from densereward.errors import ConfigError, DataError
 
 __all__ = ["FetchDescriber", "BoxDescriber", "RenderHook", "rendering_available"]
 
@@ -119,7 +119,7 @@ class FetchDescriber:
         if not isinstance(obs, dict) or not {"observation", "achieved_goal", "desired_goal"} <= set(
             obs
         ):
-            raise ConfigError(
+            raise DataError(
                 "FetchDescriber needs dict observations with observation/achieved_goal/desired_goal"
             )
         vec = np.asarray(obs["observation"], dtype=np.float64).ravel()
@@ -128,7 +128,7 @@ class FetchDescriber:
         part = "gripper" if self.kind == "reach" else "object (block)"
         if vec.size < where.stop or not np.allclose(vec[where], achieved, atol=1e-6):
             other = "FetchReach-*" if self.kind == "push" else "FetchPush-*"
-            raise ConfigError(
+            raise DataError(
                 f"FetchDescriber({self.kind!r}) reads the {part} position from observation"
                 f"[{where.start}:{where.stop}] and expects achieved_goal to equal it, but this "
                 f"observation (observation has {vec.size} values) does not: it is not a "
@@ -161,10 +161,10 @@ class FetchDescriber:
             actions: ``a_0 .. a_{t-1}`` (not shown; kept for the protocol).
 
         Raises:
-            ConfigError: on empty or non-Fetch observations.
+            DataError: on empty or non-Fetch observations.
         """
         if not observations:
-            raise ConfigError("describe() needs at least the initial observation")
+            raise DataError("describe() needs at least the initial observation")
         now = observations[-1]
         self._check(now)
         t = len(observations) - 1
@@ -184,7 +184,7 @@ class FetchDescriber:
         number), so a potential read from it is a potential of the state.
 
         Raises:
-            ConfigError: on a non-Fetch observation.
+            DataError: on a non-Fetch observation.
         """
         self._check(observation)
         what = "Gripper" if self.kind == "reach" else "Block"
@@ -265,10 +265,10 @@ class BoxDescriber:
         """``Step t. State at step s: [...]. ... State now: [...]. Last action: [...].``
 
         Raises:
-            ConfigError: on an empty trajectory.
+            DataError: on an empty trajectory.
         """
         if not observations:
-            raise ConfigError("describe() needs at least the initial observation")
+            raise DataError("describe() needs at least the initial observation")
         t = len(observations) - 1
         parts = [f"Step {t}."]
         parts += [

@@ -16,7 +16,7 @@ from .. import prompts as P
 from ..backends.base import ChatPrompt, VerifierBackend
 from ..cache import ScoreCache
 from ..config import VerifierConfig
-from ..errors import AbstentionError
+from ..errors import AbstentionError, ConfigError, DataError
 from ..results import PairwiseResult, RankResult, ScoreResult
 from ..scale import ScoreScale
 from ..tournament import bradley_terry_preference, ppt_schedule, round_robin_schedule
@@ -176,9 +176,9 @@ class Verifier:
         progress: bool = False,
     ) -> Generator:
         if len(problems) != len(responses):
-            raise ValueError(f"{len(problems)} problems but {len(responses)} responses")
+            raise DataError(f"{len(problems)} problems but {len(responses)} responses")
         if references is not None and len(references) != len(problems):
-            raise ValueError(f"{len(problems)} problems but {len(references)} references")
+            raise DataError(f"{len(problems)} problems but {len(references)} references")
         chosen = criteria if criteria is not None else self.config.criteria
         # Reference-guided default: with reference answers and no configured criteria, the
         # built-in `answer_match` criterion compares the extracted final answer with the reference.
@@ -237,9 +237,7 @@ class Verifier:
         references: Sequence[str | None] | None,
     ) -> Generator:
         if not len(problems) == len(a) == len(b):
-            raise ValueError(
-                f"compare needs equal lengths, got {len(problems)}, {len(a)}, {len(b)}"
-            )
+            raise DataError(f"compare needs equal lengths, got {len(problems)}, {len(a)}, {len(b)}")
         crit = P.normalize_criteria(
             criteria if criteria is not None else self.config.criteria, P.DEFAULT_CRITERIA
         )
@@ -335,7 +333,7 @@ class Verifier:
         reference: str | None,
     ) -> Generator:
         if method not in ("ppt", "round_robin"):
-            raise ValueError(f"method must be 'ppt' or 'round_robin', got {method!r}")
+            raise ConfigError(f"method must be 'ppt' or 'round_robin', got {method!r}")
         n = len(candidates)
         schedule = (
             ppt_schedule(n, pivots, seed=self.config.seed if seed is None else seed)
@@ -386,7 +384,7 @@ class Verifier:
             ``(B,)`` :class:`ScoreResult`, ``value`` in ``[0, 1]`` or ``None`` (abstained).
 
         Raises:
-            ValueError: on length mismatches.
+            DataError: on length mismatches.
             AbstentionError: on abstention when ``config.on_error == 'raise'``.
         """
         return self._driver.run(self._score_plan(problems, responses, criteria, references))
@@ -506,6 +504,10 @@ class Verifier:
 
         Returns:
             :class:`RankResult` (``win_rate`` ``(N,)`` = soft wins / comparisons).
+
+        Raises:
+            ConfigError: for another ``method``.
+            DataError: with no candidates, or ``pivots`` outside ``[0, N]``.
         """
         return self._driver.run(
             self._rank_plan(problem, candidates, pivots, method, seed, criteria, reference)
@@ -557,11 +559,11 @@ class Verifier:
             One progress value in ``[0, 1]`` (or ``None``) per checkpoint.
 
         Raises:
-            ValueError: if a checkpoint is outside ``[0, T)``.
+            DataError: if a checkpoint is outside ``[0, T)``.
         """
         idx = list(range(len(steps))) if checkpoints is None else list(checkpoints)
         if any(not 0 <= i < len(steps) for i in idx):
-            raise ValueError(f"checkpoints must lie in [0, {len(steps)}), got {idx}")
+            raise DataError(f"checkpoints must lie in [0, {len(steps)}), got {idx}")
         trajs = ["\n".join(f"step {j + 1}: {s}" for j, s in enumerate(steps[: i + 1])) for i in idx]
         return [
             r.value for r in self.progress_batch(tasks=[problem] * len(trajs), trajectories=trajs)
