@@ -23,7 +23,9 @@ from .errors import (
     ConfigError,
     DataError,
     DenseRewardError,
+    RegistryError,
     ScoreTokenError,
+    StateError,
 )
 from .results import PairwiseResult, RankResult, ScoreResult
 from .scale import ScoreScale
@@ -72,4 +74,6 @@ __all__ = [
     "BackendUnavailableError",
     "AbstentionError",
     "DataError",
+    "StateError",
+    "RegistryError",
 ]
