@@ -42,6 +42,7 @@ from densereward import metrics as M
 from densereward.config import VerifierConfig
 from densereward.eval_verifier import load_responses, score_responses
 from densereward.io import atomic_write_json, atomic_write_text, to_jsonable
+from densereward.metrics.format import format_number, markdown_table
 
 REPO = Path(__file__).resolve().parents[1]
 DATA = REPO.parent / "shared" / "data" / "gsm8k" / "model_solutions_dev.jsonl"
@@ -405,12 +406,9 @@ def plot(res: dict[str, Any], path: Path) -> None:
 
 
 # ----------------------------------------------------------------------------- report
-def _f(x, n=3):
-    return "n/a" if x is None or (isinstance(x, float) and not math.isfinite(x)) else f"{x:.{n}f}"
-
-
 def _vci(d):
-    return f"{_f(d.get('value'))} [{_f(d.get('low'))}, {_f(d.get('high'))}]"
+    """``value [low, high]`` of a bootstrap dict, 3 decimals (``n/a`` where undefined)."""
+    return f"{format_number(d.get('value'))} [{format_number(d.get('low'))}, {format_number(d.get('high'))}]"
 
 
 def findings(res: dict[str, Any]) -> list[tuple[str, str, str, str]]:
@@ -436,14 +434,14 @@ def findings(res: dict[str, Any]) -> list[tuple[str, str, str, str]]:
         "Kwok", f"tie rate falls as G grows (G={gs[0]} -> {gs[-1]})",
         "not measurable: expected-value scores never tie" if max(G[g]["tie_rate"]["value"] for g in gs) == 0
         else "reproduced" if dtie > 0 and tie_lo["low"] > tie_hi["high"] else ("direction only" if dtie > 0 else "not reproduced"),
-        ", ".join(f"G={g}: {_f(G[g]['tie_rate']['value'])}" for g in gs),
+        ", ".join(f"G={g}: {format_number(G[g]['tie_rate']['value'])}" for g in gs),
     ))  # fmt: skip
     au = [G[g]["auroc"]["value"] for g in gs]
     rows.append((
         "Kwok", "AUROC / pairwise accuracy rise with G",
         "reproduced" if au[-1] > au[0] and G[gs[-1]]["auroc"]["low"] > G[gs[0]]["auroc"]["high"]
         else ("direction only, CIs overlap" if au[-1] > au[0] else "not reproduced"),
-        ", ".join(f"G={g}: AUROC {_f(G[g]['auroc']['value'])} pairwise {_f(G[g]['pairwise_accuracy']['value'])}" for g in gs),
+        ", ".join(f"G={g}: AUROC {format_number(G[g]['auroc']['value'])} pairwise {format_number(G[g]['pairwise_accuracy']['value'])}" for g in gs),
     ))  # fmt: skip
     K = b["repeats"]
     ks = list(K)
@@ -451,7 +449,7 @@ def findings(res: dict[str, Any]) -> list[tuple[str, str, str, str]]:
         "Kwok", "more repeats K (sampled analyses) raise AUROC / cut ties",
         ("direction only, CIs overlap" if K[ks[-1]]["auroc"]["value"] > K[ks[0]]["auroc"]["value"] else "not reproduced")
         if K[ks[0]]["auroc"]["value"] == K[ks[0]]["auroc"]["value"] else "not measurable",
-        ", ".join(f"{k}: AUROC {_f(K[k]['auroc']['value'])} ties {_f(K[k]['tie_rate']['value'])} abst. {K[k]['n_abstained']}" for k in ks)
+        ", ".join(f"{k}: AUROC {format_number(K[k]['auroc']['value'])} ties {format_number(K[k]['tie_rate']['value'])} abst. {K[k]['n_abstained']}" for k in ks)
         + f"; direct reads: {b['direct_repeats_identical']}",
     ))  # fmt: skip
     C = b["criteria"]
@@ -459,7 +457,7 @@ def findings(res: dict[str, Any]) -> list[tuple[str, str, str, str]]:
     rows.append((
         "Kwok", "more criteria C raise AUROC",
         "direction only, CIs overlap" if C[cs[-1]]["auroc"]["value"] > C[cs[0]]["auroc"]["value"] else "not reproduced",
-        ", ".join(f"{k}: AUROC {_f(C[k]['auroc']['value'])} pairwise {_f(C[k]['pairwise_accuracy']['value'])}" for k in cs),
+        ", ".join(f"{k}: AUROC {format_number(C[k]['auroc']['value'])} pairwise {format_number(C[k]['pairwise_accuracy']['value'])}" for k in cs),
     ))  # fmt: skip
     r = c["correlation"]
     rows.append((
@@ -467,9 +465,9 @@ def findings(res: dict[str, Any]) -> list[tuple[str, str, str, str]]:
         "not measurable" if not math.isfinite(r["pearson"]) else
         ("reproduced" if r["pearson"] > 0 and r["pearson_p"] < 0.05 else
          ("direction only (p >= 0.05)" if r["pearson"] > 0 else "not reproduced")),
-        f"Pearson r = {_f(r['pearson'], 2)} (p = {_f(r['pearson_p'], 3)}), Spearman {_f(r['spearman'], 2)} over "
+        f"Pearson r = {format_number(r['pearson'], 2)} (p = {format_number(r['pearson_p'], 3)}), Spearman {format_number(r['spearman'], 2)} over "
         f"{r['n_cells']} disjoint cells (family x d(x)); over all {r['all_cells']['n_cells']} cells incl. pooled ones "
-        f"r = {_f(r['all_cells']['pearson'], 2)} (p = {_f(r['all_cells']['pearson_p'], 3)})",
+        f"r = {format_number(r['all_cells']['pearson'], 2)} (p = {format_number(r['all_cells']['pearson_p'], 3)})",
     ))  # fmt: skip
     dc = d["conditions"]
     ref, free = dc["reference-guided answer_match"]["auroc"], dc["reference-free"]["auroc"]
@@ -495,68 +493,123 @@ def render(res: dict[str, Any]) -> str:
         f"Data: {res['data']}; {res['sizes']}  ",
         f"Total wall time {res['wall_seconds']:.0f} s on {os.cpu_count()} CPU cores, dtype {res['dtype']}.",
         "",
-        "| paper | claim | verdict | numbers |",
-        "|---|---|---|---|",
+        markdown_table(
+            ["paper", "claim", "verdict", "numbers"],
+            [[p, cl, f"**{v}**", n] for p, cl, v, n in findings(res)],
+        ),
     ]
-    for p, cl, v, n in findings(res):
-        lines.append(f"| {p} | {cl} | **{v}** | {n} |")
     a = res["a_zhou_rq2"]
-    lines += ["", f"## (a) TPR / TNR at threshold {a['threshold']:.4f} (Youden's J on the tuning half)", "",
-              "| generator | pass rate | n | TPR | TNR |", "|---|---|---|---|---|"]  # fmt: skip
-    for gname, r in a["per_generator"].items():
-        lines.append(
-            f"| {gname} | {r['pass_rate']:.2f} | {r['n']} | {_vci(r['tpr'])} | {_vci(r['tnr'])} |"
-        )
-    lines += ["", "| difficulty bin (d(x), hardest first) | n | TPR | TNR |", "|---|---|---|---|"]
-    for r in a["per_difficulty"]:
-        if r["n"]:
-            lines.append(
-                f"| {r['label']} | {r['n']} | {_vci(r.get('tpr', {}))} | {_vci(r.get('tnr', {}))} |"
-            )
+    lines += [
+        "",
+        f"## (a) TPR / TNR at threshold {a['threshold']:.4f} (Youden's J on the tuning half)",
+        "",
+        markdown_table(
+            ["generator", "pass rate", "n", "TPR", "TNR"],
+            [
+                [gname, format_number(r["pass_rate"], 2), r["n"], _vci(r["tpr"]), _vci(r["tnr"])]
+                for gname, r in a["per_generator"].items()
+            ],
+        ),
+        "",
+        markdown_table(
+            ["difficulty bin (d(x), hardest first)", "n", "TPR", "TNR"],
+            [
+                [r["label"], r["n"], _vci(r.get("tpr", {})), _vci(r.get("tnr", {}))]
+                for r in a["per_difficulty"]
+                if r["n"]
+            ],
+        ),
+    ]
     b = res["b_kwok_axes"]
-    lines += ["", "## (b) Scaling axes", "", "| setting | problems | AUROC | pairwise acc. | tie rate | abstained | s / response | reads / response |",
-              "|---|---|---|---|---|---|---|---|"]  # fmt: skip
-    for axis, d in (("G", b["granularity"]), ("", b["repeats"]), ("", b["criteria"])):
-        for k, r in d.items():
-            t = r.get("cost", {})
-            lines.append(
-                f"| {axis + '=' + k if axis else k} | {r['n_problems']} | {_vci(r['auroc'])} | {_vci(r['pairwise_accuracy'])} | "
-                f"{_vci(r['tie_rate'])} | {r['n_abstained']} | {_f(t.get('seconds_per_response'), 2)} | {_f(t.get('reads_per_response'), 1)} |"
-            )
+    axes_rows = [
+        [
+            axis + "=" + k if axis else k,
+            r["n_problems"],
+            _vci(r["auroc"]),
+            _vci(r["pairwise_accuracy"]),
+            _vci(r["tie_rate"]),
+            r["n_abstained"],
+            format_number(r.get("cost", {}).get("seconds_per_response"), 2),
+            format_number(r.get("cost", {}).get("reads_per_response"), 1),
+        ]
+        for axis, d in (("G", b["granularity"]), ("", b["repeats"]), ("", b["criteria"]))
+        for k, r in d.items()
+    ]
+    lines += [
+        "",
+        "## (b) Scaling axes",
+        "",
+        markdown_table(
+            [
+                "setting",
+                "problems",
+                "AUROC",
+                "pairwise acc.",
+                "tie rate",
+                "abstained",
+                "s / response",
+                "reads / response",
+            ],
+            axes_rows,
+        ),
+    ]
     lines += ["", f"K: {b['repeats_note']}", "", f"C: {b['criteria_note']}"]
     c = res["c_lu_gain"]
-    lines += ["", f"## (c) Verifier gain vs simulated rejection sampling (M = {c['max_attempts']})", "",
-              "| cell | n | base acc. | verifier gain | RS gain | RS gain (M=inf) | acceptance |", "|---|---|---|---|---|---|---|"]  # fmt: skip
-    for r in c["cells"]:
-        lines.append(
-            f"| {r['cell']} | {r['n']} | {_f(r['base_accuracy'])} | {_f(r['verifier_gain'])} | {_f(r['rs_gain'])} | "
-            f"{_f(r['rs_gain_infinite_m'])} | {_f(r['acceptance_rate'])} |"
-        )
+    rs_keys = ("base_accuracy", "verifier_gain", "rs_gain", "rs_gain_infinite_m", "acceptance_rate")
+    lines += [
+        "",
+        f"## (c) Verifier gain vs simulated rejection sampling (M = {c['max_attempts']})",
+        "",
+        markdown_table(
+            ["cell", "n", "base acc.", "verifier gain", "RS gain", "RS gain (M=inf)", "acceptance"],
+            [[r["cell"], r["n"], *(r[k] for k in rs_keys)] for r in c["cells"]],
+        ),
+    ]
     d = res["d_reference"]
-    lines += ["", f"## (d) Reference-guided vs reference-free ({d['n_problems']} problems, G = 20, K = 1)", "",
-              "| prompt | AUROC | pairwise acc. | tie rate | s / response |", "|---|---|---|---|---|"]  # fmt: skip
-    for k, r in d["conditions"].items():
-        lines.append(
-            f"| {k} | {_vci(r['auroc'])} | {_vci(r['pairwise_accuracy'])} | {_vci(r['tie_rate'])} | {_f(r.get('cost', {}).get('seconds_per_response'), 2)} |"
-        )
+    lines += [
+        "",
+        f"## (d) Reference-guided vs reference-free ({d['n_problems']} problems, G = 20, K = 1)",
+        "",
+        markdown_table(
+            ["prompt", "AUROC", "pairwise acc.", "tie rate", "s / response"],
+            [
+                [
+                    k,
+                    _vci(r["auroc"]),
+                    _vci(r["pairwise_accuracy"]),
+                    _vci(r["tie_rate"]),
+                    format_number(r.get("cost", {}).get("seconds_per_response"), 2),
+                ]
+                for k, r in d["conditions"].items()
+            ],
+        ),
+    ]
     e = res["e_tuning"]
     lines += ["", "## (e) Tuned on the first half, reported on the second", "",
               f"Tuning half ({e['n_tune_problems']} problems) AUROC by G: "
-              + ", ".join(f"G={g}: {_f(v)}" for g, v in e["tune_auroc"].items()),
+              + ", ".join(f"G={g}: {format_number(v)}" for g, v in e["tune_auroc"].items()),
               "", f"Held-out half ({e['n_test_problems']} problems): default G={e['default_G']} {_vci(e['test']['default']['auroc'])}, "
               f"tuned G={e['best_G']} {_vci(e['test']['best']['auroc'])}, paired difference {_vci(e['test']['difference'])}; "
-              f"cost {_f(e['cost_per_response_s'], 2)} s / response (G={e['best_G']}, one read). {e['decision']}"]  # fmt: skip
+              f"cost {format_number(e['cost_per_response_s'], 2)} s / response (G={e['best_G']}, one read). {e['decision']}"]  # fmt: skip
     lines += [
         "",
         "## Timings",
         "",
-        "| run | responses | s | s / response | reads / response | low-mass abstentions |",
-        "|---|---|---|---|---|---|",
+        markdown_table(
+            ["run", "responses", "s", "s / response", "reads / response", "low-mass abstentions"],
+            [
+                [
+                    k,
+                    t["n_responses"],
+                    format_number(t["seconds"], 0),
+                    format_number(t["seconds_per_response"], 2),
+                    format_number(t["reads_per_response"], 1),
+                    t["n_low_mass"],
+                ]
+                for k, t in res["timings"].items()
+            ],
+        ),
     ]
-    for k, t in res["timings"].items():
-        lines.append(
-            f"| {k} | {t['n_responses']} | {t['seconds']:.0f} | {t['seconds_per_response']:.2f} | {t['reads_per_response']:.1f} | {t['n_low_mass']} |"
-        )
     return "\n".join(lines) + "\n"
 
 
@@ -758,7 +811,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "sizes": (
             f"{len(pids)} problems x 4 generators for G, (a), (c), (e) (tuning half = first {len(tune)}); "
             f"first {len(long_p)} for C and (d); first {len(rep_p)} for K"
-        ),  # fmt: skip
+        ),
         "a_zhou_rq2": zhou_rq2(rows, s_def, thr, args.bootstrap),
         "b_kwok_axes": {
             "granularity": kwok_g,
