@@ -200,6 +200,35 @@ def test_reward_config_and_build(checker):
         RewardConfig(type="dense", weights=[1.0, 1.0])
 
 
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"reference_prompt": "fuzzy"}, "reference_prompt='fuzzy'; use anchored | answer_match"),
+        ({"reference_guided": True, "reference_prompt": "answer_match", "guard_prompt": True},
+         "guard_prompt needs the response"),
+        ({"injection_penalty": -0.1}, r"injection_penalty must be in \[0, 1\]"),
+        ({"verifier_input": "thinking"}, "use final_answer | full"),
+        ({"group_method": "swiss"}, "group_method='swiss'; use ppt | round_robin"),
+        ({"pivots": 0}, "pivots must be >= 1"),
+    ],
+)  # fmt: skip
+def test_one_validation_for_config_and_reward_classes(kwargs, match):
+    """RewardConfig (YAML) and the reward classes built directly reject the same options with the
+    same check; the config's message names the YAML field (reward.*)."""
+    from densereward.errors import ConfigError
+    from densereward.rewards import GroupVerifierReward, VerifierReward
+
+    with pytest.raises(ConfigError, match="reward." + match):
+        RewardConfig(**kwargs)
+    cls_kwargs = dict(kwargs)
+    if "group_method" in cls_kwargs:
+        cls_kwargs["method"] = cls_kwargs.pop("group_method")
+        match = match.replace("group_method", "method")
+    cls = GroupVerifierReward if {"method", "pivots"} & set(cls_kwargs) else VerifierReward
+    with pytest.raises(ConfigError, match=match):
+        cls(lambda: None, **cls_kwargs)
+
+
 # ---- reward-quality tracking ---------------------------------------------------------------
 
 

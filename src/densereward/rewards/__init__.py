@@ -11,6 +11,8 @@ from typing import Any, Literal
 
 from ..answers import ANSWER_FORMATS
 from ..errors import ConfigError
+from ._common import check_group_options, check_verifier_options
+from .group import AsyncGroupVerifierReward, GroupVerifierReward
 from .math import (
     MathChecker,
     MathCorrectnessReward,
@@ -20,10 +22,8 @@ from .math import (
 )
 from .tracking import RewardQualityTracker, plot_reward_quality, reward_quality_metrics
 from .verifier import (
-    AsyncGroupVerifierReward,
     AsyncVerifierMonitor,
     AsyncVerifierReward,
-    GroupVerifierReward,
     VerifierMonitor,
     VerifierReward,
 )
@@ -120,31 +120,23 @@ class RewardConfig:
             raise ConfigError(
                 f"reward.type={self.type!r}; use sparse | dense | group | mixed | gated"
             )
-        if self.reference_prompt not in ("anchored", "answer_match"):
-            raise ConfigError(
-                f"reward.reference_prompt={self.reference_prompt!r}; use anchored | answer_match"
-            )
-        if self.guard_prompt and self.reference_guided and self.reference_prompt == "answer_match":
-            raise ConfigError(
-                "reward.guard_prompt needs the response in the verifier prompt: set "
-                "reward.reference_prompt=anchored or reward.reference_guided=false"
-            )
-        if self.injection_penalty is not None and not 0.0 <= self.injection_penalty <= 1.0:
-            raise ConfigError(
-                f"reward.injection_penalty must be in [0, 1] (or null to turn the pre-filter off), "
-                f"got {self.injection_penalty}"
-            )
-        if self.group_method not in ("ppt", "round_robin"):
-            raise ConfigError(f"reward.group_method={self.group_method!r}; use ppt | round_robin")
-        if self.pivots < 1:
-            raise ConfigError(f"reward.pivots must be >= 1, got {self.pivots}")
+        check_verifier_options(
+            reference_guided=self.reference_guided,
+            reference_prompt=self.reference_prompt,
+            injection_penalty=self.injection_penalty,
+            guard_prompt=self.guard_prompt,
+            verifier_input=self.verifier_input,
+            prefix="reward.",
+        )
+        check_group_options(
+            method=self.group_method,
+            pivots=self.pivots,
+            prefix="reward.",
+            method_field="group_method",
+        )
         if self.answer_format not in ANSWER_FORMATS:
             raise ConfigError(
                 f"reward.answer_format={self.answer_format!r}; use auto | boxed | final_line"
-            )
-        if self.verifier_input not in ("final_answer", "full"):
-            raise ConfigError(
-                f"reward.verifier_input={self.verifier_input!r}; use final_answer | full"
             )
         if self.weights is not None:
             w = tuple(float(x) for x in self.weights)

@@ -7,7 +7,16 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["completion_texts", "prompt_texts", "check_lengths", "group_slices"]
+from ..errors import ConfigError
+
+__all__ = [
+    "completion_texts",
+    "prompt_texts",
+    "check_lengths",
+    "group_slices",
+    "check_verifier_options",
+    "check_group_options",
+]
 
 
 def _message_text(content: Any) -> str | None:
@@ -120,3 +129,68 @@ def group_slices(prompts: Sequence[Any], num_generations: int | None = None) -> 
             slices.append(slice(s, min(s + step, start + length)))
         start += length
     return slices
+
+
+def check_verifier_options(
+    *,
+    reference_guided: bool,
+    reference_prompt: str,
+    injection_penalty: float | None,
+    guard_prompt: bool,
+    verifier_input: str,
+    prefix: str = "",
+) -> None:
+    """Validate what the dense / group verifier reward shows and how it is defended.
+
+    The one check of these options, run by :class:`~densereward.rewards.RewardConfig` (YAML
+    ``reward:``, ``prefix="reward."``) and by the reward classes themselves (built directly).
+
+    Args:
+        reference_guided: show the verifier the reference answer.
+        reference_prompt: ``"anchored"`` or ``"answer_match"``.
+        injection_penalty: in ``[0, 1]``, or ``None`` (no pre-filter).
+        guard_prompt: end the criterion with the manipulation warning; needs the response in
+            the prompt, so not with a reference-guided ``answer_match`` prompt.
+        verifier_input: ``"final_answer"`` or ``"full"``.
+        prefix: prepended to the field names in the messages.
+
+    Raises:
+        ConfigError: naming the field and the fix.
+    """
+    if reference_prompt not in ("anchored", "answer_match"):
+        raise ConfigError(
+            f"{prefix}reference_prompt={reference_prompt!r}; use anchored | answer_match"
+        )
+    if guard_prompt and reference_guided and reference_prompt == "answer_match":
+        raise ConfigError(
+            f"{prefix}guard_prompt needs the response in the verifier prompt (answer_match shows "
+            f"only the extracted final answer): set {prefix}reference_prompt=anchored or turn "
+            f"{prefix}reference_guided off"
+        )
+    if injection_penalty is not None and not 0.0 <= injection_penalty <= 1.0:
+        raise ConfigError(
+            f"{prefix}injection_penalty must be in [0, 1] (or null to turn the pre-filter off), "
+            f"got {injection_penalty}"
+        )
+    if verifier_input not in ("final_answer", "full"):
+        raise ConfigError(f"{prefix}verifier_input={verifier_input!r}; use final_answer | full")
+
+
+def check_group_options(
+    *, method: str, pivots: int, prefix: str = "", method_field: str = "method"
+) -> None:
+    """Validate the group reward's comparison schedule (``RewardConfig`` and the reward class).
+
+    Args:
+        method: ``"ppt"`` or ``"round_robin"``.
+        pivots: PPT pivots per candidate, ``>= 1``.
+        prefix: prepended to the field names in the messages (``"reward."``).
+        method_field: the name of the method field (``group_method`` in ``RewardConfig``).
+
+    Raises:
+        ConfigError: for a method other than ``ppt`` / ``round_robin`` or ``pivots < 1``.
+    """
+    if method not in ("ppt", "round_robin"):
+        raise ConfigError(f"{prefix}{method_field}={method!r}; use ppt | round_robin")
+    if pivots < 1:
+        raise ConfigError(f"{prefix}pivots must be >= 1, got {pivots}")

@@ -3,16 +3,13 @@
 * :class:`VerifierReward` -- the dense reward: the verifier's *expected* score of each
   completion, ``R = sum_g p(g) phi_g`` over the G score tokens, renormalised to ``[0, 1]``
   (criteria, granularity G, repeats K and style come from :class:`~densereward.config.VerifierConfig`).
-* :class:`GroupVerifierReward` -- the group-relative reward: the ``num_generations``
-  completions of one prompt are ranked against each other with pairwise comparisons
-  (Probabilistic Pivot Tournament or round robin) and each gets its normalised soft win rate
-  ``w_i / c_i`` in ``[0, 1]``, where ``w_i`` sums the Bradley-Terry preferences
-  ``sigmoid(beta (R_i - R_j))`` over its ``c_i`` comparisons.
+* :class:`~densereward.rewards.group.GroupVerifierReward` (module
+  :mod:`densereward.rewards.group`) -- the group-relative reward, built on the same base.
 * :class:`VerifierMonitor` -- scores with the verifier for reward-quality tracking only and
   returns ``None`` for every completion (it never changes the training signal).
 
-Async variants (:class:`AsyncVerifierReward`, :class:`AsyncGroupVerifierReward`,
-:class:`AsyncVerifierMonitor`) have an ``async def __call__``; TRL runs them on its event-loop
+Async variants (:class:`AsyncVerifierReward`, :class:`AsyncVerifierMonitor`, and
+``AsyncGroupVerifierReward``) have an ``async def __call__``; TRL runs them on its event-loop
 thread concurrently with the other reward functions -- use them with network backends.
 
 The verifier is passed either as a ``Verifier`` or as a zero-argument factory, which is
@@ -43,15 +40,18 @@ from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
 from ..answers import final_answer_part
-from ._common import check_lengths, completion_texts, group_slices, prompt_texts
+from ._common import (
+    check_lengths,
+    check_verifier_options,
+    completion_texts,
+    prompt_texts,
+)
 from .math import MathChecker, default_checker, references_from_columns
 from .tracking import RewardQualityTracker
 
 __all__ = [
     "VerifierReward",
     "AsyncVerifierReward",
-    "GroupVerifierReward",
-    "AsyncGroupVerifierReward",
     "VerifierMonitor",
     "AsyncVerifierMonitor",
 ]
@@ -84,26 +84,16 @@ class _VerifierRewardBase:
         injection_penalty: float | None = None,
         guard_prompt: bool = False,
     ) -> None:
-        if guard_prompt and reference_guided and reference_prompt == "answer_match":
-            raise ValueError(
-                "guard_prompt needs the response in the prompt: use reference_prompt='anchored' "
-                "or reference_guided=False (answer_match shows only the extracted final answer)"
-            )
-        if reference_prompt not in ("anchored", "answer_match"):
-            raise ValueError(
-                f"reference_prompt must be 'anchored' or 'answer_match', got {reference_prompt!r}"
-            )
-        if injection_penalty is not None and not 0.0 <= injection_penalty <= 1.0:
-            raise ValueError(
-                f"injection_penalty must be in [0, 1] or None, got {injection_penalty}"
-            )
+        check_verifier_options(
+            reference_guided=reference_guided,
+            reference_prompt=reference_prompt,
+            injection_penalty=injection_penalty,
+            guard_prompt=guard_prompt,
+            verifier_input=verifier_input,
+        )
         self.reference_prompt = reference_prompt
         self.injection_penalty = injection_penalty
         self.guard_prompt = guard_prompt
-        if verifier_input not in ("final_answer", "full"):
-            raise ValueError(
-                f"verifier_input must be 'final_answer' or 'full', got {verifier_input!r}"
-            )
         self.verifier_input = verifier_input
         self._verifier = verifier
         self._verifier_lock = threading.Lock()
@@ -312,8 +302,11 @@ class VerifierReward(_VerifierRewardBase):
         ``(len(completions),)`` expected scores in ``[0, 1]``; ``None`` where the verifier
         abstained (see the module docstring).
 
-    Raises (from ``__call__``):
-        ValueError: if a per-completion column's length differs from ``len(completions)``.
+    Raises:
+        ConfigError: at construction, for an option outside its range or a combination that
+            cannot work (:func:`~densereward.rewards._common.check_verifier_options`).
+        ValueError: from ``__call__``, if a per-completion column's length differs from
+            ``len(completions)``.
     """
 
     default_name = "verifier_dense"
@@ -423,181 +416,3 @@ class AsyncVerifierMonitor(AsyncVerifierReward):
     async def __call__(self, prompts, completions, **kwargs: Any) -> list[float | None]:  # type: ignore[override]
         await super().__call__(prompts, completions, **kwargs)
         return [None] * len(completions)
-
-
-class GroupVerifierReward(_VerifierRewardBase):
-    """Group-relative verifier reward: normalised soft win rate within each GRPO group.
-
-    The completions of one prompt (consecutive in TRL's batch, ``num_generations`` of them)
-    are compared pairwise with ``Verifier.rank`` -- PPT (Probabilistic Pivot Tournament:
-    each candidate meets ``pivots`` pivots, O(N k) comparisons) or round robin (all
-    ``N (N - 1) / 2`` pairs) -- and completion ``i`` gets ``w_i / c_i`` in ``[0, 1]``
-    (its summed Bradley-Terry preferences over its comparisons).
-
-    Args:
-        verifier: A :class:`densereward.verifier.Verifier` or a zero-argument factory.
-        num_generations: GRPO group size (``GRPOConfig.num_generations``); groups are runs of
-            identical prompts cut to this size.
-        method: ``"ppt"`` or ``"round_robin"``.
-        pivots: PPT pivots per candidate (ignored by round robin).
-        seed: Base seed of PPT pivot draws (mixed with the step and group index).
-        name, tracker, checker, problem_column, answer_column, level_column: as in
-            :class:`VerifierReward`.
-
-    Returns (from ``__call__``):
-        ``(len(completions),)`` win rates in ``[0, 1]``; ``None`` for a completion with no
-        valid comparison (a group of one, or every comparison abstained).
-
-    Raises:
-        ValueError: for an unknown ``method`` or ``pivots < 1``; from ``__call__`` on a
-            length mismatch.
-    """
-
-    default_name = "verifier_group"
-
-    def __init__(
-        self,
-        verifier: VerifierLike,
-        *,
-        num_generations: int | None = None,
-        method: Literal["ppt", "round_robin"] = "ppt",
-        pivots: int = 2,
-        seed: int = 0,
-        **kwargs: Any,
-    ) -> None:
-        if method not in ("ppt", "round_robin"):
-            raise ValueError(f"group reward method must be 'ppt' or 'round_robin', got {method!r}")
-        if pivots < 1:
-            raise ValueError(f"group reward pivots must be >= 1, got {pivots}")
-        super().__init__(verifier, num_generations=num_generations, **kwargs)
-        self.method = method
-        self.pivots = pivots
-        self.seed = seed
-
-    def _seed(self, trainer_state: Any, g: int) -> int:
-        return self.seed + 100_003 * int(getattr(trainer_state, "global_step", 0) or 0) + g
-
-    def _rank_kwargs(
-        self, problem: str, candidates: list[str], seed: int, reference: str | None
-    ) -> dict[str, Any]:
-        kw = {
-            "problem": problem,
-            "candidates": candidates,
-            "pivots": self.pivots,
-            "method": self.method,
-            "seed": seed,
-        }
-        if self.criteria is not None:
-            kw["criteria"] = self.criteria
-        if reference is not None:
-            kw["reference"] = reference
-        return kw
-
-    def _groups(
-        self,
-        prompts: Sequence[Any],
-        completions: Sequence[Any],
-        trainer_state: Any,
-        columns: dict[str, Any],
-    ) -> tuple[
-        list[str | None],
-        list[str | None],
-        list[tuple[slice, tuple[str, list[str | None], int, str | None]]],
-    ]:
-        """Completion texts, what the verifier is shown of them, and per GRPO group its slice and
-        ``(problem, candidates, seed, reference)``.
-
-        Raises:
-            ValueError: if ``prompts`` and ``completions`` differ in length.
-        """
-        texts = completion_texts(completions)
-        check_lengths(completions=texts, prompts=prompts)
-        problems = self._problems(prompts, columns)
-        refs = self._references(columns, len(texts)) or [None] * len(texts)
-        shown = self._shown(texts)
-        groups = [
-            (sl, (problems[sl.start], shown[sl], self._seed(trainer_state, g), refs[sl.start]))
-            for g, sl in enumerate(group_slices(prompts, self.num_generations))
-        ]
-        return texts, shown, groups
-
-    def _rank_group(
-        self, problem: str, candidates: list[str], seed: int, reference: str | None
-    ) -> list[float | None]:
-        if len(candidates) < 2:
-            return [None] * len(candidates)
-        result = self.verifier.rank(**self._rank_kwargs(problem, candidates, seed, reference))
-        return _win_rates(result, len(candidates))
-
-    def __call__(
-        self,
-        prompts: Sequence[Any],
-        completions: Sequence[Any],
-        completion_ids: Sequence[Any] | None = None,
-        trainer_state: Any = None,
-        log_metric: Callable[[str, float], None] | None = None,
-        log_extra: Callable[[str, list], None] | None = None,
-        **kwargs: Any,
-    ) -> list[float | None]:
-        texts, shown, groups = self._groups(prompts, completions, trainer_state, kwargs)
-        values: list[float | None] = [None] * len(texts)
-        for sl, args in groups:
-            values[sl] = self._rank_group(*args)
-        flags = self._screen(shown)
-        values = self._penalise(values, flags)
-        self._track(
-            prompts=prompts, texts=texts, scores=values, masses=None, columns=kwargs,
-            trainer_state=trainer_state, log_metric=log_metric, log_extra=log_extra, flags=flags,
-        )  # fmt: skip
-        return values
-
-
-class AsyncGroupVerifierReward(GroupVerifierReward):
-    """:class:`GroupVerifierReward` with ``async def __call__``; groups are ranked concurrently.
-
-    Uses ``Verifier.arank`` when the engine has it, else runs ``rank`` in worker threads.
-    """
-
-    async def _arank_group(
-        self, problem: str, candidates: list[str], seed: int, reference: str | None
-    ) -> list[float | None]:
-        if len(candidates) < 2:
-            return [None] * len(candidates)
-        v = self.verifier
-        kw = self._rank_kwargs(problem, candidates, seed, reference)
-        result = (
-            await v.arank(**kw) if hasattr(v, "arank") else await asyncio.to_thread(v.rank, **kw)
-        )
-        return _win_rates(result, len(candidates))
-
-    async def __call__(  # type: ignore[override]
-        self,
-        prompts: Sequence[Any],
-        completions: Sequence[Any],
-        completion_ids: Sequence[Any] | None = None,
-        trainer_state: Any = None,
-        log_metric: Callable[[str, float], None] | None = None,
-        log_extra: Callable[[str, list], None] | None = None,
-        **kwargs: Any,
-    ) -> list[float | None]:
-        texts, shown, groups = self._groups(prompts, completions, trainer_state, kwargs)
-        outs = await asyncio.gather(*(self._arank_group(*args) for _, args in groups))
-        values: list[float | None] = [None] * len(texts)
-        for (sl, _), out in zip(groups, outs, strict=True):
-            values[sl] = out
-        flags = self._screen(shown)
-        values = self._penalise(values, flags)
-        await asyncio.to_thread(
-            self._track,
-            prompts=prompts, texts=texts, scores=values, masses=None, columns=kwargs,
-            trainer_state=trainer_state, log_metric=log_metric, log_extra=log_extra, flags=flags,
-        )  # fmt: skip
-        return values
-
-
-def _win_rates(result: Any, n: int) -> list[float | None]:
-    """``RankResult.win_rate`` as a list, NaN (no valid comparison) -> ``None``."""
-    rates = list(result.win_rate)
-    if len(rates) != n:
-        raise ValueError(f"rank returned {len(rates)} win rates for {n} candidates")
-    return [None if r is None or math.isnan(float(r)) else float(r) for r in rates]
