@@ -1,0 +1,223 @@
+"""Configuration: VerifierConfig validation, YAML loading, dotted overrides, typed coercion,
+threshold resolution and the hints that name the fix."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from densereward import VerifierConfig
+from densereward.config import (
+    apply_overrides,
+    check_sections,
+    from_dict,
+    load_yaml,
+    parse_override,
+    resolve_threshold,
+)
+from densereward.errors import ConfigError
+
+REPO = Path(__file__).resolve().parents[1]
+
+# ---- VerifierConfig --------------------------------------------------------------------------
+
+
+def test_defaults_are_valid_and_frozen():
+    c = VerifierConfig()
+    assert (c.backend, c.granularity, c.n_repeats, c.style, c.threshold) == (
+        "transformers", 20, 1, "direct", "auto"
+    )  # fmt: skip
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        c.granularity = 5  # type: ignore[misc]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"granularity": 1}, r"verifier\.granularity must be in \[2, 26\], got 1"),
+        ({"granularity": 27}, r"verifier\.granularity must be in \[2, 26\], got 27"),
+        ({"n_repeats": 0}, r"verifier\.n_repeats must be >= 1"),
+        ({"style": "chain"}, r"verifier\.style must be 'direct' or 'reasoning'"),
+        ({"on_error": "ignore"}, r"verifier\.on_error must be 'abstain' or 'raise'"),
+        ({"beta": 0.0}, r"verifier\.beta must be > 0"),
+        ({"min_mass": 1.0}, r"verifier\.min_mass must be in \[0, 1\)"),
+        ({"min_mass": -0.1}, r"verifier\.min_mass must be in \[0, 1\)"),
+        ({"threshold": 1.5}, r"verifier\.threshold must be in \[0, 1\]"),
+        ({"threshold": "youden"}, "use auto, a number in"),
+        ({"backend": "openai"}, r"needs verifier\.base_url"),
+        ({"backend": "sampled"}, r"needs verifier\.base_url"),
+        ({"chat_template_kwargs": ["enable_thinking"]}, "chat_template_kwargs must be a mapping"),
+        ({"chat_template_kwargs": {1: True}}, "chat_template_kwargs must be a mapping"),
+    ],
+)
+def test_bad_verifier_fields_are_config_errors_naming_the_field(kwargs, match):
+    with pytest.raises(ConfigError, match=match):
+        VerifierConfig(**kwargs)
+
+
+def test_unknown_backend_is_a_config_error():
+    with pytest.raises(ConfigError, match="transformer"):
+        VerifierConfig(backend="transformer")
+
+
+def test_criteria_list_becomes_a_hashable_tuple_and_thresholds_are_accepted():
+    c = VerifierConfig(criteria=["correctness", "clarity"], threshold=0.0)
+    assert c.criteria == ("correctness", "clarity")
+    hash(c)  # frozen and hashable (it keys caches)
+    assert VerifierConfig(threshold=1.0).threshold == 1.0
+    assert VerifierConfig(threshold="runs/x/metrics.json").threshold.endswith(".json")
+
+
+# ---- from_dict: unknown keys are errors, values are coerced to the field types -------------
+
+
+@dataclass(frozen=True)
+class _Inner:
+    k: int = 1
+
+
+@dataclass(frozen=True)
+class _Outer:
+    flag: bool = False
+    n: int = 0
+    x: float = 0.0
+    name: str = ""
+    maybe: int | None = None
+    inner: _Inner = dataclasses.field(default_factory=_Inner)
+
+
+def test_from_dict_coerces_strings_from_the_command_line():
+    o = from_dict(_Outer, {"flag": "yes", "n": "3", "x": "1e-3", "name": 7, "maybe": "4",
+                           "inner": {"k": "2"}})  # fmt: skip
+    assert o == _Outer(flag=True, n=3, x=1e-3, name="7", maybe=4, inner=_Inner(k=2))
+    assert from_dict(_Outer, {"flag": "false", "maybe": None}).flag is False
+    assert from_dict(_Outer, None) == _Outer()
+
+
+@pytest.mark.parametrize(
+    ("data", "match"),
+    [
+        ({"flg": True}, r"unknown key\(s\) in _Outer: 'flg' \(did you mean 'flag'\?\)"),
+        ({"flag": "maybe"}, r"flag: expected a boolean, got 'maybe'"),
+        ({"n": "three"}, r"n: expected int, got 'three'"),
+        ({"inner": {"kk": 1}}, r"'kk' \(did you mean 'k'\?\)"),
+    ],
+)
+def test_from_dict_rejects_unknown_keys_and_uncoercible_values(data, match):
+    with pytest.raises(ConfigError, match=match):
+        from_dict(_Outer, data)
+
+
+def test_from_dict_names_the_yaml_section_in_errors():
+    with pytest.raises(ConfigError, match=r"in section 'verifier': 'granularty'"):
+        from_dict(VerifierConfig, {"granularty": 5}, prefix="verifier.")
+    with pytest.raises(ConfigError, match=r"verifier\.granularity: expected int"):
+        from_dict(VerifierConfig, {"granularity": "many"}, prefix="verifier.")
+    assert from_dict(VerifierConfig, {"granularity": "5"}).granularity == 5
+
+
+# ---- YAML files and overrides -----------------------------------------------------------------
+
+
+def test_every_shipped_config_has_a_valid_verifier_section():
+    paths = sorted((REPO / "configs").glob("*.yaml"))
+    assert len(paths) >= 5
+    for path in paths:
+        section = load_yaml(path).get("verifier")
+        if section is not None:
+            assert isinstance(
+                from_dict(VerifierConfig, section, prefix="verifier."), VerifierConfig
+            )
+
+
+def test_load_yaml_errors_and_empty_file(tmp_path):
+    with pytest.raises(ConfigError, match="config file not found"):
+        load_yaml(tmp_path / "missing.yaml")
+    (tmp_path / "list.yaml").write_text("- a\n- b\n")
+    with pytest.raises(ConfigError, match="top level must be a mapping, got list"):
+        load_yaml(tmp_path / "list.yaml")
+    (tmp_path / "empty.yaml").write_text("")
+    assert load_yaml(tmp_path / "empty.yaml") == {}
+
+
+def test_parse_override_types():
+    assert parse_override("a.b=3") == (["a", "b"], 3)
+    assert parse_override("a=0.5") == (["a"], 0.5)
+    assert parse_override("a=1e-6") == (["a"], 1e-6)
+    assert parse_override("a=[1, 2]") == (["a"], [1, 2])
+    assert parse_override("a=null") == (["a"], None)
+    assert parse_override("a=") == (["a"], "")
+    assert parse_override("a=x=y") == (["a"], "x=y")  # split at the first '='
+    for word in ("yes", "no", "on", "off", "No"):  # YAML 1.1 booleans stay strings
+        assert parse_override(f"a={word}") == (["a"], word)
+    assert parse_override("a=true") == (["a"], True)
+    with pytest.raises(ConfigError, match="must look like key=value"):
+        parse_override("training.max_steps")
+
+
+def test_apply_overrides_nests_creates_and_refuses_to_descend_into_a_value():
+    config = {"training": {"max_steps": 10}, "seed": 1}
+    out = apply_overrides(config, ["training.max_steps=5", "verifier.granularity=10"])
+    assert out is config
+    assert config == {"training": {"max_steps": 5}, "verifier": {"granularity": 10}, "seed": 1}
+    with pytest.raises(ConfigError, match="'seed' is not a section"):
+        apply_overrides(config, ["seed.value=2"])
+
+
+def test_check_sections_names_the_likely_fix():
+    sections = {"training": lambda: ["learning_rate"], "verifier": lambda: ["granularity"]}
+    check_sections({"training": {}, "verifier": {}}, sections)
+    with pytest.raises(ConfigError) as err:
+        check_sections({"trainng": {}, "granularity": 5}, sections)
+    msg = str(err.value)
+    assert "'trainng' (did you mean 'training'?)" in msg
+    assert "'granularity' (did you mean 'verifier.granularity'?)" in msg
+    assert "the sections are training, verifier" in msg
+
+
+def test_check_sections_builds_field_lists_only_for_the_error():
+    def boom():
+        raise AssertionError("field list built for a valid config")
+
+    check_sections({"training": {}}, {"training": boom})
+
+
+# ---- resolve_threshold ------------------------------------------------------------------------
+
+
+def test_resolve_threshold_fixed_auto_and_from_metrics_json(tmp_path):
+    assert resolve_threshold("auto") == (None, "auto (Youden's J)")
+    assert resolve_threshold(0) == (0.0, "fixed 0")
+    assert resolve_threshold(0.25) == (0.25, "fixed 0.25")
+    path = tmp_path / "metrics.json"
+    path.write_text(json.dumps({"threshold_calibration": {"threshold": 0.4321}}))
+    value, source = resolve_threshold(str(path))
+    assert value == 0.4321 and source == f"0.4321 from {path}"
+
+
+@pytest.mark.parametrize(
+    ("content", "match"),
+    [
+        (None, "cannot read a calibrated threshold"),  # no file
+        ("not json", "cannot read a calibrated threshold"),
+        ({"threshold_calibration": {}}, "cannot read a calibrated threshold"),
+        ({"threshold_calibration": {"threshold": None}}, r"not a number in \[0, 1\]"),
+        ({"threshold_calibration": {"threshold": 1.2}}, r"not a number in \[0, 1\]"),
+        ({"threshold_calibration": {"threshold": float("nan")}}, r"not a number in \[0, 1\]"),
+    ],
+)
+def test_resolve_threshold_bad_metrics_json(tmp_path, content, match):
+    path = tmp_path / "metrics.json"
+    if content is not None:
+        path.write_text(content if isinstance(content, str) else json.dumps(content))
+    with pytest.raises(ConfigError, match=match):
+        resolve_threshold(str(path))
+
+
+def test_resolve_threshold_out_of_range_number():
+    with pytest.raises(ConfigError, match=r"threshold must be in \[0, 1\], got -0.1"):
+        resolve_threshold(-0.1)
