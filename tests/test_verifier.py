@@ -145,14 +145,28 @@ def test_spellings_are_summed_not_maxed():
     assert dist.tolist() == pytest.approx([0.5, 0.0, 0.5])  # max would give 0.2 vs 0.3
 
 
-def test_expected_value_with_nonuniform_phi():
-    scale = ScoreScale(tokens=("A", "B", "C"), values=(0.0, 1.0, 4.0))
-    from densereward.verifier import distribution_from_logprobs
+def test_expected_value_with_nonuniform_phi(server):
+    """Through the engine and a real HTTP backend: the reward is the expectation of phi, not
+    of the level index (phi = 0, 1, 4: 3/4 on B and 1/4 on C gives (0.75 + 1) / 4 = 0.4375;
+    level indices 0, 1, 2 would give 0.625)."""
+    import warnings
 
-    dist, _, _ = distribution_from_logprobs(
-        TokenLogprobs({"A": math.log(0.5), "C": math.log(0.5)}), scale
-    )
-    assert scale.normalize(float(dist @ scale.phi)) == pytest.approx((0.5 * 0 + 0.5 * 4) / 4)
+    from servers import Fault
+
+    scale = ScoreScale(tokens=("A", "B", "C"), values=(0.0, 1.0, 4.0))
+    server.default = Fault(top_logprobs=[("B", math.log(0.75)), ("C", math.log(0.25))], text="B")
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*cannot tokenize.*")
+        config = VerifierConfig(backend="openai", base_url=server.base_url, granularity=3)
+        v = Verifier(config, scale=scale)
+    try:
+        r = v.score(problem="p", response="r")
+        assert r.distribution.tolist() == pytest.approx([0.0, 0.75, 0.25])
+        assert r.value == pytest.approx((0.75 * 1.0 + 0.25 * 4.0) / 4.0)
+        assert r.argmax == 1 and r.argmax_value == pytest.approx(0.25)  # phi(B) = 1 of 0..4
+        assert r.mass == pytest.approx(1.0) and len(server.chat_requests()) == 1
+    finally:
+        v.close()
 
 
 def test_abstains_on_zero_mass_never_half():
