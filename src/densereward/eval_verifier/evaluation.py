@@ -32,7 +32,7 @@ def _family_gap(scores, labels, pids, fams, threshold) -> dict[str, Any]:
     Zhou et al. eq. 5); the weaker / stronger group is the one with the lower / higher of it.
     """
     per = {}
-    for f, ix in M.tts.group_indices(fams).items():
+    for f, ix in M.group_indices(fams).items():
         sub_p = [pids[i] for i in ix]
         k = len(ix) / len(set(sub_p))
         per[f] = {
@@ -204,7 +204,7 @@ def evaluate(
 
     # Per generator (all their responses), with keyword rates.
     per_gen = {}
-    for g, ix in M.tts.group_indices(gens).items():
+    for g, ix in M.group_indices(gens).items():
         rep = full_report(s[ix], y[ix], [pids[i] for i in ix])
         rep["n_abstained"] = float(abstained_by_gen[g])
         rep["self_verification_keyword_rate"] = M.self_verification_keyword_rate(
@@ -268,7 +268,7 @@ def evaluate(
             s, y, pids, max_attempts=rs_max_attempts, threshold=threshold, seed=seed
         )
     }
-    for f, ix in M.tts.group_indices(fams).items():
+    for f, ix in M.group_indices(fams).items():
         rs[f] = M.simulate_rejection_sampling(
             s[ix],
             y[ix],

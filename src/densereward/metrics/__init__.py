@@ -1,13 +1,16 @@
 """Verification-dynamics metrics: pure functions on arrays of scores and 0/1 labels.
 
 Threshold metrics accept continuous scores: ``V = 1[score >= threshold]`` (default 0.5), or
-``V = score`` with ``soft=True``. Undefined values are ``NaN`` (never 0 or 0.5).
+``V = score`` with ``soft=True``. Undefined values are ``NaN`` (never 0 or 0.5); the one
+per-item score here, a trajectory's Value-Order Correlation, is ``None`` when undefined (an
+abstention, as a verifier's; :mod:`.progress`).
 Learning-curve statistics (IQM, AUC, probability of improvement, steps to threshold) are in
 :mod:`.curves`.
 """
 
 from __future__ import annotations
 
+from ._arrays import group_indices
 from .bootstrap import bootstrap_ci, bootstrap_many, cluster_resamples, stratified_bootstrap_ci
 from .classification import (
     accept,
@@ -94,6 +97,7 @@ __all__ = [
     "fnr",
     "fpr",
     "gap_closed",
+    "group_indices",
     "iqm_ci",
     "mean_curve_ci",
     "mean_score_gap",

@@ -19,7 +19,7 @@ from types import ModuleType
 import numpy as np
 
 from ..errors import DataError
-from .tts import group_codes
+from ._arrays import group_codes
 
 __all__ = [
     "bootstrap_ci",

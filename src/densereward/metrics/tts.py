@@ -31,8 +31,6 @@ __all__ = [
     "tts_verification_gain",
     "gap_closed",
     "simulate_rejection_sampling",
-    "group_indices",  # re-exported from ._arrays (their home) for existing callers
-    "group_codes",
 ]
 
 
