@@ -27,6 +27,7 @@ from ..progress_reward import ProgressFn, ProgressRewardConfig, TrajectoryDescri
 from ..vec_env import VecVerifierProgressReward
 from ..wrappers import SparseSuccessReward, VerifierProgressReward
 from .describers import BoxDescriber, FetchDescriber, RenderHook, rendering_available
+from .registration import register_robotics
 
 __all__ = [
     "register_robotics",
@@ -40,28 +41,6 @@ __all__ = [
 ]
 
 RewardKind = Literal["env", "sparse", "verifier"]
-
-
-def register_robotics() -> None:
-    """Register Gymnasium-Robotics environments (``FetchReach-v4``, ...); idempotent.
-
-    Its import prints a ``farama_notifications`` notice about the Adroit hand environments'
-    rewards (not used here) on every start; that one line is dropped, anything else printed
-    to stderr during the import is passed through.
-    """
-    import contextlib
-    import io
-    import sys
-
-    buf = io.StringIO()
-    with contextlib.redirect_stderr(buf):
-        import gymnasium_robotics
-    for line in buf.getvalue().splitlines(keepends=True):
-        notice = "AdroitHand" in line and ("farama" in line.lower() or "Gymnasium-Robotics" in line)
-        if not notice:
-            sys.stderr.write(line)
-
-    gym.register_envs(gymnasium_robotics)
 
 
 def default_describer(env_id: str, task: str | None = None) -> TrajectoryDescriber:

@@ -290,7 +290,7 @@ def rendering_available() -> bool:
     try:
         import gymnasium as gym
 
-        from densereward.envs import register_robotics
+        from .registration import register_robotics
 
         register_robotics()
         env = gym.make("FetchReach-v4", render_mode="rgb_array")
