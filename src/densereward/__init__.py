@@ -7,11 +7,23 @@ fine-grained reward in ``[0, 1]`` (LLM-as-a-Verifier, Kwok et al. 2026).
 >>> from densereward import ScoreScale
 >>> ScoreScale.letters(3).tokens
 ('A', 'B', 'C')
+
+What TRL and SB3 users come for is here too, loaded on first use so that ``import
+densereward`` needs neither training stack (a missing one raises ``ImportError`` naming the
+extra to install): the GRPO reward functions and their config (:mod:`densereward.rewards`:
+``RewardConfig``, ``build_reward_funcs``, ``MathCorrectnessReward``, ``VerifierReward``,
+``GroupVerifierReward`` and their async variants, ``RewardQualityTracker``,
+``RewardQualityCallback``) and the environment-side progress rewards
+(:mod:`densereward.wrappers`: ``VerifierProgressReward``, ``VecVerifierProgressReward``,
+``SparseSuccessReward``, ``verifier_progress_fn``, ``ProgressRewardConfig``).
 """
 
 from __future__ import annotations
 
+import importlib
+import importlib.util
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from .backends import ChatPrompt, TokenLogprobs, VerifierBackend, available_backends, create_backend
 from .cache import ScoreCache
@@ -32,7 +44,81 @@ from .scale import ScoreScale
 from .tournament import bradley_terry_preference
 from .verifier import Verifier, VerifierStats
 
+if TYPE_CHECKING:  # for type checkers and IDEs; at run time these load on first use
+    from .progress_reward import ProgressRewardConfig as ProgressRewardConfig
+    from .progress_reward import verifier_progress_fn as verifier_progress_fn
+    from .rewards import AsyncGroupVerifierReward as AsyncGroupVerifierReward
+    from .rewards import AsyncVerifierReward as AsyncVerifierReward
+    from .rewards import GroupVerifierReward as GroupVerifierReward
+    from .rewards import MathCorrectnessReward as MathCorrectnessReward
+    from .rewards import RewardConfig as RewardConfig
+    from .rewards import RewardQualityTracker as RewardQualityTracker
+    from .rewards import VerifierReward as VerifierReward
+    from .rewards import build_reward_funcs as build_reward_funcs
+    from .rewards.trl_callback import RewardQualityCallback as RewardQualityCallback
+    from .vec_env import VecVerifierProgressReward as VecVerifierProgressReward
+    from .wrappers import SparseSuccessReward as SparseSuccessReward
+    from .wrappers import VerifierProgressReward as VerifierProgressReward
+
 __version__ = "0.1.0"
+
+# name -> (module that defines it, extra that installs what it needs, a package it needs)
+_LAZY: dict[str, tuple[str, str, str | None]] = {
+    **{
+        name: ("densereward.rewards", "trl", None)
+        for name in (
+            "RewardConfig",
+            "build_reward_funcs",
+            "MathCorrectnessReward",
+            "VerifierReward",
+            "AsyncVerifierReward",
+            "GroupVerifierReward",
+            "AsyncGroupVerifierReward",
+            "RewardQualityTracker",
+        )
+    },
+    "RewardQualityCallback": ("densereward.rewards.trl_callback", "trl", None),
+    "ProgressRewardConfig": ("densereward.progress_reward", "robotics", None),
+    "verifier_progress_fn": ("densereward.progress_reward", "robotics", None),
+    "VerifierProgressReward": ("densereward.wrappers", "robotics", "gymnasium"),
+    "SparseSuccessReward": ("densereward.wrappers", "robotics", "gymnasium"),
+    "VecVerifierProgressReward": ("densereward.vec_env", "robotics", "stable_baselines3"),
+}
+
+
+def __getattr__(name: str) -> Any:
+    """Load a name of :data:`_LAZY` from its module on first access (PEP 562).
+
+    Raises:
+        ImportError: if the module cannot be imported, naming the extra to install.
+        AttributeError: for any other name.
+    """
+    if name not in _LAZY:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    module, extra, _ = _LAZY[name]
+    try:
+        value = getattr(importlib.import_module(module), name)
+    except ImportError as err:
+        raise ImportError(
+            f"densereward.{name} needs the {extra!r} extra: pip install 'densereward[{extra}]' "
+            f"({err})"
+        ) from err
+    globals()[name] = value  # later lookups skip __getattr__
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
+
+
+def _importable(package: str | None) -> bool:
+    """Whether ``package`` can be found without importing it (``None``: nothing to find)."""
+    if package is None:
+        return True
+    try:
+        return importlib.util.find_spec(package) is not None
+    except (ImportError, ValueError):
+        return False
 
 
 def default_model_path() -> Path:
@@ -76,4 +162,7 @@ __all__ = [
     "DataError",
     "StateError",
     "RegistryError",
+    # loaded on first use; names whose training stack is not installed are left out, so that
+    # `from densereward import *` works on the core install
+    *(name for name, (_, _, needs) in _LAZY.items() if _importable(needs)),
 ]
