@@ -135,3 +135,25 @@ def test_redact_masks_secret_keys_and_values():
     )
     assert key not in json.dumps(out)
     assert out["OPENAI_API_KEY"] == "***" and out["nested"]["hf_token"] == "***" and out["n"] == 1
+
+
+def test_backend_options_are_part_of_the_cache_key(tmp_path):
+    """Two verifiers sharing one cache but asking for a different ``top_logprobs`` must not
+    answer each other's requests; the same options hit the cache."""
+    from servers import MisbehavingServer, scripted_verifier
+
+    def score(srv, **opts):
+        v = scripted_verifier(srv.base_url, granularity=5, cache_dir=str(tmp_path / "c"), **opts)
+        try:
+            return v.score(problem="2+2?", response="4"), v.stats.n_cache_hits
+        finally:
+            v.close()
+
+    with MisbehavingServer() as srv:
+        _, hits = score(srv, backend_options={"top_logprobs": 5})
+        assert hits == 0 and len(srv.chat_requests()) == 1
+        _, hits = score(srv, backend_options={"top_logprobs": 5})
+        assert hits == 1 and len(srv.chat_requests()) == 1
+        _, hits = score(srv, backend_options={"top_logprobs": 10})
+        assert hits == 0 and len(srv.chat_requests()) == 2
+        assert [r["body"]["top_logprobs"] for r in srv.chat_requests()] == [5, 10]

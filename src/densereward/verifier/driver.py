@@ -152,7 +152,14 @@ class PlanDriver:
         ]
 
     def key(self, kind: str, prompt: ChatPrompt, seed: int | None = None) -> str:
-        """The cache key of one request (backend, model, prompt, candidates, seed, sampling)."""
+        """The cache key of one request (backend, model, prompt, candidates, seed, sampling,
+        and what else changes the answer: ``backend_options`` such as ``top_logprobs`` or
+        ``restrict_to_candidates`` when set, and the dtype of an in-process model)."""
+        extra: dict[str, Any] = {}
+        if self.config.backend_options:
+            extra["options"] = dict(self.config.backend_options)
+        if self.config.backend in ("transformers", "vllm"):
+            extra["dtype"] = str(getattr(self.backend, "dtype", self.config.dtype))
         return cache_key(
             kind=kind,
             backend=self.backend.name,
@@ -161,6 +168,7 @@ class PlanDriver:
             candidates=self.candidates,
             seed=seed,
             gen=self.gen_kwargs(0) if kind == "generate" else None,
+            **extra,
         )
 
     def cached(
