@@ -25,7 +25,7 @@ class _Block:
     def __init__(self, names): self.names = set(names)
     def find_spec(self, name, path=None, target=None):
         if name.split('.')[0] in self.names:
-            raise ImportError(f'blocked for this test: {name}')
+            raise ModuleNotFoundError(f'No module named {name!r} (blocked for this test)', name=name)
         return None
 sys.meta_path.insert(0, _Block({names!r}))
 """
@@ -127,3 +127,15 @@ def test_wheel_installs_only_the_library(tmp_path):
     assert "densereward/trainers/grpo.py" in names
     assert "densereward/envs/describers.py" in names
     assert not any(n.startswith(("trainers/", "envs/")) for n in names)
+
+
+def test_cli_names_the_missing_extra():
+    """Without TRL, `densereward train grpo` says which extra to install (exit 2), no traceback."""
+    out = _run_blocked(
+        ["trl"],
+        "import sys\nfrom densereward.cli import main\n"
+        "sys.exit(main(['train', 'grpo', '--config', 'configs/grpo_dynamics_cpu.yaml', '--dry-run']))",
+    )
+    assert out.returncode == 2, out.stderr[-3000:]
+    assert "trl is not installed: pip install 'densereward[trl]'" in out.stderr
+    assert "Traceback" not in out.stderr

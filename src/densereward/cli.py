@@ -219,6 +219,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     except DenseRewardError as err:
         print(f"densereward: error: {err}", file=sys.stderr)
         return 2
+    except ImportError as err:
+        from ._extras import install_hint
+
+        hint = install_hint(err)
+        if hint is None:
+            raise
+        print(f"densereward: error: {hint}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         print("densereward: interrupted", file=sys.stderr)
         return 130
