@@ -23,12 +23,13 @@ import logging
 import math
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from ..config import VerifierConfig
-from ..errors import BackendError, BackendUnavailableError, ScoreTokenError
+from ..errors import BackendError, BackendUnavailableError, ConfigError, ScoreTokenError
 from .base import BackendUsage, ChatPrompt, LocalAsyncMixin, TokenLogprobs
 
 __all__ = [
@@ -159,6 +160,14 @@ class TransformersBackend(LocalAsyncMixin):
             its key/value cache (a win when several prompts share a long prefix: criteria,
             repeats, one problem with many responses). Numerically equivalent to the plain
             pass up to float rounding.
+        prefix_cache_size: how many of those prefix key/value caches are kept *across calls*
+            (least recently used dropped first; 0 = none; in YAML
+            ``verifier.backend_options: {prefix_cache_size: 0}``). A later call whose prompts start
+            with a kept prefix (the system prompt, few-shot demonstrations and task text that
+            every progress read of an RL run repeats) runs only the rest; a chunk prefix that
+            extends a kept one runs only the extension. Same numbers as without it up to float
+            rounding (tests/test_backends_local.py). Memory per entry: prefix tokens x layers
+            x 2 x KV heads x head dim x dtype size (SmolLM2-135M, fp32: ~45 kB per token).
 
     Raises:
         BackendUnavailableError: if torch/transformers are missing or the model cannot be
@@ -174,7 +183,9 @@ class TransformersBackend(LocalAsyncMixin):
 
     name = "transformers"
 
-    def __init__(self, config: VerifierConfig, *, share_prefix: bool = True) -> None:
+    def __init__(
+        self, config: VerifierConfig, *, share_prefix: bool = True, prefix_cache_size: int = 4
+    ) -> None:
         try:
             import torch
             from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -184,6 +195,14 @@ class TransformersBackend(LocalAsyncMixin):
             ) from e
         self.config = config
         self.share_prefix = share_prefix
+        if prefix_cache_size < 0:
+            raise ConfigError(
+                f"prefix_cache_size must be >= 0 (0 = keep none), got {prefix_cache_size}"
+            )
+        self.prefix_cache_size = int(prefix_cache_size)
+        self._prefix_kv: OrderedDict[tuple[int, ...], Any] = OrderedDict()
+        self.n_prefix_cache_hits = 0
+        """Chunks whose shared prefix came from a kept cache (exactly or extended)."""
         self.usage = BackendUsage()
         self.model_id = resolve_model_path(config)
         self._lock = threading.Lock()
@@ -253,6 +272,60 @@ class TransformersBackend(LocalAsyncMixin):
         bs = max(1, int(self.config.batch_size))
         return [order[i : i + bs] for i in range(0, len(order), bs)]
 
+    def _longest_kept_prefix(self, seq: Sequence[int], limit: int) -> int:
+        """Length of the longest kept prefix cache that ``seq[:limit]`` starts with (0: none)."""
+        best = 0
+        for key in self._prefix_kv:
+            n = len(key)
+            if best < n <= limit and tuple(seq[:n]) == key:
+                best = n
+        return best
+
+    def _shared_prefix_len(self, seqs: Sequence[Sequence[int]]) -> int:
+        """Tokens of ``seqs`` to run once as a shared prefix (0: none); >= 1 suffix token left.
+
+        A chunk of several prompts shares its longest common prefix when it has at least
+        ``_MIN_SHARED_PREFIX`` tokens; otherwise (and for a single prompt) the longest kept
+        prefix cache the prompts start with is used.
+        """
+        limit = min(len(s) for s in seqs) - 1  # keep >= 1 suffix token
+        common = min(_common_prefix_len(seqs), limit) if len(seqs) > 1 else limit
+        if len(seqs) > 1 and common >= _MIN_SHARED_PREFIX:
+            return common
+        return self._longest_kept_prefix(seqs[0], common)
+
+    def _prefix_kv_cache(self, ids: tuple[int, ...]) -> Any:
+        """A private key/value cache of ``ids`` (batch 1), from the kept caches where possible.
+
+        An exact kept prefix is copied; otherwise the longest kept prefix of ``ids`` is copied
+        and extended with the remaining tokens (or ``ids`` runs from scratch), and the result
+        is kept for later calls (LRU, ``prefix_cache_size`` entries).
+        """
+        import copy
+
+        import torch
+
+        kept = self._prefix_kv.get(ids)
+        if kept is not None:
+            self._prefix_kv.move_to_end(ids)
+            self.n_prefix_cache_hits += 1
+            return copy.deepcopy(kept)
+        start = self._longest_kept_prefix(ids, len(ids) - 1)
+        kwargs: dict[str, Any] = {"use_cache": True, "logits_to_keep": 1}
+        if start:
+            self.n_prefix_cache_hits += 1
+            kwargs["past_key_values"] = copy.deepcopy(self._prefix_kv[ids[:start]])
+            kwargs["position_ids"] = torch.arange(start, len(ids), device=self.device)[None]
+            kwargs["attention_mask"] = torch.ones((1, len(ids)), dtype=torch.long).to(self.device)
+        new = torch.tensor([list(ids[start:])], dtype=torch.long, device=self.device)
+        cache = self.model(input_ids=new, **kwargs).past_key_values
+        if self.prefix_cache_size <= 0:
+            return cache
+        self._prefix_kv[ids] = cache
+        while len(self._prefix_kv) > self.prefix_cache_size:
+            self._prefix_kv.popitem(last=False)
+        return copy.deepcopy(cache)
+
     def _last_logprobs(self, seqs: Sequence[Sequence[int]]) -> Any:
         """Full-vocabulary next-token log-softmax after each sequence.
 
@@ -264,12 +337,7 @@ class TransformersBackend(LocalAsyncMixin):
         """
         import torch
 
-        prefix_len = 0
-        if self.share_prefix and len(seqs) > 1:
-            prefix_len = _common_prefix_len(seqs)
-            prefix_len = min(prefix_len, min(len(s) for s in seqs) - 1)  # keep >= 1 suffix token
-            if prefix_len < _MIN_SHARED_PREFIX:
-                prefix_len = 0
+        prefix_len = self._shared_prefix_len(seqs) if self.share_prefix else 0
         suffixes = [list(s[prefix_len:]) for s in seqs]
         width = max(len(s) for s in suffixes)
         b = len(seqs)
@@ -281,11 +349,7 @@ class TransformersBackend(LocalAsyncMixin):
         position_ids = (prefix_len + suffix_mask.cumsum(-1) - 1).clamp(min=0)
         kwargs: dict[str, Any] = {}
         if prefix_len:
-            prefix = torch.tensor(
-                [list(seqs[0][:prefix_len])], dtype=torch.long, device=self.device
-            )
-            out = self.model(input_ids=prefix, use_cache=True, logits_to_keep=1)
-            cache = out.past_key_values
+            cache = self._prefix_kv_cache(tuple(seqs[0][:prefix_len]))
             cache.batch_repeat_interleave(b)
             attention_mask = torch.cat(
                 [torch.ones((b, prefix_len), dtype=torch.long), suffix_mask], dim=1
@@ -443,6 +507,7 @@ class TransformersBackend(LocalAsyncMixin):
                 return
             self._closed = True
             self.model = None
+            self._prefix_kv.clear()
 
     def __repr__(self) -> str:
         return f"TransformersBackend(model={Path(self.model_id).name!r}, device={self.device}, dtype={self.dtype})"
