@@ -10,7 +10,8 @@ trainer itself, no copies) for ``--steps`` environment steps each:
 
 and the same verifier config with one lever changed at a time (``--variants``):
 ``no_prefix_cache`` (``backend_options.prefix_cache_size=0``: no key/value cache kept across
-calls), ``float32`` / ``bfloat16`` (the verifier's dtype), ``score_every_25``,
+calls), ``float32`` / ``bfloat16`` (the verifier's dtype), ``float32_no_prefix_cache`` (the
+verifier as it ran before issue 18 on a CPU), ``score_every_25``,
 ``n_envs_4`` (4 environments per batched call).
 
 For each run it prints steps/s, the seconds inside the progress function (the wrapper's own
@@ -42,6 +43,10 @@ VARIANTS: dict[str, list[str]] = {
     "verifier": [],
     "no_prefix_cache": ["verifier.backend_options={prefix_cache_size: 0}"],
     "float32": ["verifier.dtype=float32"],
+    "float32_no_prefix_cache": [
+        "verifier.dtype=float32",
+        "verifier.backend_options={prefix_cache_size: 0}",
+    ],
     "bfloat16": ["verifier.dtype=bfloat16"],
     "score_every_25": ["reward.score_every=25"],
     "n_envs_4": ["env.n_envs=4"],
