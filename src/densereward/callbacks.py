@@ -50,13 +50,16 @@ def find_verifier_stats(env: Any) -> list[VerifierCallStats]:
 
     Walks ``VecEnvWrapper.venv`` links (``VecVerifierProgressReward``) and, at the base
     ``VecEnv``, asks each sub-environment for ``verifier_stats`` (``VerifierProgressReward``).
+    Each wrapper's stats appear once (an outer ``VecEnvWrapper`` forwards ``core`` to the
+    wrapper inside it).
     """
     found: list[VerifierCallStats] = []
     node = env
     while node is not None:
         core = getattr(node, "core", None)
-        if core is not None and isinstance(getattr(core, "stats", None), VerifierCallStats):
-            found.append(core.stats)
+        stats = getattr(core, "stats", None)
+        if isinstance(stats, VerifierCallStats) and all(s is not stats for s in found):
+            found.append(stats)
         nxt = getattr(node, "venv", None)
         if nxt is None:
             with contextlib.suppress(AttributeError, ValueError):
