@@ -10,11 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from densereward.callbacks import VerifierDynamicsCallback
 from densereward.config import load_yaml
-from densereward.errors import ConfigError, DataError
-from densereward.io import read_jsonl
-from densereward.metrics import value_order_correlation
+from densereward.errors import ConfigError
 from densereward.trainers import sac
 
 REPO = Path(__file__).resolve().parents[1]
@@ -67,41 +64,6 @@ def test_all_sac_configs_parse():
 def test_bad_configs_are_rejected(config, match):
     with pytest.raises(ConfigError, match=match):
         sac.parse_config(config)
-
-
-def test_dynamics_metrics_on_known_episodes():
-    cb = VerifierDynamicsCallback(threshold=0.5)
-    episodes = [  # (progress at steps 0, 10, 20), success
-        ([0.1, 0.4, 0.8], True),  # rising, accepted: TP
-        ([0.2, 0.3, 0.4], True),  # rising, rejected: FN
-        ([0.6, 0.5, 0.3], False),  # falling, rejected: TN
-        ([0.3, 0.3, 0.3], False),  # constant: VOC undefined, rejected: TN
-        ([0.1, None, 0.9], False),  # abstained in the middle, accepted: FP
-    ]
-    for progress, success in episodes:
-        cb.episodes.append(
-            {
-                "scored_steps": [0, 10, 20],
-                "progress": progress,
-                "final_progress": progress[-1],
-                "is_success": success,
-                "verifier_return": sum(p or 0 for p in progress),
-            }
-        )
-    m = cb.metrics()
-    assert m["verifier/tpr"] == pytest.approx(0.5)
-    assert m["verifier/tnr"] == pytest.approx(2 / 3)
-    assert m["verifier/balanced_accuracy"] == pytest.approx((0.5 + 2 / 3) / 2)
-    assert m["verifier/voc"] == pytest.approx((1 + 1 - 1 + 1) / 4)
-    assert m["verifier/voc_undefined_frac"] == pytest.approx(0.2)
-    assert m["verifier/voc_success"] == pytest.approx(1.0)
-    assert m["verifier/progress_success_mean"] == pytest.approx(0.6)
-    assert m["verifier/progress_failure_mean"] == pytest.approx((0.3 + 0.3 + 0.9) / 3)
-    assert m["verifier/success_rate"] == pytest.approx(0.4)
-    with pytest.raises(DataError, match="differ in length"):
-        value_order_correlation([0.5], steps=[0, 1])
-    with pytest.raises(ConfigError):
-        VerifierDynamicsCallback(threshold=2.0)
 
 
 def _dummy_venv():
@@ -220,42 +182,6 @@ def _tiny_sac(venv, learning_starts=50, **kwargs):
 
     return SAC("MultiInputPolicy", venv, seed=0, learning_starts=learning_starts, batch_size=32,
                policy_kwargs={"net_arch": [16, 16]}, device="cpu", **kwargs)  # fmt: skip
-
-
-@pytest.mark.slow
-def test_evaluation_uses_frozen_training_statistics_and_does_not_change_training(tmp_path):
-    import torch
-    from stable_baselines3.common.vec_env import VecNormalize
-
-    from densereward.callbacks import EvaluationCallback
-
-    torch.set_num_threads(1)
-    eval_env = _normalized_fetch(seed=10_000, training=False)
-    cb = EvaluationCallback(eval_env, tmp_path / "eval.jsonl", every=50, n_episodes=2)
-    model = _tiny_sac(_normalized_fetch(seed=0))
-    model.learn(100, callback=cb)
-    # evaluated at 0, every 50 environment steps and at the end, 2 episodes each
-    assert [p["step"] for p in cb.curve] == [0, 50, 100]
-    assert all(p["n_episodes"] == 2 and 0.0 <= p["value"] <= 1.0 for p in cb.curve)
-    assert [p["step"] for p in read_jsonl(tmp_path / "eval.jsonl")] == [0, 50, 100]
-    # the last evaluation ran on the training statistics, and did not update them (frozen)
-    train_rms = model.get_vec_normalize_env().obs_rms
-    for key in ("observation", "desired_goal"):
-        np.testing.assert_array_equal(eval_env.obs_rms[key].mean, train_rms[key].mean)
-        assert eval_env.obs_rms[key].count == train_rms[key].count
-    assert eval_env.training is False and eval_env.norm_reward is False
-    # its own environment and deterministic actions: training is the same without it
-    plain = _tiny_sac(_normalized_fetch(seed=0))
-    plain.learn(100)
-    for a, b in zip(model.policy.parameters(), plain.policy.parameters(), strict=True):
-        torch.testing.assert_close(a, b)
-    # an evaluation environment that reads raw observations while training normalises them
-    raw = _normalized_fetch(seed=0).venv
-    with pytest.raises(ConfigError, match="VecNormalize"):
-        _tiny_sac(_normalized_fetch(seed=0)).learn(
-            10, callback=EvaluationCallback(raw, tmp_path / "x.jsonl", every=50)
-        )
-    assert isinstance(eval_env, VecNormalize)
 
 
 @pytest.mark.slow

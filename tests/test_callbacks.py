@@ -1,0 +1,282 @@
+"""SB3 callbacks (densereward.callbacks) in real SB3 training loops on real environments:
+reward-quality metrics, learning and evaluation curves, replay relabelling."""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from stable_baselines3 import PPO, SAC, HerReplayBuffer
+from stable_baselines3.common.env_util import make_vec_env as sb3_make_vec_env
+
+from densereward.callbacks import (
+    EvaluationCallback,
+    LearningCurveCallback,
+    ReplayRelabelCallback,
+    VerifierDynamicsCallback,
+    find_verifier_stats,
+)
+from densereward.errors import ConfigError, DataError
+from densereward.io import read_jsonl
+
+
+def _fetch(n_envs: int = 1, seed: int = 0, **kwargs):
+    from densereward import envs
+
+    return envs.make_vec_env("FetchReach-v4", n_envs, seed=seed, **kwargs)
+
+
+def _tiny_sac(venv, learning_starts=50, policy="MultiInputPolicy", **kwargs):
+    return SAC(policy, venv, seed=0, learning_starts=learning_starts, batch_size=32,
+               policy_kwargs={"net_arch": [16, 16]}, device="cpu", **kwargs)  # fmt: skip
+
+
+# ---- constructor checks ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("make", "match"),
+    [
+        (lambda: VerifierDynamicsCallback(threshold=2.0), r"threshold must be in \[0, 1\]"),
+        (lambda: VerifierDynamicsCallback(threshold=-0.1), r"threshold must be in \[0, 1\]"),
+        (lambda: VerifierDynamicsCallback(window=0), "window must be >= 1"),
+        (lambda: LearningCurveCallback("c.jsonl", every=0), "every/window must be >= 1"),
+        (lambda: LearningCurveCallback("c.jsonl", window=0), "every/window must be >= 1"),
+        (lambda: EvaluationCallback(None, "e.jsonl", every=0), "every/n_episodes must be >= 1"),
+        (lambda: EvaluationCallback(None, "e.jsonl", every=5, n_episodes=0), "n_episodes"),
+    ],
+)
+def test_bad_arguments_are_config_errors(make, match):
+    with pytest.raises(ConfigError, match=match):
+        make()
+
+
+# ---- VerifierDynamicsCallback -----------------------------------------------------------------
+
+
+def test_dynamics_metrics_on_known_episodes():
+    cb = VerifierDynamicsCallback(threshold=0.5)
+    episodes = [  # (progress at steps 0, 10, 20), success
+        ([0.1, 0.4, 0.8], True),  # rising, accepted: TP
+        ([0.2, 0.3, 0.4], True),  # rising, rejected: FN
+        ([0.6, 0.5, 0.3], False),  # falling, rejected: TN
+        ([0.3, 0.3, 0.3], False),  # constant: VOC undefined, rejected: TN
+        ([0.1, None, 0.9], False),  # abstained in the middle, accepted: FP
+    ]
+    for progress, success in episodes:
+        cb.episodes.append(
+            {
+                "scored_steps": [0, 10, 20],
+                "progress": progress,
+                "final_progress": progress[-1],
+                "is_success": success,
+                "verifier_return": sum(p or 0 for p in progress),
+            }
+        )
+    m = cb.metrics()
+    assert m["verifier/tpr"] == pytest.approx(0.5)
+    assert m["verifier/tnr"] == pytest.approx(2 / 3)
+    assert m["verifier/balanced_accuracy"] == pytest.approx((0.5 + 2 / 3) / 2)
+    assert m["verifier/voc"] == pytest.approx((1 + 1 - 1 + 1) / 4)
+    assert m["verifier/voc_undefined_frac"] == pytest.approx(0.2)
+    assert m["verifier/voc_success"] == pytest.approx(1.0)
+    assert m["verifier/progress_success_mean"] == pytest.approx(0.6)
+    assert m["verifier/progress_failure_mean"] == pytest.approx((0.3 + 0.3 + 0.9) / 3)
+    assert m["verifier/success_rate"] == pytest.approx(0.4)
+
+
+def test_dynamics_window_keeps_the_last_episodes_and_abstained_finals_are_not_judged():
+    cb = VerifierDynamicsCallback(threshold=0.5, window=2)
+    for final, success in [(0.9, True), (0.1, True), (None, True)]:
+        cb.episodes.append({"scored_steps": [0, 5], "progress": [0.2, final],
+                            "final_progress": final, "is_success": success,
+                            "verifier_return": 1.0})  # fmt: skip
+    m = cb.metrics()
+    assert m["verifier/success_rate"] == 1.0  # the first episode left the window
+    assert m["verifier/tpr"] == 0.0  # only (0.1, success) is judged: rejected
+    assert np.isnan(m["verifier/tnr"])  # no failed episode: undefined, not 0 or 1
+    assert m["verifier/voc_undefined_frac"] == 0.5  # one prediction left after the abstention
+
+
+def test_dynamics_without_a_verifier_logs_the_true_return_of_sb3_episodes():
+    """Through model.learn on a plain Gymnasium env: the true return is SB3's episode return."""
+    venv = sb3_make_vec_env("Pendulum-v1", n_envs=2, seed=0, env_kwargs={"max_episode_steps": 10})
+    cb = VerifierDynamicsCallback(window=100)
+    model = _tiny_sac(venv, learning_starts=100, policy="MlpPolicy")
+    model.learn(40, callback=cb)  # 20 steps per env: 2 episodes each
+    m = cb.metrics()
+    assert cb.n_episodes == 4 and len(cb.true_returns) == 4
+    sb3 = [ep["r"] for ep in model.ep_info_buffer]
+    assert m["rollout/ep_true_rew_mean"] == pytest.approx(np.mean(sb3), abs=1e-4)
+    assert not any(k.startswith("verifier/") for k in m)  # nothing to judge without a verifier
+    assert find_verifier_stats(venv) == []
+
+
+def test_dynamics_with_the_verifier_wrapper_counts_its_calls(server):
+    """FetchReach with the verifier progress reward (the openai backend against the scripted
+    loopback server): cost per step from the wrapper's stats, episodes with progress."""
+    from servers import scripted_verifier
+
+    from densereward import envs
+    from densereward.wrappers import ProgressRewardConfig, verifier_progress_fn
+
+    v = scripted_verifier(server.base_url, granularity=20)
+    try:
+        venv = _fetch(
+            2, reward="verifier", progress_fn=verifier_progress_fn(v),
+            describer=envs.FetchDescriber.for_env_id("FetchReach-v4"),
+            reward_config=ProgressRewardConfig(score_every=10), gamma=0.99,
+        )  # fmt: skip
+        (stats,) = find_verifier_stats(venv)  # once, though VecMonitor forwards `core`
+        cb = VerifierDynamicsCallback(engine_stats=v.stats)
+        _tiny_sac(venv, learning_starts=200).learn(100, callback=cb)  # 50 steps per env
+    finally:
+        v.close()
+    m = cb.metrics()
+    assert cb.n_episodes == len(cb.episodes) == 2
+    assert stats.n_env_steps == 100 and stats.n_calls > 0
+    assert m["verifier/calls_per_step"] == pytest.approx(stats.n_calls / 100)
+    assert m["verifier/seconds_per_step"] > 0 and m["verifier/abstain_rate"] == 0.0
+    # the scripted server puts its mass on T and S: the same progress at every read
+    assert m["verifier/voc_undefined_frac"] == 1.0 and 0.9 < m["verifier/final_progress_mean"] < 1
+    assert m["verifier/n_low_mass"] == 0.0 and m["verifier/mean_mass"] > 0.5
+
+
+# ---- LearningCurveCallback ------------------------------------------------------------------
+
+
+def test_learning_curve_is_sb3_success_rate_and_appends(tmp_path):
+    path = tmp_path / "curve.jsonl"
+    model = _tiny_sac(_fetch(1, reward="sparse"), learning_starts=200)
+    cb = LearningCurveCallback(path, every=20, window=100)
+    model.learn(100, callback=cb)  # FetchReach episodes end at 50 and 100
+    # a point every 20 steps once an episode has ended (FetchReach: 50 steps)
+    assert [p["step"] for p in cb.curve] == [50, 60, 80, 100]
+    assert cb.curve[-1]["value"] == pytest.approx(np.mean(model.ep_success_buffer))
+    assert list(read_jsonl(path)) == cb.curve
+    again = LearningCurveCallback(path, every=20)  # a resumed run continues the file
+    model.learn(50, callback=again, reset_num_timesteps=False)
+    # the new callback writes once it has seen an episode end (at 150), after the old points
+    assert [p["step"] for p in read_jsonl(path)] == [50, 60, 80, 100, 150]
+
+
+# ---- EvaluationCallback ---------------------------------------------------------------------
+
+
+def _normalized_fetch(seed: int, *, training: bool = True):
+    from stable_baselines3.common.vec_env import VecNormalize
+
+    return VecNormalize(_fetch(2, seed=seed, reward="sparse"), norm_obs=True, norm_reward=False,
+                        training=training)  # fmt: skip
+
+
+@pytest.mark.slow
+def test_evaluation_uses_frozen_training_statistics_and_does_not_change_training(tmp_path):
+    import torch
+    from stable_baselines3.common.vec_env import VecNormalize
+
+    torch.set_num_threads(1)
+    eval_env = _normalized_fetch(seed=10_000, training=False)
+    cb = EvaluationCallback(eval_env, tmp_path / "eval.jsonl", every=50, n_episodes=2)
+    model = _tiny_sac(_normalized_fetch(seed=0))
+    model.learn(100, callback=cb)
+    # evaluated at 0, every 50 environment steps and at the end, 2 episodes each
+    assert [p["step"] for p in cb.curve] == [0, 50, 100]
+    assert all(p["n_episodes"] == 2 and 0.0 <= p["value"] <= 1.0 for p in cb.curve)
+    assert [p["step"] for p in read_jsonl(tmp_path / "eval.jsonl")] == [0, 50, 100]
+    # the last evaluation ran on the training statistics, and did not update them (frozen)
+    train_rms = model.get_vec_normalize_env().obs_rms
+    for key in ("observation", "desired_goal"):
+        np.testing.assert_array_equal(eval_env.obs_rms[key].mean, train_rms[key].mean)
+        assert eval_env.obs_rms[key].count == train_rms[key].count
+    assert eval_env.training is False and eval_env.norm_reward is False
+    # its own environment and deterministic actions: training is the same without it
+    plain = _tiny_sac(_normalized_fetch(seed=0))
+    plain.learn(100)
+    for a, b in zip(model.policy.parameters(), plain.policy.parameters(), strict=True):
+        torch.testing.assert_close(a, b)
+    # an evaluation environment that reads raw observations while training normalises them
+    raw = _normalized_fetch(seed=0).venv
+    with pytest.raises(ConfigError, match="VecNormalize"):
+        _tiny_sac(_normalized_fetch(seed=0)).learn(
+            10, callback=EvaluationCallback(raw, tmp_path / "x.jsonl", every=50)
+        )
+    assert isinstance(eval_env, VecNormalize)
+
+
+def test_evaluation_without_normalisation_logs_sb3_keys(tmp_path):
+    import csv
+
+    from stable_baselines3.common.logger import configure
+
+    eval_env = _fetch(1, seed=10_000, reward="sparse")
+    cb = EvaluationCallback(eval_env, tmp_path / "eval.jsonl", every=30, n_episodes=1)
+    model = _tiny_sac(_fetch(1, reward="sparse"), learning_starts=200)
+    model.set_logger(configure(str(tmp_path / "log"), ["csv"]))
+    model.learn(60, callback=cb)
+    assert [p["step"] for p in cb.curve] == [0, 30, 60]
+    assert all(p["n_episodes"] == 1 and p["value"] in (0.0, 1.0) for p in cb.curve)
+    assert all(0 <= p["mean_reward"] <= 50 for p in cb.curve)  # 1 per step at the goal
+    with open(tmp_path / "log" / "progress.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert [float(r["eval/success_rate"]) for r in rows] == [p["value"] for p in cb.curve]
+    assert all(float(r["eval/mean_ep_length"]) == 50 for r in rows) and cb.seconds > 0
+
+
+# ---- ReplayRelabelCallback ------------------------------------------------------------------
+
+
+class _EpisodeEndRewards(gym.Wrapper):
+    """At each episode end, report ``n_rewards(T)`` rewards ``1, 2, ...`` in
+    ``info["verifier_episode"]["rewards"]`` (what the verifier wrappers do with
+    ``timing='episode_end'``), for an episode of ``T`` steps."""
+
+    def __init__(self, env, n_rewards=lambda t: t):
+        super().__init__(env)
+        self.n_rewards = n_rewards
+        self.t = 0
+
+    def reset(self, **kwargs):
+        self.t = 0
+        return self.env.reset(**kwargs)
+
+    def step(self, action):
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        self.t += 1
+        if terminated or truncated:
+            info = {**info, "verifier_episode": {
+                "rewards": list(range(1, self.n_rewards(self.t) + 1))}}  # fmt: skip
+        return obs, 0.0, terminated, truncated, info
+
+
+def _pendulum(n_rewards=lambda t: t):
+    return sb3_make_vec_env("Pendulum-v1", n_envs=2, seed=0, wrapper_class=_EpisodeEndRewards,
+                            wrapper_kwargs={"n_rewards": n_rewards},
+                            env_kwargs={"max_episode_steps": 10})  # fmt: skip
+
+
+def test_replay_relabel_writes_each_episode_end_reward_into_its_rows():
+    model = SAC("MlpPolicy", _pendulum(), learning_starts=1000, buffer_size=100, seed=0,
+                device="cpu", policy_kwargs={"net_arch": [8]})  # fmt: skip
+    cb = ReplayRelabelCallback()
+    model.learn(50, callback=cb)  # 25 steps per env: episodes end at steps 10 and 20
+    assert cb.n_relabelled_episodes == 4 and cb.n_relabelled_steps == 40
+    rewards = model.replay_buffer.rewards
+    for env in range(2):
+        np.testing.assert_array_equal(rewards[:10, env], np.arange(1, 11))
+        np.testing.assert_array_equal(rewards[10:20, env], np.arange(1, 11))
+        np.testing.assert_array_equal(rewards[20:25, env], 0.0)  # the open episode: placeholder
+
+
+def test_replay_relabel_rejects_a_wrong_reward_count_her_and_on_policy_models():
+    model = SAC("MlpPolicy", _pendulum(n_rewards=lambda t: t - 1), learning_starts=1000,
+                buffer_size=100, seed=0, device="cpu")  # fmt: skip
+    with pytest.raises(DataError, match="episode of 10 stored steps got 9 relabelled rewards"):
+        model.learn(30, callback=ReplayRelabelCallback())
+    ppo = PPO("MlpPolicy", sb3_make_vec_env("Pendulum-v1", n_envs=1, seed=0), n_steps=8,
+              batch_size=8, device="cpu")  # fmt: skip
+    with pytest.raises(ConfigError, match="needs an off-policy model with a replay buffer"):
+        ppo.learn(8, callback=ReplayRelabelCallback())
+    her = _tiny_sac(_fetch(1, reward="sparse"), replay_buffer_class=HerReplayBuffer)
+    with pytest.raises(ConfigError, match="incompatible with HER"):
+        her.learn(10, callback=ReplayRelabelCallback())
