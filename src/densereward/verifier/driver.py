@@ -82,6 +82,12 @@ class PlanDriver:
         bs = max(1, self.config.batch_size)
         return [items[i : i + bs] for i in range(0, len(items), bs)]
 
+    def _read_order(self, kind: str, prompts: Sequence[ChatPrompt]) -> list[int] | None:
+        """The order to chunk a request in: by length for log-prob reads that span chunks."""
+        if kind != "logprobs" or len(prompts) <= max(1, self.config.batch_size):
+            return None  # one chunk: the backend sees the request as it came
+        return _by_length(prompts)
+
     def _on_failure(self, err: Exception, n: int) -> list[Exception]:
         self.stats.n_failures += n
         if self.config.on_error == "raise":
@@ -91,6 +97,9 @@ class PlanDriver:
 
     def _io_sync(self, req: tuple) -> list[Any]:
         kind, prompts, extra = req
+        order = self._read_order(kind, prompts)
+        if order is not None:
+            prompts = [prompts[i] for i in order]
         out: list[Any] = []
         t0 = time.perf_counter()
         for chunk in self._chunks(prompts):
@@ -105,12 +114,15 @@ class PlanDriver:
             except BackendError as err:
                 out.extend(self._on_failure(err, len(chunk)))
         self.stats.seconds += time.perf_counter() - t0
-        return out
+        return _in_order(out, order)
 
     async def _io_async(self, req: tuple) -> list[Any]:
         import asyncio
 
         kind, prompts, extra = req
+        order = self._read_order(kind, prompts)
+        if order is not None:
+            prompts = [prompts[i] for i in order]
         t0 = time.perf_counter()
 
         async def one(start: int, chunk: Sequence[ChatPrompt]) -> list[Any]:
@@ -133,7 +145,7 @@ class PlanDriver:
             *(one(i, prompts[i : i + bs]) for i in range(0, len(prompts), bs))
         )
         self.stats.seconds += time.perf_counter() - t0
-        return [x for part in parts for x in part]
+        return _in_order([x for part in parts for x in part], order)
 
     def gen_kwargs(self, seed: int) -> dict[str, Any]:
         """Sampling arguments of one reasoning-style analysis with ``seed``."""
@@ -221,3 +233,26 @@ def _from_cacheable(a: Any) -> Any:
     if isinstance(a, dict) and a.get("t") == "text":
         return a["text"]
     return a
+
+
+def _by_length(prompts: Sequence[ChatPrompt]) -> list[int]:
+    """Indices of ``prompts`` by text length (characters of the turns and the prefill), stable.
+
+    Log-prob reads are chunked in this order so that a chunk holds prompts of similar length
+    and a batching backend pads little (with 20 GSM8K prompts in chunks of 8, chunks in input
+    order ran 26 % more suffix tokens than length-sorted ones; benchmarks/verifier_throughput.py).
+    A read does not depend on its chunk (up to float rounding), and the answers are returned
+    in the request's order (:func:`_in_order`).
+    """
+    sizes = [sum(len(m["content"]) for m in p.messages) + len(p.prefill) for p in prompts]
+    return sorted(range(len(prompts)), key=sizes.__getitem__)
+
+
+def _in_order(answers: list[Any], order: list[int] | None) -> list[Any]:
+    """``answers`` given in ``order`` (indices into the request), back in request order."""
+    if order is None:
+        return answers
+    out: list[Any] = [None] * len(answers)
+    for j, i in enumerate(order):
+        out[i] = answers[j]
+    return out
