@@ -31,6 +31,7 @@ from typing import Any
 from ..config import VerifierConfig
 from ..errors import BackendError, BackendUnavailableError, ConfigError, ScoreTokenError
 from .base import BackendUsage, ChatPrompt, LocalAsyncMixin, TokenLogprobs
+from .dtype import resolve_dtype
 
 __all__ = [
     "TransformersBackend",
@@ -154,8 +155,9 @@ class TransformersBackend(LocalAsyncMixin):
 
     Args:
         config: the verifier configuration; reads ``model`` (``None`` = the embedded
-            SmolLM2-135M-Instruct), ``device`` and ``dtype`` (``auto``: float32 on CPU,
-            bfloat16 on GPU), ``batch_size`` (prompts per forward pass) and ``seed``.
+            SmolLM2-135M-Instruct), ``device`` and ``dtype`` (``auto``: bfloat16 on a GPU
+            or AMX CPU, float32 elsewhere; :func:`~densereward.backends.dtype.resolve_dtype`),
+            ``batch_size`` (prompts per forward pass) and ``seed``.
         share_prefix: run the longest common token prefix of each chunk once and broadcast
             its key/value cache (a win when several prompts share a long prefix: criteria,
             repeats, one problem with many responses). Numerically equivalent to the plain
@@ -213,15 +215,10 @@ class TransformersBackend(LocalAsyncMixin):
         if device == "auto":
             device = "cuda" if torch.cuda.is_available() else "cpu"
         self.device = torch.device(device)
-        dtypes = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-        if config.dtype == "auto":
-            self.dtype = torch.float32 if self.device.type == "cpu" else torch.bfloat16
-        elif config.dtype in dtypes:
-            self.dtype = dtypes[config.dtype]
-        else:
-            raise BackendUnavailableError(
-                f"verifier.dtype={config.dtype!r}; use auto | float32 | bfloat16 | float16"
-            )
+        try:
+            self.dtype = getattr(torch, resolve_dtype(config.dtype, self.device))
+        except ValueError as e:
+            raise BackendUnavailableError(str(e)) from e
         try:
             self.tokenizer = AutoTokenizer.from_pretrained(self.model_id)
             self.model = AutoModelForCausalLM.from_pretrained(self.model_id, dtype=self.dtype)

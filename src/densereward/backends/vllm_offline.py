@@ -34,6 +34,7 @@ from typing import Any
 from ..config import VerifierConfig
 from ..errors import BackendError, BackendUnavailableError
 from .base import BackendUsage, ChatPrompt, LocalAsyncMixin, TokenLogprobs
+from .dtype import resolve_dtype
 from .hf import candidate_token_ids, render_prompt_ids, resolve_model_path, template_thinks
 
 __all__ = ["VLLMBackend"]
@@ -46,7 +47,8 @@ class VLLMBackend(LocalAsyncMixin):
 
     Args:
         config: the verifier configuration; reads ``model`` (``None`` = the embedded
-            SmolLM2-135M-Instruct), ``dtype`` (``auto``: float32 on CPU, bfloat16 on GPU),
+            SmolLM2-135M-Instruct), ``dtype`` (``auto``: bfloat16 on a GPU or AMX CPU,
+            float32 elsewhere; :func:`~densereward.backends.dtype.resolve_dtype`),
             ``gpu_memory_utilization`` (on CPU the fraction of the NUMA node's RAM the
             worker may use *including* the weights; the KV cache gets the rest) and
             ``seed``.
@@ -89,7 +91,9 @@ class VLLMBackend(LocalAsyncMixin):
         self._closed = False
         self._candidate_cache: dict[tuple[str, ...], list[int]] = {}
         on_gpu = torch.cuda.is_available() and config.device != "cpu"
-        dtype = config.dtype if config.dtype != "auto" else ("bfloat16" if on_gpu else "float32")
+        dtype = config.dtype
+        if dtype == "auto":  # bf16 where the device multiplies it fast (backends.dtype)
+            dtype = resolve_dtype(dtype, "cuda" if on_gpu else "cpu")
         if enforce_eager is None:
             enforce_eager = not on_gpu
         kwargs: dict[str, Any] = {

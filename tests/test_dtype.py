@@ -1,0 +1,87 @@
+"""``verifier.dtype: auto``: bf16 where the device multiplies bf16 fast, fp32 elsewhere.
+
+The decision (:func:`densereward.backends.dtype.choose_dtype`) is pure; the probe
+(:func:`bf16_supported`) reads PyTorch's AMX check on CPU, cross-checked here against the
+kernel's own CPU flags; the transformers backend loads the model in the resolved dtype.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from densereward.backends import dtype as dt
+from densereward.backends.hf import TransformersBackend
+from densereward.config import VerifierConfig
+from densereward.errors import BackendUnavailableError
+
+
+def _cpu_flags() -> set[str] | None:
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return None
+    for line in text.splitlines():
+        if line.startswith("flags"):
+            return set(line.split(":", 1)[1].split())
+    return None
+
+
+def test_auto_resolves_to_a_real_dtype():
+    for device in ("cpu", torch.device("cpu"), "cuda", "cuda:1"):
+        name = dt.resolve_dtype("auto", device)
+        assert name in ("bfloat16", "float32")
+        assert isinstance(getattr(torch, name), torch.dtype)
+    assert dt.resolve_dtype("auto", "cpu") == (
+        "bfloat16" if dt.bf16_supported("cpu") else "float32"
+    )
+    if not torch.cuda.is_available():
+        assert dt.resolve_dtype("auto", "cuda") == "float32"
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/cpuinfo")
+def test_cpu_probe_agrees_with_the_kernels_cpu_flags():
+    flags = _cpu_flags()
+    if flags is None:
+        pytest.skip("no CPU flags in /proc/cpuinfo")
+    # AMX tiles with bf16 (AVX-512 BF16 alone is slower than fp32: backends/dtype.py)
+    native = {"amx_tile", "amx_bf16"} <= flags
+    assert dt.bf16_supported("cpu") is native
+
+
+@pytest.mark.parametrize("amx, expected", [(False, "float32"), (True, "bfloat16")])
+def test_auto_follows_the_capability_probe(monkeypatch, amx, expected):
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: amx, raising=False)
+    monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: True, raising=False)
+    assert dt.bf16_supported("cpu") is amx
+    assert dt.resolve_dtype("auto", "cpu") == expected
+
+
+def test_explicit_dtypes_pass_through_and_unknown_names_fail():
+    for name in dt.DTYPES:
+        assert dt.choose_dtype(name, bf16=False) == name
+        assert dt.resolve_dtype(name, "cpu") == name
+    assert dt.choose_dtype("auto", bf16=True) == "bfloat16"
+    assert dt.choose_dtype("auto", bf16=False) == "float32"
+    with pytest.raises(ValueError, match="float64"):
+        dt.choose_dtype("float64", bf16=True)
+    assert dt.bf16_supported("mps") is False
+
+
+@pytest.mark.parametrize("supported, expected", [(False, torch.float32), (True, torch.bfloat16)])
+def test_backend_loads_the_auto_dtype(monkeypatch, default_model_dir, supported, expected):
+    monkeypatch.setattr(dt, "bf16_supported", lambda device_type: supported)
+    b = TransformersBackend(VerifierConfig(model=str(default_model_dir), device="cpu"))
+    try:
+        assert b.dtype == expected
+        assert {p.dtype for p in b.model.parameters()} == {expected}
+    finally:
+        b.close()
+
+
+def test_backend_rejects_an_unknown_dtype(default_model_dir):
+    with pytest.raises(BackendUnavailableError, match="float64"):
+        TransformersBackend(VerifierConfig(model=str(default_model_dir), dtype="float64"))
