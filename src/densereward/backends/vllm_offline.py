@@ -94,6 +94,8 @@ class VLLMBackend(LocalAsyncMixin):
         dtype = config.dtype
         if dtype == "auto":  # bf16 where the device multiplies it fast (backends.dtype)
             dtype = resolve_dtype(dtype, "cuda" if on_gpu else "cpu")
+        self.dtype = dtype
+        """The engine's dtype name (``auto`` resolved); part of the score cache's key."""
         if enforce_eager is None:
             enforce_eager = not on_gpu
         kwargs: dict[str, Any] = {

@@ -170,8 +170,9 @@ class PlanDriver:
         extra: dict[str, Any] = {}
         if self.config.backend_options:
             extra["options"] = dict(self.config.backend_options)
-        if self.config.backend in ("transformers", "vllm"):
-            extra["dtype"] = str(getattr(self.backend, "dtype", self.config.dtype))
+        dtype = getattr(self.backend, "dtype", None)  # in-process models expose what they run in
+        if dtype is not None:
+            extra["dtype"] = str(dtype)
         return cache_key(
             kind=kind,
             backend=self.backend.name,
