@@ -62,10 +62,11 @@ if TYPE_CHECKING:  # for type checkers and IDEs; at run time these load on first
 
 __version__ = "0.1.0"
 
-# name -> (module that defines it, extra that installs what it needs, a package it needs)
-_LAZY: dict[str, tuple[str, str, str | None]] = {
+# name -> (module that defines it, a third-party package it needs); the extra that installs a
+# missing package is looked up in densereward._extras
+_LAZY: dict[str, tuple[str, str | None]] = {
     **{
-        name: ("densereward.rewards", "trl", None)
+        name: ("densereward.rewards", None)
         for name in (
             "RewardConfig",
             "build_reward_funcs",
@@ -77,12 +78,12 @@ _LAZY: dict[str, tuple[str, str, str | None]] = {
             "RewardQualityTracker",
         )
     },
-    "RewardQualityCallback": ("densereward.rewards.trl_callback", "trl", None),
-    "ProgressRewardConfig": ("densereward.progress_reward", "robotics", None),
-    "verifier_progress_fn": ("densereward.progress_reward", "robotics", None),
-    "VerifierProgressReward": ("densereward.wrappers", "robotics", "gymnasium"),
-    "SparseSuccessReward": ("densereward.wrappers", "robotics", "gymnasium"),
-    "VecVerifierProgressReward": ("densereward.vec_env", "robotics", "stable_baselines3"),
+    "RewardQualityCallback": ("densereward.rewards.trl_callback", None),
+    "ProgressRewardConfig": ("densereward.progress_reward", None),
+    "verifier_progress_fn": ("densereward.progress_reward", None),
+    "VerifierProgressReward": ("densereward.wrappers", "gymnasium"),
+    "SparseSuccessReward": ("densereward.wrappers", "gymnasium"),
+    "VecVerifierProgressReward": ("densereward.vec_env", "stable_baselines3"),
 }
 
 
@@ -95,10 +96,15 @@ def __getattr__(name: str) -> Any:
     """
     if name not in _LAZY:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    module, extra, _ = _LAZY[name]
+    module, _ = _LAZY[name]
     try:
         value = getattr(importlib.import_module(module), name)
     except ImportError as err:
+        from ._extras import extra_for
+
+        extra = extra_for(err.name)
+        if extra is None:  # not an optional package: a broken install, say it as it is
+            raise
         raise ImportError(
             f"densereward.{name} needs the {extra!r} extra: pip install 'densereward[{extra}]' "
             f"({err})"
@@ -164,5 +170,5 @@ __all__ = [
     "RegistryError",
     # loaded on first use; names whose training stack is not installed are left out, so that
     # `from densereward import *` works on the core install
-    *(name for name, (_, _, needs) in _LAZY.items() if _importable(needs)),
+    *(name for name, (_, needs) in _LAZY.items() if _importable(needs)),
 ]
