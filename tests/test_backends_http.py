@@ -244,7 +244,8 @@ def test_sampled_backend_on_real_server(vllm_server):
 @pytest.fixture(scope="module")
 def engine_reference(hf_backend):
     """Rewards of the engine on the transformers backend for CASES (computed once)."""
-    verifier = pytest.importorskip("densereward.verifier")
+    from densereward import verifier
+
     if hf_backend is None:
         pytest.skip("densereward.backends.hf is not available")
     v_local = verifier.Verifier(VerifierConfig(), backend=hf_backend)  # not closed: shared backend

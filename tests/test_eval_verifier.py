@@ -297,7 +297,6 @@ def test_pooled_and_per_problem_pass_rates_are_named_apart(gsm8k):
 
 @pytest.mark.slow
 def test_cli_with_real_default_verifier(gsm8k, tmp_path, default_model_dir, monkeypatch):
-    pytest.importorskip("densereward.verifier", reason="the verifier engine has not landed yet")
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     out = tmp_path / "real"
     assert (

@@ -444,7 +444,8 @@ def test_registered_by_name():
 
 def test_verifier_engine_abstains_on_backend_failure(server):
     """End to end with the engine: a persistent 500 becomes a counted abstention, never 0.5."""
-    verifier = pytest.importorskip("densereward.verifier")
+    from densereward import verifier
+
     server.default = Fault("status", status=500)
     cfg = make_config(server.base_url, max_retries=1, on_error="abstain")
     backend = OpenAIBackend(cfg, retry_base_s=0.01)

@@ -84,7 +84,6 @@ def test_unknown_keys_are_errors_naming_the_fix():
 @pytest.mark.slow
 def test_real_two_step_grpo_run_dense_reward(tmp_path, data_dir, default_model_dir, monkeypatch):
     """Real GRPO: SmolLM2 policy, SmolLM2 verifier, dense reward, W&B offline, 2 steps."""
-    pytest.importorskip("densereward.verifier", reason="the verifier engine has not landed yet")
     from densereward.config import load_yaml
     from densereward.trainers.grpo import run
 

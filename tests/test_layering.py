@@ -139,3 +139,18 @@ def test_cli_names_the_missing_extra():
     assert out.returncode == 2, out.stderr[-3000:]
     assert "trl is not installed: pip install 'densereward[trl]'" in out.stderr
     assert "Traceback" not in out.stderr
+
+
+def test_tests_import_the_library_directly():
+    """A test never ``importorskip``-s a densereward module: an import regression must fail the
+    suite, not turn into skips (issue 28 item 19). Optional third-party packages may be skipped."""
+    import re
+
+    pattern = re.compile(r"importorskip\(\s*[\"']densereward")
+    offenders = [
+        f"{path.name}:{n}"
+        for path in sorted((REPO / "tests").glob("*.py"))
+        for n, line in enumerate(path.read_text().splitlines(), 1)
+        if pattern.search(line)
+    ]
+    assert offenders == []
