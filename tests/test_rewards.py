@@ -491,6 +491,40 @@ def test_group_reward_with_default_model(verifier, data_dir):
     assert out[0] > out[1] + 0.015, (out, swapped)
 
 
+@pytest.mark.parametrize(
+    "prompts", [["a"] * 2 + ["b"] * 4, ["a"] * 6 + ["b"] * 2], ids=["short_run", "split_run"]
+)
+def test_group_reward_refuses_a_partial_group(prompts, server):
+    """Issue 28 item 4: a run of identical prompts that is not whole groups of num_generations
+    (a group split across processes) is refused, naming the settings, before any comparison;
+    whole groups (a prompt drawn twice: a run of 2 x num_generations) are ranked."""
+    from servers import scripted_verifier
+
+    from densereward.rewards import AsyncGroupVerifierReward, GroupVerifierReward
+
+    def no_verifier():
+        raise AssertionError("a partial group must be refused before the verifier is used")
+
+    match = (r"num_generations=4.*per_device_train_batch_size \* steps_per_generation a "
+             r"multiple of num_generations \(4\)")  # fmt: skip
+    completions = [f"\\boxed{{{i}}}" for i in range(len(prompts))]
+    with pytest.raises(DataError, match=match):
+        GroupVerifierReward(no_verifier, num_generations=4)(prompts=prompts, completions=completions)
+    with pytest.raises(DataError, match=match):
+        asyncio.run(
+            AsyncGroupVerifierReward(no_verifier, num_generations=4)(
+                prompts=prompts, completions=completions
+            )
+        )
+    v = scripted_verifier(server.base_url, granularity=5)
+    try:
+        whole = GroupVerifierReward(v, num_generations=2, method="round_robin")
+        out = whole(prompts=["a"] * 4 + ["b"] * 2, completions=completions[:6])
+        assert len(out) == 6 and len(server.requests) >= 3  # three groups, each compared
+    finally:
+        v.close()
+
+
 # --------------------------------------------------------------------------------------------
 # Tracking never silently does nothing
 # --------------------------------------------------------------------------------------------

@@ -17,10 +17,11 @@ import math
 from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
+from ..errors import DataError
 from ._common import check_group_options, check_lengths, completion_texts, group_slices
 from .verifier import VerifierLike, _VerifierRewardBase
 
-__all__ = ["GroupVerifierReward", "AsyncGroupVerifierReward"]
+__all__ = ["GroupVerifierReward", "AsyncGroupVerifierReward", "check_whole_groups"]
 
 
 class GroupVerifierReward(_VerifierRewardBase):
@@ -35,7 +36,9 @@ class GroupVerifierReward(_VerifierRewardBase):
     Args:
         verifier: A :class:`densereward.verifier.Verifier` or a zero-argument factory.
         num_generations: GRPO group size (``GRPOConfig.num_generations``); groups are runs of
-            identical prompts cut to this size.
+            identical prompts cut to this size, and a run that does not fill whole groups is
+            refused (a group split across processes or generation batches). ``None``: each run
+            of identical prompts is one group, unchecked.
         method: ``"ppt"`` or ``"round_robin"``.
         pivots: PPT pivots per candidate (ignored by round robin).
         seed: Base seed of PPT pivot draws (mixed with the step and group index).
@@ -50,6 +53,8 @@ class GroupVerifierReward(_VerifierRewardBase):
         ConfigError: for an unknown ``method`` or ``pivots < 1`` (and the options of
             :class:`~densereward.rewards.verifier.VerifierReward`).
         ValueError: from ``__call__``, on a length mismatch.
+        DataError: from ``__call__``, when ``num_generations`` is set and a run of identical
+            prompts is not a whole number of groups (:func:`check_whole_groups`).
     """
 
     default_name = "verifier_group"
@@ -105,15 +110,18 @@ class GroupVerifierReward(_VerifierRewardBase):
 
         Raises:
             ValueError: if ``prompts`` and ``completions`` differ in length.
+            DataError: for a partial group (:func:`check_whole_groups`).
         """
         texts = completion_texts(completions)
         check_lengths(completions=texts, prompts=prompts)
+        slices = group_slices(prompts, self.num_generations)
+        check_whole_groups(slices, self.num_generations)
         problems = self._problems(prompts, columns)
         refs = self._references(columns, len(texts)) or [None] * len(texts)
         shown = self._shown(texts)
         groups = [
             (sl, (problems[sl.start], shown[sl], self._seed(trainer_state, g), refs[sl.start]))
-            for g, sl in enumerate(group_slices(prompts, self.num_generations))
+            for g, sl in enumerate(slices)
         ]
         return texts, shown, groups
 
@@ -189,6 +197,45 @@ class AsyncGroupVerifierReward(GroupVerifierReward):
             trainer_state=trainer_state, log_metric=log_metric, log_extra=log_extra, flags=flags,
         )  # fmt: skip
         return values
+
+
+def check_whole_groups(slices: Sequence[slice], num_generations: int | None) -> None:
+    """Refuse a batch whose runs of identical prompts are not whole GRPO groups.
+
+    TRL puts the ``num_generations`` completions of a prompt next to each other, and a process
+    sees ``per_device_train_batch_size * steps_per_generation`` of them per generation batch.
+    When that is not a multiple of ``num_generations`` a group is split across processes (or
+    batches), and ranking the part a process holds would compare completions against a partial
+    group: the win rates would mean something else in every group. The CLI refuses that
+    configuration at load; a reward used in a ``GRPOTrainer`` of your own refuses it here.
+
+    Args:
+        slices: the groups of one call, from :func:`~densereward.rewards._common.group_slices`.
+        num_generations: the group size; ``None`` checks nothing.
+
+    Raises:
+        DataError: naming the group that is short and the settings that fix it.
+
+    >>> check_whole_groups([slice(0, 2), slice(2, 4)], 2)
+    >>> check_whole_groups([slice(0, 2), slice(2, 3)], 2)  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    densereward.errors.DataError: GroupVerifierReward got 1 completion(s) of one prompt (rows 2..2) ...
+    """
+    if not num_generations:
+        return
+    for sl in slices:
+        n = sl.stop - sl.start
+        if n != num_generations:
+            raise DataError(
+                f"GroupVerifierReward got {n} completion(s) of one prompt (rows {sl.start}.."
+                f"{sl.stop - 1}) but num_generations={num_generations}: a GRPO group was split "
+                "across processes or generation batches, and ranking part of it would compare "
+                "each completion with a partial group. Each process must hold whole groups: make "
+                "per_device_train_batch_size * steps_per_generation a multiple of "
+                f"num_generations ({num_generations}) (in evaluation: the per-device eval batch "
+                "size and num_generations_eval)"
+            )
 
 
 def _win_rates(result: Any, n: int) -> list[float | None]:
