@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import re
 from pathlib import Path
 
@@ -252,6 +253,73 @@ def test_abstentions_keep_the_previous_potential_and_are_counted():
     assert ep["progress"][1] is None
     assert progress[4] == pytest.approx(first) and rewards[4] == pytest.approx(first)
     assert None not in progress and all(0.0 <= p <= 1.0 for p in progress)
+
+
+class _Abstaining:
+    """A progress function that abstains on every read and says why (``last_reasons``)."""
+
+    def __init__(self):
+        self.last_reasons = []
+
+    def __call__(self, tasks, trajectories, **kwargs):
+        self.last_reasons = ["backend error: TimeoutError"] * len(tasks)
+        return [None] * len(tasks)
+
+
+def test_mostly_abstaining_progress_warns_once_with_the_reasons_counted(caplog):
+    """Issue 26 item 2: reads that abstain feed nothing into the shaping; not silently."""
+    from densereward.abstentions import FIXES
+
+    env = VerifierProgressReward(raw_env(), _Abstaining(), FetchDescriber("reach"),
+                                 ProgressRewardConfig(score_every=1), gamma=0.9)  # fmt: skip
+    with caplog.at_level(logging.WARNING, logger="densereward.progress_reward"):
+        run_episode(env, seed=0)  # 51 reads, one per call
+    said = [r.getMessage() for r in caplog.records if "abstained" in r.getMessage()]
+    assert said == [
+        "8 of 8 verifier progress reads abstained: backend error 8 (e.g. 'backend error: "
+        "TimeoutError'); fix: " + FIXES["backend error"] + " (said once)"
+    ]
+    assert env.verifier_stats.abstain_reasons == {"backend error": 51}
+
+
+@pytest.mark.slow
+def test_a_verifier_abstaining_on_every_read_warns_once_in_a_real_sac_loop(
+    default_model_dir, caplog
+):
+    """Issue 26 item 2 (SAC side): the embedded verifier forced to abstain (min_mass=0.999) in
+    SB3's SAC on FetchReach: one warning, the reasons counted, the fix named."""
+    import torch
+    from stable_baselines3 import SAC
+
+    from densereward.callbacks import find_verifier_stats
+    from densereward.config import VerifierConfig
+    from densereward.verifier import Verifier
+
+    torch.set_num_threads(1)
+    # calibrate=False: the start-up read on the prompt's demonstration would refuse this
+    # verifier outright; here the reads during training are the ones that abstain
+    v = Verifier(VerifierConfig(min_mass=0.999, calibrate=False))
+    try:
+        venv = envs.make_vec_env("FetchReach-v4", 1, seed=0, reward="verifier",
+                                 progress_fn=verifier_progress_fn(v),
+                                 describer=FetchDescriber.for_env_id("FetchReach-v4"),
+                                 reward_config=ProgressRewardConfig(score_every=2), gamma=0.95)  # fmt: skip
+        model = SAC("MultiInputPolicy", venv, seed=0, learning_starts=10, batch_size=8,
+                    policy_kwargs={"net_arch": [16, 16]}, device="cpu")  # fmt: skip
+        with caplog.at_level(logging.WARNING, logger="densereward.progress_reward"):
+            model.learn(30)  # reads: s_0 and every 2nd state, 16 in all
+    finally:
+        v.close()
+    said = [r.getMessage() for r in caplog.records if "abstained" in r.getMessage()]
+    assert len(said) == 1, said
+    assert re.fullmatch(
+        r"8 of 8 verifier progress reads abstained: low score-token mass 8 \(e\.g\. 'low "
+        r"score-token mass: [0-9.e-]+ < min_mass 0\.999'\); fix: .*verifier\.min_mass.* \(said once\)",
+        said[0],
+    ), said[0]
+    (stats,) = find_verifier_stats(venv)
+    assert stats.n_abstained == 16 and stats.abstain_reasons == {"low score-token mass": 16}
+    assert v.stats.as_dict()["n_low_mass"] == 16
 
 
 def test_invalid_progress_values_raise():
@@ -574,9 +642,7 @@ def test_register_robotics_drops_only_the_adroit_notice():
     import subprocess
     import sys
 
-    code = (
-        "from densereward import envs; envs.register_robotics(); import gymnasium as gym; gym.make('FetchReach-v4')"
-    )
+    code = "from densereward import envs; envs.register_robotics(); import gymnasium as gym; gym.make('FetchReach-v4')"
     done = subprocess.run(
         [sys.executable, "-c", code],
         cwd=Path(__file__).resolve().parents[1],

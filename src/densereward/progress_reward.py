@@ -49,8 +49,10 @@ Choices, documented once:
   ``score_every = 1`` gives the exact potential of the state ``Phi(s_t)`` (each distinct
   state text is scored once; repeated ones hit the cache) at ``k`` times the verifier calls.
 * An abstained score (``None``) keeps the previous potential and is counted in
-  :class:`VerifierCallStats` and in the episode summary. An abstention on ``s_0`` (no previous
-  potential) starts the episode at ``Phi = 0`` ("no progress"), also counted. Never 0.5.
+  :class:`VerifierCallStats` (with its reason) and in the episode summary. An abstention on
+  ``s_0`` (no previous potential) starts the episode at ``Phi = 0`` ("no progress"), also
+  counted. Never 0.5. A verifier that abstains on most reads leaves only the base reward, so
+  the first window of :data:`ABSTAIN_WINDOW_READS` reads at least half abstained warns, once.
 * ``timing="episode_end"``: nothing is scored during the episode; at its end all the
   checkpoints (``0, k, 2k, ..., T``) are scored in one batch, the per-step rewards are
   computed with the same arithmetic and returned in ``info["verifier_episode"]["rewards"]``,
@@ -59,18 +61,15 @@ Choices, documented once:
   during the episode is the environment-reward part of the mode (``r_t``, ``r_t``,
   ``alpha * r_t``).
 
-Wrapper order: ``Monitor(VerifierProgressReward(env, progress_fn, describer, gamma=0.99))``
-(or ``VecMonitor`` around :class:`VecVerifierProgressReward`) so that SB3's
-``rollout/ep_rew_mean`` is the reward the agent trains on; the environment's own reward stays
-in ``info["true_reward"]``. ``progress_fn`` is e.g. ``verifier_progress_fn(Verifier())``,
-``describer`` e.g. ``envs.FetchDescriber.for_env_id("FetchReach-v4")``, and ``gamma`` the
-agent's discount (README, "Python API", has a runnable example).
+The wrapper order, the environment's own reward in ``info["true_reward"]`` and an example:
+:mod:`densereward.wrappers` (README, "Python API", has a runnable one).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import inspect
+import logging
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
@@ -79,6 +78,7 @@ from typing import Any, Literal, Protocol
 
 import numpy as np
 
+from .abstentions import AbstentionAlarm, reason_kind
 from .errors import ConfigError, DataError, StateError
 from .shaping import (
     combine_reward,
@@ -96,13 +96,20 @@ __all__ = [
     "ProgressCache",
     "ProgressRewardCore",
     "verifier_progress_fn",
+    "ABSTAIN_WINDOW_READS",
 ]
+
+logger = logging.getLogger(__name__)
+
+ABSTAIN_WINDOW_READS = 8
+"""Progress reads per window of the abstention warning (a window never splits one batch)."""
 
 ProgressFn = Callable[..., Sequence[float | None]]
 """``progress_fn(tasks: list[str], trajectories: list[str], **kwargs) -> list[float | None]``.
 
 Values in ``[0, 1]`` (1 = task complete), ``None`` = abstained; same length as ``tasks``.
-When the wrapper captures frames it also passes ``images=list[list[np.ndarray]]``.
+When the wrapper captures frames it also passes ``images=list[list[np.ndarray]]``. Why it
+abstained: an optional ``last_reasons`` list (one ``str | None`` per value of the last call).
 """
 
 
@@ -186,6 +193,8 @@ class VerifierCallStats:
         n_scored: values the progress function returned (not ``None``).
         n_abstained: ``None`` values returned (each keeps the previous potential).
         seconds: wall-clock seconds spent inside ``progress_fn``.
+        abstain_reasons: abstained reads (one per distinct text of a call) by the kind of
+            reason (:func:`densereward.abstentions.reason_kind`): ``{"low score-token mass": 9}``.
     """
 
     n_env_steps: int = 0
@@ -195,9 +204,10 @@ class VerifierCallStats:
     n_scored: int = 0
     n_abstained: int = 0
     seconds: float = 0.0
+    abstain_reasons: dict[str, int] = field(default_factory=dict)
 
-    def as_dict(self) -> dict[str, float]:
-        """All counters as a flat dict."""
+    def as_dict(self) -> dict[str, Any]:
+        """All counters (and ``abstain_reasons``) as a dict."""
         return dataclasses.asdict(self)
 
 
@@ -335,6 +345,7 @@ class ProgressRewardCore:
         self.stats = VerifierCallStats()
         self.episodes: list[_Episode | None] = [None] * n_envs
         self._online = config.timing == "online"
+        self._alarm = AbstentionAlarm("verifier progress reads", min_reads=ABSTAIN_WINDOW_READS)
 
     # -- episode life cycle ------------------------------------------------------------
 
@@ -415,10 +426,17 @@ class ProgressRewardCore:
             raise DataError(
                 f"progress_fn returned {len(values)} values for {len(groups)} trajectories"
             )
-        for g, v in zip(groups, values, strict=True):
+        reasons = getattr(self.progress_fn, "last_reasons", None)
+        if not isinstance(reasons, list) or len(reasons) != len(values):
+            reasons = [None] * len(values)
+        abstained: list[str | None] = []
+        for g, v, why in zip(groups, values, reasons, strict=True):
             v = _check_progress(v)
             if v is None:
                 self.stats.n_abstained += len(g)
+                abstained.append(why)
+                kind = reason_kind(why)
+                self.stats.abstain_reasons[kind] = self.stats.abstain_reasons.get(kind, 0) + 1
             else:
                 self.stats.n_scored += 1
                 self.stats.n_cache_hits += len(g) - 1
@@ -426,6 +444,9 @@ class ProgressRewardCore:
                     self.cache.put((g[0].task, g[0].text), v)
             for q in g:
                 q.episode.scores[q.step] = v
+        warning = self._alarm.observe(len(groups), abstained)
+        if warning:  # an abstention holds the last potential: the reward is the base reward
+            logger.warning("%s (said once)", warning)
 
     def reward(self, i: int, *, terminated: bool, done: bool, info: dict[str, Any]) -> float:
         """Training reward of environment ``i``'s last step; fills ``info`` (after :meth:`resolve`).
@@ -517,9 +538,7 @@ def _check_progress(v: Any) -> float | None:
     try:
         f = float(v)
     except (TypeError, ValueError):
-        raise DataError(
-            f"progress_fn returned {v!r}; expected a float in [0, 1] or None"
-        ) from None
+        raise DataError(f"progress_fn returned {v!r}; expected a float in [0, 1] or None") from None
     if f != f:  # NaN = abstention the function did not label
         return None
     if not 0.0 <= f <= 1.0:
@@ -537,6 +556,30 @@ def check_render_mode(config: ProgressRewardConfig, render_mode: str | None) -> 
         )
 
 
+class _VerifierProgress:
+    """:data:`ProgressFn` over ``Verifier.progress_batch``; ``last_reasons`` after each call."""
+
+    __name__ = "verifier_progress"
+
+    def __init__(self, verifier: Any) -> None:
+        self.verifier = verifier
+        self.accepts_images = "images" in inspect.signature(verifier.progress_batch).parameters
+        self.last_reasons: list[str | None] = []
+
+    def __call__(
+        self, tasks: Sequence[str], trajectories: Sequence[str], **kwargs: Any
+    ) -> list[float | None]:
+        if "images" in kwargs and not self.accepts_images:
+            raise ConfigError(
+                "this verifier's progress_batch takes no images; set reward.render_frames=false"
+            )
+        results = self.verifier.progress_batch(
+            tasks=list(tasks), trajectories=list(trajectories), **kwargs
+        )
+        self.last_reasons = [r.reason if r.value is None else None for r in results]
+        return [r.value for r in results]
+
+
 def verifier_progress_fn(verifier: Any) -> ProgressFn:
     """Adapt :meth:`densereward.verifier.Verifier.progress_batch` to a :data:`ProgressFn`.
 
@@ -546,26 +589,12 @@ def verifier_progress_fn(verifier: Any) -> ProgressFn:
 
     Returns:
         ``progress_fn(tasks, trajectories) -> list[float | None]`` (``ScoreResult.value``;
-        ``None`` where the verifier abstained).
+        ``None`` where the verifier abstained, its ``ScoreResult.reason`` in
+        ``progress_fn.last_reasons``).
 
     Raises:
         ConfigError: if ``verifier`` has no ``progress_batch``.
     """
     if not callable(getattr(verifier, "progress_batch", None)):
         raise ConfigError("verifier must have progress_batch(tasks=..., trajectories=...)")
-    accepts_images = "images" in inspect.signature(verifier.progress_batch).parameters
-
-    def progress_fn(
-        tasks: Sequence[str], trajectories: Sequence[str], **kwargs: Any
-    ) -> list[float | None]:
-        if "images" in kwargs and not accepts_images:
-            raise ConfigError(
-                "this verifier's progress_batch takes no images; set reward.render_frames=false"
-            )
-        results = verifier.progress_batch(
-            tasks=list(tasks), trajectories=list(trajectories), **kwargs
-        )
-        return [r.value for r in results]
-
-    progress_fn.__name__ = "verifier_progress"
-    return progress_fn
+    return _VerifierProgress(verifier)
