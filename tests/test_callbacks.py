@@ -3,6 +3,8 @@ reward-quality metrics, learning and evaluation curves, replay relabelling."""
 
 from __future__ import annotations
 
+import logging
+
 import gymnasium as gym
 import numpy as np
 import pytest
@@ -18,6 +20,7 @@ from densereward.callbacks import (
 )
 from densereward.errors import ConfigError, DataError
 from densereward.io import read_jsonl
+from densereward.metrics import best_threshold
 
 
 def _fetch(n_envs: int = 1, seed: int = 0, **kwargs):
@@ -96,6 +99,42 @@ def test_dynamics_window_keeps_the_last_episodes_and_abstained_finals_are_not_ju
     assert m["verifier/tpr"] == 0.0  # only (0.1, success) is judged: rejected
     assert np.isnan(m["verifier/tnr"])  # no failed episode: undefined, not 0 or 1
     assert m["verifier/voc_undefined_frac"] == 0.5  # one prediction left after the abstention
+
+
+def _episode(final, success):
+    return {"scored_steps": [0, 10], "progress": [0.0, final], "final_progress": final,
+            "is_success": success, "verifier_return": 0.0}  # fmt: skip
+
+
+def test_dynamics_auto_threshold_is_youdens_j_of_earlier_episodes(caplog):
+    """Issue 28 item 8: verifier.threshold=auto in SAC is Youden's J, as in GRPO and
+    eval-verifier (metrics.best_threshold), on the final progress of the *earlier* episodes
+    against their success; 0.5 until both classes were seen, logged and said once."""
+    cb = VerifierDynamicsCallback(threshold="auto")
+    assert cb.threshold_source == "auto (Youden's J)"
+    with caplog.at_level(logging.INFO, logger="densereward.callbacks"):
+        cb.add_episode(_episode(0.2, False))
+        first = cb.metrics()
+        for final, success in [(0.3, True), (0.1, False), (0.35, True)]:
+            cb.add_episode(_episode(final, success))
+    assert first["verifier/threshold"] == 0.5 and first["verifier/threshold_fallback"] == 1.0
+    # judged at 0.5, 0.5 (only a failure before each), then at J of [0.2 fail, 0.3 success]
+    assert [e["threshold"] for e in cb.episodes] == [0.5, 0.5, 0.3, 0.3]
+    m = cb.metrics()
+    assert m["verifier/tpr"] == 0.5  # 0.3 rejected at 0.5; 0.35 accepted at 0.3
+    assert m["verifier/tnr"] == 1.0
+    assert m["verifier/threshold_fallback"] == 0.0
+    assert m["verifier/threshold"] == best_threshold([0.2, 0.3, 0.1, 0.35], [0, 1, 0, 1])[
+        "threshold"] == 0.3  # fmt: skip
+    said = [r.getMessage() for r in caplog.records if "threshold=auto" in r.getMessage()]
+    assert len(said) == 2  # the 0.5 fallback (a warning, once) and the calibration
+    assert "until then" in said[0] and "at 0.5" in said[0]
+    assert "Youden's J on 2 episodes: 0.3" in said[1]
+    # a fixed threshold stays fixed
+    fixed = VerifierDynamicsCallback(threshold=0.5)
+    for final, success in [(0.2, False), (0.3, True), (0.1, False), (0.35, True)]:
+        fixed.add_episode(_episode(final, success))
+    assert fixed.metrics()["verifier/tpr"] == 0.0 and fixed.threshold_source == "fixed 0.5"
 
 
 def test_dynamics_without_a_verifier_logs_the_true_return_of_sb3_episodes():
@@ -221,6 +260,23 @@ def test_evaluation_without_normalisation_logs_sb3_keys(tmp_path):
         rows = list(csv.DictReader(f))
     assert [float(r["eval/success_rate"]) for r in rows] == [p["value"] for p in cb.curve]
     assert all(float(r["eval/mean_ep_length"]) == 50 for r in rows) and cb.seconds > 0
+
+
+def test_evaluation_says_which_reward_its_mean_reward_sums(tmp_path):
+    """Issue 28 item 13: eval/mean_reward beside eval/success_rate names its reward."""
+    import csv
+
+    from stable_baselines3.common.logger import configure
+
+    label = "true sparse success reward (1 per step at the goal), summed"
+    cb = EvaluationCallback(_fetch(1, seed=10_000, reward="sparse"), tmp_path / "eval.jsonl",
+                            every=30, n_episodes=1, reward_label=label)  # fmt: skip
+    model = _tiny_sac(_fetch(1, reward="sparse"), learning_starts=200)
+    model.set_logger(configure(str(tmp_path / "log"), ["csv"]))
+    model.learn(30, callback=cb)
+    assert [p["reward"] for p in read_jsonl(tmp_path / "eval.jsonl")] == [label, label]
+    with open(tmp_path / "log" / "progress.csv") as f:
+        assert [r["eval/reward"] for r in csv.DictReader(f)] == [label, label]
 
 
 # ---- ReplayRelabelCallback ------------------------------------------------------------------

@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import logging
+import re
 from pathlib import Path
 
 import numpy as np
@@ -12,6 +14,7 @@ import pytest
 
 from densereward.config import load_yaml
 from densereward.errors import ConfigError
+from densereward.io import read_jsonl
 from densereward.trainers import sac
 
 REPO = Path(__file__).resolve().parents[1]
@@ -127,10 +130,12 @@ def test_sac_200_steps_with_the_real_verifier(tmp_path, default_model_dir, capsy
             "training.log_interval=1",
             "training.curve_every=100",
             "training.checkpoint_every=0",
+            "verifier.threshold=auto",
         ]
     )
     assert sac.main(args) == 0
-    assert "verifier/voc=" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "verifier/voc=" in printed and f"plot: {tmp_path / 'training_curves.png'}" in printed
     keys = logged_keys(tmp_path)
     for key in (
         "verifier/voc",
@@ -161,6 +166,14 @@ def test_sac_200_steps_with_the_real_verifier(tmp_path, default_model_dir, capsy
     assert np.isfinite(summary["metrics"]["verifier/voc"])
     assert list((tmp_path / "wandb").glob("offline-run-*")), "W&B offline run directory missing"
     assert summary["curve"] and summary["curve"][-1]["step"] == 200
+    # issue 28 item 8: threshold auto is calibrated (Youden's J), not a silent 0.5
+    assert summary["threshold_source"] == "auto (Youden's J)"
+    assert {"verifier/threshold", "verifier/threshold_fallback"} <= keys
+    # issue 28 item 13: the run plots its evaluation and verifier curves
+    assert summary["plot"] == str(tmp_path / "training_curves.png")
+    assert (tmp_path / "training_curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    dynamics = list(read_jsonl(tmp_path / "verifier_dynamics.jsonl"))
+    assert dynamics and "verifier/tnr" in dynamics[-1] and dynamics[-1]["step"] == 200
 
 
 # ---------------------------------------------------------------------------------------------
@@ -285,3 +298,52 @@ def test_resume_of_a_finished_run_without_checkpoints_gives_one_consistent_choic
     ) as res:
         sac._check_run_dir(tmp_path, resume=True)
     assert "--resume" not in str(new.value) and "without --resume" not in str(res.value)
+
+
+# --------------------------------------------------------------------------------------------
+# nothing silent, nothing misleading (issue 28 item 13)
+# --------------------------------------------------------------------------------------------
+
+
+def test_learning_starts_past_the_run_warns_once_with_the_fix(tmp_path, caplog):
+    """SAC with learning_starts >= total_timesteps trains nothing: the run and the dry run say so."""
+    config = small_config("sac_fetchreach_sparse.yaml", total_timesteps=60, checkpoint_every=0,
+                          eval_every=0)  # fmt: skip
+    config["sac"].update({"learning_starts": 100, "batch_size": 32})
+    with caplog.at_level(logging.WARNING, logger="densereward.trainers.sac"):
+        sac.run(config, output_dir=tmp_path / "run")
+    said = [r.getMessage() for r in caplog.records if "learning_starts" in r.getMessage()]
+    assert len(said) == 1
+    assert said[0].startswith("sac.learning_starts=100 >= training.total_timesteps=60: ")
+    assert "no gradient step" in said[0] and "fix: sac.learning_starts=15" in said[0]
+    lines = sac.dry_run(config, output_dir=tmp_path / "dry")
+    assert lines[-1].startswith("!! sac.learning_starts=100 >= training.total_timesteps=60")
+    # SB3's default (100) counts when the config leaves it out; a run that trains is not warned
+    del config["sac"]["learning_starts"]
+    config["training"]["total_timesteps"] = 100
+    assert "sac.learning_starts=100 >= " in sac._learning_starts_problem(sac.parse_config(config))
+    config["training"]["total_timesteps"] = 101
+    assert sac._learning_starts_problem(sac.parse_config(config)) is None
+
+
+@pytest.mark.slow
+def test_sac_run_plots_its_curves_and_labels_the_evaluation_reward(tmp_path, capsys):
+    """A SAC run writes training_curves.png, and its evaluation's mean_reward says which reward."""
+    out = tmp_path / "run"
+    args = _sac_args("--config", str(REPO / "configs" / "sac_fetchreach_sparse.yaml"),
+                     "--output-dir", str(out), "--total-timesteps", "100",
+                     "sac.learning_starts=60", "sac.batch_size=32", "training.eval_every=50",
+                     "training.eval_episodes=2", "training.checkpoint_every=0",
+                     "training.wandb=false", "training.curve_every=50")  # fmt: skip
+    assert sac.main(args) == 0
+    printed = capsys.readouterr().out
+    summary = json.loads((out / "summary.json").read_text())
+    label = "true sparse success reward (1 per step at the goal), summed"
+    assert summary["eval_reward"] == label and summary["curve"][-1]["reward"] == label
+    assert re.search(r"evaluation at step 100: success_rate [01]\.\d{3} \(fraction of 2 "
+                     r"deterministic episodes ending at the goal\), mean_reward \d+\.\d{3} "
+                     r"\(true sparse success reward \(1 per step at the goal\), summed over an "
+                     r"episode; not the verifier's shaped reward\)", printed)  # fmt: skip
+    assert summary["plot"] == str(out / "training_curves.png")
+    assert (out / "training_curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert summary["threshold_source"] is None  # no verifier: no verifier panels

@@ -3,9 +3,11 @@
 * :class:`VerifierDynamicsCallback`: as the policy strengthens, how good is the verifier's
   reward? Logs, over the last ``window`` episodes, ``verifier/voc`` (value-order
   correlation), ``verifier/tpr``, ``verifier/tnr``, ``verifier/balanced_accuracy`` of the
-  thresholded final progress against ``is_success``, mean progress of successful and failed
-  episodes, verifier calls and seconds per environment step, and the true and verifier
-  returns side by side (``rollout/ep_true_rew_mean``, ``rollout/ep_verifier_rew_mean``).
+  thresholded final progress against ``is_success`` (threshold ``auto``: Youden's J on the
+  earlier episodes, as GRPO's tracker and eval-verifier calibrate it), mean progress of
+  successful and failed episodes, verifier calls and seconds per environment step, and the
+  true and verifier returns side by side (``rollout/ep_true_rew_mean``,
+  ``rollout/ep_verifier_rew_mean``).
 * :class:`ReplayRelabelCallback`: writes episode-end verifier rewards over the placeholder
   rewards in ``model.replay_buffer`` (``reward.timing="episode_end"``, as VLM-RM does).
 * :class:`LearningCurveCallback`: appends ``{"step", "value"}`` (success rate of the
@@ -19,6 +21,8 @@
 from __future__ import annotations
 
 import contextlib
+import logging
+import math
 from collections import deque
 from collections.abc import Iterable
 from pathlib import Path
@@ -31,7 +35,7 @@ from stable_baselines3.common.vec_env import unwrap_vec_normalize
 
 from .errors import ConfigError, DataError
 from .io import append_jsonl
-from .metrics.classification import balanced_accuracy, tnr, tpr
+from .metrics.classification import balanced_accuracy, best_threshold, tnr, tpr
 from .metrics.progress import value_order_correlation
 from .progress_reward import VerifierCallStats
 
@@ -42,7 +46,14 @@ __all__ = [
     "EvaluationCallback",
     "WandbOutputFormat",
     "find_verifier_stats",
+    "FALLBACK_THRESHOLD",
 ]
+
+logger = logging.getLogger(__name__)
+
+FALLBACK_THRESHOLD = 0.5
+"""The accept threshold of ``threshold="auto"`` until earlier episodes hold a success and a
+failure (logged as ``verifier/threshold_fallback`` = 1, and said once)."""
 
 
 def find_verifier_stats(env: Any) -> list[VerifierCallStats]:
@@ -92,7 +103,12 @@ class VerifierDynamicsCallback(BaseCallback):
     * ``verifier/tpr``, ``verifier/tnr``, ``verifier/balanced_accuracy``: final progress
       ``>= threshold`` as the prediction of ``is_success`` (:func:`densereward.metrics.tpr`,
       :func:`~densereward.metrics.tnr`, :func:`~densereward.metrics.balanced_accuracy` =
-      (TPR + TNR) / 2; episodes whose final progress abstained are left out).
+      (TPR + TNR) / 2; episodes whose final progress abstained are left out). Each episode is
+      judged at the threshold in force when it ended. ``verifier/threshold`` is the one in
+      force now: with ``"auto"``, Youden's J (:func:`densereward.metrics.best_threshold`) of
+      the final progress of every earlier judged episode against its success, so each episode
+      is judged out of sample; until those hold a success and a failure it is
+      :data:`FALLBACK_THRESHOLD`, logged as ``verifier/threshold_fallback`` = 1 and said once.
     * ``verifier/progress_success_mean``, ``verifier/progress_failure_mean``: mean final
       progress of successful / failed episodes.
     * ``verifier/calls_per_step``, ``verifier/seconds_per_step``, ``verifier/queries_per_step``,
@@ -103,32 +119,50 @@ class VerifierDynamicsCallback(BaseCallback):
       ``VerifierConfig.min_mass``), ``verifier/mean_mass``, ``verifier/n_engine_abstained``
       (cumulative counters of the verifier engine).
 
+    With ``path``, every :meth:`record` also appends ``{"step", **metrics}`` to that JSONL file
+    (NaN as ``null``), the verifier curves of the run's plot.
+
     Args:
-        threshold: accept threshold on the final progress, in ``[0, 1]``.
+        threshold: accept threshold on the final progress (``VerifierConfig.threshold``):
+            ``"auto"``, a number in ``[0, 1]``, or an eval-verifier ``metrics.json`` (see
+            :func:`densereward.config.resolve_threshold`).
         window: episodes averaged (SB3 uses 100 for ``rollout/*``).
         verbose: SB3 verbosity.
         engine_stats: the verifier engine's :class:`~densereward.verifier.VerifierStats`
             (``Verifier.stats``), or ``None``.
+        path: JSONL file of the recorded metrics (appended to), or ``None``.
+
+    The calibration of ``"auto"`` lives in memory: a resumed run starts it afresh.
 
     Raises:
-        ConfigError: on a threshold outside ``[0, 1]`` or ``window < 1``.
+        ConfigError: on an invalid threshold or ``window < 1``.
     """
 
     def __init__(
         self,
-        threshold: float = 0.5,
+        threshold: float | str = "auto",
         window: int = 100,
         verbose: int = 0,
         *,
         engine_stats: Any = None,
+        path: str | Path | None = None,
     ) -> None:
+        from .config import resolve_threshold
+
         super().__init__(verbose)
         self.engine_stats = engine_stats
-        if not 0.0 <= threshold <= 1.0:
-            raise ConfigError(f"threshold must be in [0, 1], got {threshold}")
+        self._fixed_threshold, self.threshold_source = resolve_threshold(threshold)
         if window < 1:
             raise ConfigError(f"window must be >= 1 episode, got {window}")
-        self.threshold = threshold
+        self.threshold: float = (
+            FALLBACK_THRESHOLD if self._fixed_threshold is None else self._fixed_threshold
+        )
+        """The accept threshold in force for the next episode."""
+        self.threshold_fallback = self._fixed_threshold is None
+        """True while ``auto`` has not seen a success and a failure (the threshold is 0.5)."""
+        self._judged: tuple[list[float], list[float]] = ([], [])  # (final progress, success)
+        self._fallback_said = False
+        self.path = Path(path) if path is not None else None
         self.window = window
         self.episodes: deque[dict[str, Any]] = deque(maxlen=window)
         self.true_returns: deque[float] = deque(maxlen=window)
@@ -155,9 +189,33 @@ class VerifierDynamicsCallback(BaseCallback):
             self.n_episodes += 1
             ep = info.get("verifier_episode")
             if ep is not None:
-                self.episodes.append(ep)
+                self.add_episode(ep)
             self.record()
         return True
+
+    def add_episode(self, episode: dict[str, Any]) -> None:
+        """Add a finished episode (``info["verifier_episode"]``) at the threshold in force,
+        then recalibrate ``auto`` with it (so it only judges later episodes)."""
+        self.episodes.append({**episode, "threshold": self.threshold})
+        if self.threshold_fallback and not self._fallback_said:
+            self._fallback_said = True
+            logger.warning(
+                "verifier.threshold=auto: Youden's J needs earlier episodes with a success and "
+                "a failure; until then verifier/tpr, verifier/tnr and verifier/balanced_accuracy "
+                "judge the final progress at %g (verifier/threshold_fallback = 1; said once)",
+                FALLBACK_THRESHOLD,
+            )
+        if episode["final_progress"] is None:
+            return
+        self._judged[0].append(float(episode["final_progress"]))
+        self._judged[1].append(float(bool(episode["is_success"])))
+        if self._fixed_threshold is None:
+            t = best_threshold(*self._judged)["threshold"]
+            if math.isfinite(t):
+                if self.threshold_fallback:
+                    logger.info("verifier.threshold=auto: Youden's J on %d episodes: %.4g",
+                                len(self._judged[1]), t)  # fmt: skip
+                self.threshold, self.threshold_fallback = t, False
 
     def metrics(self) -> dict[str, float]:
         """The current window's metrics (keys as logged; NaN where undefined)."""
@@ -182,9 +240,14 @@ class VerifierDynamicsCallback(BaseCallback):
             neg = [p for p, s in judged if not s]
             final = [p for p, _ in judged]
             success = [float(s) for _, s in judged]
-            out["verifier/tpr"] = tpr(final, success, self.threshold)
-            out["verifier/tnr"] = tnr(final, success, self.threshold)
-            out["verifier/balanced_accuracy"] = balanced_accuracy(final, success, self.threshold)
+            at = [
+                e.get("threshold", self.threshold) for e in eps if e["final_progress"] is not None
+            ]
+            out["verifier/tpr"] = tpr(final, success, at)
+            out["verifier/tnr"] = tnr(final, success, at)
+            out["verifier/balanced_accuracy"] = balanced_accuracy(final, success, at)
+            out["verifier/threshold"] = self.threshold
+            out["verifier/threshold_fallback"] = float(self.threshold_fallback)
             out["verifier/progress_success_mean"] = _mean(pos)
             out["verifier/progress_failure_mean"] = _mean(neg)
             out["verifier/final_progress_mean"] = _mean(p for p, _ in judged)
@@ -208,10 +271,14 @@ class VerifierDynamicsCallback(BaseCallback):
         return out
 
     def record(self) -> None:
-        """Record :meth:`metrics` in the SB3 logger (NaN = undefined in this window, skipped)."""
-        for k, v in self.metrics().items():
+        """Record :meth:`metrics` in the SB3 logger (NaN = undefined in this window, skipped)
+        and, with ``path``, in its JSONL file."""
+        metrics = self.metrics()
+        for k, v in metrics.items():
             if v == v:  # skip NaN (undefined in this window)
                 self.logger.record(k, v)
+        if self.path is not None:
+            append_jsonl(self.path, {"step": int(self.num_timesteps), **metrics})
 
 
 class ReplayRelabelCallback(BaseCallback):
@@ -345,9 +412,17 @@ class EvaluationCallback(BaseCallback):
     episodes with SB3's :func:`~stable_baselines3.common.evaluation.evaluate_policy` at the
     start of a fresh run (step 0), every ``every`` environment steps and at the end of
     training, logs ``eval/success_rate``, ``eval/mean_reward`` and ``eval/mean_ep_length``
-    (the keys of SB3's ``EvalCallback``) and appends
-    ``{"step", "value", "n_episodes", "mean_reward"}`` (``value`` = success rate in ``[0, 1]``)
-    to ``path``.
+    (the keys of SB3's ``EvalCallback``) and ``eval/reward`` (``reward_label``: which reward
+    ``eval/mean_reward`` sums) and appends
+    ``{"step", "value", "n_episodes", "mean_reward", "reward"}`` (``value`` = success rate in
+    ``[0, 1]``) to ``path``.
+
+    The two measure different things: ``success_rate`` is the fraction of episodes whose *last*
+    step is a success (Fetch's ``info["is_success"]``), ``mean_reward`` the evaluation
+    environment's reward summed over each episode and averaged. With the sparse success reward
+    a policy that passes through the goal and leaves it scores ``mean_reward`` 0.8 beside
+    ``success_rate`` 0.0. The evaluation environment never carries the verifier, so its reward
+    is the environment's (or the sparse success reward), never the shaped training reward.
 
     Observation normalisation: when the training environment has a ``VecNormalize``, the
     evaluation environment must have one too (``training=False``, ``norm_reward=False``);
@@ -370,6 +445,8 @@ class EvaluationCallback(BaseCallback):
         every: environment steps between evaluations (summed over vectorised environments).
         n_episodes: evaluation episodes per evaluation (split over the ``eval_env``'s envs).
         deterministic: deterministic actions (the field's protocol; ``False`` only for study).
+        reward_label: what the evaluation environment's reward is, in words (logged as
+            ``eval/reward``, stored as ``reward`` in each point).
 
     Raises:
         ConfigError: if ``every < 1`` or ``n_episodes < 1``; at training start if exactly one of
@@ -384,6 +461,7 @@ class EvaluationCallback(BaseCallback):
         every: int,
         n_episodes: int = 10,
         deterministic: bool = True,
+        reward_label: str = "the evaluation environment's reward",
         verbose: int = 0,
     ) -> None:
         super().__init__(verbose)
@@ -394,6 +472,7 @@ class EvaluationCallback(BaseCallback):
         self.every = every
         self.n_episodes = n_episodes
         self.deterministic = deterministic
+        self.reward_label = reward_label
         self.curve: list[dict[str, float]] = []
         self.seconds = 0.0
         self._next: int | None = None
@@ -452,11 +531,13 @@ class EvaluationCallback(BaseCallback):
             "value": float(np.mean(successes)) if successes else float("nan"),
             "n_episodes": len(rewards),
             "mean_reward": float(np.mean(rewards)),
+            "reward": self.reward_label,
         }
         self.curve.append(point)
         append_jsonl(self.path, point)
         self.logger.record("eval/success_rate", point["value"])
         self.logger.record("eval/mean_reward", point["mean_reward"])
+        self.logger.record("eval/reward", self.reward_label, exclude="tensorboard")
         self.logger.record("eval/mean_ep_length", float(np.mean(lengths)))
         self.logger.record("time/total_timesteps", self.num_timesteps, exclude="tensorboard")
         self.logger.dump(self.num_timesteps)

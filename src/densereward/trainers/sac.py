@@ -15,20 +15,31 @@ YAML sections map one-to-one onto dataclasses (unknown keys are errors):
 A run directory holds ``config.yaml``, ``logs/progress.csv`` (every SB3 key, including
 ``verifier/*``, ``rollout/*`` and ``eval/*``), ``eval_curve.jsonl`` (success rate of
 deterministic evaluation episodes vs environment steps: the learning curve),
-``train_curve.jsonl`` (success rate of the training episodes), ``checkpoints/`` (model +
-replay buffer), ``final_model.zip``, ``summary.json`` and the offline W&B run.
+``train_curve.jsonl`` (success rate of the training episodes), ``verifier_dynamics.jsonl``
+(``rollout/ep_true_rew_mean`` and the ``verifier/*`` metrics at each episode end),
+``training_curves.png`` (all of them against the step, :mod:`densereward.trainers.sac_plots`),
+``checkpoints/`` (model + replay buffer), ``final_model.zip``, ``summary.json`` and the
+offline W&B run.
 
 Evaluation (``training.eval_every``, ``training.eval_episodes``) runs on its own vectorised
 environment, built like the training one (same id, ``VecMonitor``, ``VecNormalize`` with the
 training statistics frozen) but without the verifier wrapper: its reward is the sparse
 success indicator, or the environment's reward when that is the run's (base) reward, and
-its seeds are ``training.seed + 10_000 + i``.
+its seeds are ``training.seed + 10_000 + i``. Its ``eval/mean_reward`` is that reward summed
+over an episode (``eval/reward`` and the summary's ``eval_reward`` say which), beside
+``eval/success_rate``, the fraction of episodes that end at the goal.
+
+The accept threshold of ``verifier/tpr`` and ``verifier/tnr`` is ``verifier.threshold``: with
+``auto``, Youden's J on the final progress of the earlier episodes against their success, as
+GRPO and eval-verifier calibrate it (0.5, logged, until a success and a failure were seen;
+:class:`densereward.callbacks.VerifierDynamicsCallback`).
 """
 
 from __future__ import annotations
 
 import argparse
 import copy
+import logging
 import os
 import re
 import sys
@@ -44,7 +55,6 @@ from densereward.config import (
     apply_overrides,
     load_yaml,
     overrides_from,
-    resolve_threshold,
 )
 from densereward.errors import ConfigError
 from densereward.io import (
@@ -63,6 +73,69 @@ from .sac_config import (  # noqa: F401  (re-exported: the config is part of thi
     TrainingConfig,
     parse_config,
 )
+
+logger = logging.getLogger(__name__)
+
+EVAL_REWARD_LABELS = {
+    "sparse": "true sparse success reward (1 per step at the goal), summed",
+    "env": "true env reward, summed",
+}
+"""What ``eval/mean_reward`` sums, by the evaluation environment's reward (never the verifier's)."""
+
+
+def _learning_starts_problem(cfg: SACRunConfig) -> str | None:
+    """The message when SAC would make no gradient step in the run, else ``None``.
+
+    SB3's SAC trains once ``num_timesteps > learning_starts`` (default 100); with
+    ``learning_starts >= total_timesteps`` it only collects random actions.
+    """
+    import inspect
+
+    starts = cfg.sac.get("learning_starts")
+    if starts is None:
+        try:
+            from stable_baselines3 import SAC
+        except ImportError:  # the run itself reports the missing extra
+            return None
+        starts = inspect.signature(SAC.__init__).parameters["learning_starts"].default
+    total = cfg.training.total_timesteps
+    if int(starts) < total:
+        return None
+    return (
+        f"sac.learning_starts={starts} >= training.total_timesteps={total}: SAC acts at random "
+        f"for its first {starts} environment steps and makes no gradient step in this run, so "
+        f"the policy stays untrained; fix: sac.learning_starts={total // 4} (below "
+        f"total_timesteps) or training.total_timesteps above {starts}"
+    )
+
+
+def _eval_reward(cfg: SACRunConfig) -> str:
+    """The evaluation environment's reward kind: the run's base reward for the verifier reward."""
+    return cfg.env.base if cfg.env.reward == "verifier" else cfg.env.reward
+
+
+def _plot(cfg: SACRunConfig, run_dir: Path, threshold_source: str) -> Path | None:
+    """Write ``training_curves.png`` (:func:`~densereward.trainers.sac_plots.plot_sac_run`)."""
+    try:
+        from .sac_plots import plot_sac_run
+    except ImportError:  # matplotlib is not a dependency of SB3
+        logger.warning("no training_curves.png: pip install 'densereward[plots]' for matplotlib")
+        return None
+    verifier = cfg.env.reward == "verifier"
+    base = {"sparse": "sparse success", "env": "env reward"}[cfg.env.base]
+    a = cfg.reward.alpha
+    training = {
+        "shaping": f"{base} + verifier shaping",
+        "progress": "verifier progress",
+        "mixture": f"{a:g} {base} + {1 - a:g} verifier progress",
+    }[cfg.reward.mode]
+    return plot_sac_run(
+        run_dir,
+        eval_reward=EVAL_REWARD_LABELS[_eval_reward(cfg)],
+        training_reward=training if verifier else None,
+        threshold_source=threshold_source if verifier else None,
+        title=f"SAC on {cfg.env.id}: reward {training if verifier else cfg.env.reward}",
+    )
 
 
 def _checkpoint_models(ckpt_dir: Path) -> list[tuple[int, Path]]:
@@ -162,7 +235,8 @@ def dry_run(config: dict[str, Any], *, output_dir: Path, resume: bool = False) -
             f"verifier: VerifierConfig ok (backend {v.backend}, model {v.model or 'embedded SmolLM2-135M-Instruct'}, "
             f"G={v.granularity}) -- NOT loaded; reward.mode {cfg.reward.mode}, score_every {cfg.reward.score_every}"
         )
-    return lines
+    problem = _learning_starts_problem(cfg)
+    return lines + ([f"!! {problem}"] if problem else [])
 
 
 def run(config: dict[str, Any], *, output_dir: Path, resume: bool = False) -> dict[str, Any]:
@@ -250,9 +324,8 @@ def run(config: dict[str, Any], *, output_dir: Path, resume: bool = False) -> di
     # 2b. the evaluation environment: same id and observation wrappers, never the verifier
     eval_venv = None
     if tc.eval_every:
-        eval_reward = cfg.env.base if cfg.env.reward == "verifier" else cfg.env.reward
         eval_venv = envs.make_vec_env(
-            cfg.env.id, cfg.env.n_envs, seed=tc.seed + EVAL_SEED_OFFSET, reward=eval_reward
+            cfg.env.id, cfg.env.n_envs, seed=tc.seed + EVAL_SEED_OFFSET, reward=_eval_reward(cfg)
         )
         if cfg.env.normalize_obs:  # statistics copied from training before every evaluation
             eval_venv = VecNormalize(
@@ -300,6 +373,9 @@ def run(config: dict[str, Any], *, output_dir: Path, resume: bool = False) -> di
             )
         except TypeError as e:
             raise ConfigError(f"section 'sac': {e} (keys go to stable_baselines3.SAC)") from None
+    problem = _learning_starts_problem(cfg)
+    if problem:
+        logger.warning(problem)
 
     # 4. logging: CSV (+ stdout) and W&B (offline by default) through SB3's logger
     formats = [make_output_format("csv", str(run_dir / "logs"))]
@@ -324,13 +400,13 @@ def run(config: dict[str, Any], *, output_dir: Path, resume: bool = False) -> di
         formats.append(WandbOutputFormat(wandb_run))
     model.set_logger(Logger(str(run_dir / "logs"), formats))
 
-    # 5. callbacks: reward quality, replay relabelling, learning curve, checkpoints
-    # the progress callback has no calibration of its own: auto stands for 0.5 there
-    progress_threshold = resolve_threshold(cfg.verifier.threshold)[0]
+    # 5. callbacks: reward quality (threshold auto: Youden's J of earlier episodes), replay
+    # relabelling, learning curve, evaluation, checkpoints
     dynamics = VerifierDynamicsCallback(
-        threshold=0.5 if progress_threshold is None else progress_threshold,
+        threshold=cfg.verifier.threshold,
         window=tc.metrics_window,
         engine_stats=verifier.stats if verifier is not None else None,
+        path=run_dir / "verifier_dynamics.jsonl",
     )
     curve_cb = LearningCurveCallback(
         run_dir / "train_curve.jsonl", every=tc.curve_every, window=tc.metrics_window
@@ -343,6 +419,7 @@ def run(config: dict[str, Any], *, output_dir: Path, resume: bool = False) -> di
             run_dir / "eval_curve.jsonl",
             every=tc.eval_every,
             n_episodes=tc.eval_episodes,
+            reward_label=EVAL_REWARD_LABELS[_eval_reward(cfg)],
         )
         callbacks.append(eval_cb)
     if cfg.env.reward == "verifier" and cfg.reward.timing == "episode_end":
@@ -395,6 +472,7 @@ def run(config: dict[str, Any], *, output_dir: Path, resume: bool = False) -> di
         metrics = dynamics.metrics()
         stats = reward_venv.venv.verifier_stats.as_dict() if cfg.env.reward == "verifier" else None
         steps = model.num_timesteps - start_steps
+        plot = _plot(cfg, run_dir, dynamics.threshold_source)
         summary = {
             "run_dir": str(run_dir),
             "curve": curve,
@@ -407,6 +485,9 @@ def run(config: dict[str, Any], *, output_dir: Path, resume: bool = False) -> di
             "seconds": seconds,
             "steps_per_second": steps / seconds if seconds > 0 else float("nan"),
             "eval_seconds": eval_cb.seconds if eval_cb is not None else 0.0,
+            "eval_reward": EVAL_REWARD_LABELS[_eval_reward(cfg)] if eval_cb is not None else None,
+            "threshold_source": dynamics.threshold_source if verifier is not None else None,
+            "plot": str(plot) if plot is not None else None,
             "verifier_stats": stats,
             "verifier_engine_stats": verifier.stats.as_dict()
             if verifier is not None and hasattr(verifier, "stats")
@@ -478,8 +559,8 @@ def main(args: argparse.Namespace) -> int:
     if args.dry_run:
         lines = dry_run(config, output_dir=run_dir, resume=args.resume)
         print("dry run: configuration valid; nothing created, no weights loaded, no network used")
-        for line in lines:
-            print("  ok  " + line)
+        for line in lines:  # a problem the run would hit starts with "!! "
+            print(f"  {line}" if line.startswith("!! ") else f"  ok  {line}")
         return 0
     summary = run(config, output_dir=run_dir, resume=args.resume)
     m = summary["metrics"]
@@ -488,6 +569,15 @@ def main(args: argparse.Namespace) -> int:
         f"steps/s={summary['steps_per_second']:.1f} success_rate={summary['final']:.3f} "
         + " ".join(f"{k}={v:.3f}" for k, v in sorted(m.items()) if v == v)
     )
+    if summary["eval_reward"] and summary["curve"]:
+        last = summary["curve"][-1]
+        print(
+            f"evaluation at step {last['step']}: success_rate {last['value']:.3f} (fraction of "
+            f"{last['n_episodes']} deterministic episodes ending at the goal), mean_reward "
+            f"{last['mean_reward']:.3f} ({summary['eval_reward']} over an episode; not the "
+            "verifier's shaped reward)"
+        )
+    print(f"plot: {summary['plot']}")
     return 0
 
 
