@@ -442,6 +442,69 @@ def verifier(default_model_dir):
     v.close()
 
 
+@pytest.fixture(scope="module")
+def abstaining_verifier(default_model_dir):
+    """The embedded model read with ``min_mass=0.999``: every read abstains (low score-token mass),
+    as every read of a verifier that does not answer in the score format does."""
+    import dataclasses
+
+    from densereward.config import VerifierConfig
+    from densereward.verifier import Verifier
+
+    fields = {f.name for f in dataclasses.fields(VerifierConfig)}
+    # the start-up calibration read refuses such a verifier (its job); these tests need one that runs
+    skip_calibration = {"calibrate": False} if "calibrate" in fields else {}
+    v = Verifier(VerifierConfig(granularity=5, device="cpu", dtype="float32", min_mass=0.999,
+                                **skip_calibration))  # fmt: skip
+    yield v
+    v.close()
+
+
+@pytest.mark.slow
+def test_dense_reward_warns_once_when_most_reads_abstain(abstaining_verifier, caplog):
+    """Issue 26 item 2: when at least half of a GRPO step's dense reads abstain, one warning says
+    so with the reasons counted and the fix (it used to log ``rewards/verifier_dense/mean: None``
+    and nothing else); called as TRL calls it, sync and async, said once per reward function."""
+    from densereward.rewards import AsyncVerifierReward, VerifierReward
+
+    class State:  # what TRL passes: the optimizer steps done so far
+        global_step = 2
+
+    problems = ["What is 7+5?", "What is 2+2?"] * 2
+    answers = [r"\boxed{12}", r"\boxed{5}", r"\boxed{13}", r"\boxed{4}"]
+    cols = {
+        "prompts": [[{"role": "user", "content": p}] for p in problems],
+        "completions": [[{"role": "assistant", "content": c}] for c in answers],
+        "completion_ids": [[1], [2], [3], [4]],
+        "problem": problems,
+        "answer": ["12", "4", "12", "4"],
+        "trainer_state": State(),
+        "log_metric": lambda k, v: None,
+        "log_extra": lambda k, v: None,
+    }
+
+    def said() -> list[str]:
+        return [r.getMessage() for r in caplog.records
+                if r.name == "densereward.rewards.verifier" and "abstained" in r.getMessage()]  # fmt: skip
+
+    reward = VerifierReward(abstaining_verifier, reference_guided=True)
+    with caplog.at_level("WARNING", logger="densereward.rewards.verifier"):
+        assert reward(**cols) == [None] * 4
+        assert reward(**cols) == [None] * 4
+    (message,) = said()  # once, not once per step
+    assert message.startswith(
+        "verifier_dense at step 3: 4 of 4 dense verifier reads abstained: low score-token mass 4"
+    ), message
+    assert (
+        "fix: " in message and "verifier.min_mass" in message and "upgrade densereward" in message
+    )
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="densereward.rewards.verifier"):
+        areward = AsyncVerifierReward(abstaining_verifier, reference_guided=True)
+        assert asyncio.run(areward(**cols)) == [None] * 4
+    assert len(said()) == 1 and said()[0].startswith("verifier_dense at step 3: 4 of 4")
+
+
 @pytest.mark.slow
 def test_dense_reward_with_default_model(verifier, checker, tmp_path, data_dir):
     """Reference-guided dense reward (answer_match) on GSM8K dev solutions: in each group the
@@ -509,7 +572,9 @@ def test_group_reward_refuses_a_partial_group(prompts, server):
              r"multiple of num_generations \(4\)")  # fmt: skip
     completions = [f"\\boxed{{{i}}}" for i in range(len(prompts))]
     with pytest.raises(DataError, match=match):
-        GroupVerifierReward(no_verifier, num_generations=4)(prompts=prompts, completions=completions)
+        GroupVerifierReward(no_verifier, num_generations=4)(
+            prompts=prompts, completions=completions
+        )
     with pytest.raises(DataError, match=match):
         asyncio.run(
             AsyncGroupVerifierReward(no_verifier, num_generations=4)(

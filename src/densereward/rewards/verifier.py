@@ -27,7 +27,11 @@ Abstention: a completion the verifier could not score gets ``None``. TRL turns i
 with several reward functions the weighted sum ``nansum``-s over the others; when *every*
 reward function returns ``None`` for a completion TRL 1.16 logs a warning, excludes the row
 from its group's mean/std and sets its advantage to 0 (no learning signal) -- it never
-becomes a fake 0 or 0.5.
+becomes a fake 0 or 0.5. The first call (a GRPO step's generation batch) in which at least
+half of the dense reads abstain logs one warning with the reasons counted and their fix
+(:class:`densereward.abstentions.AbstentionAlarm`): a verifier that abstains on nearly every
+read leaves the dense reward empty (``rewards/verifier_dense/mean: None``) and the gated
+reward silently sparse.
 """
 
 from __future__ import annotations
@@ -39,6 +43,7 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
+from ..abstentions import AbstentionAlarm
 from ..answers import final_answer_part
 from ._common import (
     check_lengths,
@@ -48,6 +53,13 @@ from ._common import (
 )
 from .math import MathChecker, default_checker, references_from_columns
 from .tracking import RewardQualityTracker
+
+_MERGED_LETTERS_HINT = (
+    "; a verifier whose tokenizer merges the score letter into the '>' before it (Qwen2.5 and "
+    "Qwen3 spell '<score>T' as '<', 'score', '>T') reads low mass in a densereward that reads "
+    "after a lone '>': upgrade densereward, or choose another verifier.model"
+)
+"""Added to the abstention warning when reads had low score-token mass (issue 26)."""
 
 __all__ = [
     "VerifierReward",
@@ -106,6 +118,22 @@ class _VerifierRewardBase:
         self.num_generations = num_generations
         self.criteria = criteria
         self.reference_guided = reference_guided
+        self._abstention_alarm = AbstentionAlarm("dense verifier reads", min_reads=1)
+
+    def _watch_abstentions(self, results: Sequence[Any], trainer_state: Any) -> None:
+        """Log one warning, the first time at least half of one call's reads abstained.
+
+        One call is one generation batch of a GRPO step on this process; its reads are the
+        completions sent to the verifier. The warning counts the reasons and names their fix.
+        """
+        reasons = [getattr(r, "reason", None) for r in results if getattr(r, "value", 0) is None]
+        message = self._abstention_alarm.observe(len(results), reasons)
+        if message is None:
+            return
+        step = getattr(trainer_state, "global_step", None)
+        where = "" if step is None else f" at step {int(step) + 1}"
+        hint = _MERGED_LETTERS_HINT if "low score-token mass" in message else ""
+        logger.warning("%s%s: %s%s", self.__name__, where, message, hint)
 
     def _shown(self, texts: Sequence[str | None]) -> list[str | None]:
         """What the verifier is shown of each completion (see the module docstring)."""
@@ -360,6 +388,7 @@ class VerifierReward(_VerifierRewardBase):
         texts, problems = self._prepare(prompts, completions, kwargs)
         flags, idx, request = self._request(texts, problems, kwargs)
         results = self.verifier.score_batch(**request) if idx else []
+        self._watch_abstentions(results, trainer_state)
         values, masses = self._collect(results, idx, len(texts), flags)
         self._track(
             prompts=prompts, texts=texts, scores=values, masses=masses, columns=kwargs,
@@ -384,6 +413,7 @@ class AsyncVerifierReward(VerifierReward):
         texts, problems = self._prepare(prompts, completions, kwargs)
         flags, idx, request = self._request(texts, problems, kwargs)
         results = await self.verifier.ascore_batch(**request) if idx else []
+        self._watch_abstentions(results, trainer_state)
         values, masses = self._collect(results, idx, len(texts), flags)
         await asyncio.to_thread(
             self._track,
