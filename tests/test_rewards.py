@@ -506,6 +506,78 @@ def test_dense_reward_warns_once_when_most_reads_abstain(abstaining_verifier, ca
 
 
 @pytest.mark.slow
+def test_grpo_step_leaves_a_completion_every_reward_abstained_on_out_of_its_group(
+    abstaining_verifier, default_model_dir, tmp_path, monkeypatch, caplog
+):
+    """Issue 28 item 5, through one real ``GRPOTrainer`` step with the gated reward: the
+    completion whose Math-Verify check timed out and whose dense read abstained is left out of
+    its group's mean and std (advantage 0), never counted as a reward of 0; under a TRL older than
+    1.6, which would count it, the rewards refuse to run. Also issue 26 item 2: the step's dense
+    reads all abstained, and the run says so once."""
+    import trl
+    from datasets import Dataset
+    from trl import GRPOConfig, GRPOTrainer
+
+    from densereward.rewards import RewardConfig, build_reward_funcs
+
+    monkeypatch.setenv("TRL_EXPERIMENTAL_SILENCE", "1")  # rollout_func is experimental in TRL
+    # a group of 4: Math-Verify times out on the first (a tower of powers), the second is right
+    completions = [r"\boxed{9^{9^{9^{9}}}}", r"\boxed{4}", r"\boxed{5}", r"\boxed{3}"]
+
+    def rollout(prompts, trainer):  # the scripted completions instead of sampling
+        tok = trainer.processing_class
+        text = [tok.apply_chat_template(p, add_generation_prompt=True, tokenize=False)
+                for p in prompts]  # fmt: skip
+        ids = [tok(c, add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
+               for c in completions]  # fmt: skip
+        return {"prompt_ids": [tok(t, add_special_tokens=False)["input_ids"] for t in text],
+                "completion_ids": ids[: len(prompts)], "logprobs": None}  # fmt: skip
+
+    advantages: list[list[float]] = []
+
+    class Trainer(GRPOTrainer):
+        def _generate_and_score_completions(self, inputs):
+            out = super()._generate_and_score_completions(inputs)
+            advantages.append(out["advantages"].tolist())
+            return out
+
+    checker = MathChecker(timeout_s=1.0)
+    try:
+        funcs, weights = build_reward_funcs(RewardConfig(type="gated", track=False),
+                                            abstaining_verifier, checker=checker,
+                                            num_generations=4)  # fmt: skip
+        dataset = Dataset.from_list(
+            [{"prompt": [{"role": "user", "content": "What is 2+2?"}], "answer": "4"}] * 4
+        )
+        args = GRPOConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False, max_steps=1,
+                          per_device_train_batch_size=4, num_generations=4, report_to=[],
+                          max_completion_length=16, save_strategy="no", logging_steps=1,
+                          reward_weights=weights)  # fmt: skip
+        trainer = Trainer(model=str(default_model_dir), reward_funcs=funcs, args=args,
+                          train_dataset=dataset, rollout_func=rollout)  # fmt: skip
+        with caplog.at_level("WARNING", logger="densereward.rewards.verifier"):
+            trainer.train()
+        # rewards 1 * sparse + 0.5 * dense (dense: None everywhere) -> [excluded, 1, 0, 0]
+        rest = [1.0, 0.0, 0.0]
+        mean, std = sum(rest) / 3, (sum((r - 1 / 3) ** 2 for r in rest) / 2) ** 0.5
+        expected = [0.0, *((r - mean) / (std + 1e-4) for r in rest)]
+        assert advantages == [pytest.approx(expected, abs=1e-4)], advantages
+        logged = trainer.state.log_history[0]
+        assert logged["reward"] == pytest.approx(1 / 3)  # the mean over the 3 scored, not 1/4
+        assert logged["rewards/verifier_dense/mean"] is None
+        said = [r.getMessage() for r in caplog.records if "dense verifier reads" in r.getMessage()]
+        assert len(said) == 1 and "4 of 4 dense verifier reads abstained" in said[0], said
+
+        monkeypatch.setattr(trl, "__version__", "1.5.0")
+        for func in funcs:
+            with pytest.raises(ImportError, match=r"trl>=1\.6 \(installed: 1\.5\.0\)"):
+                func(prompts=["What is 2+2?"], completions=[r"\boxed{4}"], answer=["4"],
+                     trainer_state=trainer.state)  # fmt: skip
+    finally:
+        checker.close()
+
+
+@pytest.mark.slow
 def test_dense_reward_with_default_model(verifier, checker, tmp_path, data_dir):
     """Reference-guided dense reward (answer_match) on GSM8K dev solutions: in each group the
     correct solution outscores the wrong one and the empty completion ranks last."""

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import itertools
 import json
+import re
+import sys
 from collections.abc import Sequence
 from typing import Any
 
@@ -16,7 +18,15 @@ __all__ = [
     "group_slices",
     "check_verifier_options",
     "check_group_options",
+    "check_trl",
+    "TRL_MIN_VERSION",
 ]
+
+TRL_MIN_VERSION = (1, 6)
+"""The oldest TRL whose ``GRPOTrainer`` leaves a completion on which every reward function
+returned ``None`` out of its group's mean and std and gives it advantage 0 (huggingface/trl#5902,
+in 1.6.0). Older releases ``nansum`` that row to a reward of 0, which counts in the group's
+baseline as if the completion had earned 0."""
 
 
 def _message_text(content: Any) -> str | None:
@@ -98,6 +108,34 @@ def check_lengths(*, completions: Sequence[Any], **columns: Sequence[Any] | None
                 f"length mismatch: {len(col)} values in {name!r} but {n} completions; a reward "
                 "function needs exactly one value per completion"
             )
+
+
+def check_trl(trainer_state: Any) -> None:
+    """Refuse to reward for a TRL that would count an abstention as a reward of 0.
+
+    Every reward function here returns ``None`` where it cannot score (a Math-Verify timeout, a
+    verifier that abstained), trusting the trainer to leave a completion that no reward could
+    score out of its group's statistics. Called with the ``trainer_state`` TRL passes; outside a
+    trainer (``None``) there is nothing to check.
+
+    Raises:
+        ImportError: under a TRL older than :data:`TRL_MIN_VERSION`, naming the upgrade.
+
+    >>> check_trl(None)
+    """
+    if trainer_state is None:
+        return
+    trl = sys.modules.get("trl")
+    version = str(getattr(trl, "__version__", "")) if trl is not None else ""
+    numbers = tuple(int(x) for x in re.findall(r"\d+", version)[:2])
+    if numbers and numbers < TRL_MIN_VERSION:
+        need = ".".join(map(str, TRL_MIN_VERSION))
+        raise ImportError(
+            f"densereward's reward functions need trl>={need} (installed: {version}): older "
+            "GRPOTrainers count a completion on which every reward function returned None (a "
+            "Math-Verify timeout, a verifier abstention) as a reward of 0 in its group's mean and "
+            f"std. pip install -U 'trl>={need}'"
+        )
 
 
 def group_slices(prompts: Sequence[Any], num_generations: int | None = None) -> list[slice]:

@@ -18,7 +18,13 @@ from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
 from ..errors import DataError
-from ._common import check_group_options, check_lengths, completion_texts, group_slices
+from ._common import (
+    check_group_options,
+    check_lengths,
+    check_trl,
+    completion_texts,
+    group_slices,
+)
 from .verifier import VerifierLike, _VerifierRewardBase
 
 __all__ = ["GroupVerifierReward", "AsyncGroupVerifierReward", "check_whole_groups"]
@@ -143,6 +149,7 @@ class GroupVerifierReward(_VerifierRewardBase):
         log_extra: Callable[[str, list], None] | None = None,
         **kwargs: Any,
     ) -> list[float | None]:
+        check_trl(trainer_state)
         texts, shown, groups = self._groups(prompts, completions, trainer_state, kwargs)
         values: list[float | None] = [None] * len(texts)
         for sl, args in groups:
@@ -184,6 +191,7 @@ class AsyncGroupVerifierReward(GroupVerifierReward):
         log_extra: Callable[[str, list], None] | None = None,
         **kwargs: Any,
     ) -> list[float | None]:
+        check_trl(trainer_state)
         texts, shown, groups = self._groups(prompts, completions, trainer_state, kwargs)
         outs = await asyncio.gather(*(self._arank_group(*args) for _, args in groups))
         values: list[float | None] = [None] * len(texts)

@@ -45,7 +45,7 @@ from ..answers import (
     extract_final_line,
 )
 from ..errors import BackendUnavailableError, ConfigError
-from ._common import check_lengths, completion_texts
+from ._common import check_lengths, check_trl, completion_texts
 
 __all__ = [
     "MathCheck",
@@ -386,6 +386,7 @@ class MathCorrectnessReward:
         log_metric: Any = None,
         **kwargs: Any,
     ) -> list[float | None]:
+        check_trl(kwargs.get("trainer_state"))
         texts = completion_texts(completions)
         references = references_from_columns(kwargs, len(texts), self.answer_column)
         checker = self.checker or default_checker()

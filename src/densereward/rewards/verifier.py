@@ -47,6 +47,7 @@ from ..abstentions import AbstentionAlarm
 from ..answers import final_answer_part
 from ._common import (
     check_lengths,
+    check_trl,
     check_verifier_options,
     completion_texts,
     prompt_texts,
@@ -385,6 +386,7 @@ class VerifierReward(_VerifierRewardBase):
         log_extra: Callable[[str, list], None] | None = None,
         **kwargs: Any,
     ) -> list[float | None]:
+        check_trl(trainer_state)
         texts, problems = self._prepare(prompts, completions, kwargs)
         flags, idx, request = self._request(texts, problems, kwargs)
         results = self.verifier.score_batch(**request) if idx else []
@@ -410,6 +412,7 @@ class AsyncVerifierReward(VerifierReward):
         log_extra: Callable[[str, list], None] | None = None,
         **kwargs: Any,
     ) -> list[float | None]:
+        check_trl(trainer_state)
         texts, problems = self._prepare(prompts, completions, kwargs)
         flags, idx, request = self._request(texts, problems, kwargs)
         results = await self.verifier.ascore_batch(**request) if idx else []
