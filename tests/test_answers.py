@@ -115,6 +115,126 @@ def test_one_extractor_everywhere():
     assert final_answer_part("<think>a</think>\n\nb") == "b"
 
 
+# ---- when two answers are equal: numbers, mixed numbers, bare answers (issue 28 items 1-3) ----
+
+TOLERANCE_CASES = [
+    # Math-Verify alone rounds to 6 decimal places: every number below 5e-7 equals 0 (MV#21)
+    (r"\boxed{0.0000002}", "0.0000001", 0.0),
+    (r"\boxed{0.0000001}", "0", 0.0),
+    # ... and chops differences below 1e-15 (MV#14)
+    (r"\boxed{\frac{1}{2^{98}}}", r"\frac{1}{2^{99}}", 0.0),
+    (r"\boxed{\frac{x}{2^{98}}}", r"\frac{x}{2^{99}}", 0.0),
+    # the rule holds inside tuples, intervals, matrices and equations too
+    (r"\boxed{(0.0000002, 1)}", "(0.0000001, 1)", 0.0),
+    (r"\boxed{[0.0000002, 1]}", "[0.0000001, 1]", 0.0),
+    (r"\boxed{x = 0.0000002}", "0.0000001", 0.0),
+    (
+        r"\boxed{\begin{pmatrix}0.0000002\\\\1\end{pmatrix}}",
+        r"\begin{pmatrix}0.0000001\\\\1\end{pmatrix}",
+        0.0,
+    ),
+    # huge exact numbers compare exactly
+    (r"\boxed{1000001}", "1000000", 0.0),
+    (r"\boxed{2^{98} + 1}", "2^{98}", 0.0),
+    # equal to one part in a million: still equal (Math-Verify's 1/3 == 0.333333 kept)
+    (r"\boxed{0.3333333}", r"\frac{1}{3}", 1.0),
+    (r"\boxed{0.333333}", r"\frac{1}{3}", 1.0),
+    (r"\boxed{1.4142136}", r"\sqrt{2}", 1.0),
+    (r"\boxed{1.41}", r"\sqrt{2}", 0.0),
+    (r"\boxed{2.5}", r"\frac{5}{2}", 1.0),
+    (r"\boxed{9\%}", "9", 1.0),
+    (r"\boxed{9\%}", "0.09", 1.0),
+    (r"\boxed{0.50000001}", "0.5", 1.0),
+]
+
+
+@pytest.mark.parametrize(("completion", "reference", "reward"), TOLERANCE_CASES)
+def test_numbers_are_equal_to_a_relative_tolerance(checker, completion, reference, reward):
+    assert checker.check(reference, completion).reward == reward
+
+
+def test_numbers_equal_rule():
+    from fractions import Fraction
+
+    from densereward.answers import REL_TOL, numbers_equal
+
+    assert REL_TOL == 1e-6
+    assert not numbers_equal("0.0000002", "0.0000001") and not numbers_equal(2**-98, 2**-99)
+    assert not numbers_equal(10**20 + 1, 10**20)  # exact values compare exactly, any size
+    assert numbers_equal("1e20", "1.0000005e20") and not numbers_equal("1e20", "1.000002e20")
+    assert numbers_equal(Fraction(1, 3), "0.333333") and not numbers_equal(
+        Fraction(1, 3), "0.33333"
+    )
+    assert numbers_equal("0", "0.0") and not numbers_equal("0", "1e-300")
+
+
+MIXED_CASES = [
+    # plain text and LaTeX mixed numbers mean the same sum (the policy of answers.mixed_number)
+    ("Final answer: 1 1/4", "5/4", 1.0),
+    ("Final answer: 1 1/4", "1.25", 1.0),
+    (r"\boxed{1 \frac{1}{4}}", "5/4", 1.0),
+    (r"\boxed{2\frac{1}{2}}", "2.5", 1.0),
+    ("The answer is -1 1/4.", "-1.25", 1.0),
+    (r"\boxed{-2\dfrac{1}{2}}", r"-\frac{5}{2}", 1.0),
+    (r"\boxed{\frac{5}{4}}", "1 1/4", 1.0),  # a reference written as a mixed number
+    ("Final answer: 1 1/4", "1/4", 0.0),  # not the fraction alone, not a product
+    ("Final answer: 1 1/4", "1", 0.0),
+    ("Final answer: 1 3/4", "5/4", 0.0),
+]
+
+
+@pytest.mark.parametrize(("completion", "reference", "reward"), MIXED_CASES)
+def test_mixed_numbers_are_their_sum(checker, completion, reference, reward):
+    assert checker.check(reference, completion).reward == reward
+
+
+def test_mixed_number_rewrite():
+    from densereward.answers import mixed_number
+
+    assert mixed_number("1 1/4") == mixed_number(r"1\frac{1}{4}") == r"\frac{5}{4}"
+    assert mixed_number(" -3 2/5 ") == r"-\frac{17}{5}"
+    for unchanged in ("2 3/2", "1/4", "1 1/4 cups", "x 1/4", "12"):
+        assert mixed_number(unchanged) == unchanged
+
+
+BARE_CASES = [
+    # a completion that is nothing but a number or a math expression is its own final answer
+    ("12", "12", 1.0, None),
+    ("  12\n", "12", 1.0, None),
+    ("12.", "12", 1.0, None),
+    ("13", "12", 0.0, None),
+    ("$\\frac{1}{2}$", "0.5", 1.0, None),
+    ("\\frac{1}{2}", "0.5", 1.0, None),
+    ("1 1/4", "5/4", 1.0, None),
+    ("-3.5", "-7/2", 1.0, None),
+    ("$1,018", "1018", 1.0, None),
+    ("<think>\n7 + 5\n</think>\n12", "12", 1.0, None),
+    # prose, a relation (work shown, no answer stated) or a second line is still no answer
+    ("12 is my guess", "12", 0.0, "no_answer"),
+    ("maybe 12", "12", 0.0, "no_answer"),
+    ("12 apples", "12", 0.0, "no_answer"),
+    ("7 + 5 = 12", "12", 0.0, "no_answer"),
+    ("x > 3", "12", 0.0, "no_answer"),
+    ("7 + 5\n12", "12", 0.0, "no_answer"),
+    ("?", "12", 0.0, "no_answer"),
+]
+
+
+@pytest.mark.parametrize(("completion", "reference", "reward", "reason"), BARE_CASES)
+def test_a_bare_answer_is_its_own_final_answer(checker, completion, reference, reward, reason):
+    from densereward import prompts
+
+    r = checker.check(reference, completion)
+    assert (r.reward, r.reason) == (reward, reason), r
+    extracted = extract_answer(completion)
+    assert (extracted.source == "bare") == (reason is None)
+    # the verifier's reference-guided prompt reads the same answer
+    assert prompts.extract_final_answer(completion) == extracted.answer
+    # only answer_format auto reads bare answers (boxed / final_line are strict)
+    assert extract_answer(completion, "boxed").answer is None
+    assert extract_answer(completion, "final_line").answer is None
+
+
 # ---- agreement with real labels (issue 22, item 2) --------------------------------------------
 
 # Rows where the sparse reward and the file's is_correct disagree, with the reason
@@ -186,7 +306,12 @@ def test_tracker_logs_frac_no_answer_and_warns_once(caplog, tmp_path):
         v = scripted_verifier(srv.base_url, granularity=20)
         tracker = RewardQualityTracker(tmp_path)
         reward = VerifierReward(v, tracker=tracker, checker=MathChecker(executor="inline"))
-        comps = ["<think>\nthe answer is surely 4 but", "I believe it is 4", "4", "\\boxed{4}"]
+        comps = [
+            "<think>\nthe answer is surely 4 but",
+            "I believe it is 4",
+            "4, I guess",
+            "\\boxed{4}",
+        ]
         logged: dict[str, float] = {}
         kwargs = {"problem": ["2+2?"] * 4, "answer": ["4"] * 4}
         with caplog.at_level(logging.WARNING, logger="densereward.rewards.tracking"):

@@ -13,6 +13,8 @@ import os
 from multiprocessing.connection import Connection
 from typing import Any
 
+from ..answers import answers_equal, mixed_number
+
 __all__ = ["check_one", "serve"]
 
 
@@ -22,23 +24,26 @@ def check_one(
     """Parse and verify one (reference, extracted final answer) pair with Math-Verify, no timeouts.
 
     ``answer`` is what :func:`densereward.answers.extract_answer` found in the completion; it
-    is parsed as the content of a ``\\boxed{}`` (LaTeX first, then a plain expression).
+    is parsed as the content of a ``\\boxed{}`` (LaTeX first, then a plain expression). Both
+    sides read a mixed number as its sum, and numbers compare under the relative rule of
+    :func:`densereward.answers.answers_equal`.
 
     Returns:
         ``(reward, predicted, reason)``: reward 1.0 / 0.0 / None (reference unparseable);
         reason ``"answer_unparseable"`` when Math-Verify reads nothing in the answer.
     """
     from latex2sympy2_extended import NormalizationConfig
-    from math_verify import ExprExtractionConfig, LatexExtractionConfig, parse, verify
+    from math_verify import ExprExtractionConfig, LatexExtractionConfig, parse
 
     if gold not in gold_cache:
-        gold_text = gold if "\\boxed" in gold or gold.startswith("$") else f"\\boxed{{{gold}}}"
+        text = mixed_number(gold)
+        gold_text = text if "\\boxed" in text or text.startswith("$") else f"\\boxed{{{text}}}"
         gold_cache[gold] = parse(gold_text, parsing_timeout=None)
     gold_parsed = gold_cache[gold]
     if not gold_parsed:
         return None, "", "gold_unparseable"
     pred = parse(
-        f"\\boxed{{{answer}}}",
+        f"\\boxed{{{mixed_number(answer)}}}",
         extraction_config=[
             LatexExtractionConfig(
                 normalization_config=NormalizationConfig(units=True, malformed_operators=True),
@@ -52,7 +57,7 @@ def check_one(
     )
     if not pred:
         return 0.0, answer, "answer_unparseable"
-    ok = verify(gold_parsed, pred, timeout_seconds=None)
+    ok = answers_equal(gold_parsed, pred)
     return (1.0 if ok else 0.0), answer, None
 
 
