@@ -323,3 +323,136 @@ def test_cli_with_real_default_verifier(gsm8k, tmp_path, default_model_dir, monk
         "- prompt: `reference-free (the default criterion), style direct`"
         in (out / "report.md").read_text()
     )
+
+
+def _rows(spec):
+    """Rows from ``[(problem_id, generator, is_correct), ...]``."""
+    return [
+        {"problem_id": p, "problem": f"question {p}", "response": f"{g} answers {p}",
+         "is_correct": ok, "generator": g, "family": None, "reference": None}
+        for p, g, ok in spec
+    ]  # fmt: skip
+
+
+def test_abstained_responses_are_rejects_in_test_time_scaling():
+    """Issue 28 item 17: an abstained response stays in its problem's base pass rate and pool and
+    is never accepted, as in deployment (it used to be dropped before both)."""
+    spec = [("p1", "g1", True), ("p1", "g2", False), ("p1", "g3", False),
+            ("p2", "g1", True), ("p2", "g2", False), ("p2", "g3", True),
+            ("p3", "g1", False), ("p3", "g2", True), ("p3", "g3", False)]  # fmt: skip
+    scores = [0.3, None, None, None, 0.2, 0.8, 0.7, 0.6, None]
+    m = E.evaluate(_rows(spec), scores, threshold=0.5, n_bootstrap=20)
+    base = (1 / 3 + 2 / 3 + 1 / 3) / 3  # every response counts: 4/9 (2/3 without the abstained)
+    # p1: nothing accepted -> its plain pass rate 1/3 (not 1 from its one scored response);
+    # p2: the accepted 0.8 is correct -> 1; p3: 0.7 wrong and 0.6 right accepted -> 1/2
+    verified = (1 / 3 + 1 + 1 / 2) / 3
+    pooled = m["tts"]["pooled"]
+    assert pooled["mean_problem_pass_rate"] == pytest.approx(base)
+    assert pooled["tts_pass_rate"] == pytest.approx(verified)
+    assert pooled["k_mean"] == 3.0
+    assert m["overall"]["mean_problem_pass_rate"] == pytest.approx(base)
+    assert m["overall"]["tts_pass_rate"] == pytest.approx(verified)
+    ci = m["confidence_intervals"]["tts_verification_gain"]
+    assert ci["value"] == pytest.approx(verified - base)
+    rs = m["rejection_sampling"]["pooled"]
+    assert rs["base_accuracy"] == pytest.approx(base)
+    assert rs["expected_gain_infinite_m"] == pytest.approx(verified - base)
+    # pooled eq. 1: precision of the 3 accepted (2 correct) minus the pass rate of all 9 (4 correct)
+    assert rs["verifier_gain"] == pytest.approx(2 / 3 - 4 / 9)
+    assert rs["acceptance_rate"] < 2 / 3 + 1e-9  # p1's runs never end on an accepted draw
+    # the classification metrics still leave the abstained out
+    assert m["overall"]["n"] == 5 and m["overall"]["pass_rate"] == pytest.approx(3 / 5)
+    assert M.tts_pass_rate(scores, [ok for *_, ok in spec], [p for p, *_ in spec], 0.5) == (
+        pytest.approx(verified)
+    )
+
+
+def _abstaining_file(tmp_path, n_scored: int):
+    """5 problems x 4 generators, and a scores.jsonl in which all but ``n_scored`` abstained."""
+    gens = ["g1", "g2", "g3", "g4"]
+    responses = tmp_path / "responses.jsonl"
+    rows = [{"problem_id": f"p{p}", "problem": f"What is {p}+{p}?", "response": f"{g}: {2 * p}",
+             "is_correct": (p + k) % 2 == 0, "generator": g}
+            for p in range(5) for k, g in enumerate(gens)]  # fmt: skip
+    responses.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    loaded = E.load_responses(responses)
+    scores = tmp_path / "scores.jsonl"
+    with open(scores, "w") as f:
+        for i, (key, row) in enumerate(zip(row_keys(loaded), loaded, strict=True)):
+            scored = i < n_scored
+            reason = None if scored else (
+                "backend error: TimeoutError" if i % 10 == 9
+                else f"low score-token mass: 0.{i:02d} < min_mass 0.5"
+            )  # fmt: skip
+            f.write(json.dumps({"problem_id": key[0], "generator": key[1], "response_index": key[2],
+                                "is_correct": row["is_correct"], "score": 0.7 if scored else None,
+                                "reason": reason}) + "\n")  # fmt: skip
+    return responses, scores
+
+
+@pytest.mark.parametrize("n_scored", [1, 0], ids=["19_of_20", "all_20"])
+def test_most_reads_abstained_leads_the_report_and_exits_3(tmp_path, capsys, n_scored):
+    """Issue 28 item 11: 19 of 20 reads abstained used to exit 0 with "generators: 1" (the file
+    has 4) and advice `verifier.threshold=n/a`; now the report and plots lead with the
+    abstentions and their reasons counted, and the command exits 3 (documented in --help)."""
+    responses, scores = _abstaining_file(tmp_path, n_scored)
+    out = tmp_path / "out"
+    rc = run_cli("--responses", str(responses), "--scores", str(scores), "--out", str(out),
+                 "--bootstrap", "20")  # fmt: skip
+    assert rc == 3 == E.cli.EXIT_MOST_ABSTAINED
+    n_abst = 20 - n_scored
+    n_backend = 2  # rows 9 and 19
+    headline = (f"{n_abst} of 20 reads abstained (low score-token mass {n_abst - n_backend}, "
+                f"backend error {n_backend})")  # fmt: skip
+    assert headline in capsys.readouterr().err
+    report = (out / "report.md").read_text()
+    assert report.startswith(f"# Verifier evaluation\n\n## {headline}\n")
+    assert "Fix: the verifier model puts less than verifier.min_mass" in report
+    assert "generators: 4" in report and "generators: 1" not in report
+    assert "=n/a" not in report
+    m = json.loads((out / "metrics.json").read_text())
+    assert m["abstentions"]["reasons"] == {
+        "low score-token mass": n_abst - n_backend, "backend error": n_backend
+    }  # fmt: skip
+    assert m["counts"]["n_generators"] == 4 and m["abstentions"]["most"] is True
+    assert (out / "abstentions.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    if n_scored:
+        assert set(m["per_generator"]) == {"g1", "g2", "g3", "g4"}
+        assert "None is advised: most reads abstained" in report
+        assert (out / "reliability.png").is_file()
+    else:
+        assert "no metric can be computed" in report and "overall" not in m
+    parser = argparse.ArgumentParser(formatter_class=argparse.RawDescriptionHelpFormatter)
+    E.add_arguments(parser)
+    assert "3  most reads abstained" in parser.format_help()
+
+
+def test_threshold_advice_never_says_n_a(gsm8k):
+    """With one class among the scored responses no threshold is advised (it said
+    `verifier.threshold=n/a`)."""
+    rows = [r for r in E.load_responses(gsm8k, limit=10) if r["is_correct"]]
+    m = E.evaluate(rows, [0.8] * len(rows), n_bootstrap=0)
+    text = E.render_report(m)
+    assert "=n/a" not in text and "No threshold can be calibrated on these data" in text
+
+
+@pytest.mark.slow
+def test_most_reads_abstained_with_a_real_verifier(gsm8k, tmp_path, default_model_dir, capsys):
+    """Item 11 through the engine: the embedded model read at min_mass 0.999 abstains on every
+    read of one GSM8K problem (4 generators); the reasons counted are its reads' own."""
+    import dataclasses
+
+    from densereward.config import VerifierConfig
+
+    # the start-up calibration read refuses such a verifier (its job); this test needs one that runs
+    fields = {f.name for f in dataclasses.fields(VerifierConfig)}
+    extra = ["verifier.calibrate=false"] if "calibrate" in fields else []
+    out = tmp_path / "real"
+    rc = run_cli("--responses", str(gsm8k), "--limit", "1", "--out", str(out), "--no-plots",
+                 "--bootstrap", "0", "verifier.granularity=5", "verifier.min_mass=0.999", *extra)  # fmt: skip
+    assert rc == 3
+    assert "4 of 4 reads abstained (low score-token mass 4)" in capsys.readouterr().err
+    m = json.loads((out / "metrics.json").read_text())
+    assert m["abstentions"]["reasons"] == {"low score-token mass": 4} and "overall" not in m
+    recs = [json.loads(line) for line in (out / "scores.jsonl").read_text().splitlines()]
+    assert all(r["reason"].startswith("low score-token mass: ") for r in recs)

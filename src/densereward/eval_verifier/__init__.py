@@ -9,8 +9,12 @@ built from ``--config``/``--set``, or from a ``scores.jsonl`` written by an earl
 
 Outputs in ``--out``: ``metrics.json`` (every metric), ``report.md``, ``scores.jsonl`` (one
 row per response: ``problem_id, generator, is_correct, score, mass, abstained``, plus
-``response_index`` and ``response_sha1`` to align a reuse) and PNG plots. Abstained
-responses (score ``None``) are excluded from the metrics and counted.
+``response_index``, ``response_sha1`` to align a reuse, and ``reason``) and PNG plots.
+Abstained responses (score ``None``) are counted with their reasons; they are excluded from
+the classification metrics and are rejects in the test-time-scaling and rejection-sampling
+figures (as in deployment). When most reads abstain (more than half) the report and plots
+lead with that (``abstentions.png``) and the command exits with code 3
+(:data:`~densereward.eval_verifier.cli.EXIT_MOST_ABSTAINED`).
 
 Python API::
 
@@ -32,7 +36,7 @@ from .data import (
     load_responses,
     load_scores,
 )
-from .evaluation import HEADLINE, evaluate
+from .evaluation import HEADLINE, abstention_summary, evaluate
 from .plots import write_plots
 from .report import render_report, write_outputs
 from .scoring import label_with_sparse_reward, score_responses
@@ -47,6 +51,7 @@ __all__ = [
     "score_responses",
     "label_with_sparse_reward",
     "evaluate",
+    "abstention_summary",
     "render_report",
     "write_plots",
     "write_outputs",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from collections.abc import Sequence
 from typing import Any
 
@@ -20,11 +21,23 @@ from ..errors import ConfigError
 from ..io import to_jsonable
 from ..metrics.format import format_number
 from .data import align_scores, load_responses, load_scores
-from .evaluation import evaluate
+from .evaluation import abstention_headline, abstention_summary, evaluate
 from .report import _prompt_description, write_outputs
 from .scoring import label_with_sparse_reward, score_responses
 
-__all__ = ["build_config", "add_arguments", "main"]
+__all__ = ["EXIT_MOST_ABSTAINED", "build_config", "add_arguments", "main"]
+
+EXIT_MOST_ABSTAINED = 3
+"""Exit status when most reads abstained (more than half of the responses have no score): the
+outputs are written, the report and plots lead with the abstentions, but they measure too few
+responses to describe the verifier. The same code as ``densereward score``'s abstention."""
+
+EXIT_CODES = f"""exit status:
+  0  the report was written
+  2  bad input or configuration (the message names it)
+  {EXIT_MOST_ABSTAINED}  most reads abstained (> half of the responses have no score); the outputs
+     are still written and report.md / abstentions.png lead with the reasons counted
+"""
 
 
 def build_config(config_path: str | None, overrides: Sequence[str]) -> VerifierConfig:
@@ -46,7 +59,8 @@ def build_config(config_path: str | None, overrides: Sequence[str]) -> VerifierC
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Add the ``eval-verifier`` options to ``parser``."""
+    """Add the ``eval-verifier`` options to ``parser`` (and its exit codes to the help)."""
+    parser.epilog = f"{parser.epilog}\n\n{EXIT_CODES}" if parser.epilog else EXIT_CODES
     parser.add_argument(
         "--responses", required=True, help="labelled JSONL (generic rows or GSM8K model solutions)"
     )
@@ -84,7 +98,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    """Run ``densereward eval-verifier``; returns the process exit code (0 = success).
+    """Run ``densereward eval-verifier``; returns the process exit code.
+
+    Exit codes: 0 the report was written; 2 bad input or configuration (raised here, printed by
+    the CLI); :data:`EXIT_MOST_ABSTAINED` (3) most reads abstained (more than half of the
+    responses have no score): the outputs are written and lead with the abstentions and their
+    reasons, but the metrics rest on too few responses to describe the verifier (with every
+    read abstained there are no metrics, only the counts).
 
     Raises:
         DataError, ConfigError: on bad input (the CLI prints them).
@@ -127,13 +147,27 @@ def main(args: argparse.Namespace) -> int:
         meta["verifier_stats"] = stats
         meta["reference_guided"] = bool(args.reference_guided)
     meta["verifier"] = {k: v for k, v in to_jsonable(config).items() if k != "api_key_env"}
-    metrics = evaluate(
-        rows,
-        [r["score"] for r in records],
-        threshold=config.threshold,
-        n_bootstrap=args.bootstrap,
-        seed=args.seed,
-    )
+    scores = [r["score"] for r in records]
+    # reasons are known when scored now, or from a scores.jsonl that records them
+    reasons = [r.get("reason") for r in records] if all("reason" in r for r in records) else None
+    if all(v is None for v in scores):  # no metric exists: counts and reasons only
+        summary = abstention_summary(rows, scores, reasons)
+        metrics = {
+            "counts": {"n_responses": len(rows), "n_scored": 0, "n_abstained": len(rows),
+                       "n_problems": len({str(r["problem_id"]) for r in rows}),
+                       "n_generators": len(summary["per_generator"]), "n_generators_scored": 0},
+            "abstentions": summary,
+            "generators": list(summary["per_generator"]),
+        }  # fmt: skip
+    else:
+        metrics = evaluate(
+            rows,
+            scores,
+            reasons=reasons,
+            threshold=config.threshold,
+            n_bootstrap=args.bootstrap,
+            seed=args.seed,
+        )
     report_meta = {
         "responses": meta["responses"],
         "scores": meta.get("scores_from", "scored now"),
@@ -156,6 +190,10 @@ def main(args: argparse.Namespace) -> int:
         report_meta=report_meta,
         plots=not args.no_plots,
     )
+    abst = metrics["abstentions"]
+    if "overall" not in metrics:
+        print(f"wrote {paths['report']}")
+        return _most_abstained(abst)
     o = metrics["overall"]
     print(
         f"TPR {format_number(o['tpr'])}  TNR {format_number(o['tnr'])}  balanced accuracy {format_number(o['balanced_accuracy'])}  "
@@ -168,4 +206,16 @@ def main(args: argparse.Namespace) -> int:
         f"{format_number(cal['cross_validated']['balanced_accuracy'])} cross-validated over problems"
     )
     print(f"wrote {paths['report']}")
-    return 0
+    return _most_abstained(abst) if abst["most"] else 0
+
+
+def _most_abstained(summary: dict[str, Any]) -> int:
+    """Say on stderr that most reads abstained; the exit code for it."""
+    scored = summary["n_responses"] - summary["n_abstained"]
+    print(
+        f"densereward eval-verifier: {abstention_headline(summary)}; the metrics rest on {scored} "
+        f"scored response(s) and do not describe this verifier (report.md leads with the reasons "
+        f"and their fix); exit status {EXIT_MOST_ABSTAINED}",
+        file=sys.stderr,
+    )
+    return EXIT_MOST_ABSTAINED

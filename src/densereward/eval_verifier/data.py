@@ -179,7 +179,8 @@ def align_scores(
     Extra score records (e.g. from a run without ``--limit``) are ignored.
 
     Returns:
-        One record per row ``{score, mass, abstained}``, aligned with ``rows``.
+        One record per row ``{score, mass, abstained}`` (and ``reason`` where the file records
+        it), aligned with ``rows``.
 
     Raises:
         DataError: if a row has no score record, or the stored ``response_sha1`` shows the
@@ -207,6 +208,7 @@ def align_scores(
                 "score": None if score is None else float(score),
                 "mass": rec.get("mass"),
                 "abstained": score is None,
+                **({"reason": rec["reason"]} if "reason" in rec else {}),
             }
         )
     return out

@@ -13,11 +13,16 @@ from typing import Any
 import numpy as np
 
 from .. import metrics as M
+from ..abstentions import count_reasons
 from ..config import resolve_threshold
 from ..errors import DataError
 from ..io import to_jsonable
 
-__all__ = ["HEADLINE", "evaluate"]
+__all__ = ["HEADLINE", "MOST_ABSTAINED", "abstention_headline", "abstention_summary", "evaluate"]
+
+MOST_ABSTAINED = 0.5
+"""Above this share of abstained reads the report and plots lead with the abstentions and the
+command exits with :data:`densereward.eval_verifier.cli.EXIT_MOST_ABSTAINED`."""
 
 HEADLINE = (
     "auroc", "score_gap", "pairwise_accuracy",  # threshold-free first
@@ -59,10 +64,70 @@ def _family_gap(scores, labels, pids, fams, threshold) -> dict[str, Any]:
     return out
 
 
+def abstention_summary(
+    rows: Sequence[Mapping[str, Any]],
+    scores: Sequence[float | None],
+    reasons: Sequence[str | None] | None = None,
+) -> dict[str, Any]:
+    """How many reads abstained, why, and per generator.
+
+    Args:
+        rows: ``(n,)`` rows with ``generator``.
+        scores: ``(n,)`` scores, ``None`` = abstained.
+        reasons: ``(n,)`` the verifier's reason per row (``ScoreResult.reason``), or ``None``
+            when unknown (scores read from a file that does not record them).
+
+    Returns:
+        ``{"n_responses", "n_abstained", "fraction", "most" (fraction > MOST_ABSTAINED),
+        "reasons": {reason kind: count} (most frequent first; ``None`` when unknown),
+        "per_generator": {generator: {"n", "n_abstained"}}}``.
+
+    >>> abstention_summary([{"generator": "g"}] * 3, [None, None, 0.4],
+    ...                    ["low score-token mass: 0.2 < min_mass 0.5", "backend error: X", None])
+    ... # doctest: +NORMALIZE_WHITESPACE
+    {'n_responses': 3, 'n_abstained': 2, 'fraction': 0.6666666666666666, 'most': True,
+     'reasons': {'low score-token mass': 1, 'backend error': 1},
+     'per_generator': {'g': {'n': 3, 'n_abstained': 2}}}
+    """
+    if len(rows) != len(scores) or (reasons is not None and len(reasons) != len(scores)):
+        raise DataError(f"{len(rows)} rows but {len(scores)} scores (and reasons)")
+    abstained = [i for i, v in enumerate(scores) if v is None]
+    per_gen: dict[str, dict[str, int]] = {}
+    for i, r in enumerate(rows):
+        g = per_gen.setdefault(str(r["generator"]), {"n": 0, "n_abstained": 0})
+        g["n"] += 1
+        g["n_abstained"] += scores[i] is None
+    fraction = len(abstained) / len(rows) if rows else math.nan
+    return {
+        "n_responses": len(rows),
+        "n_abstained": len(abstained),
+        "fraction": fraction,
+        "most": bool(rows) and fraction > MOST_ABSTAINED,
+        "reasons": None if reasons is None else count_reasons(reasons[i] for i in abstained),
+        "per_generator": per_gen,
+    }
+
+
+def abstention_headline(summary: Mapping[str, Any]) -> str:
+    """One line: how many reads abstained and why (the report's, the plots' and the CLI's lead).
+
+    >>> abstention_headline({"n_responses": 20, "n_abstained": 19, "reasons": {"backend error": 19}})
+    '19 of 20 reads abstained (backend error 19)'
+    """
+    reasons = summary.get("reasons")
+    why = (
+        ", ".join(f"{kind} {n}" for kind, n in reasons.items())
+        if reasons is not None
+        else "reasons not recorded in the scores file"
+    )
+    return f"{summary['n_abstained']} of {summary['n_responses']} reads abstained ({why})"
+
+
 def evaluate(
     rows: Sequence[Mapping[str, Any]],
     scores: Sequence[float | None],
     *,
+    reasons: Sequence[str | None] | None = None,
     threshold: float | str = "auto",
     n_bootstrap: int = 1000,
     n_calibration_bins: int = 10,
@@ -74,7 +139,11 @@ def evaluate(
 
     Args:
         rows: ``(n,)`` rows with ``problem_id, response, is_correct, generator`` (``family`` optional).
-        scores: ``(n,)`` verifier scores in ``[0, 1]``, ``None`` = abstained (excluded, counted).
+        scores: ``(n,)`` verifier scores in ``[0, 1]``, ``None`` = abstained: excluded from the
+            classification metrics and counted; in the test-time-scaling and rejection-sampling
+            figures a reject (the response stays in its problem's base pass rate and pool).
+        reasons: ``(n,)`` the verifier's reason per response (counted under ``abstentions``),
+            or ``None`` when unknown.
         threshold: accept threshold ``V = 1[score >= threshold]``: ``"auto"`` (Youden's J on
             these scored responses, in-sample; its problem-grouped cross-validated rates are
             reported beside it as the honest estimate), a number, or an earlier eval-verifier
@@ -87,9 +156,11 @@ def evaluate(
         seed: RNG seed of the sub-sampling, rejection sampling and bootstrap.
 
     Returns:
-        A JSON-ready dict (undefined values as ``None``, i.e. JSON null): ``counts``, ``overall`` (classification
+        A JSON-ready dict (undefined values as ``None``, i.e. JSON null): ``counts``,
+        ``abstentions`` (:func:`abstention_summary`), ``overall`` (classification
         report + pairwise + TTS), ``soft``, ``confidence_intervals``, ``balanced``,
-        ``per_generator``, ``per_generator_balanced``, ``difficulty`` (quartiles and
+        ``per_generator`` (every generator of the file, also one with no scored response),
+        ``per_generator_balanced``, ``difficulty`` (quartiles and
         equal-width bins, overall and per generator), ``tts``, ``rejection_sampling``,
         ``reliability``, ``self_verification_keyword_rate``.
 
@@ -105,18 +176,24 @@ def evaluate(
     """
     if len(rows) != len(scores):
         raise DataError(f"{len(rows)} rows but {len(scores)} scores")
-    keep = [i for i, s in enumerate(scores) if s is not None]
+    keep = [i for i, v in enumerate(scores) if v is not None]
     if not keep:
         raise DataError("every response was abstained on; no metric can be computed")
-    s = np.asarray([scores[i] for i in keep], dtype=np.float64)
-    if s.min() < 0 or s.max() > 1:
+    # every response (n,): an abstained score is NaN, a reject where responses are selected
+    s_all = np.asarray([math.nan if v is None else v for v in scores], dtype=np.float64)
+    scored = ~np.isnan(s_all)
+    if s_all[scored].min() < 0 or s_all[scored].max() > 1:
         raise DataError("scores must lie in [0, 1]")
+    y_all = np.asarray([bool(r["is_correct"]) for r in rows], dtype=np.float64)
+    pids_all = [str(r["problem_id"]) for r in rows]
+    gens_all = [str(r["generator"]) for r in rows]
+    fams_all = [str(r.get("family") or r["generator"]) for r in rows]
+    # the scored responses (classification metrics)
+    s, y = s_all[scored], y_all[scored]
     kept = [rows[i] for i in keep]
-    y = np.asarray([bool(r["is_correct"]) for r in kept], dtype=np.float64)
-    pids = [str(r["problem_id"]) for r in kept]
-    gens = [str(r["generator"]) for r in kept]
-    fams = [str(r.get("family") or r["generator"]) for r in kept]
-    gen_names = [g for g in dict.fromkeys(str(r["generator"]) for r in rows) if g in set(gens)]
+    pids = [pids_all[i] for i in keep]
+    gens = [gens_all[i] for i in keep]
+    gen_names = list(dict.fromkeys(gens_all))  # every generator of the file
 
     calibration = M.calibrate_threshold(s, y, pids)
     threshold, threshold_source = resolve_threshold(threshold)
@@ -130,25 +207,34 @@ def evaluate(
         )
         threshold = 0.5 if math.isnan(threshold) else threshold
 
-    def full_report(sc, lab, pid) -> dict[str, float]:
-        rep = M.classification_report(sc, lab, threshold, n_bins=n_calibration_bins)
+    def full_report(ix: np.ndarray) -> dict[str, float]:
+        """Classification metrics on the scored responses among rows ``ix``; test-time scaling
+        on all of them (an abstained response a reject)."""
+        k = ix[scored[ix]]
+        sc, lab, pid = s_all[k], y_all[k], [pids_all[i] for i in k]
+        if k.size:
+            rep = M.classification_report(sc, lab, threshold, n_bins=n_calibration_bins)
+            rep.update(
+                score_gap=M.mean_score_gap(sc, lab),
+                pairwise_accuracy=M.pairwise_accuracy(sc, lab, pid),
+                tie_rate=M.tie_rate(sc, lab, pid),
+                score_gap_snr=M.score_gap_snr(sc, lab, pid),
+                mean_score=float(np.mean(sc)),
+            )
+        else:  # nothing scored here: every rate undefined
+            rep = {key: math.nan for key in M.REPORT_KEYS} | {"n": 0.0, "n_pos": 0.0, "n_neg": 0.0}
+            rep.update(score_gap=math.nan, pairwise_accuracy=math.nan, tie_rate=math.nan,
+                       score_gap_snr=math.nan, mean_score=math.nan)  # fmt: skip
+        a_s, a_y, a_p = s_all[ix], y_all[ix], [pids_all[i] for i in ix]
         rep.update(
-            score_gap=M.mean_score_gap(sc, lab),
-            pairwise_accuracy=M.pairwise_accuracy(sc, lab, pid),
-            tie_rate=M.tie_rate(sc, lab, pid),
-            score_gap_snr=M.score_gap_snr(sc, lab, pid),
-            mean_problem_pass_rate=M.mean_problem_pass_rate(lab, pid),
-            tts_pass_rate=M.tts_pass_rate(sc, lab, pid, threshold),
-            tts_verification_gain=M.tts_verification_gain(sc, lab, pid, threshold),
-            mean_score=float(np.mean(sc)) if len(sc) else math.nan,
+            mean_problem_pass_rate=M.mean_problem_pass_rate(a_y, a_p),
+            tts_pass_rate=M.tts_pass_rate(a_s, a_y, a_p, threshold),
+            tts_verification_gain=M.tts_verification_gain(a_s, a_y, a_p, threshold),
         )
         return rep
 
-    all_gens = [str(r["generator"]) for r in rows]
-    abstained_by_gen = {
-        g: sum(1 for i, r in enumerate(rows) if scores[i] is None and all_gens[i] == g)
-        for g in gen_names
-    }
+    summary = abstention_summary(rows, scores, reasons)
+    abstained_by_gen = {g: summary["per_generator"][g]["n_abstained"] for g in gen_names}
     out: dict[str, Any] = {
         "threshold": threshold,
         "threshold_source": threshold_source,
@@ -156,13 +242,16 @@ def evaluate(
             "n_responses": len(rows),
             "n_scored": len(keep),
             "n_abstained": len(rows) - len(keep),
-            "n_problems": len(set(str(r["problem_id"]) for r in rows)),
+            "n_problems": len(set(pids_all)),
             "n_generators": len(gen_names),
+            "n_generators_scored": len(set(gens)),
             "abstained_per_generator": abstained_by_gen,
         },
+        "abstentions": summary,
         "generators": gen_names,
     }
-    out["overall"] = full_report(s, y, pids)
+    every = np.arange(len(rows))
+    out["overall"] = full_report(every)
     out["threshold_calibration"] = calibration
     out["soft"] = {
         k: v for k, v in M.classification_report(s, y, soft=True).items() if k in M.REPORT_KEYS[:9]
@@ -178,7 +267,6 @@ def evaluate(
         fns["auroc"] = M.auroc
         fns["score_gap"] = M.mean_score_gap
         fns["pairwise_accuracy"] = M.pairwise_accuracy  # within problem: gets the group ids
-        fns["tts_verification_gain"] = lambda a, b, g: M.tts_verification_gain(a, b, g, threshold)
         ci = M.bootstrap_many(
             fns,
             s,
@@ -186,7 +274,17 @@ def evaluate(
             groups=pids,
             n_resamples=n_bootstrap,
             seed=seed,
-            pass_groups=("tts_verification_gain", "pairwise_accuracy"),
+            pass_groups=("pairwise_accuracy",),
+        )
+        # test-time scaling resamples every response (an abstained one a reject)
+        ci["tts_verification_gain"] = M.bootstrap_ci(
+            lambda a, b, g: M.tts_verification_gain(a, b, g, threshold),
+            s_all,
+            y_all,
+            groups=pids_all,
+            n_resamples=n_bootstrap,
+            seed=seed,
+            pass_groups=True,
         )
         out["confidence_intervals"] = {
             "confidence": 0.95,
@@ -204,18 +302,17 @@ def evaluate(
 
     # Per generator (all their responses), with keyword rates.
     per_gen = {}
-    for g, ix in M.group_indices(gens).items():
-        rep = full_report(s[ix], y[ix], [pids[i] for i in ix])
+    for g, ix in M.group_indices(gens_all).items():
+        rep = full_report(ix)
         rep["n_abstained"] = float(abstained_by_gen[g])
         rep["self_verification_keyword_rate"] = M.self_verification_keyword_rate(
-            [kept[i]["response"] for i in ix]
+            [rows[i]["response"] for i in ix[scored[ix]]]
         )
         per_gen[g] = rep
     out["per_generator"] = per_gen
 
     # Difficulty d(x) over all generators (scored or not: it depends only on labels).
-    all_y = np.asarray([bool(r["is_correct"]) for r in rows], dtype=np.float64)
-    diff = M.problem_difficulty(all_y, [str(r["problem_id"]) for r in rows], all_gens)
+    diff = M.problem_difficulty(y_all, pids_all, gens_all)
     d_resp = np.asarray([diff[p] for p in pids])
     difficulty: dict[str, Any] = {
         "definition": "d(x) = mean over generators of the pass rate on x (Zhou et al. 2025, eq. 3); "
@@ -230,22 +327,18 @@ def evaluate(
     ):
         pbins, edges = binner(d_prob, 4)
         bin_of = dict(zip(problem_list, pbins.tolist(), strict=True))
-        rb = np.asarray([bin_of[p] for p in pids])
+        rb = np.asarray([bin_of[p] for p in pids_all])
         labels_ = M.bin_labels(edges, prefix)
         bins_out = []
         for b, lab in enumerate(labels_):
             ix = np.flatnonzero(rb == b)
-            rep = (
-                full_report(s[ix], y[ix], [pids[i] for i in ix])
-                if ix.size
-                else {k: math.nan for k in M.REPORT_KEYS}
-            )
+            rep = full_report(ix) if ix.size else {k: math.nan for k in M.REPORT_KEYS}
             rep.update(label=lab, n_problems=float(int((pbins == b).sum())))
             per_g = {}
             for g in gen_names:
-                gx = np.asarray([i for i in ix if gens[i] == g], dtype=np.int64)
+                gx = np.asarray([i for i in ix if scored[i] and gens_all[i] == g], dtype=np.int64)
                 per_g[g] = M.classification_report(
-                    s[gx], y[gx], threshold, n_bins=n_calibration_bins
+                    s_all[gx], y_all[gx], threshold, n_bins=n_calibration_bins
                 )
             rep["per_generator"] = per_g
             bins_out.append(rep)
@@ -253,26 +346,27 @@ def evaluate(
     difficulty["score_difficulty_spearman"] = _spearman(s, d_resp)
     out["difficulty"] = difficulty
 
-    # Test-time scaling with verification; gap between weaker and stronger families.
+    # Test-time scaling with verification over every response (an abstained one is a reject,
+    # as in deployment); gap between weaker and stronger families.
     out["tts"] = {
         "pooled": {
-            "mean_problem_pass_rate": M.mean_problem_pass_rate(y, pids),
-            "tts_pass_rate": M.tts_pass_rate(s, y, pids, threshold),
-            "tts_verification_gain": M.tts_verification_gain(s, y, pids, threshold),
-            "k_mean": len(pids) / len(set(pids)),
+            "mean_problem_pass_rate": M.mean_problem_pass_rate(y_all, pids_all),
+            "tts_pass_rate": M.tts_pass_rate(s_all, y_all, pids_all, threshold),
+            "tts_verification_gain": M.tts_verification_gain(s_all, y_all, pids_all, threshold),
+            "k_mean": len(pids_all) / len(set(pids_all)),
         },
-        "by_family": _family_gap(s, y, pids, fams, threshold),
+        "by_family": _family_gap(s_all, y_all, pids_all, fams_all, threshold),
     }
     rs = {
         "pooled": M.simulate_rejection_sampling(
-            s, y, pids, max_attempts=rs_max_attempts, threshold=threshold, seed=seed
+            s_all, y_all, pids_all, max_attempts=rs_max_attempts, threshold=threshold, seed=seed
         )
     }
-    for f, ix in M.group_indices(fams).items():
+    for f, ix in M.group_indices(fams_all).items():
         rs[f] = M.simulate_rejection_sampling(
-            s[ix],
-            y[ix],
-            [pids[i] for i in ix],
+            s_all[ix],
+            y_all[ix],
+            [pids_all[i] for i in ix],
             max_attempts=rs_max_attempts,
             threshold=threshold,
             seed=seed,

@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from ..metrics.format import format_number
+from .evaluation import abstention_headline
 
 __all__ = ["write_plots"]
 
@@ -29,8 +30,34 @@ def _bars(ax, labels: Sequence[str], series: Mapping[str, Sequence[Any]], ylabel
     ax.grid(axis="y", alpha=0.3)
 
 
+def _abstentions_plot(summary: Mapping[str, Any], path: Path, plt) -> Path:
+    """``abstentions.png``: the reasons counted and the abstained share per generator."""
+    reasons = summary.get("reasons") or {"reason not recorded": summary["n_abstained"]}
+    per_gen = summary["per_generator"]
+    fig, axes = plt.subplots(1, 2, figsize=(11, 3.8))
+    axes[0].barh(list(reasons)[::-1], list(reasons.values())[::-1], color="tab:red")
+    axes[0].set_xlabel("abstained reads")
+    axes[0].set_title("why the verifier abstained")
+    gens = list(per_gen)
+    n_abst = [per_gen[g]["n_abstained"] for g in gens]
+    n_scored = [per_gen[g]["n"] - per_gen[g]["n_abstained"] for g in gens]
+    axes[1].bar(gens, n_abst, color="tab:red", label="abstained")
+    axes[1].bar(gens, n_scored, bottom=n_abst, color="tab:gray", label="scored")
+    axes[1].set_ylabel("responses")
+    axes[1].tick_params(axis="x", rotation=15, labelsize=8)
+    axes[1].legend(fontsize=8)
+    axes[1].set_title("per generator")
+    fig.suptitle(abstention_headline(summary), color="tab:red", fontweight="bold")
+    return _save(fig, path, plt)
+
+
 def write_plots(metrics: Mapping[str, Any], out_dir: str | Path) -> list[Path]:
-    """Write ``tpr_tnr_by_difficulty.png``, ``tpr_tnr_by_generator.png``, ``reliability.png`` (Agg backend)."""
+    """Write ``tpr_tnr_by_difficulty.png``, ``tpr_tnr_by_generator.png``, ``reliability.png`` (Agg backend).
+
+    When most reads abstained, ``abstentions.png`` comes first and every other plot is titled
+    with the abstention count; when nothing was scored (no ``overall`` in ``metrics``) it is
+    the only plot.
+    """
     import matplotlib
 
     matplotlib.use("Agg")
@@ -38,6 +65,15 @@ def write_plots(metrics: Mapping[str, Any], out_dir: str | Path) -> list[Path]:
 
     out_dir = Path(out_dir)
     paths = []
+    abst = metrics.get("abstentions") or {}
+    if abst.get("most"):
+        paths.append(_abstentions_plot(abst, out_dir / "abstentions.png", plt))
+    if "overall" not in metrics:
+        return paths
+    banner = None
+    if abst.get("most"):
+        scored = abst["n_responses"] - abst["n_abstained"]
+        banner = f"{abstention_headline(abst)}: these rates rest on {scored} scored response(s)"
     gens = metrics["generators"]
     bins = metrics["difficulty"]["quartiles"]["bins"]
 
@@ -47,7 +83,7 @@ def write_plots(metrics: Mapping[str, Any], out_dir: str | Path) -> list[Path]:
         series.update({g: [b["per_generator"][g][key] for b in bins] for g in gens})
         _bars(ax, [b["label"] for b in bins], series, key.upper())
         ax.set_title(f"{key.upper()} by difficulty quartile (Q1 = hardest)")
-    paths.append(_save(fig, out_dir / "tpr_tnr_by_difficulty.png", plt))
+    paths.append(_save(fig, out_dir / "tpr_tnr_by_difficulty.png", plt, banner))
 
     fig, ax = plt.subplots(figsize=(7, 4))
     pg = metrics["per_generator"]
@@ -62,7 +98,7 @@ def write_plots(metrics: Mapping[str, Any], out_dir: str | Path) -> list[Path]:
         "rate",
     )
     ax.set_title("TPR / TNR per generator")
-    paths.append(_save(fig, out_dir / "tpr_tnr_by_generator.png", plt))
+    paths.append(_save(fig, out_dir / "tpr_tnr_by_generator.png", plt, banner))
 
     rel = metrics["reliability"]
     fig, ax = plt.subplots(figsize=(5, 5))
@@ -87,12 +123,17 @@ def write_plots(metrics: Mapping[str, Any], out_dir: str | Path) -> list[Path]:
     ax.set_ylim(0, 1)
     ax.set_title(f"Reliability (ECE {format_number(metrics['overall']['ece'])})")
     ax.legend(fontsize=8, loc="upper left")
-    paths.append(_save(fig, out_dir / "reliability.png", plt))
+    paths.append(_save(fig, out_dir / "reliability.png", plt, banner))
     return paths
 
 
-def _save(fig, path: Path, plt) -> Path:
-    """Save a figure atomically (temp file + rename)."""
+def _save(fig, path: Path, plt, banner: str | None = None) -> Path:
+    """Save a figure atomically (temp file + rename), under ``banner`` in red if given."""
+    if banner:
+        import textwrap
+
+        fig.suptitle(textwrap.fill(banner, 90), y=1.0, va="bottom", color="tab:red",
+                     fontweight="bold", fontsize=9)  # fmt: skip
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".png", dir=path.parent)
     os.close(fd)

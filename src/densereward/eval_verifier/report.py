@@ -8,11 +8,12 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from ..abstentions import FIXES, NO_REASON
 from ..config import VerifierConfig
 from ..io import atomic_write_json, atomic_write_text, to_jsonable
 from ..metrics.format import format_number, markdown_table
 from .data import _keys, _sha1
-from .evaluation import HEADLINE
+from .evaluation import HEADLINE, abstention_headline
 from .plots import write_plots
 
 __all__ = ["render_report", "write_outputs"]
@@ -58,21 +59,70 @@ def _prompt_description(config: VerifierConfig, reference_guided: bool, *, score
     return f"reference-free ({f'criteria {crit}' if crit else 'the default criterion'}), style {config.style}"
 
 
+def _abstention_section(summary: Mapping[str, Any]) -> list[str]:
+    """The report's lead when most reads abstained: counts, reasons, their fix, per generator."""
+    n, n_abst = summary["n_responses"], summary["n_abstained"]
+    kinds = dict.fromkeys(
+        part for kind in (summary.get("reasons") or {}) for part in kind.split(" + ")
+    )
+    fixes = [FIXES[k] for k in kinds if k in FIXES and k != NO_REASON]
+    per_gen = ", ".join(
+        f"{g} {c['n_abstained']} of {c['n']}" for g, c in summary["per_generator"].items()
+    )
+    scored = n - n_abst
+    return [
+        f"## {abstention_headline(summary)}",
+        "",
+        f"The verifier gave no score for {n_abst} of the {n} responses "
+        f"({format_number(100 * summary['fraction'], 0)} %), so "
+        + (
+            f"every metric below rests on the {scored} scored response(s) and does not measure "
+            "this verifier."
+            if scored
+            else "no metric can be computed."
+        )
+        + (
+            " Reasons are not recorded in the scores file: score again (without --scores) to see them."
+            if summary.get("reasons") is None
+            else ""
+        ),
+        "",
+        *([f"Fix: {'; '.join(fixes)}.", ""] if fixes else []),
+        f"Abstained per generator: {per_gen}. `densereward eval-verifier` exits with code 3 "
+        "when most reads abstain (its outputs are still written).",
+        "",
+    ]
+
+
 def render_report(
     metrics: Mapping[str, Any],
     *,
     title: str = "Verifier evaluation",
     meta: Mapping[str, Any] | None = None,
 ) -> str:
-    """Render the metrics dict of :func:`evaluate` as Markdown (undefined values shown as ``n/a``)."""
+    """Render the metrics dict of :func:`evaluate` as Markdown (undefined values shown as ``n/a``).
+
+    When most reads abstained (``metrics["abstentions"]["most"]``) the report leads with that;
+    a dict without ``overall`` (nothing was scored) renders as that lead and the counts alone.
+    """
     c = metrics["counts"]
-    o = metrics["overall"]
+    abst = metrics.get("abstentions") or {}
     parts = [f"# {title}", ""]
+    if abst.get("most"):
+        parts += _abstention_section(abst)
     for k, v in (meta or {}).items():
         parts.append(f"- {k}: `{v}`")
+    n_gen_scored = c.get("n_generators_scored", c["n_generators"])
+    parts.append(
+        f"- responses: {c['n_responses']} ({c['n_scored']} scored, {c['n_abstained']} abstained "
+        "and excluded from the classification metrics, rejects in test-time scaling), "
+        f"problems: {c['n_problems']}, generators: {c['n_generators']}"
+        + (f" ({n_gen_scored} with a scored response)" if n_gen_scored != c["n_generators"] else "")
+    )
+    if "overall" not in metrics:
+        return "\n".join([*parts, ""])
+    o = metrics["overall"]
     parts += [
-        f"- responses: {c['n_responses']} ({c['n_scored']} scored, {c['n_abstained']} abstained and excluded), "
-        f"problems: {c['n_problems']}, generators: {c['n_generators']}",
         f"- accept threshold: score >= {format_number(metrics['threshold'], 4)} "
         f"({metrics.get('threshold_source', 'configured')})",
         "",
@@ -143,13 +193,14 @@ def render_report(
                 ],
             ),  # fmt: skip
             "",
-            "The best threshold maximises balanced accuracy (Youden's J). To accept at it in "
-            f"training or evaluation: `verifier.threshold={format_number(cal['threshold'], 4)}`.",
+            "The best threshold maximises balanced accuracy (Youden's J). "
+            + _threshold_advice(cal["threshold"], abst),
             "",
         ]
 
     parts += ["## Per generator", ""]
     pg, pgb = metrics["per_generator"], metrics["per_generator_balanced"]
+    none = {"tpr": None, "tnr": None}  # a generator with no scored response
     parts.append(
         markdown_table(
             [
@@ -167,8 +218,8 @@ def render_report(
                     format_number(r["n"], 0),
                     format_number(r["n_abstained"], 0),
                     *(r[k] for _, k in _RATE_COLUMNS),
-                    pgb[g]["tpr"],
-                    pgb[g]["tnr"],
+                    pgb.get(g, none)["tpr"],
+                    pgb.get(g, none)["tnr"],
                     r["self_verification_keyword_rate"],
                 ]
                 for g, r in pg.items()
@@ -321,6 +372,31 @@ def render_report(
     return "\n".join(parts)
 
 
+def _threshold_advice(threshold: float | None, abstentions: Mapping[str, Any]) -> str:
+    """The sentence after the threshold table: the setting to use, or why there is none.
+
+    >>> _threshold_advice(0.61234, {})
+    'To accept at it in training or evaluation: `verifier.threshold=0.6123`.'
+    >>> _threshold_advice(float("nan"), {})[:40]
+    'No threshold can be calibrated on these '
+    """
+    if abstentions.get("most"):
+        return (
+            "None is advised: most reads abstained, so a threshold fitted to the few scored "
+            "responses would not describe this verifier (see the top of this report)."
+        )
+    if threshold is None or threshold != threshold:
+        return (
+            "No threshold can be calibrated on these data: the scored responses hold one class "
+            "only (all correct or all incorrect), so there is nothing to separate; keep "
+            "`verifier.threshold` as it is or calibrate on data with both."
+        )
+    return (
+        "To accept at it in training or evaluation: "
+        f"`verifier.threshold={format_number(threshold, 4)}`."
+    )
+
+
 def write_outputs(
     out_dir: str | Path,
     rows: Sequence[Mapping[str, Any]],
@@ -336,8 +412,9 @@ def write_outputs(
     Args:
         out_dir: output directory (created).
         rows: ``(n,)`` rows as from :func:`load_responses`.
-        records: ``(n,)`` ``{score, mass}`` per row (``score`` None = abstained).
-        metrics: the dict of :func:`evaluate`.
+        records: ``(n,)`` ``{score, mass, reason}`` per row (``score`` None = abstained).
+        metrics: the dict of :func:`evaluate` (or, when nothing was scored, ``counts``,
+            ``abstentions`` and ``generators`` alone: the report and plot say why).
         meta: stored under ``meta`` in ``metrics.json`` (run settings, verifier config and stats).
         report_meta: short ``name: value`` lines at the top of ``report.md``.
         plots: also write the PNG plots.
@@ -359,6 +436,7 @@ def write_outputs(
                     "score": rec["score"],
                     "mass": rec.get("mass"),
                     "abstained": rec["score"] is None,
+                    "reason": rec.get("reason"),
                     "response_sha1": _sha1(row["response"]),
                 }
             )

@@ -19,6 +19,7 @@ __all__ = [
     "NAN",
     "as_arrays",
     "accept",
+    "accept_or_reject",
     "mean_or_nan",
     "group_indices",
     "group_codes",
@@ -102,6 +103,42 @@ def accept(
     if t.ndim and t.shape != s.shape:
         raise DataError(f"threshold has shape {t.shape}, expected a number or {s.shape}")
     return (s >= t).astype(np.float64)
+
+
+def accept_or_reject(
+    scores: Sequence[float | None] | np.ndarray,
+    labels: Sequence[Any] | np.ndarray,
+    threshold: float = 0.5,
+    soft: bool = False,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Labels and accept decisions where an abstained response is a reject, as in deployment.
+
+    The test-time-scaling metrics select among every response a solver produced: a response
+    the verifier could not score (``None`` or ``NaN``) is not accepted, but it stays a response
+    of its problem (in the base pass rate and among the draws of rejection sampling).
+
+    Args:
+        scores: shape ``(n,)``; ``None`` / ``NaN`` = abstained.
+        labels: shape ``(n,)``, 0/1.
+        threshold: a number (``V = 1[score >= threshold]``).
+        soft: ``V = score`` for the scored responses.
+
+    Returns:
+        ``(labels, decisions)``, float arrays of shape ``(n,)``; decision 0 where abstained.
+
+    Raises:
+        DataError: on a length mismatch, an infinite score or labels outside {0, 1}.
+
+    >>> accept_or_reject([0.9, None, 0.2, float("nan")], [1, 1, 0, 0])[1].tolist()
+    [1.0, 0.0, 0.0, 0.0]
+    """
+    raw = [np.nan if v is None else v for v in np.asarray(scores, dtype=object).reshape(-1)]
+    s = np.asarray(raw, dtype=np.float64) if raw else np.zeros(0)
+    scored = ~np.isnan(s)
+    _, y = as_arrays(np.where(scored, s, 0.0), labels)
+    v = np.zeros_like(y)
+    v[scored] = accept(s[scored], threshold, soft)
+    return y, v
 
 
 def mean_or_nan(x: np.ndarray) -> float:

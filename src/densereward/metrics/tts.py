@@ -9,6 +9,12 @@
   K responses the verifier accepts (the plain pass rate when it rejects all K), averaged over
   problems; the verification gain is that minus the mean problem pass rate
   (:func:`mean_problem_pass_rate`, also a mean over problems, not the pooled fraction correct).
+
+The test-time-scaling functions (:func:`tts_pass_rate`, :func:`tts_verification_gain`,
+:func:`simulate_rejection_sampling`) take every response a solver produced: a score of
+``None`` / ``NaN`` is an abstention, which counts as a reject (a deployed solver would not
+accept a response its verifier could not score), and the response stays in its problem's
+base pass rate and among the draws.
 """
 
 from __future__ import annotations
@@ -19,7 +25,14 @@ from collections.abc import Hashable, Sequence
 import numpy as np
 
 from ..errors import DataError
-from ._arrays import NAN, accept, as_arrays, check_group_ids, group_codes, group_indices
+from ._arrays import (
+    NAN,
+    accept_or_reject,
+    as_arrays,
+    check_group_ids,
+    group_codes,
+    group_indices,
+)
 from .classification import precision
 
 __all__ = [
@@ -146,7 +159,10 @@ def tts_pass_rate(
     0.75
 
     (Problem ``a``: only the correct response is accepted -> 1; problem ``b``: all rejected ->
-    fallback 1/2.)
+    fallback 1/2.) An abstained response (``None``) is rejected and stays in the fallback:
+
+    >>> tts_pass_rate([0.9, None, None, 0.3], [1, 0, 1, 0], ["a", "a", "b", "b"])
+    0.75
 
     Returns:
         A value in ``[0, 1]``; ``NaN`` for empty input.
@@ -154,8 +170,7 @@ def tts_pass_rate(
     Raises:
         DataError: on malformed input.
     """
-    s, y = as_arrays(scores, labels)
-    v = accept(s, threshold, soft)
+    y, v = accept_or_reject(scores, labels, threshold, soft)
     codes = _codes(problem_ids, y.size)
     if y.size == 0:
         return NAN
@@ -170,7 +185,8 @@ def tts_verification_gain(
 ) -> float:
     """Verification gain of test-time scaling, ``pass_V - pass`` (Zhou et al. 2025, eq. 6).
 
-    ``pass`` is :func:`mean_problem_pass_rate`, ``pass_V`` :func:`tts_pass_rate`.
+    ``pass`` is :func:`mean_problem_pass_rate`, ``pass_V`` :func:`tts_pass_rate`, both over
+    every response (an abstained one, score ``None``, is a reject).
 
     Raises:
         DataError: on malformed input.
@@ -214,12 +230,13 @@ def simulate_rejection_sampling(
 
     For each problem and trial, responses are drawn uniformly with replacement from that
     problem's pool until one is accepted (``score >= threshold``) or ``max_attempts`` (M)
-    draws are spent; then the last draw is kept. As M grows the empirical accuracy tends to
+    draws are spent; then the last draw is kept. An abstained response (score ``None`` /
+    ``NaN``) is in the pool and is rejected when drawn. As M grows the empirical accuracy tends to
     the per-problem precision, so ``empirical_gain`` approaches the verifier gain of
     Lu et al. 2025 (eq. 1) computed per problem (``expected_gain_infinite_m``).
 
     Args:
-        scores: shape ``(n,)``.
+        scores: shape ``(n,)``; ``None`` / ``NaN`` = abstained (a reject).
         labels: shape ``(n,)``.
         problem_ids: shape ``(n,)``.
         max_attempts: M >= 1.
@@ -231,15 +248,15 @@ def simulate_rejection_sampling(
         ``{"accuracy", "base_accuracy", "empirical_gain", "expected_gain_infinite_m",
         "verifier_gain", "acceptance_rate", "mean_attempts", "max_attempts", "n_problems"}``,
         where ``base_accuracy`` is the mean problem pass rate, ``acceptance_rate`` the fraction of
-        runs ending on an accepted draw, ``verifier_gain`` the pooled eq. 1 value.
+        runs ending on an accepted draw, ``verifier_gain`` the pooled eq. 1 value (precision
+        of the accepted responses minus the pass rate of all of them).
 
     Raises:
         DataError: on malformed input or ``max_attempts < 1``.
     """
     if max_attempts < 1 or n_trials < 1:
         raise DataError("max_attempts and n_trials must be >= 1")
-    s, y = as_arrays(scores, labels)
-    v = accept(s, threshold)
+    y, v = accept_or_reject(scores, labels, threshold)
     groups = _groups(problem_ids, y.size)
     if not groups:
         return {
@@ -274,7 +291,7 @@ def simulate_rejection_sampling(
         "base_accuracy": base,
         "empirical_gain": accuracy - base,
         "expected_gain_infinite_m": float(np.mean(expected)) - base,
-        "verifier_gain": verifier_gain(s, y, threshold),
+        "verifier_gain": (float((v * y).sum() / v.sum()) - float(y.mean())) if v.sum() else NAN,
         "acceptance_rate": float(np.mean(accepted_runs)),
         "mean_attempts": float(np.mean(attempts)),
         "max_attempts": float(max_attempts),
