@@ -480,6 +480,43 @@ def test_dry_run_validates_every_condition_and_creates_nothing(tmp_path, data_di
     assert not out.exists()
 
 
+def test_iqm_interval_of_five_seeds_of_one_task_has_width():
+    """Issue 28 item 20 (rliable#20: with one task the stratified bootstrap can swap the seed and
+    task axes, and the interval collapses). A comparison's IQM of five seeds of one task has an
+    interval of clear width, as a plain bootstrap over the five runs has; the swapped shape is
+    refused."""
+    from scipy.stats import trim_mean
+
+    from densereward.metrics.bootstrap import cluster_resamples, stratified_bootstrap_ci
+
+    finals = [0.1, 0.9, 0.2, 0.8, 0.5]
+    runs = {"dense": [{"seed": k, "curve": [{"step": 0, "value": 0.0}, {"step": 10, "value": v}]}
+                      for k, v in enumerate(finals)]}  # fmt: skip
+    ci = C.analyze(runs, budget=10, final_window=1, n_bootstrap=1000)["conditions"]["dense"][
+        "final"
+    ]
+    assert ci["value"] == pytest.approx(0.5) and ci["n_runs"] == 5
+    # a plain percentile bootstrap of the 25%-trimmed mean over the five runs, for scale
+    x = np.asarray(finals)
+    reps = [trim_mean(x[idx], 0.25) for idx, _ in cluster_resamples(np.arange(5), n_resamples=1000)]
+    plain_low, plain_high = np.quantile(reps, [0.025, 0.975])
+    assert ci["high"] - ci["low"] > 0.5 * (plain_high - plain_low) > 0.2, (
+        ci,
+        plain_low,
+        plain_high,
+    )
+    assert ci["low"] < 0.3 and ci["high"] > 0.7
+    with pytest.raises(DataError, match=r"one run of 5 tasks.*pass shape \(5, 1\)"):
+        stratified_bootstrap_ci(trim_mean_25, x[None, :], n_bootstrap=100)
+    assert stratified_bootstrap_ci(trim_mean_25, x[:, None], n_bootstrap=100)["high"] > 0.7
+
+
+def trim_mean_25(m: np.ndarray) -> float:
+    from scipy.stats import trim_mean
+
+    return float(trim_mean(m, 0.25, axis=None))
+
+
 def test_bootstrap_interval_depends_on_the_seed_alone():
     """rliable's StratifiedBootstrap draws from the global np.random; the interval must not."""
     scores = [0.1, 0.2, 0.35, 0.5, 0.5, 0.65, 0.8, 0.9]

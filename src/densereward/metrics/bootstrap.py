@@ -210,8 +210,14 @@ def stratified_bootstrap_ci(
         ``{"value": fn on the data, "low", "high", "n_runs": runs of the first matrix}``.
 
     Raises:
-        DataError: for an empty matrix, a non-2-D input or bad parameters.
+        DataError: for an empty matrix, a non-2-D input, a matrix of one run of several tasks
+            (the seeds and tasks swapped: rliable#20; see below) or bad parameters.
         ImportError: without rliable (``pip install densereward[compare]``).
+
+    The runs must be the rows. Given the seeds of one task as one row, ``(1, n_seeds)``, the
+    bootstrap resamples the one run within each "task" and every replicate equals the data: the
+    interval collapses to zero width (google-research/rliable#20). That orientation is refused;
+    ``n`` runs of one task are ``(n, 1)``.
 
     >>> from rliable import metrics
     >>> r = stratified_bootstrap_ci(metrics.aggregate_iqm, np.array([[0.1], [0.5], [0.9]]),
@@ -225,6 +231,14 @@ def stratified_bootstrap_ci(
     mats = [np.asarray(s, dtype=float) for s in scores]
     if not mats or any(m.ndim != 2 or m.shape[0] == 0 for m in mats):
         raise DataError("stratified_bootstrap_ci needs non-empty (n_runs, n_tasks) matrices")
+    for m in mats:
+        if m.shape[0] == 1 and m.shape[1] > 1:
+            raise DataError(
+                f"stratified_bootstrap_ci got one run of {m.shape[1]} tasks, shape {m.shape}: "
+                "runs are resampled within each task, so the interval would have zero width. "
+                f"If these are {m.shape[1]} runs (seeds) of one task, pass shape "
+                f"({m.shape[1]}, 1) (rliable#20)"
+            )
     if not 0.0 < confidence < 1.0 or n_bootstrap < 1:
         raise DataError("confidence must be in (0, 1) and n_bootstrap >= 1")
     data = mats[0] if len(mats) == 1 else tuple(mats)
