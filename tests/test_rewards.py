@@ -148,10 +148,9 @@ def test_sparse_reward_conversational_and_plain(checker):
     )
     assert out == [1.0, 0.0, 0.0]
     assert extra["gold_answer"] == ["4"] * 3 and extra["predicted_answer"][0] == "4"
-    assert reward(prompts=["q", "q"], completions=[r"\boxed{4}", "4"], answer=["4", "4"]) == [
-        1.0,
-        0.0,
-    ]
+    # plain strings; a bare answer is its own final answer, a number in prose is not one
+    plain = [r"\boxed{4}", "4", "I think it is 4 maybe"]
+    assert reward(prompts=["q"] * 3, completions=plain, answer=["4"] * 3) == [1.0, 1.0, 0.0]
 
 
 def test_length_mismatch_raises(checker):
