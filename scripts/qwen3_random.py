@@ -9,8 +9,8 @@ architecture in transformers and vLLM. Its scores say nothing about quality.
 Two sizes:
 
 * ``tiny``: 2 layers, hidden 128 (about 20 M parameters, 80 MB in float32) for CPU tests.
-  The output-embedding (lm_head) rows of the score letters ``A``..``T`` (and their
-  space-prefixed forms) are scaled up (``--letter-boost``, default 50) so those letters carry
+  The output-embedding (lm_head) rows of the tokens a score read asks for (``>A``..``>T``,
+  ``>`` and the letters with no merged token, :func:`score_read_ids`) are scaled up (``--letter-boost``, default 50) so those letters carry
   most of the next-token mass. Pure random weights spread the mass over the whole vocabulary (about 3e-4 on the
   letters): a served verifier's top-20 log-probabilities would then miss every letter and
   every read would abstain. With the boost the letters are in the top-k and their
@@ -76,6 +76,21 @@ SIZES = {"tiny": QWEN3_TINY, "8b": QWEN3_8B}
 SCORE_LETTERS = [chr(ord("A") + i) for i in range(20)]
 
 
+def score_read_ids(tok) -> list[int]:
+    """Token ids a score read of ``<score>X`` asks for under Qwen's tokenizer (format 2).
+
+    Qwen merges ``>`` with most letters (``>T``), so the verifier reads at the boundary before
+    ``>``: the merged tokens ``>A`` ... and ``>`` there, and the letters without a merged token
+    (``Q``) after ``>`` (:mod:`densereward.verifier.boundary`). Boosting these, not the bare
+    letters, puts the tiny model's mass where the read is.
+    """
+    ids = {tok.convert_tokens_to_ids(">")}
+    for c in SCORE_LETTERS:
+        merged = tok.encode(">" + c, add_special_tokens=False)
+        ids |= set(merged) if len(merged) == 1 else set(tok.encode(c, add_special_tokens=False))
+    return sorted(ids)
+
+
 def build(
     out: str | Path,
     *,
@@ -120,7 +135,7 @@ def build(
     if not (tokenizer_dir / "tokenizer.json").is_file():
         raise FileNotFoundError(f"Qwen3 tokenizer not found in {tokenizer_dir}")
     out = Path(out)
-    spec = {"size": size, "seed": seed, "dtype": dtype, "letter_boost": boost, "format": 1}
+    spec = {"size": size, "seed": seed, "dtype": dtype, "letter_boost": boost, "format": 2}
     stamp = out / "build_spec.json"
     if stamp.is_file() and json.loads(stamp.read_text()) == spec:
         return out
@@ -134,10 +149,7 @@ def build(
         with torch.device(device):
             model = Qwen3ForCausalLM(config).to(getattr(torch, dtype))
         if boost != 1.0:
-            ids = sorted(
-                {tok.convert_tokens_to_ids(t) for t in SCORE_LETTERS}
-                | {i for c in SCORE_LETTERS for i in tok.encode(" " + c, add_special_tokens=False)}
-            )
+            ids = score_read_ids(tok)
             with torch.no_grad():
                 model.get_output_embeddings().weight[ids] *= boost  # lm_head (tied: embeddings too)
         model.generation_config.pad_token_id = tok.pad_token_id

@@ -95,6 +95,12 @@ class VerifierConfig:
     answer_match and progress); a thinking model answering in prose at the score position
     leaves ~1e-6; a prompt without the ``<score>`` prefill 0.06-0.23 (README, "Score-token
     mass"). ``0`` disables the floor."""
+    calibrate: bool = True
+    """At start-up, read the score once on the prompt's own first demonstration and refuse to
+    start (:class:`~densereward.errors.ScoreTokenError` naming the model, the mass and where the
+    score is read) when that read puts less than ``min_mass`` on the score letters: every later
+    read would abstain. Skipped when ``min_mass`` is 0 or the backend cannot tokenize. Costs one
+    read."""
     threshold: float | str = "auto"
     """Accept threshold on the [0, 1] score for TPR / TNR / precision (:func:`resolve_threshold`):
     ``auto`` (Youden's J on the labelled scores seen so far in training, or on the file's scores in

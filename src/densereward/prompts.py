@@ -8,7 +8,9 @@ Security rule: candidate text is delimited (``<response>...</response>``) and
 :func:`sanitize_candidate` neutralises anything inside it that could move where the score
 is read: score tags, our own delimiters, chat-template role markers and special tokens.
 
-The score is always read at the next token after the assistant prefill ``<score>``;
+The score is read after the assistant prefill ``<score>``, at the boundary where the verifier's
+own tokenizer begins the level's text (a Qwen tokenizer merges ``>`` with the letter:
+:mod:`densereward.verifier.boundary`);
 higher letters always mean better (pointwise), or more complete (progress).
 """
 
@@ -35,6 +37,7 @@ __all__ = [
     "progress_prompt",
     "reasoning_prompt",
     "answer_match_prompt",
+    "calibration_prompt",
     "extract_final_answer",
     "with_analysis",
     "thinking_prompt",
@@ -207,6 +210,17 @@ def pointwise_prompt(
         },
     ]
     return ChatPrompt(messages=tuple(messages), prefill=SCORE_PREFILL)
+
+
+def calibration_prompt(scale: ScoreScale) -> ChatPrompt:
+    """The pointwise prompt grading its own first demonstration (the engine's start-up check).
+
+    The demonstration is shown graded with the top letter a few turns earlier, so a model that
+    follows the format answers with a score letter here; the verifier's calibration read
+    (:class:`~densereward.verifier.Verifier`) checks that the read finds the letters.
+    """
+    problem, response, _ = _POINTWISE_SHOTS[0]
+    return pointwise_prompt(scale, problem, response, "Is the final answer correct?")
 
 
 def extract_final_answer(text: str, max_chars: int = 200) -> str | None:

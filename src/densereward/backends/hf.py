@@ -48,16 +48,16 @@ _MIN_SHARED_PREFIX = 32
 
 
 def resolve_model_path(config: VerifierConfig) -> str:
-    """``config.model``, or the embedded default model's directory when it is ``None``.
+    """``config.model`` as a directory or Hub id: an offline model name (``qwen2.5-coder-0.5b``,
+    :mod:`.models`) resolves to its converted local copy, ``None`` to the embedded default.
 
     Raises:
-        BackendUnavailableError: if the default model cannot be prepared.
+        BackendUnavailableError: if a named model cannot be prepared.
+        ConfigError: for a bare word that is close to an offline name (did-you-mean).
     """
-    if config.model is not None:
-        return str(config.model)
-    from .default_model import ensure_default_model
+    from .models import resolve_model
 
-    return str(ensure_default_model())
+    return str(resolve_model(config.model))
 
 
 def render_prompt_ids(tokenizer: Any, prompt: ChatPrompt) -> list[int]:
@@ -278,14 +278,14 @@ class TransformersBackend(LocalAsyncMixin):
                 best = n
         return best
 
-    def _shared_prefix_len(self, seqs: Sequence[Sequence[int]]) -> int:
-        """Tokens of ``seqs`` to run once as a shared prefix (0: none); >= 1 suffix token left.
+    def _shared_prefix_len(self, seqs: Sequence[Sequence[int]], keep: int = 1) -> int:
+        """Tokens of ``seqs`` to run once as a shared prefix (0: none); >= ``keep`` suffix tokens left.
 
         A chunk of several prompts shares its longest common prefix when it has at least
         ``_MIN_SHARED_PREFIX`` tokens; otherwise (and for a single prompt) the longest kept
         prefix cache the prompts start with is used.
         """
-        limit = min(len(s) for s in seqs) - 1  # keep >= 1 suffix token
+        limit = max(0, min(len(s) for s in seqs) - keep)  # the positions read stay in the suffix
         common = min(_common_prefix_len(seqs), limit) if len(seqs) > 1 else limit
         if len(seqs) > 1 and common >= _MIN_SHARED_PREFIX:
             return common
@@ -323,18 +323,20 @@ class TransformersBackend(LocalAsyncMixin):
             self._prefix_kv.popitem(last=False)
         return copy.deepcopy(cache)
 
-    def _last_logprobs(self, seqs: Sequence[Sequence[int]]) -> Any:
-        """Full-vocabulary next-token log-softmax after each sequence.
+    def _last_logprobs(self, seqs: Sequence[Sequence[int]], keep: int = 1) -> Any:
+        """Full-vocabulary next-token log-softmax at the last ``keep`` positions of each sequence.
 
         Args:
-            seqs: ``(B,)`` token-id sequences (any lengths >= 1).
+            seqs: ``(B,)`` token-id sequences (lengths >= ``keep``).
+            keep: positions read, the last one last.
 
         Returns:
-            float32 tensor ``(B, V)`` on CPU.
+            float32 tensor ``(B, keep, V)`` on CPU; ``[:, -1]`` is the distribution after the
+            whole sequence, ``[:, -2]`` the one before its last token.
         """
         import torch
 
-        prefix_len = self._shared_prefix_len(seqs) if self.share_prefix else 0
+        prefix_len = self._shared_prefix_len(seqs, keep) if self.share_prefix else 0
         suffixes = [list(s[prefix_len:]) for s in seqs]
         width = max(len(s) for s in suffixes)
         b = len(seqs)
@@ -360,10 +362,10 @@ class TransformersBackend(LocalAsyncMixin):
             input_ids=input_ids.to(self.device),
             attention_mask=attention_mask.to(self.device),
             position_ids=position_ids.to(self.device),
-            logits_to_keep=1,
+            logits_to_keep=keep,
             **kwargs,
         )
-        logits = out.logits[:, -1, :].float()
+        logits = out.logits[:, -keep:, :].float()
         return torch.log_softmax(logits, dim=-1).cpu()
 
     # ------------------------------------------------------------------ protocol
@@ -392,27 +394,83 @@ class TransformersBackend(LocalAsyncMixin):
             BackendError: if a prompt is longer than the model's context or the forward
                 pass fails.
         """
+        return [r[0] for r in self._read_positions(prompts, [candidates])]
+
+    def boundary_logprobs(
+        self,
+        prompts: Sequence[ChatPrompt],
+        at_boundary: Sequence[str],
+        after_prefill: Sequence[str],
+        *,
+        back: str,
+    ) -> list[tuple[TokenLogprobs, TokenLogprobs]]:
+        """Both positions of a read that steps back over the prefill's last token, in one pass.
+
+        Each prompt (ending in its prefill, whose last token is ``back``) runs once; the
+        logits before ``back`` give ``at_boundary`` (e.g. ``">A"``, ``">"``) and those after it
+        give ``after_prefill`` (e.g. ``"Q"`` of the chain ``">"`` ``"Q"``); see
+        :mod:`densereward.verifier.boundary`.
+
+        Returns:
+            ``(B,)`` pairs ``(at_boundary, after_prefill)`` of exact log-probabilities.
+
+        Raises:
+            BackendError: if a rendered prompt does not end with the token ``back`` (the
+                chat template changed the prefill), or as :meth:`next_token_logprobs`.
+        """
+        back_ids = self.tokenize(back)
+        return [
+            (r[0], r[1])
+            for r in self._read_positions(prompts, [at_boundary, after_prefill], ends=back_ids)
+        ]
+
+    def _read_positions(
+        self,
+        prompts: Sequence[ChatPrompt],
+        sets: Sequence[Sequence[str]],
+        *,
+        ends: Sequence[int] | None = None,
+    ) -> list[list[TokenLogprobs]]:
+        """Log-probabilities of ``sets[j]`` at the last ``len(sets)`` positions of each prompt.
+
+        ``sets[-1]`` is read after the whole prompt, ``sets[-2]`` before its last token.
+        ``ends``: token ids every rendered prompt must end with.
+        """
         import torch
 
         self._check_open()
         if not prompts:
             return []
-        cand_ids = self._candidate_ids(candidates)
+        keep = len(sets)
+        ids = [self._candidate_ids(c) for c in sets]
         t0 = time.perf_counter()
         with self._lock:
             seqs = [self.render(p) for p in prompts]
-            results: list[TokenLogprobs | None] = [None] * len(seqs)
+            if ends is not None:
+                bad = [i for i, q in enumerate(seqs) if q[-len(ends) :] != list(ends)]
+                if bad:
+                    raise BackendError(
+                        f"prompt {bad[0]} does not end with the read plan's token ids {list(ends)} "
+                        f"after rendering (ends with {seqs[bad[0]][-3:]}): the chat template "
+                        "changed the prefill"
+                    )
+            results: list[list[TokenLogprobs] | None] = [None] * len(seqs)
             try:
                 with torch.inference_mode():
-                    for chunk in self._chunks([len(s) for s in seqs]):
-                        lp = self._last_logprobs([seqs[i] for i in chunk])[:, cand_ids]
+                    for chunk in self._chunks([len(q) for q in seqs]):
+                        lp = self._last_logprobs([seqs[i] for i in chunk], keep)
                         for row, i in enumerate(chunk):
-                            vals = lp[row].tolist()
-                            results[i] = TokenLogprobs(
-                                logprobs={
-                                    c: float(v) for c, v in zip(candidates, vals, strict=True)
-                                }
-                            )
+                            results[i] = [
+                                TokenLogprobs(
+                                    logprobs={
+                                        c: float(v)
+                                        for c, v in zip(
+                                            sets[j], lp[row, j, ids[j]].tolist(), strict=True
+                                        )
+                                    }
+                                )
+                                for j in range(keep)
+                            ]
             except RuntimeError as e:  # out of memory, device errors
                 self.usage.n_failures += 1
                 raise BackendError(f"transformers forward pass failed: {e}") from e

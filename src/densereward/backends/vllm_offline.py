@@ -17,6 +17,12 @@ Prompts are rendered with the Hugging Face tokenizer's chat template by
 (``TokensPrompt``), so both local backends see identical token ids. vLLM's automatic
 prefix caching reuses the key/value blocks of shared prompt prefixes across requests.
 
+A read that steps back over the prefill's last token (Qwen-family tokenizers,
+:mod:`densereward.verifier.boundary`) is two requests, the prompt cut at the boundary and the
+whole prompt; with prefix caching the second costs one pass over the last block. (vLLM 0.32's
+``prompt_logprob_token_ids`` would read both positions in one request, but it needs the V2
+model runner, which the CPU build does not run by default.)
+
 vLLM starts worker processes: scripts that build this backend need an
 ``if __name__ == "__main__":`` guard, and tests should hold one engine per module.
 """

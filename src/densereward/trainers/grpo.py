@@ -192,7 +192,7 @@ def run(
     import torch
     from trl import GRPOTrainer
 
-    from densereward.backends.default_model import ensure_default_model
+    from densereward.backends.models import resolve_model
     from densereward.data import load_tasks
     from densereward.rewards import RewardQualityTracker, build_reward_funcs
     from densereward.rewards.trl_callback import RewardQualityCallback
@@ -229,7 +229,7 @@ def run(
 
     # W&B (offline without a key) and the policy.
     old_env = _wandb_env(parts, run_dir) if "wandb" in (args.report_to or []) else {}
-    policy = parts["model"].name or str(ensure_default_model())
+    policy = resolve_model(parts["model"].name)
     if parts["model"].torch_threads:
         torch.set_num_threads(parts["model"].torch_threads)
     torch.manual_seed(args.seed)

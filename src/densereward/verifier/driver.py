@@ -23,6 +23,7 @@ from ..backends.base import ChatPrompt, TokenLogprobs, VerifierBackend
 from ..cache import ScoreCache, cache_key
 from ..config import VerifierConfig
 from ..errors import BackendError
+from .boundary import ReadPlan
 from .reads import VerifierStats
 
 __all__ = ["PlanDriver"]
@@ -39,7 +40,9 @@ class PlanDriver:
             ``reasoning_temperature``.
         stats: the verifier's counters (backend calls, failures, cache hits, seconds).
         cache: answers by :func:`~densereward.cache.cache_key`, or ``None``.
-        candidates: every score-token spelling to ask log-probabilities for.
+        plan: where the score is read and how each level's probability is composed
+            (:class:`~.boundary.ReadPlan`); a ``logprobs`` answer maps every spelling the plan
+            reads to its log-probability.
         thinking: whether analyses stop at ``</think>`` (native thinking) or at
             ``</analysis>`` / the score prefill.
     """
@@ -50,15 +53,65 @@ class PlanDriver:
         config: VerifierConfig,
         stats: VerifierStats,
         cache: ScoreCache | None,
-        candidates: Sequence[str],
+        plan: ReadPlan,
         thinking: bool,
     ) -> None:
         self.backend = backend
         self.config = config
         self.stats = stats
         self.cache = cache
-        self.candidates = list(candidates)
+        self.plan = plan
+        self.candidates = [s for forms in plan.spellings for s in forms]
         self.thinking = thinking
+
+    # -------------------------------------------------------------- the reads
+    def read(self, prompts: list[ChatPrompt]) -> list[TokenLogprobs]:
+        """Per-spelling log-probabilities of ``prompts`` where the plan reads them.
+
+        A plan that does not step back is one ``next_token_logprobs`` call, as it always
+        was. One that steps back over the prefill's last token reads both positions of one
+        forward pass where the backend can (``boundary_logprobs``), else the boundary prompt
+        and the whole prompt (two requests sharing the prefix) and composes them.
+        """
+        plan = self.plan
+        if not plan.steps_back:
+            return self.backend.next_token_logprobs(prompts, plan.boundary_candidates)
+        cut = [plan.boundary_prompt(p) for p in prompts]
+        if plan.text_level or not plan.chain_candidates:
+            at = self.backend.next_token_logprobs(cut, plan.boundary_candidates)
+            return [plan.compose(a) for a in at]
+        fused = getattr(self.backend, "boundary_logprobs", None)
+        if fused is not None:
+            pairs = fused(prompts, plan.boundary_candidates, plan.chain_candidates, back=plan.back)
+            return [plan.compose(a, b) for a, b in pairs]
+        self.stats.n_backend_calls += 1
+        at = self.backend.next_token_logprobs(cut, plan.boundary_candidates)
+        after = self.backend.next_token_logprobs(prompts, plan.chain_candidates)
+        return [plan.compose(a, b) for a, b in zip(at, after, strict=True)]
+
+    async def aread(self, prompts: list[ChatPrompt]) -> list[TokenLogprobs]:
+        """Async :meth:`read` (the two requests of a stepped-back read run concurrently)."""
+        import asyncio
+
+        plan = self.plan
+        if not plan.steps_back:
+            return await self.backend.anext_token_logprobs(prompts, plan.boundary_candidates)
+        cut = [plan.boundary_prompt(p) for p in prompts]
+        if plan.text_level or not plan.chain_candidates:
+            at = await self.backend.anext_token_logprobs(cut, plan.boundary_candidates)
+            return [plan.compose(a) for a in at]
+        fused = getattr(self.backend, "boundary_logprobs", None)
+        if fused is not None:  # in-process: the one pass runs in a worker thread
+            pairs = await asyncio.to_thread(
+                fused, prompts, plan.boundary_candidates, plan.chain_candidates, back=plan.back
+            )
+            return [plan.compose(a, b) for a, b in pairs]
+        self.stats.n_backend_calls += 1
+        at, after = await asyncio.gather(
+            self.backend.anext_token_logprobs(cut, plan.boundary_candidates),
+            self.backend.anext_token_logprobs(prompts, plan.chain_candidates),
+        )
+        return [plan.compose(a, b) for a, b in zip(at, after, strict=True)]
 
     def run(self, plan: Generator) -> Any:
         """Drive ``plan`` with the backend's sync methods; returns the plan's return value."""
@@ -106,7 +159,7 @@ class PlanDriver:
             self.stats.n_backend_calls += 1
             try:
                 if kind == "logprobs":
-                    out.extend(self.backend.next_token_logprobs(list(chunk), self.candidates))
+                    out.extend(self.read(list(chunk)))
                 else:
                     out.extend(
                         self._generate_sync(list(chunk), extra[len(out) : len(out) + len(chunk)])
@@ -129,9 +182,7 @@ class PlanDriver:
             self.stats.n_backend_calls += 1
             try:
                 if kind == "logprobs":
-                    return list(
-                        await self.backend.anext_token_logprobs(list(chunk), self.candidates)
-                    )
+                    return list(await self.aread(list(chunk)))
                 seeds = extra[start : start + len(chunk)]
                 return [
                     (await self.backend.agenerate([p], **self.gen_kwargs(s)))[0]
@@ -173,6 +224,8 @@ class PlanDriver:
         dtype = getattr(self.backend, "dtype", None)  # in-process models expose what they run in
         if dtype is not None:
             extra["dtype"] = str(dtype)
+        if self.plan.steps_back:  # reads before the fix (after a lone '>') never answer these
+            extra["read_at"] = self.plan.describe()
         return cache_key(
             kind=kind,
             backend=self.backend.name,

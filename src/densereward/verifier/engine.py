@@ -8,6 +8,7 @@ is in :mod:`.reads`, the tournaments in :mod:`densereward.tournament`.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import zlib
 from collections.abc import Generator, Mapping, Sequence
 from typing import Any
@@ -16,14 +17,17 @@ from .. import prompts as P
 from ..backends.base import ChatPrompt, VerifierBackend
 from ..cache import ScoreCache
 from ..config import VerifierConfig
-from ..errors import AbstentionError, ConfigError, DataError
+from ..errors import AbstentionError, BackendError, ConfigError, DataError
 from ..results import PairwiseResult, RankResult, ScoreResult
 from ..scale import ScoreScale
 from ..tournament import bradley_terry_preference, ppt_schedule, round_robin_schedule
+from .boundary import ReadPlan, build_read_plan, check_calibration
 from .driver import PlanDriver
-from .reads import Read, VerifierStats, aggregate_reads, check_score_tokens, read_distribution
+from .reads import Read, VerifierStats, aggregate_reads, read_distribution, short_circuit_pair
 
 __all__ = ["Verifier"]
+
+logger = logging.getLogger("densereward.verifier")
 
 Criteria = Sequence[str] | Mapping[str, str] | None
 
@@ -43,9 +47,17 @@ class Verifier:
         scale: the score scale; default ``ScoreScale.letters(config.granularity)``.
         cache: a :class:`ScoreCache`; default one at ``config.cache_dir`` if set, else none.
 
+    Attributes:
+        read_plan: where the score is read under the backend's own tokenizer
+            (:class:`~.boundary.ReadPlan`; README "Where the score is read").
+        calibration_mass: the score-token mass of the start-up calibration read (``None``
+            when it did not run).
+
     Raises:
-        ScoreTokenError: when a score token is not exactly one token id of the verifier's
-            tokenizer at the score position (names the token).
+        ScoreTokenError: when a score level cannot be read in one step where the verifier's
+            tokenizer puts it (names the level and the tokenization), or when the calibration
+            read on the prompt's own demonstration puts less than ``config.min_mass`` on the
+            score letters (names the model, the mass and the tokenization).
         BackendUnavailableError: when the backend cannot be loaded / reached.
     """
 
@@ -71,7 +83,14 @@ class Verifier:
             else (ScoreCache(self.config.cache_dir) if self.config.cache_dir else None)
         )
         self.stats = VerifierStats()
-        self.spellings = check_score_tokens(self.backend, self.scale)
+        self.read_plan: ReadPlan = build_read_plan(
+            self.backend.tokenize,
+            self.scale,
+            prefill=P.SCORE_PREFILL,
+            model=str(self.backend.model_id),
+            text_level=bool(getattr(self.backend, "text_reads", False)),
+        )
+        self.spellings = self.read_plan.spellings
         self.candidates = [s for forms in self.spellings for s in forms]
         self.thinking = self._native_thinking()
         self.chat_template_kwargs = {
@@ -79,7 +98,30 @@ class Verifier:
             **(self.config.chat_template_kwargs or {}),
         }
         self._driver = PlanDriver(
-            self.backend, self.config, self.stats, self.cache, self.candidates, self.thinking
+            self.backend, self.config, self.stats, self.cache, self.read_plan, self.thinking
+        )
+        self.calibration_mass: float | None = None
+        if self.config.calibrate:
+            self._calibrate()
+
+    def _calibrate(self) -> None:
+        """One read on the prompt's own demonstration (:func:`~.boundary.check_calibration`).
+
+        Skipped when the backend cannot tokenize or ``min_mass`` is 0; a backend error here
+        is logged, not raised (the reads report their own failures).
+        """
+        if not self.read_plan.tokenized or self.config.min_mass <= 0:
+            return
+        prompt = dataclasses.replace(
+            P.calibration_prompt(self.scale), chat_template_kwargs=self.chat_template_kwargs
+        )
+        try:
+            answer = self._driver.read([prompt])[0]
+        except BackendError as e:
+            logger.warning("calibration read skipped: the backend failed (%s)", e)
+            return
+        self.calibration_mass = check_calibration(
+            answer, self.read_plan, model=str(self.backend.model_id), min_mass=self.config.min_mass
         )
 
     def _native_thinking(self) -> bool:
@@ -283,34 +325,7 @@ class Verifier:
         return out
 
     def _short_pair(self, sa: ScoreResult | None, sb: ScoreResult | None) -> PairwiseResult:
-        """A comparison decided without the model (``sa``/``sb``: short-circuit results or None).
-
-        A non-string side abstains the comparison. An empty response loses to any non-empty one
-        (preference 1.0 for the non-empty side, whose own value is not computed: ``None``); two
-        empty responses tie at 0.5 (both are the worst possible answer).
-        """
-        invalid = [r for r in (sa, sb) if r is not None and r.value is None]
-        if invalid:
-            if self.config.on_error == "raise":
-                raise AbstentionError(f"verifier abstained on a comparison: {invalid[0].reason}")
-            return PairwiseResult(
-                value_a=None if sa is None else sa.value,
-                value_b=None if sb is None else sb.value,
-                preference=None,
-                result_a=sa,
-                result_b=sb,
-            )
-        if sa is not None and sb is not None:
-            return PairwiseResult(
-                value_a=0.0, value_b=0.0, preference=0.5, result_a=sa, result_b=sb
-            )
-        return PairwiseResult(
-            value_a=None if sa is None else 0.0,
-            value_b=None if sb is None else 0.0,
-            preference=1.0 if sa is None else 0.0,
-            result_a=sa,
-            result_b=sb,
-        )
+        return short_circuit_pair(sa, sb, raise_on_invalid=self.config.on_error == "raise")
 
     def _pair(self, ra: ScoreResult, rb: ScoreResult) -> PairwiseResult:
         pref = None

@@ -14,24 +14,23 @@ normalised to ``[0, 1]``. A read with no probability mass on the score tokens, o
 from __future__ import annotations
 
 import math
-import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
-from ..backends.base import TokenLogprobs, VerifierBackend
-from ..errors import ScoreTokenError
-from ..results import ScoreResult
+from ..backends.base import TokenLogprobs
+from ..errors import AbstentionError
+from ..results import PairwiseResult, ScoreResult
 from ..scale import ScoreScale
 
 __all__ = [
     "VerifierStats",
     "Read",
     "distribution_from_logprobs",
-    "check_score_tokens",
     "read_distribution",
     "aggregate_reads",
+    "short_circuit_pair",
 ]
 
 
@@ -131,53 +130,6 @@ def distribution_from_logprobs(
     if not (mass > 0 and math.isfinite(mass)):
         return None, 0.0, n_nan
     return p / mass, min(mass, 1.0), n_nan
-
-
-def check_score_tokens(backend: VerifierBackend, scale: ScoreScale) -> tuple[tuple[str, ...], ...]:
-    """Per level, the spellings a read sums: those the backend's tokenizer makes one token.
-
-    Alternative spellings (``" A"``) that are several tokens, or share a token id with an
-    earlier spelling, are dropped; a backend that cannot tokenize (plain OpenAI) keeps every
-    spelling, with a warning.
-
-    Returns:
-        ``(G,)`` tuples of spellings, the canonical token first.
-
-    Raises:
-        ScoreTokenError: when a canonical score token is not exactly one token id, or shares
-            its id with another level's token (names the token).
-    """
-    kept: list[tuple[str, ...]] = []
-    seen: dict[int, str] = {}
-    for forms in scale.spellings:
-        level: list[str] = []
-        for i, s in enumerate(forms):
-            ids = backend.tokenize(s)
-            if ids is None:  # backend cannot tokenize (e.g. plain OpenAI): trust the strings
-                if i == 0 and not kept:
-                    warnings.warn(
-                        f"backend {backend.name!r} cannot tokenize; score tokens are not checked",
-                        stacklevel=3,  # the caller of Verifier(...)
-                    )
-                level.append(s)
-                continue
-            if len(ids) != 1:
-                if i == 0:
-                    raise ScoreTokenError(
-                        f"score token {s!r} maps to {len(ids)} token ids {ids} in the tokenizer of "
-                        f"{backend.model_id!r}; pick single-token score tokens (e.g. a smaller granularity or another scale)"
-                    )
-                continue  # an alternative spelling the tokenizer cannot produce as one token
-            if ids[0] in seen:
-                if i == 0:
-                    raise ScoreTokenError(
-                        f"score token {s!r} has the same token id {ids[0]} as {seen[ids[0]]!r}"
-                    )
-                continue
-            seen[ids[0]] = s
-            level.append(s)
-        kept.append(tuple(level))
-    return tuple(kept)
 
 
 def read_distribution(
@@ -295,4 +247,35 @@ def aggregate_reads(
         if len(ok) == len(reads)
         else f"{len(reads) - len(ok)} of {len(reads)} reads abstained",
         **common,
+    )
+
+
+def short_circuit_pair(
+    sa: ScoreResult | None, sb: ScoreResult | None, *, raise_on_invalid: bool
+) -> PairwiseResult:
+    """A comparison decided without the model (``sa``/``sb``: short-circuit results or None).
+
+    A non-string side abstains the comparison. An empty response loses to any non-empty one
+    (preference 1.0 for the non-empty side, whose own value is not computed: ``None``); two
+    empty responses tie at 0.5 (both are the worst possible answer).
+    """
+    invalid = [r for r in (sa, sb) if r is not None and r.value is None]
+    if invalid:
+        if raise_on_invalid:
+            raise AbstentionError(f"verifier abstained on a comparison: {invalid[0].reason}")
+        return PairwiseResult(
+            value_a=None if sa is None else sa.value,
+            value_b=None if sb is None else sb.value,
+            preference=None,
+            result_a=sa,
+            result_b=sb,
+        )
+    if sa is not None and sb is not None:
+        return PairwiseResult(value_a=0.0, value_b=0.0, preference=0.5, result_a=sa, result_b=sb)
+    return PairwiseResult(
+        value_a=None if sa is None else 0.0,
+        value_b=None if sb is None else 0.0,
+        preference=1.0 if sa is None else 0.0,
+        result_a=sa,
+        result_b=sb,
     )
