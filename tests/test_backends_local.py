@@ -254,6 +254,20 @@ def test_generate_returns_text_and_honours_stop(hf, prompts):
         hf.generate(prompts[:1], max_new_tokens=0)
 
 
+def test_generate_leaves_the_callers_rng_alone(hf, prompts):
+    """Issue 28 item 6: a seeded verifier analysis must not reseed the policy's sampling or
+    SAC's exploration noise in the same process (the global torch RNG)."""
+    import torch
+
+    torch.manual_seed(1234)
+    want = torch.rand(3)
+    torch.manual_seed(1234)
+    a = hf.generate(prompts[:1], max_new_tokens=4, temperature=0.8, seed=3)
+    assert torch.equal(torch.rand(3), want)  # the caller's stream goes on as if no call
+    torch.manual_seed(99)
+    assert hf.generate(prompts[:1], max_new_tokens=4, temperature=0.8, seed=3) == a  # still seeded
+
+
 def test_too_long_prompt_is_an_error(hf):
     long = ChatPrompt(({"role": "user", "content": "word " * 9000},), "<score>")
     with pytest.raises(BackendError, match="context"):

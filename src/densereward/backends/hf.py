@@ -516,7 +516,6 @@ class TransformersBackend(LocalAsyncMixin):
         with self._lock:
             seqs = [self.render(p) for p in prompts]
             texts: list[str] = [""] * len(seqs)
-            torch.manual_seed(self.config.seed if seed is None else seed)
             gen_kwargs: dict[str, Any] = {
                 "max_new_tokens": max_new_tokens,
                 "pad_token_id": self.pad_id,
@@ -528,8 +527,12 @@ class TransformersBackend(LocalAsyncMixin):
             if stop:
                 gen_kwargs.update(stop_strings=list(stop), tokenizer=self.tokenizer)
             n_new = 0
+            # The sampling seed goes to a forked RNG: the caller's global torch RNG (a policy's
+            # sampling, SAC's exploration noise in the same process) is left as it was.
+            devices = [self.device] if str(self.device).startswith("cuda") else []
             try:
-                with torch.inference_mode():
+                with torch.random.fork_rng(devices=devices), torch.inference_mode():
+                    torch.manual_seed(self.config.seed if seed is None else seed)
                     for chunk in self._chunks([len(s) for s in seqs]):
                         width = max(len(seqs[i]) for i in chunk)
                         ids = torch.full((len(chunk), width), self.pad_id, dtype=torch.long)
