@@ -12,6 +12,7 @@ import math
 import re
 import zlib
 
+import numpy as np
 import pytest
 
 from densereward import (
@@ -329,3 +330,30 @@ def test_compare_with_empty_or_invalid_side():
     assert len(b.seen) == 0  # decided without the model
     rank = v.rank(problem="p", candidates=["", "quality=0.5", ""], pivots=1)
     assert rank.winner == 1
+
+
+def test_an_abstained_read_does_not_reweight_the_criteria():
+    """Issue 28 item 18: eq. 1 averages within a criterion, then across criteria. Criterion
+    'a' has one usable read of two (value 1), 'b' two reads (value 0): the score is 0.5, not
+    the 1/3 of a mean over the three usable reads. A criterion with no usable read is left out
+    and named."""
+    from densereward.verifier.reads import Read, VerifierStats, aggregate_reads
+
+    scale = ScoreScale.letters(2)
+    top, bottom = np.array([0.0, 1.0]), np.array([1.0, 0.0])
+    gone = Read(None, 0.1, reason="low score-token mass")
+    reads = [Read(top, 0.9), gone, Read(bottom, 0.9), Read(bottom, 0.9)]
+    r = aggregate_reads(reads, ["a", "b"], 2, scale, VerifierStats(), truncated=False)
+    assert r.value == pytest.approx(0.5)
+    assert r.per_criterion == {"a": 1.0, "b": 0.0}
+    assert r.distribution.tolist() == pytest.approx([0.5, 0.5])
+    r = aggregate_reads(
+        [gone, gone, Read(top, 0.9), Read(bottom, 0.9)],
+        ["a", "b"],
+        2,
+        scale,
+        VerifierStats(),
+        truncated=False,
+    )
+    assert r.value == pytest.approx(0.5) and r.per_criterion["a"] is None
+    assert "left out of the mean: ['a']" in r.reason

@@ -203,17 +203,25 @@ def aggregate_reads(
         truncated: whether the candidate was truncated (copied to the result).
 
     Returns:
-        :class:`ScoreResult`: ``value`` the mean normalised expected score over the usable
-        reads, in ``[0, 1]``, or ``None`` when no read is usable (``reason`` lists why).
+        :class:`ScoreResult`: ``value`` in ``[0, 1]``, the mean over criteria of each criterion's
+        normalised expected score over its usable repeats (eq. 1 when every read is usable; an
+        abstained read never reweights the criteria), or ``None`` when no read is usable
+        (``reason`` lists why). A criterion with no usable read is left out of the mean and
+        named in ``reason``; ``distribution`` is averaged the same way.
     """
     phi = scale.phi
     per_repeat: list[float | None] = []
     for r in reads:
         per_repeat.append(None if r.dist is None else scale.normalize(float(r.dist @ phi)))
     per_criterion: dict[str, float | None] = {}
+    dists: list[np.ndarray] = []
     for c, name in enumerate(names):
-        vals = [v for v in per_repeat[c * n_repeats : (c + 1) * n_repeats] if v is not None]
-        per_criterion[name] = float(np.mean(vals)) if vals else None
+        usable = [r.dist for r in reads[c * n_repeats : (c + 1) * n_repeats] if r.dist is not None]
+        per_criterion[name] = (
+            scale.normalize(float(np.mean(usable, axis=0) @ phi)) if usable else None
+        )
+        if usable:
+            dists.append(np.mean(usable, axis=0))
     ok = [r for r in reads if r.dist is not None]
     common = dict(
         per_criterion=per_criterion,
@@ -232,9 +240,18 @@ def aggregate_reads(
             reason="; ".join(reasons),
             **common,
         )
-    dist = np.mean([r.dist for r in ok], axis=0)
+    # Within a criterion over its usable repeats, then across criteria: an abstained read does
+    # not shift weight between criteria. A criterion whose every read abstained is left out
+    # (named in ``reason``); the score is the mean of the others.
+    dist = np.mean(dists, axis=0)
     masses = [r.mass for r in ok if r.mass is not None]
-    value = float(np.mean([v for v in per_repeat if v is not None]))
+    value = float(np.mean([v for v in per_criterion.values() if v is not None]))
+    missing = [name for name, v in per_criterion.items() if v is None]
+    reason = None
+    if len(ok) < len(reads):
+        reason = f"{len(reads) - len(ok)} of {len(reads)} reads abstained"
+        if missing:
+            reason += f"; criteria with no usable read, left out of the mean: {missing}"
     arg = int(np.argmax(dist))
     stats.n_scored += 1
     return ScoreResult(
@@ -243,9 +260,7 @@ def aggregate_reads(
         mass=float(np.mean(masses)) if masses else None,
         argmax=arg,
         argmax_value=scale.normalize(scale.values[arg]),
-        reason=None
-        if len(ok) == len(reads)
-        else f"{len(reads) - len(ok)} of {len(reads)} reads abstained",
+        reason=reason,
         **common,
     )
 
