@@ -357,3 +357,40 @@ def test_an_abstained_read_does_not_reweight_the_criteria():
     )
     assert r.value == pytest.approx(0.5) and r.per_criterion["a"] is None
     assert "left out of the mean: ['a']" in r.reason
+
+
+def test_the_prompt_kind_is_stated_and_contradictions_are_refused():
+    """Issue 28 item 7: the prompt kind is part of the request. ``auto`` infers it as before;
+    ``pointwise`` with references is the anchored prompt even with no criteria; ``answer_match``
+    with criteria (configured or passed) is refused instead of silently becoming anchored."""
+    from densereward.errors import ConfigError, DataError
+
+    v, backend = make(granularity=5)
+    kw = dict(problems=["p"], responses=["The answer is 7. quality=1.0"], references=["7"])
+    v.score_batch(**kw)
+    assert "Reference answer" not in backend.seen[-1].messages[-1]["content"]  # answer_match
+    v.score_batch(**kw, prompt="pointwise")
+    assert "Reference answer: 7" in backend.seen[-1].messages[-1]["content"]  # anchored
+    with pytest.raises(ConfigError, match="answer_match prompt grades"):
+        v.score_batch(**kw, criteria=["correctness"], prompt="answer_match")
+    with pytest.raises(DataError, match="needs reference answers"):
+        v.score_batch(problems=["p"], responses=["x"], prompt="answer_match")
+    with pytest.raises(ConfigError, match="prompt kind"):
+        v.score_batch(**kw, prompt="anchord")
+    configured, _ = make(granularity=5, criteria=["correctness"])
+    with pytest.raises(ConfigError, match="verifier.criteria"):
+        configured.score_batch(**kw, prompt="answer_match")
+
+
+def test_answer_match_with_verifier_criteria_is_refused_at_config_load():
+    from densereward.errors import ConfigError
+    from densereward.trainers.grpo_config import resolve_config
+
+    config = {
+        "reward": {"type": "dense", "reference_prompt": "answer_match"},
+        "verifier": {"criteria": ["correctness"]},
+    }
+    with pytest.raises(ConfigError, match="reward.reference_prompt=answer_match"):
+        resolve_config(config)
+    config["reward"]["reference_prompt"] = "anchored"
+    resolve_config(config)  # anchored grades the full solution on the configured criteria

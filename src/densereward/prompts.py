@@ -38,6 +38,7 @@ __all__ = [
     "reasoning_prompt",
     "answer_match_prompt",
     "calibration_prompt",
+    "resolve_prompt_kind",
     "extract_final_answer",
     "with_analysis",
     "thinking_prompt",
@@ -210,6 +211,55 @@ def pointwise_prompt(
         },
     ]
     return ChatPrompt(messages=tuple(messages), prefill=SCORE_PREFILL)
+
+
+PROMPT_KINDS = ("auto", "pointwise", "answer_match", "progress")
+KIND_CRITERIA: dict[str, dict[str, str]] = {
+    "pointwise": DEFAULT_CRITERIA,
+    "answer_match": ANSWER_MATCH_CRITERIA,
+    "progress": DEFAULT_PROGRESS_CRITERIA,
+}
+"""The criterion each prompt kind uses when none is given."""
+
+
+def resolve_prompt_kind(kind: str, criteria: object, has_references: bool) -> str:
+    """The prompt kind of a score request, stated or inferred, and refused when contradictory.
+
+    Args:
+        kind: ``pointwise`` (the problem, the full response and a criterion; with references,
+            the reference beside them: the *anchored* prompt), ``answer_match`` (only the
+            extracted final answer against the reference, under its own criterion),
+            ``progress``, or ``auto``: ``answer_match`` when references are given and no
+            criteria are (configured or passed), else ``pointwise``.
+        criteria: the request's criteria, or the configured ones (``None``: none).
+        has_references: whether reference answers came with the request.
+
+    Returns:
+        ``pointwise`` | ``answer_match`` | ``progress``.
+
+    Raises:
+        ConfigError: for an unknown kind, or ``answer_match`` with criteria (they would
+            silently replace its criterion, or switch the prompt to anchored).
+        DataError: for ``answer_match`` without references.
+
+    >>> resolve_prompt_kind("auto", None, True), resolve_prompt_kind("auto", ["c"], True)
+    ('answer_match', 'pointwise')
+    """
+    from .errors import ConfigError, DataError
+
+    if kind not in PROMPT_KINDS:
+        raise ConfigError(f"prompt kind {kind!r}; use {' | '.join(PROMPT_KINDS)}")
+    if kind == "auto":
+        return "answer_match" if has_references and criteria is None else "pointwise"
+    if kind == "answer_match" and not has_references:
+        raise DataError("the answer_match prompt needs reference answers")
+    if kind == "answer_match" and criteria is not None:
+        raise ConfigError(
+            f"the answer_match prompt grades the final answer against the reference with its own "
+            f"criterion; criteria {criteria!r} (verifier.criteria or the reward's) contradict it: "
+            "drop them, or use the anchored prompt (reward.reference_prompt=anchored)"
+        )
+    return kind
 
 
 def calibration_prompt(scale: ScoreScale) -> ChatPrompt:

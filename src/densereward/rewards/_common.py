@@ -169,6 +169,35 @@ def group_slices(prompts: Sequence[Any], num_generations: int | None = None) -> 
     return slices
 
 
+def check_prompt_settings(reward: Any, verifier: Any) -> None:
+    """Refuse a reward and a verifier configuration that contradict each other on the prompt.
+
+    ``reward.reference_prompt=answer_match`` grades the extracted final answer against the
+    reference under its own criterion; ``verifier.criteria`` beside it used to switch the prompt
+    to the anchored one without a word (issue 28 item 7).
+
+    Args:
+        reward: a :class:`~densereward.rewards.RewardConfig`.
+        verifier: a :class:`~densereward.config.VerifierConfig`.
+
+    Raises:
+        ConfigError: naming both fields and the two ways out.
+    """
+    uses_verifier = reward.type != "sparse" or reward.track
+    if (
+        uses_verifier
+        and reward.reference_guided
+        and reward.reference_prompt == "answer_match"
+        and verifier.criteria is not None
+    ):
+        raise ConfigError(
+            "reward.reference_prompt=answer_match grades the final answer against the reference "
+            f"with its own criterion, but verifier.criteria={verifier.criteria!r} is set: drop "
+            "verifier.criteria, or set reward.reference_prompt=anchored to grade the full "
+            "solution on those criteria"
+        )
+
+
 def check_verifier_options(
     *,
     reference_guided: bool,

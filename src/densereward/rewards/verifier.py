@@ -362,8 +362,24 @@ class VerifierReward(_VerifierRewardBase):
             "responses": [shown[i] for i in idx],
             "criteria": self._criteria(refs),
             "references": None if refs is None else [refs[i] for i in idx],
+            **self._prompt_kind(refs),
         }
         return flags, idx, request
+
+    def _prompt_kind(self, refs: list[str | None] | None) -> dict[str, str]:
+        """The prompt kind, stated rather than left to the engine to infer from the criteria
+        (``verifier.criteria`` used to turn ``answer_match`` into the anchored prompt silently);
+        empty for a verifier whose ``score_batch`` takes no ``prompt``."""
+        import inspect
+
+        try:
+            takes = "prompt" in inspect.signature(self.verifier.score_batch).parameters
+        except (AttributeError, TypeError, ValueError):
+            return {}
+        if not takes:
+            return {}
+        answer_match = refs is not None and self.reference_prompt == "answer_match"
+        return {"prompt": "answer_match" if answer_match else "pointwise"}
 
     def _collect(
         self, results: Sequence[Any], idx: list[int], n: int, flags: list[bool] | None

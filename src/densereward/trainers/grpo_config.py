@@ -117,8 +117,10 @@ def resolve_config(config: dict[str, Any]) -> dict[str, Any]:
     from densereward.policy_eval import HeldoutConfig
     from densereward.rewards import RewardConfig
 
+    from densereward.rewards._common import check_prompt_settings
+
     check_sections(config, _section_fields())
-    return {
+    parts = {
         "model": from_dict(ModelConfig, config.get("model"), prefix="model."),
         "data": from_dict(DataConfig, config.get("data"), prefix="data."),
         "reward": from_dict(RewardConfig, config.get("reward"), prefix="reward."),
@@ -127,6 +129,8 @@ def resolve_config(config: dict[str, Any]) -> dict[str, Any]:
         "heldout": from_dict(HeldoutConfig, config.get("heldout"), prefix="heldout."),
         "training": grpo_config_kwargs(dict(config.get("training") or {})),
     }
+    check_prompt_settings(parts["reward"], parts["verifier"])
+    return parts
 
 
 def build_grpo_args(parts: dict[str, Any], run_dir: Path, *, cpu_check: bool = False):

@@ -23,7 +23,14 @@ from ..scale import ScoreScale
 from ..tournament import bradley_terry_preference, ppt_schedule, round_robin_schedule
 from .boundary import ReadPlan, build_read_plan, check_calibration
 from .driver import PlanDriver
-from .reads import Read, VerifierStats, aggregate_reads, read_distribution, short_circuit_pair
+from .reads import (
+    Read,
+    VerifierStats,
+    aggregate_reads,
+    prepare_candidate,
+    read_distribution,
+    short_circuit_pair,
+)
 
 __all__ = ["Verifier"]
 
@@ -183,24 +190,7 @@ class Verifier:
         )
 
     def _prepare(self, text: Any) -> tuple[str | None, ScoreResult | None, bool]:
-        """Sanitise and truncate a candidate; short-circuit invalid or empty ones (documented)."""
-        if not isinstance(text, str):
-            self.stats.n_invalid_input += 1
-            self.stats.n_abstained += 1
-            return (
-                None,
-                ScoreResult(value=None, reason=f"non-string response ({type(text).__name__})"),
-                False,
-            )
-        if not text.strip():
-            # An empty answer is wrong, not unknown: it gets the lowest score without a model call.
-            self.stats.n_empty += 1
-            self.stats.n_scored += 1
-            return None, ScoreResult(value=0.0, mass=None, reason="empty response"), False
-        clean = P.sanitize_candidate(text)
-        clean, cut = P.truncate_middle(clean, self.config.max_response_chars)
-        self.stats.n_truncated += int(cut)
-        return clean, None, cut
+        return prepare_candidate(text, self.stats, self.config.max_response_chars)
 
     def _finalize(self, res: ScoreResult) -> ScoreResult:
         if res.value is None and self.config.on_error == "raise":
@@ -215,22 +205,16 @@ class Verifier:
         criteria: Criteria,
         references: Sequence[str | None] | None,
         *,
-        progress: bool = False,
+        kind: str = "auto",
     ) -> Generator:
         if len(problems) != len(responses):
             raise DataError(f"{len(problems)} problems but {len(responses)} responses")
         if references is not None and len(references) != len(problems):
             raise DataError(f"{len(problems)} problems but {len(references)} references")
         chosen = criteria if criteria is not None else self.config.criteria
-        # Reference-guided default: with reference answers and no configured criteria, the
-        # built-in `answer_match` criterion compares the extracted final answer with the reference.
-        answer_match = references is not None and chosen is None and not progress
-        crit = P.normalize_criteria(
-            chosen,
-            P.DEFAULT_PROGRESS_CRITERIA
-            if progress
-            else (P.ANSWER_MATCH_CRITERIA if answer_match else P.DEFAULT_CRITERIA),
-        )
+        kind = P.resolve_prompt_kind(kind, chosen, references is not None)
+        progress, answer_match = kind == "progress", kind == "answer_match"
+        crit = P.normalize_criteria(chosen, P.KIND_CRITERIA[kind])
         k_rep = self.config.n_repeats
         results: list[ScoreResult | None] = [None] * len(problems)
         prompts: list[ChatPrompt] = []
@@ -382,6 +366,7 @@ class Verifier:
         responses: Sequence[Any],
         criteria: Criteria = None,
         references: Sequence[str | None] | None = None,
+        prompt: str = "auto",
     ) -> list[ScoreResult]:
         """Pointwise scores of ``responses[i]`` for ``problems[i]``.
 
@@ -394,15 +379,21 @@ class Verifier:
             criteria: names or name -> description; default ``config.criteria`` or one
                 correctness criterion.
             references: optional ``(B,)`` reference answers shown to the verifier.
+            prompt: the prompt kind (:func:`densereward.prompts.resolve_prompt_kind`):
+                ``pointwise`` (anchored when references are given), ``answer_match`` (the
+                extracted final answer against the reference; needs references, no criteria)
+                or ``auto`` (``answer_match`` with references and no criteria, else pointwise).
 
         Returns:
             ``(B,)`` :class:`ScoreResult`, ``value`` in ``[0, 1]`` or ``None`` (abstained).
 
         Raises:
-            DataError: on length mismatches.
+            DataError: on length mismatches, or ``answer_match`` without references.
+            ConfigError: for ``answer_match`` with criteria (its own criterion would be replaced).
             AbstentionError: on abstention when ``config.on_error == 'raise'``.
         """
-        return self._driver.run(self._score_plan(problems, responses, criteria, references))
+        plan = self._score_plan(problems, responses, criteria, references, kind=prompt)
+        return self._driver.run(plan)
 
     async def ascore_batch(
         self,
@@ -411,9 +402,11 @@ class Verifier:
         responses: Sequence[Any],
         criteria: Criteria = None,
         references: Sequence[str | None] | None = None,
+        prompt: str = "auto",
     ) -> list[ScoreResult]:
         """Async :meth:`score_batch`."""
-        return await self._driver.arun(self._score_plan(problems, responses, criteria, references))
+        plan = self._score_plan(problems, responses, criteria, references, kind=prompt)
+        return await self._driver.arun(plan)
 
     def score(
         self,
@@ -549,7 +542,7 @@ class Verifier:
     ) -> list[ScoreResult]:
         """Task progress of each trajectory so far, ``(B,)``; ``value`` in ``[0, 1]``, 1 = done."""
         return self._driver.run(
-            self._score_plan(tasks, trajectories, criteria, None, progress=True)
+            self._score_plan(tasks, trajectories, criteria, None, kind="progress")
         )
 
     async def aprogress_batch(
@@ -557,7 +550,7 @@ class Verifier:
     ) -> list[ScoreResult]:
         """Async :meth:`progress_batch`."""
         return await self._driver.arun(
-            self._score_plan(tasks, trajectories, criteria, None, progress=True)
+            self._score_plan(tasks, trajectories, criteria, None, kind="progress")
         )
 
     def progress_curve(

@@ -16,9 +16,11 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
+from .. import prompts as P
 from ..backends.base import TokenLogprobs
 from ..errors import AbstentionError
 from ..results import PairwiseResult, ScoreResult
@@ -31,6 +33,7 @@ __all__ = [
     "read_distribution",
     "aggregate_reads",
     "short_circuit_pair",
+    "prepare_candidate",
 ]
 
 
@@ -294,3 +297,28 @@ def short_circuit_pair(
         result_a=sa,
         result_b=sb,
     )
+
+
+def prepare_candidate(
+    text: Any, stats: VerifierStats, max_chars: int
+) -> tuple[str | None, ScoreResult | None, bool]:
+    """Sanitise and truncate a candidate; short-circuit invalid or empty ones.
+
+    Returns:
+        ``(clean, short, truncated)``: ``short`` is the result decided without the model (a
+        non-string abstains, counted in ``n_invalid_input``; an empty text is wrong, not
+        unknown: ``0.0`` with reason ``empty response``), else ``None`` and ``clean`` the
+        sanitised text, cut in the middle to about ``max_chars`` characters.
+    """
+    if not isinstance(text, str):
+        stats.n_invalid_input += 1
+        stats.n_abstained += 1
+        reason = f"non-string response ({type(text).__name__})"
+        return None, ScoreResult(value=None, reason=reason), False
+    if not text.strip():
+        stats.n_empty += 1
+        stats.n_scored += 1
+        return None, ScoreResult(value=0.0, mass=None, reason="empty response"), False
+    clean, cut = P.truncate_middle(P.sanitize_candidate(text), max_chars)
+    stats.n_truncated += int(cut)
+    return clean, None, cut
