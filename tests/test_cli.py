@@ -158,3 +158,78 @@ def test_score_explains_the_scale_and_the_embedded_model(default_model_dir, caps
     assert main([*argv, f"verifier.model={default_model_dir}"]) == 0
     out = " ".join(capsys.readouterr().out.split())
     assert "from A (worst, 0) to E (best, 1)" in out and "not a judge to trust" not in out
+
+
+# --------------------------------------------------------------------------------------------
+# No input ends in a traceback; exit codes (issue 28 items 3 and 12)
+# --------------------------------------------------------------------------------------------
+
+
+def _score_against(server, *argv: str) -> list[str]:
+    return ["score", "--problem", "What is 7+5?", *argv, "verifier.backend=openai",
+            f"verifier.base_url={server.base_url}", "verifier.max_retries=0"]  # fmt: skip
+
+
+def test_score_without_a_model_read_prints_its_score(server, capsys):
+    """An empty response, or one with no final answer against a reference, is scored 0 without
+    a read: ``score`` says so instead of failing on the missing argmax (a TypeError before)."""
+    from densereward.cli import main
+
+    for argv in (["--response", ""], ["--response", "no idea, sorry", "--reference", "12"]):
+        assert main(_score_against(server, *argv)) == 0
+        out = capsys.readouterr().out
+        assert "expected score : 0.0000" in out and "argmax score   : n/a" in out
+        assert "no read:" in out
+
+
+def test_score_exit_code_3_when_the_verifier_abstains_json_too(server, capsys):
+    from servers import Fault
+
+    from densereward import cli
+
+    server.default = Fault("status", status=500)
+    assert cli.main(_score_against(server, "--response", "12")) == 3
+    assert "abstained:" in capsys.readouterr().out
+    assert cli.main(_score_against(server, "--response", "12", "--json")) == 3
+    assert '"value": null' in capsys.readouterr().out
+    assert cli.EXIT_ABSTAINED == 3
+
+
+def test_library_value_errors_are_its_own_errors_and_exit_2(monkeypatch, capsys):
+    """What the rewards raise on bad values is a DenseRewardError (DataError / ConfigError, both
+    ValueErrors), so the CLI prints one line and exits 2; anything else exits 1, one line too."""
+    from densereward import cli
+    from densereward.errors import ConfigError, DataError
+    from densereward.rewards._common import check_lengths
+    from densereward.rewards.hacking import HackingAlarm
+
+    with pytest.raises(DataError, match="length mismatch"):
+        check_lengths(completions=[1, 2], answer=["1"])
+    with pytest.raises(ConfigError, match="window"):
+        HackingAlarm(window=3)
+
+    def mismatch(args):
+        check_lengths(completions=[1, 2], answer=["1"])
+
+    def bug(args):
+        raise KeyError("oops")
+
+    for func, code, text in (
+        (mismatch, 2, "error: length mismatch"),
+        (bug, 1, "internal error: KeyError"),
+    ):
+        monkeypatch.setattr(cli, "_run_score", func)
+        assert cli.main(["score", "--problem", "p", "--response", "r"]) == code
+        err = capsys.readouterr().err
+        assert text in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.slow  # loads the embedded model (~10 s)
+def test_score_of_a_bare_answer_against_its_reference(default_model_dir):
+    """The issue's command: a response that is only the answer is its own final answer."""
+    done = subprocess.run([sys.executable, "-m", "densereward.cli", "score", "--problem", "What is 7+5?",
+                           "--response", "12", "--reference", "12"], cwd=REPO, env=OFFLINE_ENV,
+                          capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr[-2000:]
+    assert "expected score : 0.0000" not in done.stdout
+    assert "argmax score   : " in done.stdout and "n/a" not in done.stdout

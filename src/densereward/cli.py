@@ -10,6 +10,11 @@ Sub-commands::
     densereward models         the offline model names, installed or not; --install NAME converts one
 
 Every sub-command has its own ``--help``.
+
+Exit codes: 0 done; 1 an unexpected error (a bug: one line, ``--verbose`` adds the traceback);
+2 a usage, configuration, data or backend error (the message names the fix); 3 the verifier
+abstained: ``score`` has no score (with ``--json`` too), ``eval-verifier``: most reads abstained
+(:data:`densereward.eval_verifier.cli.EXIT_MOST_ABSTAINED`); 130 interrupted.
 """
 
 from __future__ import annotations
@@ -24,7 +29,14 @@ from collections.abc import Sequence
 from .config import add_override_arguments, overrides_from
 from .errors import BackendUnavailableError, DenseRewardError
 
-__all__ = ["main", "build_parser"]
+__all__ = ["EXIT_ABSTAINED", "EXIT_ERROR", "EXIT_INTERNAL", "main", "build_parser"]
+
+EXIT_INTERNAL = 1
+"""An unexpected exception: a bug in densereward or a package it calls."""
+EXIT_ERROR = 2
+"""A usage, configuration, data or backend error (argparse's code too); the message says why."""
+EXIT_ABSTAINED = 3
+"""``densereward score``: the verifier abstained (no score); ``eval-verifier`` uses it too."""
 
 _EPILOG = """examples:
   densereward score --problem "What is 7+5?" --response "12"
@@ -89,17 +101,20 @@ def _run_score(args: argparse.Namespace) -> int:
             from .io import to_jsonable
 
             print(json.dumps(to_jsonable({**r.__dict__, "scale": list(v.scale.tokens)}), indent=2))
-            return 0
+            return EXIT_ABSTAINED if r.value is None else 0
         if r.value is None:
             print(f"abstained: {r.reason}")
-            return 3
-        mass = "n/a (restricted by backend)" if r.mass is None else f"{r.mass:.4f}"
+            return EXIT_ABSTAINED
         worst, best = v.scale.tokens[0], v.scale.tokens[-1]
         print(f"expected score : {r.value:.4f}   (in [0, 1], higher = better)")
-        print(f"score mass     : {mass}")
-        print(
-            f"argmax score   : {v.scale.tokens[r.argmax]} = {r.argmax_value:.4f}   (of {worst}..{best})"
-        )
+        if r.argmax is None:  # scored without a read (e.g. no final answer to match)
+            print(f"score mass     : n/a (no read: {r.reason or 'scored without the model'})")
+            print(f"argmax score   : n/a (of {worst}..{best})")
+        else:
+            mass = "n/a (restricted by backend)" if r.mass is None else f"{r.mass:.4f}"
+            print(f"score mass     : {mass}")
+            print(f"argmax score   : {v.scale.tokens[r.argmax]} = {r.argmax_value:.4f}   "
+                  f"(of {worst}..{best})")  # fmt: skip
         for name, val in r.per_criterion.items():
             print(f"  {name:<13}: {val if val is None else round(val, 4)}")
         print(_score_legend(v))
@@ -262,18 +277,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(args.func(args) or 0)
     except DenseRewardError as err:
         print(f"densereward: error: {err}", file=sys.stderr)
-        return 2
-    except ImportError as err:
-        from ._extras import install_hint
-
-        hint = install_hint(err)
-        if hint is None:
-            raise
-        print(f"densereward: error: {hint}", file=sys.stderr)
-        return 2
+        return EXIT_ERROR
     except KeyboardInterrupt:
         print("densereward: interrupted", file=sys.stderr)
         return 130
+    except Exception as err:  # noqa: BLE001 - no input ends in a traceback; --verbose shows it
+        from ._extras import install_hint
+
+        hint = install_hint(err) if isinstance(err, ImportError) else None
+        if hint is not None:
+            print(f"densereward: error: {hint}", file=sys.stderr)
+            return EXIT_ERROR
+        if args.verbose:
+            logging.getLogger("densereward").exception("unexpected error")
+        print(f"densereward: internal error: {type(err).__name__}: {err}. This is a bug; please "
+              "report it (--verbose prints the traceback)", file=sys.stderr)  # fmt: skip
+        return EXIT_INTERNAL
 
 
 if __name__ == "__main__":

@@ -9,7 +9,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from ..errors import ConfigError
+from ..errors import ConfigError, DataError
 
 __all__ = [
     "completion_texts",
@@ -99,12 +99,12 @@ def check_lengths(*, completions: Sequence[Any], **columns: Sequence[Any] | None
     """Raise if any per-completion column's length differs from ``len(completions)``.
 
     Raises:
-        ValueError: naming the column and both lengths.
+        DataError: naming the column and both lengths.
     """
     n = len(completions)
     for name, col in columns.items():
         if col is not None and len(col) != n:
-            raise ValueError(
+            raise DataError(
                 f"length mismatch: {len(col)} values in {name!r} but {n} completions; a reward "
                 "function needs exactly one value per completion"
             )

@@ -250,5 +250,5 @@ def _win_rates(result: Any, n: int) -> list[float | None]:
     """``RankResult.win_rate`` as a list, NaN (no valid comparison) -> ``None``."""
     rates = list(result.win_rate)
     if len(rates) != n:
-        raise ValueError(f"rank returned {len(rates)} win rates for {n} candidates")
+        raise DataError(f"rank returned {len(rates)} win rates for {n} candidates")
     return [None if r is None or math.isnan(float(r)) else float(r) for r in rates]

@@ -27,8 +27,11 @@ import math
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
+
+from ..errors import ConfigError
 
 __all__ = ["HackingAlarm"]
 
@@ -51,7 +54,7 @@ class HackingAlarm:
         min_negatives: Incorrect completions each half needs for its TNR to count.
 
     Raises:
-        ValueError: for a window that is odd or below 2, or a threshold out of range.
+        ConfigError: for a window that is odd or below 2, or a threshold out of range.
 
     Example:
         >>> alarm = HackingAlarm(window=4, min_rise=0.1, z=2.0)
@@ -74,11 +77,11 @@ class HackingAlarm:
 
     def __post_init__(self) -> None:
         if self.window < 2 or self.window % 2:
-            raise ValueError(f"HackingAlarm.window must be even and >= 2, got {self.window}")
+            raise ConfigError(f"HackingAlarm.window must be even and >= 2, got {self.window}")
         if self.min_rise < 0 or self.z < 0 or self.pass_tolerance < 0:
-            raise ValueError("HackingAlarm.min_rise, z and pass_tolerance must be >= 0")
+            raise ConfigError("HackingAlarm.min_rise, z and pass_tolerance must be >= 0")
         if not 0 < self.tnr_drop <= 1:
-            raise ValueError(f"HackingAlarm.tnr_drop must be in (0, 1], got {self.tnr_drop}")
+            raise ConfigError(f"HackingAlarm.tnr_drop must be in (0, 1], got {self.tnr_drop}")
         self._batches = deque(maxlen=self.window)
 
     def update(
@@ -151,6 +154,20 @@ class HackingAlarm:
                 f"{_tnr(new, self.min_negatives):.3f} ({d_tnr:+.3f})",
             )  # fmt: skip
         return out
+
+    def state_dict(self) -> dict[str, Any]:
+        """The window of batches and the first alarm, as JSON-able values (for a resumed run)."""
+        return {"batches": [[a.tolist() for a in b] for b in self._batches],
+                "n_batches": self._n_batches, "fired_at": self.fired_at}  # fmt: skip
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Continue from :meth:`state_dict` (the last ``window`` batches are kept)."""
+        self._batches = deque(
+            (tuple(np.asarray(a, dtype=np.float64) for a in b) for b in state["batches"]),
+            maxlen=self.window,
+        )
+        self._n_batches = int(state["n_batches"])
+        self.fired_at = state["fired_at"]
 
 
 def _var_over_n(x: np.ndarray) -> float:

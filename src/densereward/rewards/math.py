@@ -44,7 +44,7 @@ from ..answers import (
     extract_boxed,
     extract_final_line,
 )
-from ..errors import BackendUnavailableError, ConfigError
+from ..errors import BackendUnavailableError, ConfigError, DataError
 from ._common import check_lengths, check_trl, completion_texts
 
 __all__ = [
@@ -277,7 +277,7 @@ class MathChecker:
             ``(n,)`` :class:`MathCheck` results, in order.
 
         Raises:
-            ValueError: if the two sequences differ in length.
+            DataError: if the two sequences differ in length.
         """
         check_lengths(completions=completions, references=references)
         out: list[MathCheck] = []
@@ -356,7 +356,7 @@ class MathCorrectnessReward:
         unparseable or the check timed out (see the module docstring).
 
     Raises (from ``__call__``):
-        ValueError: if a per-completion column's length differs from ``len(completions)``.
+        DataError: if a per-completion column's length differs from ``len(completions)``.
 
     Example:
         >>> reward = MathCorrectnessReward(checker=MathChecker(executor="inline"))
@@ -414,12 +414,12 @@ def references_from_columns(
         ``(n,)`` references (``None`` where none exists).
 
     Raises:
-        ValueError: if neither column is present or a column's length is not ``n``.
+        DataError: if neither column is present or a column's length is not ``n``.
     """
     answers = columns.get(answer_column)
     solutions = columns.get("solution")
     if answers is None and solutions is None:
-        raise ValueError(
+        raise DataError(
             f"the reward function needs a dataset column {answer_column!r} (or 'solution') with the "
             "reference answer; load the data with densereward.data.load_tasks, which keeps it"
         )

@@ -45,6 +45,7 @@ from typing import Any, Literal
 
 from ..abstentions import AbstentionAlarm
 from ..answers import final_answer_part
+from ..errors import DataError
 from ._common import (
     check_lengths,
     check_trl,
@@ -286,7 +287,7 @@ def _values(
     results: Sequence[Any], n: int, who: str
 ) -> tuple[list[float | None], list[float | None]]:
     if len(results) != n:
-        raise ValueError(f"{who}: the verifier returned {len(results)} scores for {n} completions")
+        raise DataError(f"{who}: the verifier returned {len(results)} scores for {n} completions")
     values = [None if r.value is None or math.isnan(r.value) else float(r.value) for r in results]
     masses = [getattr(r, "mass", None) for r in results]
     return values, masses
@@ -334,7 +335,7 @@ class VerifierReward(_VerifierRewardBase):
     Raises:
         ConfigError: at construction, for an option outside its range or a combination that
             cannot work (:func:`~densereward.rewards._common.check_verifier_options`).
-        ValueError: from ``__call__``, if a per-completion column's length differs from
+        DataError: from ``__call__``, if a per-completion column's length differs from
             ``len(completions)``.
     """
 
