@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import re
 from pathlib import Path
 
@@ -615,9 +616,12 @@ def test_render_hook_needs_rgb_array():
 
 
 @pytest.mark.slow
-def test_rendered_frames_reach_a_multimodal_progress_fn():
-    if not envs.rendering_available():
-        pytest.skip("no offscreen OpenGL context here (MUJOCO_GL egl/osmesa unavailable)")
+@pytest.mark.parametrize(("mode", "n_frames"), [("shaping", 1), ("progress", 2)])
+def test_rendered_frames_reach_a_multimodal_progress_fn(mode, n_frames):
+    """Runs, not skips (issue 31): register_robotics picks MUJOCO_GL=egl on a headless machine.
+    A potential of the state (shaping) sees that state's frame only; the trajectory modes see
+    the last ``max_frames`` frames."""
+    assert envs.rendering_available(), f"no offscreen GL (MUJOCO_GL={os.environ.get('MUJOCO_GL')})"
     seen = []
 
     def multimodal(tasks, trajectories, images):
@@ -628,14 +632,16 @@ def test_rendered_frames_reach_a_multimodal_progress_fn():
         envs.make_env("FetchReach-v4", monitor=False, render_mode="rgb_array"),
         multimodal,
         FetchDescriber("reach"),
-        ProgressRewardConfig(render_frames=True, max_frames=2, score_every=5),
+        ProgressRewardConfig(mode=mode, render_frames=True, max_frames=2, score_every=5),
         gamma=0.9,
     )
     env.reset(seed=0)
     for _ in range(10):
         env.step(env.action_space.sample())
-    assert len(seen) == 3 and len(seen[-1][0]) == 2
+    env.close()  # frees the EGL context now, not in a destructor at interpreter exit
+    assert len(seen) == 3 and len(seen[-1][0]) == n_frames
     assert seen[-1][0][-1].ndim == 3 and seen[-1][0][-1].shape[-1] == 3
+    assert seen[-1][0][-1].std() > 0  # a rendered scene, not a blank buffer
 
 
 def test_register_robotics_drops_only_the_adroit_notice():

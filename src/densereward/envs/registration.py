@@ -3,9 +3,22 @@ and the describers' rendering probe import it)."""
 
 from __future__ import annotations
 
+import os
+
 import gymnasium as gym
 
-__all__ = ["register_robotics"]
+__all__ = ["register_robotics", "headless_gl"]
+
+
+def headless_gl() -> None:
+    """Pick MuJoCo's EGL backend on a machine with no display, before MuJoCo is imported.
+
+    MuJoCo chooses its OpenGL backend from ``MUJOCO_GL`` when it is first imported and defaults
+    to GLFW, which needs a display; on a headless machine (no ``DISPLAY``) ``egl`` renders
+    offscreen (FetchReach: 480x480x3 frames here). A ``MUJOCO_GL`` the user set is kept.
+    """
+    if "MUJOCO_GL" not in os.environ and not os.environ.get("DISPLAY"):
+        os.environ["MUJOCO_GL"] = "egl"
 
 
 def register_robotics() -> None:
@@ -19,6 +32,7 @@ def register_robotics() -> None:
     import io
     import sys
 
+    headless_gl()
     buf = io.StringIO()
     with contextlib.redirect_stderr(buf):
         import gymnasium_robotics
