@@ -107,7 +107,12 @@ def main() -> None:
         type=Path,
         default=REPO.parent / "shared" / "data" / "gsm8k" / "model_solutions_dev.jsonl",
     )
-    ap.add_argument("--models", nargs="+", default=["smollm2-135m", "qwen2.5-coder-0.5b"])
+    ap.add_argument(
+        "--models",
+        nargs="*",
+        default=["smollm2-135m", "qwen2.5-coder-0.5b"],
+        help="offline names or paths; none (--models) only prints the table of --json",
+    )
     ap.add_argument("--limit", type=int, default=25, help="first N problems (4 responses each)")
     ap.add_argument("--batch-size", type=int, default=8)
     ap.add_argument("--bootstrap", type=int, default=2000)
@@ -160,17 +165,19 @@ def main() -> None:
         for name in ("prefill", "boundary"):
             m = r[name]
             ci, au, af = m["mass_mean_ci"], m["auroc_unfloored"], m["auroc_floored"]
+            floored = (
+                f"{_fmt(af['value'])} [{_fmt(af['low'])}, {_fmt(af['high'])}] (n={af['n']})"
+                if af["value"] is not None
+                else f"none: {m['below_min_mass_0_5']} of {m['model_reads']} reads abstain"
+            )
+            read = "after `<score>` (before)" if name == "prefill" else "at the boundary (after)"
             print(
-                f"| {model}, {m['model_reads']} reads | "
-                f"{'after `<score>` (before)' if name == 'prefill' else 'at the boundary (after)'} | "
-                f"{_fmt(m['mass_mean'])} ({_fmt(m['mass_min'])}) [{_fmt(ci['low'])}, {_fmt(ci['high'])}] | "
+                f"| {model}, {m['model_reads']} reads | {read} | "
+                f"{_fmt(m['mass_mean'])} ({_fmt(m['mass_min'])}) "
+                f"[{_fmt(ci['low'])}, {_fmt(ci['high'])}] | "
                 f"{_fmt(100 * m['frac_mass_ge_0_9'], 0)} % | {m['below_min_mass_0_5']} | "
-                f"{_fmt(au['value'])} [{_fmt(au['low'])}, {_fmt(au['high'])}] | "(
-                    f"{_fmt(af['value'])} [{_fmt(af['low'])}, {_fmt(af['high'])}] (n={af['n']}) | "
-                    if af["value"] is not None
-                    else f"none: {m['below_min_mass_0_5']} of {m['model_reads']} reads abstain | "
-                )
-                + f"{m['seconds_per_read']:.2f} |"
+                f"{_fmt(au['value'])} [{_fmt(au['low'])}, {_fmt(au['high'])}] | {floored} | "
+                f"{m['seconds_per_read']:.2f} |"
             )
 
 
