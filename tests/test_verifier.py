@@ -394,3 +394,59 @@ def test_answer_match_with_verifier_criteria_is_refused_at_config_load():
         resolve_config(config)
     config["reward"]["reference_prompt"] = "anchored"
     resolve_config(config)  # anchored grades the full solution on the configured criteria
+
+
+def test_every_verb_has_an_async_form_equal_to_its_sync_form():
+    """Issue 29 item 4: score, compare, rank, progress_batch and progress_curve (and the batch
+    forms) each have an ``a``-prefixed async form that returns the same numbers."""
+    v, _ = make(granularity=10, n_repeats=2)
+    probs, resps = ["p"] * 3, ["quality=0.1", "quality=0.5", "quality=0.9"]
+    steps = ["quality=0.2 reached", "quality=0.6 closer", "quality=0.9 there"]
+    pairs = {"problems": ["p", "q"], "a": ["quality=0.8", "quality=0.3"],
+             "b": ["quality=0.2", "quality=0.7"]}  # fmt: skip
+    calls = {
+        "score": {"problem": "p", "response": "quality=0.4"},
+        "score_batch": {"problems": probs, "responses": resps},
+        "compare": {"problem": "p", "a": "quality=0.8", "b": "quality=0.2"},
+        "compare_batch": pairs,
+        "rank": {"problem": "p", "candidates": resps + ["quality=0.3"], "pivots": 2, "seed": 1},
+        "progress_batch": {"tasks": ["t", "t"], "trajectories": steps[:2]},
+        "progress_curve": {"problem": "t", "steps": steps, "checkpoints": [0, 2]},
+    }
+
+    def numbers(x):
+        if isinstance(x, list):
+            return [numbers(y) for y in x]
+        if hasattr(x, "win_rate"):
+            return list(x.win_rate), list(x.order)
+        if hasattr(x, "preference"):
+            return x.value_a, x.value_b, x.preference
+        return getattr(x, "value", x)
+
+    public = {n for n in dir(Verifier) if not n.startswith("_") and callable(getattr(Verifier, n))}
+    verbs = {n for n in public if f"a{n}" in public}
+    assert verbs == set(calls), verbs  # every public verb has its async form, and is tested
+    for name, kwargs in calls.items():
+        sync = numbers(getattr(v, name)(**kwargs))
+        asyn = numbers(asyncio.run(getattr(v, f"a{name}")(**kwargs)))
+        assert sync == asyn, name
+        assert any(x is not None for x in np.ravel(np.array(sync, dtype=object))), name
+
+
+def test_a_verifier_pickles_as_its_recipe():
+    """Issue 29 item 3: a Verifier pickles as VerifierFactory (config, scale, the backend it was
+    given); the copy computes the same scores."""
+    import pickle
+
+    from densereward.verifier import VerifierFactory
+
+    v, _ = make(granularity=10)
+    copy = pickle.loads(pickle.dumps(v))
+    assert copy is not v and copy.config == v.config and copy.scale == v.scale
+    kw = {"problems": ["p"] * 2, "responses": ["quality=0.2", "quality=0.7"]}
+    assert [r.value for r in copy.score_batch(**kw)] == [r.value for r in v.score_batch(**kw)]
+    recipe = VerifierFactory.of(v)
+    assert recipe.backend is v.backend  # given, not built: shipped as it is
+    rebuilt = pickle.loads(pickle.dumps(recipe))()
+    one = {"problem": "p", "response": "quality=0.7"}
+    assert rebuilt.score(**one).value == v.score(**one).value

@@ -14,7 +14,9 @@ All model I/O goes through one backend (:mod:`densereward.backends`); every meth
 as a sync and an ``a``-prefixed async variant built from the same plan, so both compute
 identical numbers.
 
-- :mod:`.engine`: :class:`Verifier` (prompts, plans, the public methods);
+- :mod:`.engine`: :class:`Verifier` (prompts, plans, the batch verbs and ``rank``);
+- :mod:`.verbs`: the one-item verbs (``score``, ``compare``, ``progress_curve``, sync + async);
+- :mod:`.lazy`: :class:`VerifierFactory` (the picklable recipe) and :class:`VerifierHolder`;
 - :mod:`.reads`: one read's distribution and eq. 1 over reads, :class:`VerifierStats`;
 - :mod:`.driver`: runs plans against the backend (batches, cache, failures).
 
@@ -28,6 +30,7 @@ Example:
 from __future__ import annotations
 
 from .engine import Verifier
+from .lazy import VerifierFactory
 from .reads import VerifierStats, distribution_from_logprobs
 
-__all__ = ["Verifier", "VerifierStats", "distribution_from_logprobs"]
+__all__ = ["Verifier", "VerifierFactory", "VerifierStats", "distribution_from_logprobs"]

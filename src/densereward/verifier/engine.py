@@ -23,6 +23,7 @@ from ..scale import ScoreScale
 from ..tournament import bradley_terry_preference, ppt_schedule, round_robin_schedule
 from .boundary import ReadPlan, build_read_plan, check_calibration
 from .driver import PlanDriver
+from .lazy import VerifierFactory, rebuild
 from .reads import (
     Read,
     VerifierStats,
@@ -31,6 +32,7 @@ from .reads import (
     read_distribution,
     short_circuit_pair,
 )
+from .verbs import OneItemVerbs
 
 __all__ = ["Verifier"]
 
@@ -43,8 +45,12 @@ def _seed_for(base: int, *parts: Any) -> int:
     return (base * 1_000_003 + zlib.crc32(repr(parts).encode())) % (2**31 - 1)
 
 
-class Verifier:
+class Verifier(OneItemVerbs):
     """Dense verifier rewards: ``score``, ``compare``, ``rank``, ``progress_batch``, ``progress_curve``.
+
+    Every verb (and its ``*_batch`` form) has an ``a``-prefixed async form that runs the same
+    plan and returns the same numbers. A verifier pickles as its recipe
+    (:class:`~.lazy.VerifierFactory`): the unpickled copy builds its own backend.
 
     Args:
         config: how the reward is computed; default :class:`VerifierConfig` (embedded
@@ -78,6 +84,7 @@ class Verifier:
     ) -> None:
         self.config = config or VerifierConfig()
         self.scale = scale or ScoreScale.letters(self.config.granularity)
+        self._owns_backend = backend is None
         if backend is None:
             from ..backends import create_backend
 
@@ -408,40 +415,6 @@ class Verifier:
         plan = self._score_plan(problems, responses, criteria, references, kind=prompt)
         return await self._driver.arun(plan)
 
-    def score(
-        self,
-        *,
-        problem: str,
-        response: Any,
-        criteria: Criteria = None,
-        reference: str | None = None,
-    ) -> ScoreResult:
-        """Pointwise score of one response (see :meth:`score_batch`)."""
-        return self.score_batch(
-            problems=[problem],
-            responses=[response],
-            criteria=criteria,
-            references=None if reference is None else [reference],
-        )[0]
-
-    async def ascore(
-        self,
-        *,
-        problem: str,
-        response: Any,
-        criteria: Criteria = None,
-        reference: str | None = None,
-    ) -> ScoreResult:
-        """Async :meth:`score`."""
-        return (
-            await self.ascore_batch(
-                problems=[problem],
-                responses=[response],
-                criteria=criteria,
-                references=None if reference is None else [reference],
-            )
-        )[0]
-
     def compare_batch(
         self,
         *,
@@ -470,24 +443,6 @@ class Verifier:
     ) -> list[PairwiseResult]:
         """Async :meth:`compare_batch`."""
         return await self._driver.arun(self._compare_plan(problems, a, b, criteria, references))
-
-    def compare(
-        self,
-        *,
-        problem: str,
-        a: Any,
-        b: Any,
-        criteria: Criteria = None,
-        reference: str | None = None,
-    ) -> PairwiseResult:
-        """One pairwise comparison (see :meth:`compare_batch`)."""
-        return self.compare_batch(
-            problems=[problem],
-            a=[a],
-            b=[b],
-            criteria=criteria,
-            references=None if reference is None else [reference],
-        )[0]
 
     def rank(
         self,
@@ -553,35 +508,15 @@ class Verifier:
             self._score_plan(tasks, trajectories, criteria, None, kind="progress")
         )
 
-    def progress_curve(
-        self, *, problem: str, steps: Sequence[str], checkpoints: Sequence[int] | None = None
-    ) -> list[float | None]:
-        """Progress after each step of a trajectory (higher = closer to done).
-
-        Args:
-            problem: the task.
-            steps: ``(T,)`` step descriptions.
-            checkpoints: 0-based step indices to evaluate after (default all ``T``).
-
-        Returns:
-            One progress value in ``[0, 1]`` (or ``None``) per checkpoint.
-
-        Raises:
-            DataError: if a checkpoint is outside ``[0, T)``.
-        """
-        idx = list(range(len(steps))) if checkpoints is None else list(checkpoints)
-        if any(not 0 <= i < len(steps) for i in idx):
-            raise DataError(f"checkpoints must lie in [0, {len(steps)}), got {idx}")
-        trajs = ["\n".join(f"step {j + 1}: {s}" for j, s in enumerate(steps[: i + 1])) for i in idx]
-        return [
-            r.value for r in self.progress_batch(tasks=[problem] * len(trajs), trajectories=trajs)
-        ]
-
     def close(self) -> None:
         """Release the backend and the cache. Idempotent."""
         self.backend.close()
         if self._owns_cache and self.cache is not None:
             self.cache.close()
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickle as the recipe (:class:`~.lazy.VerifierFactory`): the copy builds its own backend."""
+        return rebuild, (VerifierFactory.of(self),)
 
     def __enter__(self) -> Verifier:
         return self
