@@ -30,6 +30,7 @@ import copy
 import json
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -337,7 +338,12 @@ def dry_run(args: argparse.Namespace) -> int:
     print(f"verifier prompt: {tokens} tokens (target {args.prompt_tokens}), direct style, G=20")
     policy, _ = model_dirs(args)
     config, scaled = grpo_config(args, policy, f"http://127.0.0.1:{args.port}/v1")
-    checks = run(config, dry_run=True)["checks"]
+    # The real run writes the policy's random weights first; the dry run's model check needs a
+    # directory that exists, so the configuration alone stands in for them.
+    with tempfile.TemporaryDirectory() as spec:
+        Qwen3Config(**qwen3_random.QWEN3_8B).save_pretrained(spec)
+        config["model"]["name"] = spec
+        checks = run(config, dry_run=True)["checks"]
     print("GRPO config (dry run of trainers/grpo.py):")
     for c in checks:
         print("  ok  " + c)

@@ -52,6 +52,18 @@ def test_defaults_are_valid_and_frozen():
         ({"backend": "sampled"}, r"needs verifier\.base_url"),
         ({"chat_template_kwargs": ["enable_thinking"]}, "chat_template_kwargs must be a mapping"),
         ({"chat_template_kwargs": {1: True}}, "chat_template_kwargs must be a mapping"),
+        # issue 28 item 9: values a backend would clamp or fail on much later
+        ({"dtype": "bfloat61"}, r"verifier\.dtype: 'bfloat61' \(did you mean 'bfloat16'\?\)"),
+        ({"dtype": "fp32"}, r"verifier\.dtype: 'fp32'; use auto \| float32"),
+        ({"batch_size": 0}, r"verifier\.batch_size must be >= 1, got 0"),
+        ({"model": ""}, r"verifier\.model is empty"),
+        ({"model": "  "}, r"verifier\.model is empty"),
+        ({"max_concurrency": 0}, r"verifier\.max_concurrency must be >= 1"),
+        ({"n_samples": 0}, r"verifier\.n_samples must be >= 1"),
+        ({"max_retries": -1}, r"verifier\.max_retries must be >= 0"),
+        ({"timeout_s": 0}, r"verifier\.timeout_s must be > 0"),
+        ({"requests_per_minute": 0}, r"verifier\.requests_per_minute must be > 0"),
+        ({"gpu_memory_utilization": 1.5}, r"verifier\.gpu_memory_utilization must be in \(0, 1\]"),
     ],
 )
 def test_bad_verifier_fields_are_config_errors_naming_the_field(kwargs, match):

@@ -224,3 +224,120 @@ def test_a_failed_start_leaves_no_run_directory_and_prints_no_known_noise(tmp_pa
     assert not out.exists()  # so the corrected command is not refused
     assert "TRL currently supports vLLM versions" not in done.stderr
     assert "Triton is installed, but doesn't include CPU backend" not in done.stderr
+
+
+# --------------------------------------------------------------------------------------------
+# Issue 28: the dry run names the field; bf16 follows the device; a resume keeps the tracker
+# --------------------------------------------------------------------------------------------
+
+DYNAMICS_CPU = str(REPO / "configs/grpo_dynamics_cpu.yaml")
+
+
+@pytest.mark.slow  # imports trl to validate GRPOConfig
+def test_dry_run_fails_naming_the_model_dtype_and_batch_size_fields(tmp_path, capsys, monkeypatch):
+    """Item 9: each of these printed ``ok`` before; now the dry run fails naming the field."""
+    from huggingface_hub import constants
+
+    from densereward.trainers.grpo import main
+
+    dry = ["--config", DYNAMICS_CPU, "--output-dir", str(tmp_path / "run"), "--dry-run"]
+    no_config = tmp_path / "empty-dir"
+    no_config.mkdir()
+    for override, field in [
+        ("verifier.model=/no/such/dir", "verifier.model='/no/such/dir': no such file"),
+        (f"verifier.model={no_config}", "verifier.model="),
+        ("model.name=", "model.name is empty"),
+        ("model.name=./no/such/dir", "model.name='./no/such/dir': no such file"),
+        ("model.name=smollm2-135", "model.name: unknown offline model name"),
+        ("verifier.dtype=bfloat61", "verifier.dtype: 'bfloat61' (did you mean 'bfloat16'?)"),
+        ("model.dtype=float23", "model.dtype: 'float23'"),
+        ("verifier.batch_size=0", "verifier.batch_size must be >= 1, got 0"),
+    ]:
+        assert main(_parse([*dry, override])) == 2, override
+        captured = capsys.readouterr()
+        assert field in captured.err and "ok  " not in captured.out, (override, captured)
+    # a Hub id that cannot be reached offline is reported as a data id is
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    assert main(_parse([*dry, "model.name=Qwen/Qwen3-8B", "verifier.model=Qwen/Qwen3-0.6B"])) == 0
+    out = capsys.readouterr().out
+    assert "!!  the Hugging Face id 'Qwen/Qwen3-8B' (model.name) cannot be reached offline" in out
+    assert "!!  the Hugging Face id 'Qwen/Qwen3-0.6B' (verifier.model) cannot be reached" in out
+    # an offline model name, the embedded model and a served model's name pass
+    names = ["model.name=smollm2-135m", "verifier.model=smollm2-135m"]
+    assert main(_parse([*dry, *names])) == 0
+    out = capsys.readouterr().out
+    assert "ok  model.name: offline model 'smollm2-135m'" in out and "!!" not in out
+    served = ["verifier.backend=openai", "verifier.base_url=http://127.0.0.1:9/v1",
+              "verifier.model=my-served-name"]  # fmt: skip
+    assert main(_parse([*dry, *served])) == 0 and "!!" not in capsys.readouterr().out
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.slow  # imports trl to validate GRPOConfig
+def test_bf16_follows_the_device_like_dtype_auto_and_the_dry_run_says_so(
+    tmp_path, capsys, monkeypatch
+):
+    """Item 16: TRL's default bf16=True autocast is resolved from the device (training.bf16 unset)."""
+    from densereward.backends import dtype
+    from densereward.trainers.grpo import main
+
+    dry = ["--config", DYNAMICS_CPU, "--output-dir", str(tmp_path / "run"), "--dry-run"]
+    monkeypatch.setattr(dtype, "bf16_supported", lambda device_type: False)  # a CPU without AMX
+    assert main(_parse(dry)) == 0
+    assert "bf16=False (auto: cpu, no native bf16, fp32 faster)" in capsys.readouterr().out
+    monkeypatch.setattr(dtype, "bf16_supported", lambda device_type: device_type == "cpu")
+    assert main(_parse(dry)) == 0
+    assert "bf16=True (auto: cpu, native bf16)" in capsys.readouterr().out
+    assert main(_parse([*dry, "training.bf16=false"])) == 0  # a set value wins
+    assert "bf16=False (training.bf16)" in capsys.readouterr().out
+
+
+_RESUME_SCRIPT = """
+import sys
+from densereward.config import load_yaml
+from densereward.trainers.grpo import run
+
+config = load_yaml("configs/grpo_dynamics_cpu.yaml")
+config.pop("heldout")
+config["data"].update(size=8, limit=8)
+config["verifier"]["granularity"] = 5
+config["training"].update(max_steps=1, save_steps=1, per_device_train_batch_size=4,
+                          num_generations=2, max_completion_length=8, report_to=[])
+run(config, output_dir=sys.argv[1])
+config["training"]["max_steps"] = 2
+run(config, output_dir=sys.argv[1], resume="latest")
+"""
+
+
+@pytest.mark.slow  # two GRPO starts of one step each with the embedded model (~1-2 min)
+def test_resume_keeps_the_tracker_window_and_the_card_names_the_model(tmp_path, default_model_dir):
+    """Items 14 and 15, through the library's own entry point in a fresh process: the resumed
+    step's window holds both steps' completions (it restarted at one step's before), the model
+    card names the embedded model (``[None]`` before), and TRL's vLLM-version warning printed
+    at most once over both starts (five times per start before)."""
+    import os
+    import subprocess
+    import sys
+
+    run_dir = tmp_path / "run"
+    env = {
+        **os.environ,
+        "HF_HUB_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+        "WANDB_MODE": "disabled",
+    }
+    done = subprocess.run([sys.executable, "-c", _RESUME_SCRIPT, str(run_dir)], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=900)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    rows = [json.loads(x) for x in (run_dir / "reward_quality.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [1, 2]
+    n_valid = [int(r["verifier/n_valid"]) for r in rows]
+    assert n_valid[0] > 0
+    assert rows[1]["verifier/window/n"] == n_valid[0] + n_valid[1]  # not n_valid[1]: restored
+    card = (run_dir / "README.md").read_text()
+    assert (
+        "fine-tuned version of [HuggingFaceTB/SmolLM2-135M-Instruct]" in card
+        and "[None]" not in card
+    )
+    assert done.stderr.count("TRL currently supports vLLM versions") <= 1
+    assert (run_dir / "checkpoint-1" / "reward_quality_state.json").is_file()

@@ -326,6 +326,41 @@ def test_tracker_auto_threshold_is_chosen_on_earlier_batches_and_windows_roll(tm
     assert tracker.plot().stat().st_size > 5000
 
 
+def test_tracker_state_survives_a_resume_through_json(tmp_path):
+    """Issue 28 item 14: a tracker restored from its state (what the TRL callback writes into
+    each checkpoint) logs what the uninterrupted tracker logs: window, auto threshold, alarm."""
+    from densereward.errors import DataError
+    from densereward.io import atomic_write_json
+    from densereward.rewards.hacking import HackingAlarm
+
+    batches = [([0.30, 0.10, 0.20, 0.15], [1, 0, 0, 0]), ([0.35, 0.12, 0.28, 0.05], [1, 0, 1, 0]),
+               ([0.40, 0.33, 0.08, 0.22], [1, 1, 0, 0])]  # fmt: skip
+
+    def tracker():
+        return RewardQualityTracker(None, window=6, alarm=HackingAlarm(window=2, min_negatives=1))
+
+    def update(t, step):
+        s, c = batches[step]
+        return t.update(prompts=["p", "p", "q", "q"], scores=s, correct=c, num_generations=2,
+                        trainer_state=type("S", (), {"global_step": step}))  # fmt: skip
+
+    straight = tracker()
+    expected = [update(straight, k) for k in range(3)][-1]
+    first = tracker()
+    for k in range(2):
+        update(first, k)
+    atomic_write_json(tmp_path / "state.json", first.state_dict())  # NaN thresholds -> null
+    resumed = tracker()
+    resumed.load_state_dict(json.loads((tmp_path / "state.json").read_text()))
+    got = update(resumed, 2)
+    assert got["verifier/window/n"] == 6.0 and got["verifier/hacking/window_n"] == 8.0
+    assert got.keys() == expected.keys()
+    for k in expected:
+        assert got[k] == pytest.approx(expected[k], nan_ok=True), k
+    with pytest.raises(DataError, match="not a reward-quality tracker state"):
+        resumed.load_state_dict({"version": 0})
+
+
 def test_tracker_threshold_from_eval_verifier_metrics_json(tmp_path):
     from densereward.errors import ConfigError
 

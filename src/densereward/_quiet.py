@@ -19,6 +19,12 @@ trainers printed, before anything of ours:
 :func:`quiet_known_notices` is called once by the ``densereward`` entry point and the trainer
 scripts; library users who import densereward in their own script are not affected unless
 they call it.
+
+Five copies come from one cause: ``is_vllm_available`` warns with ``stacklevel=2``, so each of
+the five TRL modules that call it is a new warning location, and Python's default filter prints
+once per location. :func:`trl_vllm_notice_once`, called where a GRPO run starts
+(:func:`densereward.trainers.grpo.run`, so ``compare`` and Python callers too), lets the warning
+(any vLLM version) print at most once per process: the information stays, the repetition goes.
 """
 
 from __future__ import annotations
@@ -26,14 +32,16 @@ from __future__ import annotations
 import logging
 import warnings
 
-__all__ = ["quiet_known_notices"]
+__all__ = ["quiet_known_notices", "trl_vllm_notice_once"]
 
 _TRL_VLLM_VERSION = (
     r"TRL currently supports vLLM versions from \S+ to \S+\. You have version 0\.32\.0 installed"
 )
+_TRL_VLLM_ANY = r"TRL currently supports vLLM versions"
 _TRITON_CPU = "Triton is installed, but doesn't include CPU backend"
 
 _installed = False
+_checked_trl_vllm = False
 
 
 class _DropTritonCpuNotice(logging.Filter):
@@ -50,3 +58,24 @@ def quiet_known_notices() -> None:
     # a filter on the emitting logger runs before any handler vLLM configures on "vllm"
     logging.getLogger("vllm.triton_utils.importing").addFilter(_DropTritonCpuNotice())
     _installed = True
+
+
+def trl_vllm_notice_once() -> None:
+    """Print TRL's vLLM-version warning at most once per process (idempotent).
+
+    A ``"once"`` filter is not enough: every filter change clears Python's once-registry, and
+    the imports between TRL's five calls change the filters. So TRL's own check runs here once
+    (its warning, if any, goes through the filters in force: :func:`quiet_known_notices` still
+    drops the known version), and an ignore filter appended after the filters in force drops the
+    repeats (a caller's own filter for the message still wins).
+    """
+    global _checked_trl_vllm
+    if _checked_trl_vllm:
+        return
+    _checked_trl_vllm = True
+    try:
+        from trl.import_utils import is_vllm_available
+    except ImportError:  # no TRL: nothing will warn
+        return
+    is_vllm_available()
+    warnings.filterwarnings("ignore", message=_TRL_VLLM_ANY, category=UserWarning, append=True)

@@ -17,6 +17,7 @@ from typing import Any, Literal
 
 import yaml
 
+from .backends.dtype import DTYPES
 from .backends.registry import backend_option_types, check_backend_name
 from .errors import ConfigError
 
@@ -28,6 +29,7 @@ __all__ = [
     "apply_overrides",
     "parse_override",
     "check_sections",
+    "check_model_and_dtype",
     "add_override_arguments",
     "overrides_from",
 ]
@@ -167,6 +169,7 @@ class VerifierConfig:
             raise ConfigError(f"verifier.threshold must be in [0, 1], got {self.threshold}")
         if self.backend in ("openai", "sampled") and not self.base_url:
             raise ConfigError(f"verifier.backend={self.backend!r} needs verifier.base_url")
+        self._check_ranges()
         if isinstance(self.criteria, list):
             object.__setattr__(self, "criteria", tuple(self.criteria))
         if self.chat_template_kwargs is not None and (
@@ -176,6 +179,29 @@ class VerifierConfig:
             raise ConfigError(
                 "verifier.chat_template_kwargs must be a mapping of template variable names to "
                 f"values, e.g. {{enable_thinking: false}}; got {self.chat_template_kwargs!r}"
+            )
+
+    def _check_ranges(self) -> None:
+        """The model, dtype, counts and limits: a value the backends would clamp or fail on later.
+
+        Raises:
+            ConfigError: naming the field and what it takes.
+        """
+        check_model_and_dtype("verifier.model", self.model, "verifier.dtype", self.dtype)
+        at_least = {"batch_size": 1, "n_samples": 1, "max_concurrency": 1, "max_retries": 0,
+                    "max_reasoning_tokens": 1, "max_response_chars": 1}  # fmt: skip
+        for name, low in at_least.items():
+            if getattr(self, name) < low:
+                raise ConfigError(f"verifier.{name} must be >= {low}, got {getattr(self, name)}")
+        if self.timeout_s <= 0:
+            raise ConfigError(f"verifier.timeout_s must be > 0 seconds, got {self.timeout_s}")
+        if self.requests_per_minute is not None and self.requests_per_minute <= 0:
+            raise ConfigError(
+                f"verifier.requests_per_minute must be > 0 or null, got {self.requests_per_minute}"
+            )
+        if not 0.0 < self.gpu_memory_utilization <= 1.0:
+            raise ConfigError(
+                f"verifier.gpu_memory_utilization must be in (0, 1], got {self.gpu_memory_utilization}"
             )
 
     def _checked_backend_options(self) -> dict[str, Any]:
@@ -279,6 +305,26 @@ def _coerce(tp: Any, value: Any, name: str) -> Any:
     if tp is str:
         return str(value)
     return value
+
+
+def check_model_and_dtype(
+    model_field: str, model: str | None, dtype_field: str, dtype: str
+) -> None:
+    """Refuse an empty model name and a dtype other than ``auto`` or a :data:`DTYPES` name.
+
+    Raises:
+        ConfigError: naming the field (and the closest dtype name).
+    """
+    if model is not None and not str(model).strip():
+        raise ConfigError(
+            f"{model_field} is empty: leave it unset (null) for the embedded model, or give a "
+            "Hugging Face id, an offline model name or a local path"
+        )
+    if dtype != "auto" and dtype not in DTYPES:
+        raise ConfigError(
+            f"{dtype_field}: {unknown_key_hints([str(dtype)], ('auto', *DTYPES))}; "
+            f"use auto | {' | '.join(DTYPES)}"
+        )
 
 
 def unknown_key_hints(

@@ -15,15 +15,26 @@ the columns the reward functions read (TRL passes every extra column to them):
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from .errors import DataError
 
-__all__ = ["DataConfig", "SYSTEM_PROMPT", "check_source", "load_tasks", "to_conversational"]
+__all__ = [
+    "DataConfig",
+    "SYSTEM_PROMPT",
+    "check_source",
+    "load_tasks",
+    "looks_like_path",
+    "to_conversational",
+]
+
+logger = logging.getLogger(__name__)
 
 SYSTEM_PROMPT = (
     "You are a careful mathematician. Solve the problem step by step, then give the final "
@@ -82,7 +93,7 @@ class DataConfig:
             return "reasoning_gym"
         if src.endswith((".jsonl", ".json")) or Path(src).exists():
             return "jsonl"
-        if _looks_like_path(src):
+        if looks_like_path(src):
             raise DataError(
                 f"data {src!r} looks like a local path (not a Hub id owner/name) but is not an "
                 "existing .jsonl file; fix the path, e.g. --data ../shared/data/math500/test.jsonl"
@@ -94,7 +105,7 @@ class DataConfig:
         )
 
 
-def _looks_like_path(src: str) -> bool:
+def looks_like_path(src: str) -> bool:
     """A value a user meant as a file: ``./x``, ``../x``, ``/x``, ``~/x``, more than one ``/``, a
     backslash, or a first component that is a local directory (``data/math500``)."""
     if src.startswith((".", "/", "~")) or "\\" in src or src.count("/") > 1:
@@ -111,7 +122,8 @@ def check_source(cfg: DataConfig) -> tuple[str, str | None]:
 
     Returns:
         ``(description, problem)``: ``problem`` is ``None``, or why the run would fail here
-        although the config is valid (a Hub id that cannot be reached offline).
+        although the config is valid (a Hub id that cannot be reached offline), or how many
+        rows a local source drops and why (rows without a reference answer).
 
     Raises:
         DataError: for a missing or malformed local file, a path-looking value that is not
@@ -120,9 +132,9 @@ def check_source(cfg: DataConfig) -> tuple[str, str | None]:
     kind = cfg.kind
     src = cfg.path or cfg.source
     if kind != "hub":
-        n = len(load_tasks(cfg))
+        rows, dropped = _load_rows(cfg)
         what = f"reasoning_gym task {cfg.task!r}" if kind == "reasoning_gym" else f"jsonl {src!r}"
-        return f"data: {what}: {n} problems loaded", None
+        return f"data: {what}: {len(rows)} problems loaded", dropped
     line = f"data: Hub id {src!r} (split {cfg.split!r}) -- NOT downloaded"
     from huggingface_hub import constants
 
@@ -150,6 +162,24 @@ def _level(value: Any) -> int | None:
         return value
     m = re.search(r"\d+", str(value))
     return int(m.group()) if m else None
+
+
+def _why_no_answer(row: dict[str, Any]) -> str:
+    """Why a row has no reference answer, naming the field (and a misspelt one it does have)."""
+    if "answer" not in row and "solution" not in row:
+        near = [k for k in row if str(k).strip().lower() in ("answer", "solution")]
+        why = "no 'answer' field (nor a 'solution' ending in \\boxed{})"
+        if near:
+            why += (
+                f"; they have {', '.join(repr(k) for k in near)}: field names are case-sensitive, "
+                "rename it 'answer'"
+            )
+        return why
+    if row.get("answer") is None or not str(row.get("answer")).strip():
+        if row.get("solution"):
+            return "an empty 'answer' and no \\boxed{} answer in 'solution'"
+        return "an empty 'answer'"
+    return "no final answer in 'answer'"
 
 
 def _normalise(row: dict[str, Any], source: str) -> dict[str, Any]:
@@ -245,6 +275,57 @@ def _read_reasoning_gym(cfg: DataConfig) -> list[dict[str, Any]]:
     return rows
 
 
+def _load_rows(cfg: DataConfig) -> tuple[list[dict[str, Any]], str | None]:
+    """The normalised rows after the filters, and a note on the rows dropped (``None``: none).
+
+    Raises:
+        DataError: when no row is left, naming why (the missing field, or the level filter).
+    """
+    kind = cfg.kind
+    src = cfg.path or cfg.source
+    if kind == "jsonl":
+        raw = _read_jsonl(Path(src))
+    elif kind == "hub":
+        raw = _read_hub(cfg)
+    else:
+        raw = _read_reasoning_gym(cfg)
+        src = f"reasoning_gym/{cfg.task}"
+    if not raw:
+        raise DataError(f"no rows in {src!r}: it is empty")
+
+    rows, why_dropped = [], Counter()
+    for r in raw:
+        row = _normalise(r, str(src))
+        if row["answer"]:
+            rows.append(row)
+        else:
+            why_dropped[_why_no_answer(r)] += 1
+    reasons = "; ".join(f"{n} with {why}" for why, n in why_dropped.most_common())
+    if not rows:
+        raise DataError(
+            f"no usable rows in {src!r}: none of its {len(raw)} rows has a reference answer: {reasons}"
+        )
+    dropped = None
+    if why_dropped:
+        n_dropped = sum(why_dropped.values())
+        dropped = f"{src}: {n_dropped} of {len(raw)} rows dropped (no reference answer): {reasons}"
+    if cfg.levels is not None:
+        levels = sorted({r["level"] for r in rows}, key=lambda v: (v is None, v))
+        rows = [r for r in rows if r["level"] in cfg.levels]
+        if not rows:
+            raise DataError(
+                f"no rows of data.levels={list(cfg.levels)} in {src!r}: the levels there are "
+                f"{levels} (null = no level field)"
+            )
+    if cfg.shuffle:
+        import random
+
+        random.Random(cfg.seed).shuffle(rows)
+    if cfg.limit is not None:
+        rows = rows[: cfg.limit]
+    return rows, dropped
+
+
 def load_tasks(config: DataConfig | dict[str, Any] | None = None):
     """Load GRPO tasks as a conversational :class:`datasets.Dataset`.
 
@@ -254,11 +335,12 @@ def load_tasks(config: DataConfig | dict[str, Any] | None = None):
     Returns:
         A ``datasets.Dataset`` with columns ``prompt``, ``problem``, ``answer``, ``level``,
         ``source`` (see the module docstring); rows whose reference answer cannot be found
-        are dropped.
+        are dropped, with a warning that counts them and names the missing field.
 
     Raises:
         DataError: for a missing file, a malformed row, an unreachable Hub id (the message
-            names the fix), or an empty result.
+            names the fix), or an empty result (naming why: the missing answer field, or the
+            levels the file has).
     """
     import datasets
 
@@ -270,28 +352,9 @@ def load_tasks(config: DataConfig | dict[str, Any] | None = None):
         cfg = config
     else:
         cfg = from_dict(DataConfig, config, prefix="data.")
-    kind = cfg.kind
-    src = cfg.path or cfg.source
-    if kind == "jsonl":
-        raw = _read_jsonl(Path(src))
-    elif kind == "hub":
-        raw = _read_hub(cfg)
-    else:
-        raw = _read_reasoning_gym(cfg)
-        src = f"reasoning_gym/{cfg.task}"
-
-    rows = [_normalise(r, str(src)) for r in raw]
-    rows = [r for r in rows if r["answer"]]
-    if cfg.levels is not None:
-        rows = [r for r in rows if r["level"] in cfg.levels]
-    if cfg.shuffle:
-        import random
-
-        random.Random(cfg.seed).shuffle(rows)
-    if cfg.limit is not None:
-        rows = rows[: cfg.limit]
-    if not rows:
-        raise DataError(f"no usable rows in {src!r} (after level / limit filters)")
+    rows, dropped = _load_rows(cfg)
+    if dropped:
+        logger.warning("%s", dropped)
     for r in rows:
         r["prompt"] = to_conversational(r["problem"], cfg.system_prompt)
     features = datasets.Features(

@@ -121,7 +121,9 @@ class RewardQualityTracker:
             as ``verifier/hacking_alarm`` and ``verifier/hacking/*``): ``True`` = one with the
             default settings, ``False`` = none, or an instance.
 
-    The window, the auto threshold and the alarm live in memory: a resumed run starts them afresh.
+    The window, the auto threshold and the alarm live in memory; :meth:`state_dict` and
+    :meth:`load_state_dict` carry them across a resume (the TRL callback saves them in each
+    checkpoint).
 
     Raises:
         ConfigError: for an invalid threshold or ``window < 1``.
@@ -227,7 +229,7 @@ class RewardQualityTracker:
             The metrics, keys with the prefix.
 
         Raises:
-            ValueError: if the per-completion sequences differ in length.
+            DataError: if the per-completion sequences differ in length.
         """
         # the metrics cover every process's completions; the completions table stays local
         all_prompts, all_scores, all_correct, all_levels, all_masses, all_reasons = (
@@ -307,6 +309,46 @@ class RewardQualityTracker:
         out["threshold"] = thr
         out["threshold_in_sample"] = float(in_sample)
         return out
+
+    def state_dict(self) -> dict[str, Any]:
+        """What a resumed run needs to continue: the window, the labelled scores the auto
+        threshold is chosen on, the threshold in force and the alarm (JSON-able)."""
+        with self._lock:
+            return {
+                "version": 1,
+                "threshold": self.threshold,
+                "seen": [list(self._seen[0]), list(self._seen[1])],
+                "recent": [list(r) for r in self._recent],
+                "alarm": self.alarm.state_dict() if self.alarm is not None else None,
+                "explained": sorted(self._explained),
+                "format_warned": self._format_warned,
+            }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Continue from :meth:`state_dict` (of a run with any window: the newest are kept).
+
+        Raises:
+            DataError: for a state of another format.
+        """
+        from ..errors import DataError
+
+        if not isinstance(state, dict) or state.get("version") != 1:
+            raise DataError("not a reward-quality tracker state (version 1)")
+        with self._lock:
+            if self._fixed_threshold is None:
+                self.threshold = state["threshold"]
+            self._seen = (
+                [float(x) for x in state["seen"][0]],
+                [float(x) for x in state["seen"][1]],
+            )
+            self._recent = deque(
+                ((float(s), float(y), str(k), _NAN if t is None else float(t))
+                 for s, y, k, t in state["recent"]), maxlen=self.window,
+            )  # fmt: skip
+            if self.alarm is not None and state.get("alarm") is not None:
+                self.alarm.load_state_dict(state["alarm"])
+            self._explained = set(state.get("explained", ()))
+            self._format_warned = bool(state.get("format_warned", False))
 
     def plot(self, path: str | Path | None = None) -> Path | None:
         """Plot the recorded metrics against the step; see :func:`plot_reward_quality`."""

@@ -7,15 +7,20 @@ loads this module on first use.
 
 from __future__ import annotations
 
+import json
 import logging
 from pathlib import Path
 from typing import Any
 
 from transformers import TrainerCallback
 
+from ..io import atomic_write_json
 from .tracking import RewardQualityTracker
 
-__all__ = ["RewardQualityCallback"]
+__all__ = ["STATE_FILE", "RewardQualityCallback"]
+
+STATE_FILE = "reward_quality_state.json"
+"""The tracker's state in each ``checkpoint-<step>`` directory (:meth:`RewardQualityTracker.state_dict`)."""
 
 logger = logging.getLogger(__name__)
 
@@ -27,6 +32,10 @@ class RewardQualityCallback(TrainerCallback):
     a tracker made without a run directory gets ``args.output_dir`` (so
     ``reward_quality.jsonl`` goes there); at the end ``reward_quality.png`` is written, with a
     note on any metric that was undefined and why. Only the main process writes.
+
+    Resuming: each checkpoint gets the tracker's state (``checkpoint-<step>/`` :data:`STATE_FILE`:
+    the ``verifier/window/*`` window, the auto threshold's labelled scores, the alarm), and a
+    run resumed from ``<output_dir>/checkpoint-<step>`` continues from it at its first step.
 
     Args:
         tracker: The :class:`RewardQualityTracker` the reward functions were built with.
@@ -44,10 +53,32 @@ class RewardQualityCallback(TrainerCallback):
         self.tracker = tracker
         self.plot_path: Path | None = None
         """Where the plot was written at the end of training (``None`` before, or without data)."""
+        self._resume_checked = False
 
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         if self.tracker.run_dir is None and state.is_world_process_zero and args.output_dir:
             self.tracker.run_dir = Path(args.output_dir)
+
+    def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        # The Trainer loads a checkpoint's state after on_train_begin: the first step is the
+        # first moment the resumed step is known, and comes before its rewards are computed.
+        if self._resume_checked:
+            return
+        self._resume_checked = True
+        if state.global_step == 0 or not args.output_dir:
+            return
+        path = Path(args.output_dir) / f"checkpoint-{state.global_step}" / STATE_FILE
+        if path.is_file():
+            self.tracker.load_state_dict(json.loads(path.read_text(encoding="utf-8")))
+            logger.info("reward-quality tracker resumed from %s", path)
+        else:
+            logger.warning("resumed at step %d without %s: the reward-quality window, auto "
+                           "threshold and alarm start afresh", state.global_step, path)  # fmt: skip
+
+    def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        ckpt = Path(args.output_dir) / f"checkpoint-{state.global_step}"
+        if state.is_world_process_zero and ckpt.is_dir():
+            atomic_write_json(ckpt / STATE_FILE, self.tracker.state_dict())
 
     def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         has_rows = self.tracker.records or (

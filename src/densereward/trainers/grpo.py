@@ -47,10 +47,12 @@ from densereward.io import (
     redact,
 )
 
+from .checks import check_models, name_base_model
 from .grpo_config import (  # noqa: F401  (re-exported: the config is part of this trainer's API)
     SECTIONS,
     ModelConfig,
     WandbConfig,
+    bf16_note,
     build_grpo_args,
     grpo_config_kwargs,
     resolve_config,
@@ -180,6 +182,9 @@ def run(
     Raises:
         ConfigError, DataError: on an invalid configuration or unloadable data.
     """
+    from densereward._quiet import trl_vllm_notice_once
+
+    trl_vllm_notice_once()  # TRL warns about the vLLM version at five imports: once here
     config = copy.deepcopy(config)
     parts = resolve_config(config)
     training = parts["training"]
@@ -199,6 +204,7 @@ def run(
 
     t0 = time.monotonic()
     run_dir = _run_dir(parts, output_dir, resume)  # checked; created below, once all passed
+    check_models(parts["model"].name, parts["verifier"], refuse_problems=True)
     secrets = [get_api_key(parts["verifier"].api_key_env) or ""]
     main_process = _is_main_process()
 
@@ -238,6 +244,7 @@ def run(
             model=policy, reward_funcs=reward_funcs, args=args, train_dataset=dataset
         )
         trainer.add_callback(_ConfigToWandb(redact(config, secrets)))
+        name_base_model(trainer, parts["model"].name)  # the model card names the embedded model
         trainer.add_callback(RewardQualityCallback(tracker))  # writes the plot when training ends
         heldout = _Heldout(parts, args, dataset, trainer)
         heldout.evaluate("before")  # the initial policy, before any step (or checkpoint) loads
@@ -387,19 +394,23 @@ def _dry_run(
     from densereward.rewards import RewardQualityTracker, build_reward_funcs
 
     data_line, data_problem = check_source(parts["data"])
+    (policy_line, *verifier_line), model_problems = check_models(
+        parts["model"].name, parts["verifier"]
+    )
     run_dir = _run_dir(parts, output_dir, resume)
     state = "continues from its newest checkpoint" if resume else (
         "exists with no checkpoint and no result: reused" if run_dir.is_dir() and any(run_dir.iterdir())
         else "created when the run starts"
     )  # fmt: skip
     checks = [
-        f"model: {parts['model'].name or 'embedded SmolLM2-135M-Instruct'} (dtype {parts['model'].dtype}) -- weights NOT loaded",
+        f"{policy_line} (dtype {parts['model'].dtype}) -- weights NOT loaded",
         data_line,
         f"run directory: {run_dir} ({state})",
         f"verifier: VerifierConfig ok (backend {parts['verifier'].backend}, G={parts['verifier'].granularity}, "
         f"K={parts['verifier'].n_repeats}, style {parts['verifier'].style}"
         + (f", base_url {parts['verifier'].base_url}" if parts["verifier"].base_url else "")
-        + ") -- not contacted",
+        + f", dtype {parts['verifier'].dtype}, batch_size {parts['verifier'].batch_size}) -- not contacted",
+        *verifier_line,
     ]
     with tempfile.TemporaryDirectory() as tmp:
         args = build_grpo_args(parts, Path(tmp) / "dry-run", cpu_check=True)
@@ -408,7 +419,7 @@ def _dry_run(
             tracker=RewardQualityTracker(None), num_generations=args.num_generations,
         )  # fmt: skip
     checks.append(
-        f"training: trl.GRPOConfig ok (use_vllm={args.use_vllm}, vllm_mode={args.vllm_mode}, bf16={args.bf16}, "
+        f"training: trl.GRPOConfig ok (use_vllm={args.use_vllm}, vllm_mode={args.vllm_mode}, {bf16_note(parts, args)}, "
         f"num_generations={args.num_generations}, per_device_train_batch_size={args.per_device_train_batch_size}, "
         f"max_completion_length={args.max_completion_length}, max_steps={args.max_steps}, report_to={args.report_to})"
     )
@@ -427,7 +438,7 @@ def _dry_run(
                 else "NOT installed (needed on the GPU machine)"
             )
         )
-    problems = [data_problem] if data_problem else []
+    problems = ([data_problem] if data_problem else []) + model_problems
     return {"dry_run": True, "checks": checks, "problems": problems, "config": redact(config)}
 
 

@@ -1,0 +1,183 @@
+"""The models a run loads: start-up checks without weights or network, and their names.
+
+:func:`check_model` is what ``--dry-run`` reports for ``model.name`` and ``verifier.model``, and
+what a run checks before it creates its run directory: a local path must exist, an offline
+model name (:mod:`densereward.backends.models`) must be one, and a Hugging Face id that cannot
+be reached offline (``HF_HUB_OFFLINE=1`` and not in the local cache) is reported the way a Hub
+data id is (:func:`densereward.data.check_source`). :func:`name_base_model` gives TRL's model
+card the name of a policy that was loaded from a local directory (the embedded model).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from densereward.data import looks_like_path
+from densereward.errors import ConfigError
+
+__all__ = ["LOCAL_BACKENDS", "base_model_id", "check_model", "check_models", "name_base_model"]
+
+LOCAL_BACKENDS = ("transformers", "vllm")
+"""Backends that load ``verifier.model`` themselves; the HTTP ones send it to a server as a name."""
+
+
+def check_model(value: str | os.PathLike | None, field: str) -> tuple[str, str | None]:
+    """Check one configured model for a dry run or a start: what would load, or why it cannot.
+
+    Args:
+        value: The configured model: ``None`` (the embedded SmolLM2-135M-Instruct), a local
+            path, an offline model name or a Hugging Face id.
+        field: The config field, for the messages (``"model.name"``, ``"verifier.model"``).
+
+    Returns:
+        ``(description, problem)``: ``problem`` is ``None``, or why the run would fail here
+        although the value is valid (a Hub id that cannot be reached offline, an offline name
+        whose packages are not installed).
+
+    Raises:
+        ConfigError: naming ``field``, for an empty value, a path that does not exist (or a
+            directory without ``config.json``), or a typo of an offline model name.
+    """
+    from densereward.backends import models
+
+    if value is None:
+        return f"{field}: the embedded SmolLM2-135M-Instruct", None
+    text = os.fspath(value).strip()
+    if not text:
+        raise ConfigError(
+            f"{field} is empty: leave it unset (null) for the embedded model, or give a Hugging "
+            "Face id, an offline model name or a local path"
+        )
+    path = Path(text).expanduser()
+    if path.is_dir() and not (path / "config.json").is_file():
+        raise ConfigError(
+            f"{field}={text!r} is a directory without config.json: not a Hugging Face model "
+            "directory (give the directory that holds config.json and the weights)"
+        )
+    if path.exists():
+        return f"{field}: local {text}", None
+    if text.lower() in {m.name for m in models.available_models()}:
+        missing = models.missing_packages(text)
+        where = "converted" if models.is_converted(text) else "converted on first use"
+        line = f"{field}: offline model {text!r} ({models.get_model(text).model}, {where})"
+        if missing and not models.is_converted(text):
+            return line, (
+                f"{field}={text!r} needs the packages {', '.join(missing)}: run "
+                f"`densereward models --install {text}`"
+            )
+        return line, None
+    if looks_like_path(text):
+        raise ConfigError(
+            f"{field}={text!r}: no such file or directory (a local model path must exist; or "
+            "give a Hugging Face id owner/name, or an offline model name)"
+        )
+    try:
+        _refuse_name_typo(text, models)
+    except ConfigError as exc:
+        raise ConfigError(f"{field}: {exc}") from None
+    return _check_hub_id(text, field)
+
+
+def check_models(
+    policy: str | None, verifier: Any, *, refuse_problems: bool = False
+) -> tuple[list[str], list[str]]:
+    """:func:`check_model` for the policy (``model.name``) and, where the verifier loads its own
+    weights (:data:`LOCAL_BACKENDS`), for ``verifier.model``.
+
+    Args:
+        policy: The policy's ``model.name``.
+        verifier: The :class:`~densereward.config.VerifierConfig`.
+        refuse_problems: Raise the problems instead of returning them (a run's start).
+
+    Returns:
+        ``(lines, problems)``: a line per model checked, policy first; the problems found.
+
+    Raises:
+        ConfigError: as :func:`check_model`; with ``refuse_problems``, also for the problems.
+    """
+    checked = [(policy, "model.name")]
+    if verifier.backend in LOCAL_BACKENDS:
+        checked.append((verifier.model, "verifier.model"))
+    lines, problems = [], []
+    for value, field in checked:
+        line, problem = check_model(value, field)
+        lines.append(line)
+        problems += [problem] if problem else []
+    if problems and refuse_problems:
+        raise ConfigError("; ".join(problems))
+    return lines, problems
+
+
+_HUB_ORGS = {"SmolLM2": "HuggingFaceTB", "Qwen2.5": "Qwen"}
+"""Hub organisation of each offline model family (``OfflineModel.model``'s first word)."""
+
+
+def base_model_id(name: str | None) -> str | None:
+    """The Hugging Face id a policy was converted from: the embedded model (``None``) and the
+    offline model names are local directories, which TRL's model card cannot name.
+
+    >>> base_model_id(None), base_model_id("Qwen/Qwen3-8B")
+    ('HuggingFaceTB/SmolLM2-135M-Instruct', None)
+    """
+    from densereward.backends import models
+
+    if name is not None and str(name).lower() not in {m.name for m in models.available_models()}:
+        return None  # a Hub id names itself; a directory of the user's own stays unnamed
+    model = models.get_model(name or "smollm2-135m").model
+    org = _HUB_ORGS.get(model.split("-")[0])
+    return f"{org}/{model}" if org else None
+
+
+def name_base_model(trainer: Any, policy: str | None) -> None:
+    """Make a TRL trainer's model card name the model ``policy`` was converted from.
+
+    TRL names the base model from ``config._name_or_path`` and writes ``[None]`` for a local
+    directory; for the embedded model and the offline names (:func:`base_model_id`) the Hub id
+    is swapped in while the card is written. Any other policy is left as TRL names it.
+    """
+    base_model = base_model_id(policy)
+    if base_model is None:
+        return
+    create = trainer.create_model_card
+
+    def create_model_card(*args: Any, **kwargs: Any) -> Any:
+        config = trainer.model.config
+        local, config._name_or_path = config._name_or_path, base_model
+        try:
+            return create(*args, **kwargs)
+        finally:
+            config._name_or_path = local
+
+    trainer.create_model_card = create_model_card
+
+
+def _refuse_name_typo(text: str, models) -> None:
+    """A bare word close to an offline name but not one is a typo (``resolve_model``'s rule)."""
+    import difflib
+
+    names = [m.name for m in models.available_models()]
+    if "/" not in text and difflib.get_close_matches(text.lower(), names, n=1):
+        models.get_model(text)  # raises ConfigError with the suggestion
+
+
+def _check_hub_id(repo_id: str, field: str) -> tuple[str, str | None]:
+    """A Hugging Face id: looked up in the local cache when ``HF_HUB_OFFLINE`` is set."""
+    from huggingface_hub import constants, try_to_load_from_cache
+
+    line = f"{field}: Hugging Face id {repo_id!r} -- NOT downloaded"
+    if not constants.HF_HUB_OFFLINE:
+        return line + ", not checked (a dry run uses no network)", None
+    try:
+        cached = try_to_load_from_cache(repo_id, "config.json")
+    except Exception:  # noqa: BLE001 - a malformed id is not in the cache either
+        cached = None
+    if isinstance(cached, str):
+        return line + ", found in the local cache", None
+    return line, (
+        f"the Hugging Face id {repo_id!r} ({field}) cannot be reached offline (HF_HUB_OFFLINE=1) "
+        "and is not in the local Hugging Face cache: the run would fail here. Run where the Hub "
+        f"is reachable (and unset HF_HUB_OFFLINE), or set {field} to a local model directory or "
+        "an offline model name (densereward models lists them)"
+    )
