@@ -450,3 +450,14 @@ def test_a_verifier_pickles_as_its_recipe():
     rebuilt = pickle.loads(pickle.dumps(recipe))()
     one = {"problem": "p", "response": "quality=0.7"}
     assert rebuilt.score(**one).value == v.score(**one).value
+
+
+def test_empty_criteria_are_a_config_error():
+    """The CLI maps ConfigError to exit 2; a plain ValueError here made `score --criteria ""`
+    an internal error (exit 1)."""
+    from densereward.errors import ConfigError
+    from densereward.prompts import normalize_criteria
+
+    for bad in ([], {}, [""], {" ": "x"}):
+        with pytest.raises(ConfigError, match="non-empty"):
+            normalize_criteria(bad, {"c": "d"})

@@ -22,6 +22,7 @@ from collections.abc import Mapping, Sequence
 
 from .answers import extract_answer
 from .backends.base import ChatPrompt
+from .errors import ConfigError
 from .scale import ScoreScale
 
 __all__ = [
@@ -131,7 +132,7 @@ def normalize_criteria(
     """Criteria as an ordered ``name -> description`` dict (a list uses names as descriptions).
 
     Raises:
-        ValueError: for an empty list/mapping or a blank name.
+        ConfigError: for an empty list/mapping or a blank name (a ValueError).
     """
     if criteria is None:
         return dict(default)
@@ -139,7 +140,7 @@ def normalize_criteria(
         criteria = [criteria]
     items = list(criteria.items()) if isinstance(criteria, Mapping) else [(c, c) for c in criteria]
     if not items or any(not str(k).strip() for k, _ in items):
-        raise ValueError(
+        raise ConfigError(
             f"criteria must be a non-empty list or mapping of non-blank names, got {criteria!r}"
         )
     return {str(k): str(v) for k, v in items}
@@ -245,7 +246,7 @@ def resolve_prompt_kind(kind: str, criteria: object, has_references: bool) -> st
     >>> resolve_prompt_kind("auto", None, True), resolve_prompt_kind("auto", ["c"], True)
     ('answer_match', 'pointwise')
     """
-    from .errors import ConfigError, DataError
+    from .errors import DataError
 
     if kind not in PROMPT_KINDS:
         raise ConfigError(f"prompt kind {kind!r}; use {' | '.join(PROMPT_KINDS)}")
