@@ -271,6 +271,16 @@ def test_sac_dry_run_checks_env_describer_and_run_dir_and_creates_nothing(tmp_pa
         sac.main(
             _sac_args("--config", verifier_cfg, "--output-dir", str(out), "--resume", "--dry-run")
         )
+    # issue 28 item 9 on the SAC side: a verifier model that cannot exist fails the dry run
+    with pytest.raises(ConfigError, match=r"verifier\.model='/no/such/dir'"):
+        sac.main(_sac_args("--config", verifier_cfg, "--dry-run", "verifier.model=/no/such/dir"))
+    assert (
+        sac.main(
+            _sac_args("--config", verifier_cfg, "--dry-run", "verifier.model=qwen2.5-coder-0.5b")
+        )
+        == 0
+    )
+    assert "offline model 'qwen2.5-coder-0.5b'" in capsys.readouterr().out
 
 
 def test_sac_run_directory_rules(tmp_path):

@@ -65,6 +65,7 @@ from densereward.io import (
     read_jsonl,
 )
 
+from .checks import LOCAL_BACKENDS, check_model
 from .sac_config import (  # noqa: F401  (re-exported: the config is part of this trainer's API)
     EVAL_SEED_OFFSET,
     SECTIONS,
@@ -199,12 +200,11 @@ def dry_run(config: dict[str, Any], *, output_dir: Path, resume: bool = False) -
     task and the first step (so a describer that does not fit the environment fails here);
     the verifier is configured but not loaded; the run directory is checked, not created.
 
-    Returns:
-        One line per check.
+    Returns one line per check.
 
     Raises:
         ConfigError: on an invalid config, an unknown environment id, a describer that does
-            not fit, or a run directory the run would refuse.
+            not fit, a verifier model that cannot exist, or a run directory the run would refuse.
     """
     import gymnasium as gym
 
@@ -219,6 +219,7 @@ def dry_run(config: dict[str, Any], *, output_dir: Path, resume: bool = False) -
         f"run directory: {output_dir} ({_STATE_TEXT[state]})",
         f"sac: stable_baselines3.SAC arguments ok {sorted(cfg.sac)}",
     ]
+    unreachable = None  # an offline name not installed, a Hub id not reachable offline
     if cfg.env.reward == "verifier":
         describer = envs.default_describer(cfg.env.id, cfg.env.task)
         env = gym.make(cfg.env.id)
@@ -231,12 +232,14 @@ def dry_run(config: dict[str, Any], *, output_dir: Path, resume: bool = False) -
             f"describer: {type(describer).__name__} on a real first observation: {task!r} / {text!r}"
         )
         v = cfg.verifier
+        local = v.backend in LOCAL_BACKENDS  # a path, name or Hub id that must load here
+        model, unreachable = check_model(v.model, "verifier.model") if local else (v.model, None)
         lines.append(
-            f"verifier: VerifierConfig ok (backend {v.backend}, model {v.model or 'embedded SmolLM2-135M-Instruct'}, "
-            f"G={v.granularity}) -- NOT loaded; reward.mode {cfg.reward.mode}, score_every {cfg.reward.score_every}"
+            f"verifier: VerifierConfig ok (backend {v.backend}, {model}, G={v.granularity}) -- NOT "
+            f"loaded; reward.mode {cfg.reward.mode}, score_every {cfg.reward.score_every}"
         )
-    problem = _learning_starts_problem(cfg)
-    return lines + ([f"!! {problem}"] if problem else [])
+    problems = [_learning_starts_problem(cfg), unreachable]
+    return lines + [f"!! {p}" for p in problems if p]
 
 
 def run(config: dict[str, Any], *, output_dir: Path, resume: bool = False) -> dict[str, Any]:
