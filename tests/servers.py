@@ -10,7 +10,10 @@
   request, following a script of :class:`Fault` s (one per incoming request, then the
   default behaviour): 429 with ``Retry-After``, 500/503, malformed JSON, stalls, dropped
   connections, text in ``reasoning_content`` only, NaN / -inf log-probabilities, no score
-  token among the alternatives, the same token in two spellings.
+  token among the alternatives, the same token in two spellings. :meth:`MisbehavingServer.kill`
+  makes it die mid-run (listening socket closed, connections in flight dropped); ``capacity``
+  makes it serve at most that many requests at once (a fixed-throughput stand-in for a model
+  server, for routing tests and benchmarks).
 """
 
 from __future__ import annotations
@@ -263,7 +266,9 @@ class _Handler(BaseHTTPRequestHandler):
     def do_GET(self) -> None:  # noqa: N802 - stdlib name
         owner = self.server.owner
         owner._record("GET", self.path, dict(self.headers), None)
-        if self.path.rstrip("/").endswith("/models"):
+        if owner.dead:  # a kept-alive connection outlived kill(): drop it
+            self._answer(Fault("drop"), None)
+        elif self.path.rstrip("/").endswith("/models"):
             self._send_json(
                 200,
                 {
@@ -290,11 +295,20 @@ class _Handler(BaseHTTPRequestHandler):
         with owner._lock:
             owner.in_flight += 1
             owner.max_in_flight = max(owner.max_in_flight, owner.in_flight)
+            owner._open_connections.add(self.connection)
         try:
-            self._answer(fault, body)
+            with owner._capacity:
+                if owner.dead:
+                    fault = Fault("drop")
+                self._answer(fault, body)
+                if fault.kind != "drop" and not owner.dead:
+                    with owner._lock:
+                        owner.n_answered += 1
+                        owner.answered.append(body)
         finally:
             with owner._lock:
                 owner.in_flight -= 1
+                owner._open_connections.discard(self.connection)
 
     def _answer(self, fault: Fault, body: Any) -> None:
         owner = self.server.owner
@@ -313,6 +327,8 @@ class _Handler(BaseHTTPRequestHandler):
         else:
             if fault.kind == "stall":
                 time.sleep(fault.delay_s)
+            if owner.dead:
+                raise ConnectionResetError("killed")
             self._send_json(200, owner._completion(fault, body or {}))
 
 
@@ -351,16 +367,26 @@ class MisbehavingServer:
         model: str = "misbehaving-model",
         owned_by: str = "vllm",
         default: Fault | None = None,
+        port: int = 0,
+        capacity: int | None = None,
+        answer: Any = None,
     ):
         self.model = model
         self.owned_by = owned_by
         self.default = default or Fault("ok")
+        # body -> top_logprobs, overriding the fault's (scores that depend on the request)
+        self.answer = answer
         self.requests: list[dict[str, Any]] = []
         self.in_flight = 0
         self.max_in_flight = 0
+        self.n_answered = 0  # chat requests answered with 200 and a body
+        self.answered: list[Any] = []  # their bodies
+        self.dead = False
         self._faults: list[Fault] = []
         self._lock = threading.Lock()
-        self._httpd = _Server(("127.0.0.1", 0), _Handler)
+        self._open_connections: set[socket.socket] = set()
+        self._capacity = threading.Semaphore(capacity) if capacity else contextlib.nullcontext()
+        self._httpd = _Server(("127.0.0.1", port), _Handler)
         self._httpd.owner = self
         self.port = self._httpd.server_address[1]
         self.base_url = f"http://127.0.0.1:{self.port}/v1"
@@ -373,8 +399,22 @@ class MisbehavingServer:
         return self
 
     def __exit__(self, *exc: object) -> None:
+        if self.dead:
+            return
         self._httpd.shutdown()
         self._httpd.server_close()
+        self._thread.join(timeout=5)
+
+    def kill(self) -> None:
+        """Die as a crashed server does: stop listening and drop every connection in flight."""
+        self.dead = True
+        self._httpd.shutdown()
+        self._httpd.server_close()
+        with self._lock:
+            conns = list(self._open_connections)
+        for conn in conns:
+            with contextlib.suppress(OSError):
+                conn.shutdown(socket.SHUT_RDWR)
         self._thread.join(timeout=5)
 
     def script(self, *faults: Fault) -> None:
@@ -414,10 +454,8 @@ class MisbehavingServer:
                 message = {"role": "assistant", "content": "", "reasoning_content": text}
             choice: dict[str, Any] = {"index": i, "message": message, "finish_reason": "length"}
             if want_logprobs and not fault.no_logprobs:
-                top = [
-                    {"token": t, "logprob": lp, "bytes": list(t.encode())}
-                    for t, lp in fault.top_logprobs
-                ]
+                pairs = self.answer(body) if self.answer else fault.top_logprobs
+                top = [{"token": t, "logprob": lp, "bytes": list(t.encode())} for t, lp in pairs]
                 first = top[0] if top else {"token": text[:1], "logprob": -0.1, "bytes": []}
                 choice["logprobs"] = {"content": [{**first, "top_logprobs": top}]}
             choices.append(choice)

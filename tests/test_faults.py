@@ -281,7 +281,8 @@ def test_api_key_never_leaks(monkeypatch, caplog, server):
         str(info401.value),
         repr(b),
         repr(vars(b)),
-        repr(b._client.headers),
+        repr(b._router.client.headers),
+        repr(vars(b._router)),
     ]
     texts += [r.getMessage() for r in caplog.records] + [caplog.text]
     assert any("retry" in r.getMessage() for r in caplog.records)  # the retry was logged

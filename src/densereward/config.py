@@ -56,8 +56,12 @@ class VerifierConfig:
     the ranges when it is built. ``None`` = the backend's defaults."""
     model: str | None = None
     """Hugging Face id or local path of the verifier; ``None`` = embedded SmolLM2-135M-Instruct."""
-    base_url: str | None = None
-    """For ``openai``/``sampled``: the server's base URL, e.g. ``http://127.0.0.1:8000/v1``."""
+    base_url: tuple[str, ...] | str | None = None
+    """For ``openai``/``sampled``: the server's base URL, e.g. ``http://127.0.0.1:8000/v1`` (one
+    server, or a router in front of many), or a list of replicas serving the same model (also a
+    comma-separated string): reads of one GRPO group go to one replica, the least-loaded healthy
+    replica takes the rest, and a replica that dies is taken out and its reads fail over
+    (:mod:`densereward.backends.replicas`)."""
     api_key_env: str = "OPENAI_API_KEY"
     """Name of the environment variable (or ``.env`` entry) holding the API key. Keys never go in configs."""
     granularity: int = 20
@@ -167,6 +171,14 @@ class VerifierConfig:
                 )
         elif not 0.0 <= self.threshold <= 1.0:
             raise ConfigError(f"verifier.threshold must be in [0, 1], got {self.threshold}")
+        if self.base_url is not None and not isinstance(self.base_url, str):
+            try:
+                urls = tuple(str(u) for u in self.base_url)
+            except TypeError:
+                raise ConfigError(
+                    f"verifier.base_url must be a URL or a list of URLs, got {self.base_url!r}"
+                ) from None
+            object.__setattr__(self, "base_url", urls[0] if len(urls) == 1 else (urls or None))
         if self.backend in ("openai", "sampled") and not self.base_url:
             raise ConfigError(f"verifier.backend={self.backend!r} needs verifier.base_url")
         self._check_ranges()

@@ -87,6 +87,8 @@ class BackendUsage:
     n_prompt_tokens: int = 0
     n_completion_tokens: int = 0
     n_retries: int = 0
+    n_failovers: int = 0
+    """Retries sent to another replica after a read failed on one (HTTP, several servers)."""
     n_failures: int = 0
     seconds: float = 0.0
 

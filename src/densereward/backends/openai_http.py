@@ -18,11 +18,15 @@ That needs a server whose log-probabilities are taken after the logits processor
 (vLLM: ``--logprobs-mode processed_logprobs``); with raw log-probabilities the
 restriction changes nothing but the sampled token.
 
-Transport: one private asyncio event loop in a daemon thread owns an ``httpx.AsyncClient``,
-a semaphore (``max_concurrency`` requests in flight) and a requests-per-minute limiter.
+Transport: one private asyncio event loop in a daemon thread owns a
+:class:`~densereward.backends.replicas.Router`: an ``httpx.AsyncClient``, ``max_concurrency``
+requests in flight per server and a requests-per-minute limiter. ``base_url`` may list several
+replicas of one model: reads of a group stick to one replica, the least-loaded healthy one
+takes the rest, a replica that dies is taken out and its reads fail over (see
+:mod:`~densereward.backends.replicas`).
 Sync methods and async methods (from any event loop) submit coroutines to that loop, so
 both work inside and outside a running event loop. Each request has a timeout and is
-retried with exponential backoff (``tenacity``) on 429/408/5xx, connection errors,
+retried with exponential backoff on 429/408/5xx, connection errors,
 timeouts and malformed JSON, honouring ``Retry-After``; after ``max_retries`` retries it
 raises :class:`~densereward.errors.BackendError` (the engine turns that into an
 abstention or an error per ``on_error``). The API key (``get_api_key(api_key_env)``) is
@@ -33,7 +37,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import math
 import time
@@ -44,7 +47,8 @@ from ..config import VerifierConfig
 from ..errors import BackendError, BackendUnavailableError, ConfigError
 from ..io import get_api_key, redact
 from .base import BackendUsage, ChatPrompt, TokenLogprobs
-from .transport import LoopThread, RateLimiter, RetryableError, Secret, parse_retry_after
+from .replicas import Router, affinity_key, replica_urls
+from .transport import LoopThread, Secret
 
 __all__ = ["OpenAIBackend"]
 
@@ -52,7 +56,6 @@ logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-_RETRY_STATUS = frozenset({408, 409, 425, 429, 500, 502, 503, 504})
 _EXTENSION_OWNERS = frozenset({"vllm", "sglang", "sglang-team", "lmsys"})
 
 
@@ -61,7 +64,7 @@ class OpenAIBackend:
 
     Args:
         config: the verifier configuration; uses ``base_url`` (e.g.
-            ``http://127.0.0.1:8000/v1``), ``model`` (``None`` = the first model the
+            ``http://127.0.0.1:8000/v1``, or a list of replicas), ``model (``None`` = the first model the
             server lists), ``api_key_env``, ``max_concurrency``, ``requests_per_minute``,
             ``timeout_s`` (seconds per request), ``max_retries`` and ``seed``.
         restrict_to_candidates: send vLLM's ``allowed_token_ids`` with the score-token ids
@@ -72,12 +75,15 @@ class OpenAIBackend:
             (vLLM, SGLang). ``None`` = detect from the ``owned_by`` field of ``/models``.
         retry_base_s: first backoff wait in seconds (doubles each retry, with jitter).
         retry_max_s: cap of one backoff wait (and of an honoured ``Retry-After``), seconds.
-        health_timeout_s: timeout of the start-up health check (``GET {base_url}/models``).
+        health_timeout_s: timeout of a health check (``GET {base_url}/models``), seconds.
+        health_interval_s: with several replicas, seconds between the health checks of each.
+        max_imbalance: with several replicas, reads the group's replica may hold beyond the
+            least-loaded one before reads leave it; ``None`` = ``max_concurrency``.
 
     Raises:
         ConfigError: if ``base_url`` is missing or an argument is out of range.
-        BackendUnavailableError: if the server does not answer the health check (the
-            message names the URL).
+        BackendUnavailableError: if no server answers the health check (the message names
+            the URL); replicas that do not answer start taken out and rejoin when healthy.
     """
 
     name = "openai"
@@ -92,8 +98,10 @@ class OpenAIBackend:
         retry_base_s: float = 0.5,
         retry_max_s: float = 30.0,
         health_timeout_s: float = 5.0,
+        health_interval_s: float = 5.0,
+        max_imbalance: int | None = None,
     ):
-        if not config.base_url:
+        if not replica_urls(config.base_url):
             raise ConfigError(
                 f"the {self.name!r} backend needs verifier.base_url (e.g. http://127.0.0.1:8000/v1)"
             )
@@ -109,8 +117,11 @@ class OpenAIBackend:
             raise ConfigError(f"verifier.timeout_s must be > 0, got {config.timeout_s}")
         if retry_base_s < 0 or retry_max_s < 0:
             raise ConfigError("retry_base_s and retry_max_s must be >= 0")
+        if health_interval_s <= 0 or (max_imbalance is not None and max_imbalance < 0):
+            raise ConfigError("health_interval_s must be > 0 and max_imbalance >= 0")
         self.config = config
-        self.base_url = config.base_url.rstrip("/")
+        self.base_urls = replica_urls(config.base_url)
+        self.base_url = ", ".join(self.base_urls)
         self.restrict_to_candidates = restrict_to_candidates
         self.top_logprobs = int(top_logprobs)
         self.retry_base_s = float(retry_base_s)
@@ -122,9 +133,15 @@ class OpenAIBackend:
         self._token_ids: dict[str, int] = {}
         self._closed = False
         self._loop = LoopThread(name=f"densereward-{self.name}-http")
+        headers = {"Authorization": f"Bearer {self._api_key}"} if self._api_key else {}
+        router_options = dict(
+            headers=headers, redact=self._redact, wait_s=self._wait_s, name=self.name,
+            max_imbalance=max_imbalance, health_interval_s=health_interval_s,
+            health_timeout_s=health_timeout_s,
+        )  # fmt: skip
         try:
-            self._loop.submit(self._open()).result()
-            models = self._loop.submit(self._health_check(health_timeout_s)).result()
+            self._router = self._loop.submit(self._open(router_options)).result()
+            models = self._loop.submit(self._router.start(health_timeout_s)).result()
         except BaseException:
             self.close()
             raise
@@ -166,47 +183,13 @@ class OpenAIBackend:
     def _redact(self, text: str) -> str:
         return redact(text, self._secrets)
 
-    async def _open(self) -> None:
-        import httpx
+    async def _open(self, options: Mapping[str, Any]) -> Router:
+        return Router(self.config, self.usage, **options)
 
-        headers = {"Authorization": f"Bearer {self._api_key}"} if self._api_key else {}
-        limits = httpx.Limits(
-            max_connections=self.config.max_concurrency,
-            max_keepalive_connections=self.config.max_concurrency,
-        )
-        self._client = httpx.AsyncClient(
-            headers=headers, timeout=httpx.Timeout(self.config.timeout_s), limits=limits
-        )
-        self._semaphore = asyncio.Semaphore(self.config.max_concurrency)
-        self._limiter = RateLimiter(self.config.requests_per_minute)
-
-    async def _health_check(self, timeout_s: float) -> list[Any]:
-        import httpx
-
-        url = f"{self.base_url}/models"
-        try:
-            resp = await self._client.get(url, timeout=timeout_s)
-        except httpx.HTTPError as e:
-            raise BackendUnavailableError(
-                f"verifier server at {self.base_url} is not reachable ({type(e).__name__}: "
-                f"{self._redact(str(e)) or 'no answer'}); start it or fix verifier.base_url"
-            ) from None
-        if resp.status_code in (401, 403):
-            raise BackendUnavailableError(
-                f"verifier server at {self.base_url} refused the credentials (HTTP {resp.status_code}); "
-                f"check the key in ${self.config.api_key_env}"
-            )
-        if resp.status_code != 200:
-            raise BackendUnavailableError(
-                f"verifier server at {self.base_url}: GET {url} returned HTTP {resp.status_code}"
-            )
-        try:
-            data = resp.json()
-        except ValueError:
-            raise BackendUnavailableError(
-                f"verifier server at {self.base_url}: GET {url} did not return JSON"
-            ) from None
-        return list(data.get("data") or []) if isinstance(data, Mapping) else []
+    @property
+    def replicas(self) -> list[dict[str, Any]]:
+        """Each server's URL, health and counters (``n_requests``, ``n_failures``, ``n_taken_out``)."""
+        return [r.as_dict() for r in self._router.replicas]
 
     def _run(self, coro: Awaitable[T]) -> T:
         """Run ``coro`` on the private loop and wait (works inside a running event loop too)."""
@@ -233,94 +216,16 @@ class OpenAIBackend:
         base = self.retry_base_s * 2 ** (attempt - 1)
         return min(base * (1.0 + 0.25 * random.random()), self.retry_max_s)
 
-    async def _post(self, path: str, payload: Mapping[str, Any]) -> dict[str, Any]:
-        """POST JSON with bounded concurrency, rate limit, timeout and retries.
+    async def _post(
+        self, path: str, payload: Mapping[str, Any], key: str | None = None
+    ) -> dict[str, Any]:
+        """POST JSON to a replica with bounded concurrency, rate limit, timeout, retries and
+        failover (:meth:`Router.post`); ``key`` is the read's affinity key.
 
         Raises:
             BackendError: on a non-retryable HTTP error, or when retries are exhausted.
         """
-        from tenacity import (
-            AsyncRetrying,
-            RetryCallState,
-            retry_if_exception_type,
-            stop_after_attempt,
-        )
-
-        def wait(state: RetryCallState) -> float:
-            exc = state.outcome.exception() if state.outcome else None
-            return self._wait_s(state.attempt_number, exc)
-
-        def before_sleep(state: RetryCallState) -> None:
-            self.usage.n_retries += 1
-            exc = state.outcome.exception() if state.outcome else None
-            logger.warning(
-                "%s: retry %d/%d of POST %s after %s",
-                self.name, state.attempt_number, self.config.max_retries, path, self._redact(str(exc)),
-            )  # fmt: skip
-
-        url = f"{self.base_url}{path}"
-        try:
-            async for attempt in AsyncRetrying(
-                stop=stop_after_attempt(self.config.max_retries + 1),
-                wait=wait,
-                retry=retry_if_exception_type(RetryableError),
-                before_sleep=before_sleep,
-                reraise=True,
-            ):
-                with attempt:
-                    return await self._post_once(url, payload)
-        except RetryableError as e:
-            self.usage.n_failures += 1
-            raise BackendError(
-                f"{self.name} backend: POST {url} failed after {self.config.max_retries} retries: {self._redact(str(e))}"
-            ) from None
-        except BackendError:
-            self.usage.n_failures += 1
-            raise
-        raise AssertionError("unreachable")  # pragma: no cover
-
-    async def _post_once(self, url: str, payload: Mapping[str, Any]) -> dict[str, Any]:
-        import httpx
-
-        async with self._semaphore:
-            await self._limiter.wait()
-            self.usage.n_calls += 1
-            try:
-                resp = await self._client.post(url, json=payload)
-            except httpx.TimeoutException as e:
-                raise RetryableError(
-                    f"timed out after {self.config.timeout_s:g} s ({type(e).__name__})"
-                ) from None
-            except httpx.TransportError as e:
-                raise RetryableError(
-                    f"connection error ({type(e).__name__}: {self._redact(str(e))})"
-                ) from None
-        if resp.status_code != 200:
-            detail = self._redact(resp.text)[:300]
-            msg = f"HTTP {resp.status_code} from {url}: {detail}"
-            if resp.status_code in _RETRY_STATUS:
-                raise RetryableError(msg, parse_retry_after(resp.headers.get("Retry-After")))
-            if resp.status_code in (401, 403):
-                msg += f" (check the key in ${self.config.api_key_env})"
-            raise BackendError(msg)
-        try:
-            data = json.loads(resp.content)
-        except ValueError:
-            raise RetryableError(
-                f"malformed JSON from {url}: {self._redact(resp.text)[:120]!r}"
-            ) from None
-        if (
-            not isinstance(data, dict)
-            or not isinstance(data.get("choices"), list)
-            or not data["choices"]
-        ):
-            raise RetryableError(
-                f"response from {url} has no choices: {self._redact(resp.text)[:120]!r}"
-            )
-        usage = data.get("usage") or {}
-        self.usage.n_prompt_tokens += int(usage.get("prompt_tokens") or 0)
-        self.usage.n_completion_tokens += int(usage.get("completion_tokens") or 0)
-        return data
+        return await self._router.post(path, payload, key)
 
     def _messages(self, prompt: ChatPrompt) -> list[dict[str, str]]:
         msgs = [{"role": m["role"], "content": m["content"]} for m in prompt.messages]
@@ -353,11 +258,14 @@ class OpenAIBackend:
     async def _atokenize(self, text: str) -> list[int] | None:
         import httpx
 
-        root = self.base_url[: -len("/v1")] if self.base_url.endswith("/v1") else self.base_url
+        replica = self._router.set.pick(None)
+        url = replica.url
+        root = url[: -len("/v1")] if url.endswith("/v1") else url
         payload = {"model": self.model_id, "prompt": text, "add_special_tokens": False}
         try:
-            async with self._semaphore:
-                resp = await self._client.post(f"{root}/tokenize", json=payload)
+            assert replica.slots is not None
+            async with replica.slots:
+                resp = await self._router.client.post(f"{root}/tokenize", json=payload)
         except httpx.HTTPError:
             return None
         if resp.status_code != 200:
@@ -454,7 +362,7 @@ class OpenAIBackend:
         )
         if allowed is not None:
             payload["allowed_token_ids"] = allowed
-        data = await self._post("/chat/completions", payload)
+        data = await self._post("/chat/completions", payload, affinity_key(prompt))
         try:
             logprobs = self._parse_logprobs(data, candidates)
         except BackendError as e:
@@ -528,7 +436,8 @@ class OpenAIBackend:
                 params["seed"] = seed + i
             if stop:
                 params["stop"] = list(stop)
-            data = await self._post("/chat/completions", self._chat_payload(prompt, **params))
+            payload = self._chat_payload(prompt, **params)
+            data = await self._post("/chat/completions", payload, affinity_key(prompt))
             return self._choice_text(data["choices"][0])
 
         return await self._gather([lambda i=i, p=p: one(i, p) for i, p in enumerate(prompts)])
@@ -578,14 +487,14 @@ class OpenAIBackend:
         if self._closed:
             return
         self._closed = True
-        client = getattr(self, "_client", None)
+        router = getattr(self, "_router", None)
         if (
-            client is not None
+            router is not None
             and not self._loop.loop.is_closed()
             and not self._loop.in_loop_thread()
         ):
             try:
-                self._loop.submit(client.aclose()).result(timeout=10)
+                self._loop.submit(router.aclose()).result(timeout=10)
             except Exception:  # noqa: BLE001 - best effort on shutdown
                 logger.debug("closing the HTTP client failed", exc_info=True)
         self._loop.stop()

@@ -1,8 +1,9 @@
 """Transport pieces of the HTTP backends: a private event loop, a rate limiter, retry signals.
 
 :class:`~densereward.backends.openai_http.OpenAIBackend` owns one :class:`LoopThread` (an
-asyncio loop in a daemon thread, so sync and async callers share one ``httpx`` client), one
-:class:`RateLimiter` (requests per minute) and raises :class:`RetryableError` for failures
+asyncio loop in a daemon thread, so sync and async callers share one ``httpx`` client); its
+:class:`~densereward.backends.replicas.Router` holds one :class:`RateLimiter` (requests per
+minute) and raises :class:`RetryableError` for failures
 worth retrying (HTTP 408/409/425/429/5xx, timeouts, connection errors, malformed JSON),
 with the server's ``Retry-After`` (:func:`parse_retry_after`) when it gave one.
 """
@@ -31,11 +32,16 @@ class Secret(str):
 
 
 class RetryableError(BackendError):
-    """A transient failure worth retrying; ``retry_after`` (s) from the server, if given."""
+    """A transient failure worth retrying; ``retry_after`` (s) from the server, if given.
 
-    def __init__(self, message: str, retry_after: float | None = None):
+    ``lost`` is True when the connection itself failed (refused, reset, dropped): the
+    replica is taken out until its health check passes (:mod:`.replicas`).
+    """
+
+    def __init__(self, message: str, retry_after: float | None = None, *, lost: bool = False):
         super().__init__(message)
         self.retry_after = retry_after
+        self.lost = lost
 
 
 def parse_retry_after(value: str | None) -> float | None:
