@@ -77,7 +77,8 @@ def main() -> int:
     from densereward.config import apply_overrides, load_yaml
     from densereward.data import load_tasks
     from densereward.rewards import RewardQualityTracker, build_reward_funcs
-    from densereward.trainers.grpo import _verifier_factory, build_grpo_args, resolve_config
+    from densereward.trainers.grpo import build_grpo_args, resolve_config
+    from densereward.verifier import VerifierFactory
 
     config = load_yaml(a.config)
     config.setdefault("data", {})
@@ -101,7 +102,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         args = build_grpo_args(parts, Path(tmp))
         tracker = RewardQualityTracker(None, threshold=parts["verifier"].threshold)
-        funcs, _ = build_reward_funcs(parts["reward"], _verifier_factory(parts["verifier"]), tracker=tracker,
+        funcs, _ = build_reward_funcs(parts["reward"], VerifierFactory(parts["verifier"]), tracker=tracker,
                                       num_generations=args.num_generations)  # fmt: skip
         # Build the verifier before timing (model load is a one-off, not per-step cost).
         for f in funcs:

@@ -87,6 +87,7 @@ from .shaping import (
     potential_shaping,
     shaped_rewards,
 )
+from .verifier.lazy import VerifierFactory, VerifierHolder
 
 __all__ = [
     "ProgressFn",
@@ -556,26 +557,24 @@ def check_render_mode(config: ProgressRewardConfig, render_mode: str | None) -> 
         )
 
 
-class _VerifierProgress:
-    """:data:`ProgressFn` over ``Verifier.progress_batch``; ``last_reasons`` after each call."""
+class _VerifierProgress(VerifierHolder):
+    """:data:`ProgressFn` over ``Verifier.progress_batch`` (``last_reasons``); picklable."""
 
     __name__ = "verifier_progress"
 
     def __init__(self, verifier: Any) -> None:
-        self.verifier = verifier
-        self.accepts_images = "images" in inspect.signature(verifier.progress_batch).parameters
+        super().__init__(verifier)
         self.last_reasons: list[str | None] = []
 
     def __call__(
         self, tasks: Sequence[str], trajectories: Sequence[str], **kwargs: Any
     ) -> list[float | None]:
-        if "images" in kwargs and not self.accepts_images:
+        v = self.verifier
+        if "images" in kwargs and "images" not in inspect.signature(v.progress_batch).parameters:
             raise ConfigError(
                 "this verifier's progress_batch takes no images; set reward.render_frames=false"
             )
-        results = self.verifier.progress_batch(
-            tasks=list(tasks), trajectories=list(trajectories), **kwargs
-        )
+        results = v.progress_batch(tasks=list(tasks), trajectories=list(trajectories), **kwargs)
         self.last_reasons = [r.reason if r.value is None else None for r in results]
         return [r.value for r in results]
 
@@ -584,17 +583,18 @@ def verifier_progress_fn(verifier: Any) -> ProgressFn:
     """Adapt :meth:`densereward.verifier.Verifier.progress_batch` to a :data:`ProgressFn`.
 
     Args:
-        verifier: a ``Verifier`` (or anything with
-            ``progress_batch(tasks=..., trajectories=...) -> list[ScoreResult]``).
+        verifier: a ``Verifier`` (or anything with ``progress_batch(tasks=...,
+            trajectories=...) -> list[ScoreResult]``), or a :class:`VerifierFactory` (built at
+            the first call, in the process that makes it: a ``SubprocVecEnv`` worker).
 
     Returns:
         ``progress_fn(tasks, trajectories) -> list[float | None]`` (``ScoreResult.value``;
         ``None`` where the verifier abstained, its ``ScoreResult.reason`` in
-        ``progress_fn.last_reasons``).
+        ``progress_fn.last_reasons``). It pickles (a built verifier as its recipe).
 
     Raises:
-        ConfigError: if ``verifier`` has no ``progress_batch``.
+        ConfigError: if ``verifier`` has no ``progress_batch`` and is no ``VerifierFactory``.
     """
-    if not callable(getattr(verifier, "progress_batch", None)):
+    if not isinstance(verifier, VerifierFactory) and not hasattr(verifier, "progress_batch"):
         raise ConfigError("verifier must have progress_batch(tasks=..., trajectories=...)")
     return _VerifierProgress(verifier)

@@ -6,6 +6,7 @@ Needs stable-baselines3 (``pip install densereward[robotics]``); the reward logi
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Sequence
 from typing import Any
 
@@ -65,6 +66,19 @@ class VecVerifierProgressReward(VecEnvWrapper):
     def verifier_stats(self) -> VerifierCallStats:
         """Call accounting of the progress function."""
         return self.core.stats
+
+    def __getstate__(self) -> dict[str, Any]:
+        # SB3's VecEnvWrapper keeps its class's members (mappingproxies) in class_attributes,
+        # which do not pickle (VecNormalize drops them too); the progress function pickles
+        # with a built verifier as its recipe. The wrapped venv goes along: a DummyVecEnv of
+        # picklable environments does, a SubprocVecEnv does not (its workers are processes).
+        state = self.__dict__.copy()
+        del state["class_attributes"]
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self.class_attributes = dict(inspect.getmembers(self.__class__))
 
     def _frames(self, indices: Sequence[int]) -> list[Any]:
         if not self.core.config.render_frames:

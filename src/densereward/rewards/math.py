@@ -223,6 +223,21 @@ class MathChecker:
                     pass
             self._kill()
 
+    def __getstate__(self) -> dict[str, Any]:
+        # picklable (a reward shipped to another process): the settings and the verdicts
+        # cached so far; not the lock, the worker process or its pipes, which the copy
+        # creates afresh (its worker starts at its first check)
+        state = self.__dict__.copy()
+        for name in ("_lock", "_proc", "_conn", "_send_conn"):
+            state.pop(name, None)
+        state["_gold_cache"] = {}  # parsed gold answers: rebuilt on demand
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
+        self._proc = self._conn = self._send_conn = None
+
     def __del__(self) -> None:  # best effort; an orphaned worker also exits on stdin EOF
         try:  # noqa: SIM105 (module globals such as contextlib may be gone at interpreter exit)
             self._kill()

@@ -162,6 +162,17 @@ class RewardQualityTracker:
         self._seen: tuple[list[float], list[float]] = ([], [])  # every labelled (score, label)
         self._recent: deque[tuple[float, float, str, float]] = deque(maxlen=window)
 
+    def __getstate__(self) -> dict[str, Any]:
+        # picklable (TRL's async rollout worker ships the reward functions, and their tracker,
+        # to a spawned process): everything but the lock, which the copy creates afresh
+        state = self.__dict__.copy()
+        del state["_lock"]
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
+
     def _calibrate(self, s: np.ndarray, y: np.ndarray) -> tuple[float | None, bool]:
         """The threshold for this batch and whether it was chosen on the batch itself."""
         from ..metrics.classification import best_threshold

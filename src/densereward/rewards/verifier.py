@@ -39,13 +39,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
-import threading
 from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
 from ..abstentions import AbstentionAlarm
 from ..answers import final_answer_part
 from ..errors import DataError
+from ..verifier.lazy import VerifierHolder
 from ._common import (
     check_lengths,
     check_trl,
@@ -75,8 +75,13 @@ logger = logging.getLogger(__name__)
 VerifierLike = Any  # densereward.verifier.Verifier or a zero-argument factory returning one
 
 
-class _VerifierRewardBase:
-    """Shared plumbing: lazy verifier, problem texts, tracking."""
+class _VerifierRewardBase(VerifierHolder):
+    """Shared plumbing: lazy verifier, problem texts, tracking.
+
+    Picklable (TRL's async rollout worker ships reward functions to a spawned process): a
+    built verifier is pickled as its recipe and rebuilt at the copy's first call
+    (:class:`~densereward.verifier.lazy.VerifierHolder`); no lock is pickled.
+    """
 
     default_name = "verifier"
 
@@ -109,8 +114,7 @@ class _VerifierRewardBase:
         self.injection_penalty = injection_penalty
         self.guard_prompt = guard_prompt
         self.verifier_input = verifier_input
-        self._verifier = verifier
-        self._verifier_lock = threading.Lock()
+        super().__init__(verifier)
         self.__name__ = name or self.default_name
         self.tracker = tracker
         self.checker = checker
@@ -202,14 +206,6 @@ class _VerifierRewardBase:
         if not self.reference_guided:
             return None
         return references_from_columns(columns, n, self.answer_column)
-
-    @property
-    def verifier(self) -> Any:
-        """The verifier engine (built from the factory on first access)."""
-        with self._verifier_lock:
-            if callable(self._verifier) and not hasattr(self._verifier, "score_batch"):
-                self._verifier = self._verifier()
-            return self._verifier
 
     def _problems(self, prompts: Sequence[Any], columns: dict[str, Any]) -> list[str]:
         col = columns.get(self.problem_column)

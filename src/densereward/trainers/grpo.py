@@ -31,7 +31,6 @@ from pathlib import Path
 from typing import Any
 
 from densereward.config import (
-    VerifierConfig,
     add_override_arguments,
     apply_overrides,
     load_yaml,
@@ -46,6 +45,7 @@ from densereward.io import (
     read_jsonl,
     redact,
 )
+from densereward.verifier import VerifierFactory
 
 from .checks import check_models, name_base_model
 from .grpo_config import (  # noqa: F401  (re-exported: the config is part of this trainer's API)
@@ -63,15 +63,6 @@ logger = logging.getLogger("densereward.trainers.grpo")
 # --------------------------------------------------------------------------------------------
 # 2. Run
 # --------------------------------------------------------------------------------------------
-
-
-def _verifier_factory(vcfg: VerifierConfig):
-    def make():
-        from densereward.verifier import Verifier
-
-        return Verifier(vcfg)
-
-    return make
 
 
 def _is_main_process() -> bool:
@@ -220,7 +211,9 @@ def run(
         threshold=parts["verifier"].threshold,
         window=parts["reward"].track_window,
     )
-    verifier = _verifier_factory(parts["verifier"])
+    # a picklable recipe (TRL's async rollout worker ships reward functions to a spawned
+    # process; a closure would not go): built here to fail early, pickled as the recipe
+    verifier = VerifierFactory(parts["verifier"])
     if parts["reward"].type != "sparse" or parts["reward"].track:
         verifier = verifier()
     reward_funcs, _ = build_reward_funcs(
@@ -415,7 +408,7 @@ def _dry_run(
     with tempfile.TemporaryDirectory() as tmp:
         args = build_grpo_args(parts, Path(tmp) / "dry-run", cpu_check=True)
         funcs, weights = build_reward_funcs(
-            parts["reward"], _verifier_factory(parts["verifier"]),
+            parts["reward"], VerifierFactory(parts["verifier"]),
             tracker=RewardQualityTracker(None), num_generations=args.num_generations,
         )  # fmt: skip
     checks.append(

@@ -23,7 +23,6 @@ from ..scale import ScoreScale
 from ..tournament import bradley_terry_preference, ppt_schedule, round_robin_schedule
 from .boundary import ReadPlan, build_read_plan, check_calibration
 from .driver import PlanDriver
-from .lazy import VerifierFactory, rebuild
 from .reads import (
     Read,
     VerifierStats,
@@ -45,12 +44,17 @@ def _seed_for(base: int, *parts: Any) -> int:
     return (base * 1_000_003 + zlib.crc32(repr(parts).encode())) % (2**31 - 1)
 
 
+def _rebuild(config: VerifierConfig, backend: Any, scale: ScoreScale, cache: Any) -> Verifier:
+    """Unpickle a :class:`Verifier` (the target of ``Verifier.__reduce__``)."""
+    return Verifier(config, backend=backend, scale=scale, cache=cache)
+
+
 class Verifier(OneItemVerbs):
     """Dense verifier rewards: ``score``, ``compare``, ``rank``, ``progress_batch``, ``progress_curve``.
 
     Every verb (and its ``*_batch`` form) has an ``a``-prefixed async form that runs the same
-    plan and returns the same numbers. A verifier pickles as its recipe
-    (:class:`~.lazy.VerifierFactory`): the unpickled copy builds its own backend.
+    plan and returns the same numbers. A verifier pickles as its recipe (config, scale, and
+    a backend or cache it was given): the unpickled copy builds its own backend.
 
     Args:
         config: how the reward is computed; default :class:`VerifierConfig` (embedded
@@ -515,8 +519,15 @@ class Verifier(OneItemVerbs):
             self.cache.close()
 
     def __reduce__(self) -> tuple[Any, ...]:
-        """Pickle as the recipe (:class:`~.lazy.VerifierFactory`): the copy builds its own backend."""
-        return rebuild, (VerifierFactory.of(self),)
+        """Pickle as the recipe: config, scale, and the backend and cache it was given (the ones
+        it built itself are built again by the copy; :class:`~.lazy.VerifierFactory`)."""
+        backend = None if self._owns_backend else self.backend
+        return _rebuild, (
+            self.config,
+            backend,
+            self.scale,
+            None if self._owns_cache else self.cache,
+        )
 
     def __enter__(self) -> Verifier:
         return self

@@ -8,8 +8,8 @@ model or an HTTP client, neither of which crosses a process boundary, so:
 
 * :class:`VerifierFactory` is the recipe: ``VerifierFactory(config)()`` is ``Verifier(config)``.
   It pickles as plain data (a :class:`~densereward.config.VerifierConfig`).
-* A ``Verifier`` pickles as its recipe (``Verifier.__reduce__``): the copy builds its own
-  backend from the config when it is unpickled. A backend or cache passed in explicitly is
+* A ``Verifier`` pickles as the same recipe (``Verifier.__reduce__``): the copy builds its
+  own backend from the config as it is unpickled. A backend or cache passed in explicitly is
   pickled as it is.
 * :class:`VerifierHolder` is the base of the reward and progress functions: it holds a
   ``Verifier`` or a zero-argument factory, builds the verifier on first use, and pickles a
@@ -31,11 +31,11 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..config import VerifierConfig
+from .engine import Verifier
 
 if TYPE_CHECKING:
     from ..cache import ScoreCache
     from ..scale import ScoreScale
-    from .engine import Verifier
 
 __all__ = ["VerifierFactory", "VerifierHolder", "portable"]
 
@@ -64,33 +64,21 @@ class VerifierFactory:
     cache: ScoreCache | None = None
 
     def __call__(self) -> Verifier:
-        from .engine import Verifier
-
         return Verifier(self.config, backend=self.backend, scale=self.scale, cache=self.cache)
 
     @classmethod
     def of(cls, verifier: Verifier) -> VerifierFactory:
         """The recipe of a built verifier: its config and scale, and the backend and cache
-        it was given (``None`` for the ones it built itself, which are rebuilt)."""
-        return cls(
-            verifier.config,
-            backend=None if getattr(verifier, "_owns_backend", True) else verifier.backend,
-            scale=verifier.scale,
-            cache=None if verifier._owns_cache else verifier.cache,
-        )
-
-
-def rebuild(factory: VerifierFactory) -> Verifier:
-    """Unpickle a ``Verifier``: build it from its recipe (the target of ``Verifier.__reduce__``)."""
-    return factory()
+        it was given (``None`` for the ones it built itself, which are rebuilt): what
+        ``Verifier.__reduce__`` pickles."""
+        config, backend, scale, cache = verifier.__reduce__()[1]
+        return cls(config, backend=backend, scale=scale, cache=cache)
 
 
 def portable(verifier: Any) -> Any:
     """What is pickled in place of ``verifier``: a built ``Verifier`` becomes its
     :class:`VerifierFactory` (built again on first use after unpickling); anything else (a
     factory, a duck-typed verifier) is pickled as it is."""
-    from .engine import Verifier
-
     return VerifierFactory.of(verifier) if isinstance(verifier, Verifier) else verifier
 
 
