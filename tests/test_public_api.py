@@ -41,6 +41,29 @@ def test_root_names_are_the_objects_of_their_home_modules():
         densereward.VerifierRewards  # noqa: B018
 
 
+# the verbs and config classes of the verifier, eagerly imported (issue 29 item 4)
+CORE = {"Verifier", "VerifierConfig", "VerifierFactory", "ScoreScale", "ScoreResult",
+        "PairwiseResult", "RankResult", "default_model_path"}  # fmt: skip
+
+
+def test_the_root_exports_what_trl_and_sb3_users_come_for_and_nothing_else():
+    """``__all__`` is the verifier's verbs and configs plus the TRL / SB3 names: no error class,
+    no backend internals. The names the root used to export still resolve, from their home
+    module, with a DeprecationWarning that names it."""
+    assert set(densereward.__all__) == CORE | set(HOMES)
+    for name in densereward._MOVED:
+        assert name not in densereward.__all__ and name not in dir(densereward), name
+        home = importlib.import_module(densereward._MOVED[name])
+        with pytest.warns(DeprecationWarning, match=f"import it from {home.__name__}"):
+            assert getattr(densereward, name) is getattr(home, name), name
+    errors = importlib.import_module("densereward.errors")
+    assert {"ConfigError", "DataError", "DenseRewardError"} <= set(densereward._MOVED)
+    assert densereward._MOVED["ConfigError"] == errors.__name__
+    with pytest.warns(DeprecationWarning):
+        from densereward import ConfigError  # the old spelling keeps working
+    assert ConfigError is errors.ConfigError
+
+
 _CORE_ONLY = """
 import json
 import densereward

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from test_verifier import make
 
-from densereward import ScoreCache
+from densereward.cache import ScoreCache
 from densereward.errors import ConfigError, DataError
 from densereward.tournament import (
     aggregate,

@@ -15,16 +15,9 @@ import zlib
 import numpy as np
 import pytest
 
-from densereward import (
-    AbstentionError,
-    ScoreScale,
-    ScoreTokenError,
-    TokenLogprobs,
-    Verifier,
-    VerifierConfig,
-)
-from densereward.backends.base import BackendUsage, ChatPrompt
-from densereward.errors import BackendError
+from densereward import ScoreScale, Verifier, VerifierConfig
+from densereward.backends.base import BackendUsage, ChatPrompt, TokenLogprobs
+from densereward.errors import AbstentionError, BackendError, ScoreTokenError
 
 QUALITY = re.compile(r"quality=([0-9.]+)")
 

@@ -8,41 +8,40 @@ fine-grained reward in ``[0, 1]`` (LLM-as-a-Verifier, Kwok et al. 2026).
 >>> ScoreScale.letters(3).tokens
 ('A', 'B', 'C')
 
-What TRL and SB3 users come for is here too, loaded on first use so that ``import
-densereward`` needs neither training stack (a missing one raises ``ImportError`` naming the
-extra to install): the GRPO reward functions and their config (:mod:`densereward.rewards`:
-``RewardConfig``, ``build_reward_funcs``, ``MathCorrectnessReward``, ``VerifierReward``,
-``GroupVerifierReward`` and their async variants, ``RewardQualityTracker``,
-``RewardQualityCallback``) and the environment-side progress rewards
-(:mod:`densereward.wrappers`: ``VerifierProgressReward``, ``VecVerifierProgressReward``,
-``SparseSuccessReward``, ``verifier_progress_fn``, ``ProgressRewardConfig``).
+The root exports what TRL and SB3 users come for (``__all__``):
+
+* the verifier: :class:`Verifier` (``score`` / ``compare`` / ``rank`` / ``progress_batch`` /
+  ``progress_curve``, each with an ``a``-prefixed async form), :class:`VerifierConfig`,
+  :class:`VerifierFactory` (the picklable recipe), :class:`ScoreScale`, the results
+  (:class:`ScoreResult`, :class:`PairwiseResult`, :class:`RankResult`) and
+  :func:`default_model_path`;
+* loaded on first use, so that ``import densereward`` needs neither training stack (a missing
+  one raises ``ImportError`` naming the extra to install): the GRPO reward functions and their
+  config (:mod:`densereward.rewards`: ``RewardConfig``, ``build_reward_funcs``,
+  ``MathCorrectnessReward``, ``VerifierReward``, ``GroupVerifierReward`` and their async
+  variants, ``RewardQualityTracker``, ``RewardQualityCallback``) and the environment-side
+  progress rewards (:mod:`densereward.wrappers`: ``VerifierProgressReward``,
+  ``VecVerifierProgressReward``, ``SparseSuccessReward``, ``verifier_progress_fn``,
+  ``ProgressRewardConfig``).
+
+Everything else lives in its home module: the error classes in :mod:`densereward.errors`,
+the backend protocol and registry in :mod:`densereward.backends`, the score cache in
+:mod:`densereward.cache`. The names of those that the root used to export still resolve
+there, with a ``DeprecationWarning`` naming the home module (:data:`_MOVED`).
 """
 
 from __future__ import annotations
 
 import importlib
 import importlib.util
+import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .backends import ChatPrompt, TokenLogprobs, VerifierBackend, available_backends, create_backend
-from .cache import ScoreCache
 from .config import VerifierConfig
-from .errors import (
-    AbstentionError,
-    BackendError,
-    BackendUnavailableError,
-    ConfigError,
-    DataError,
-    DenseRewardError,
-    RegistryError,
-    ScoreTokenError,
-    StateError,
-)
 from .results import PairwiseResult, RankResult, ScoreResult
 from .scale import ScoreScale
-from .tournament import bradley_terry_preference
-from .verifier import Verifier, VerifierStats
+from .verifier import Verifier, VerifierFactory
 
 if TYPE_CHECKING:  # for type checkers and IDEs; at run time these load on first use
     from .progress_reward import ProgressRewardConfig as ProgressRewardConfig
@@ -86,14 +85,55 @@ _LAZY: dict[str, tuple[str, str | None]] = {
     "VecVerifierProgressReward": ("densereward.vec_env", "stable_baselines3"),
 }
 
+# names the root exported before issue 29 -> their home module: still importable from the
+# root (with a DeprecationWarning), never in __all__
+_MOVED: dict[str, str] = {
+    **{
+        name: "densereward.errors"
+        for name in (
+            "DenseRewardError",
+            "ConfigError",
+            "DataError",
+            "StateError",
+            "RegistryError",
+            "ScoreTokenError",
+            "BackendError",
+            "BackendUnavailableError",
+            "AbstentionError",
+        )
+    },
+    **{
+        name: "densereward.backends"
+        for name in (
+            "ChatPrompt",
+            "TokenLogprobs",
+            "VerifierBackend",
+            "available_backends",
+            "create_backend",
+        )
+    },
+    "ScoreCache": "densereward.cache",
+    "bradley_terry_preference": "densereward.tournament",
+    "VerifierStats": "densereward.verifier",
+}
+
 
 def __getattr__(name: str) -> Any:
-    """Load a name of :data:`_LAZY` from its module on first access (PEP 562).
+    """Load a name of :data:`_LAZY` from its module on first access (PEP 562); a name of
+    :data:`_MOVED` from its home module, with a ``DeprecationWarning``.
 
     Raises:
         ImportError: if the module cannot be imported, naming the extra to install.
         AttributeError: for any other name.
     """
+    if name in _MOVED:
+        warnings.warn(
+            f"densereward.{name} is no longer exported at the root; import it from "
+            f"{_MOVED[name]} (from {_MOVED[name]} import {name})",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return getattr(importlib.import_module(_MOVED[name]), name)
     if name not in _LAZY:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     module, _ = _LAZY[name]
@@ -145,29 +185,13 @@ def default_model_path() -> Path:
 
 __all__ = [
     "Verifier",
-    "default_model_path",
     "VerifierConfig",
-    "VerifierStats",
+    "VerifierFactory",
     "ScoreScale",
     "ScoreResult",
     "PairwiseResult",
     "RankResult",
-    "ScoreCache",
-    "ChatPrompt",
-    "TokenLogprobs",
-    "VerifierBackend",
-    "available_backends",
-    "create_backend",
-    "bradley_terry_preference",
-    "DenseRewardError",
-    "ConfigError",
-    "ScoreTokenError",
-    "BackendError",
-    "BackendUnavailableError",
-    "AbstentionError",
-    "DataError",
-    "StateError",
-    "RegistryError",
+    "default_model_path",
     # loaded on first use; names whose training stack is not installed are left out, so that
     # `from densereward import *` works on the core install
     *(name for name, (_, needs) in _LAZY.items() if _importable(needs)),
