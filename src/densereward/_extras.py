@@ -28,6 +28,9 @@ EXTRA_OF_MODULE: dict[str, str] = {
     "vllm": "vllm",
     "sentence_transformers": "embeddings",
     "llm_verifier": "benchmark",
+    "starlette": "serve",
+    "uvicorn": "serve",
+    "prometheus_client": "serve",
 }
 """Top-level module name -> the extra that installs it."""
 

@@ -44,6 +44,7 @@ _EPILOG = """examples:
   densereward train sac --config configs/sac_fetchreach_verifier.yaml --total-timesteps 2000
   densereward compare --config configs/compare_fetchreach.yaml
   densereward eval-verifier --responses ../shared/data/gsm8k/model_solutions_dev.jsonl --out runs/eval-gsm8k
+  densereward serve --config configs/grpo_math_cpu.yaml --port 5000
   densereward models --install qwen2.5-coder-0.5b
 """
 
@@ -195,6 +196,25 @@ def _add_eval(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=eval_verifier.main)
 
 
+def _add_serve(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "serve",
+        help="a stateless reward server: OpenRLHF /get_reward, slime /slime, /score, /rank, /metrics",
+        description="Serve the reward of `train grpo` (the same YAML reward: and verifier: "
+        "sections, plus an optional serve: section) over HTTP: OpenRLHF's remote reward model "
+        "(POST /get_reward), slime's --rm-url (POST /slime), a plain JSON API (POST /score, "
+        "/rank), GET /health and Prometheus GET /metrics. Concurrent requests are micro-batched "
+        "into one verifier call; SIGTERM finishes the requests in flight. Needs the serve extra.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="example:\n  densereward serve --config configs/grpo_math_cpu.yaml --port 5000 "
+        "verifier.backend=openai verifier.base_url=[http://10.0.0.1:8000/v1,http://10.0.0.2:8000/v1]",
+    )
+    from .serve import cli
+
+    cli.add_arguments(p)
+    p.set_defaults(func=cli.main)
+
+
 def _add_models(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "models",
@@ -251,12 +271,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
     sub = parser.add_subparsers(
-        dest="command", metavar="{score,train,compare,eval-verifier,models}", required=True
+        dest="command", metavar="{score,train,compare,eval-verifier,serve,models}", required=True
     )
     _add_score(sub)
     _add_train(sub)
     _add_compare(sub)
     _add_eval(sub)
+    _add_serve(sub)
     _add_models(sub)
     return parser
 

@@ -1,0 +1,320 @@
+"""``densereward serve``: a stateless reward server (Starlette + uvicorn).
+
+The reward is the one ``train grpo`` optimises, built from the same YAML ``reward:`` and
+``verifier:`` sections (:func:`densereward.rewards.build_reward_funcs`): for each item the
+weighted sum of the reward functions that did not abstain (TRL's ``nansum``), ``None`` when
+all abstained. Concurrent requests are micro-batched: items that arrive within
+``batch_wait_ms`` of each other (up to ``max_batch``) go to the reward functions in one call,
+so the verifier sees one batch.
+
+Endpoints (contracts in :mod:`densereward.serve.contracts`):
+
+* ``POST /get_reward`` (alias ``POST /``): OpenRLHF's remote reward model;
+* ``POST /slime``: slime's ``--rm-url`` (the answer is the reward, a JSON number);
+* ``POST /score``, ``POST /rank``: the plain JSON API;
+* ``GET /health``; ``GET /metrics``: Prometheus text (requests, latency, items, abstentions,
+  batch sizes, and the ``verifier/*`` quality metrics when labels come).
+
+OpenRLHF and slime take numbers only: an abstained item is sent as ``serve.abstain_reward``
+(default 0.0), flagged in OpenRLHF's ``extra_logs`` (``densereward_abstained``) and counted in
+``densereward_abstentions_total``; ``/score`` answers ``null``. Nothing is kept between
+requests beyond counters, so any number of replicas can sit behind a load balancer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import ConfigError
+from .contracts import (
+    Item,
+    RequestError,
+    as_floats,
+    parse_openrlhf,
+    parse_rank,
+    parse_score,
+    parse_slime,
+)
+
+__all__ = ["ServeConfig", "RewardService", "make_app"]
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ServeConfig:
+    """The reward server (YAML section ``serve:``)."""
+
+    host: str = "127.0.0.1"
+    """Address to listen on (``0.0.0.0`` for every interface)."""
+    port: int = 5000
+    """TCP port (OpenRLHF's ``serve_rm`` default)."""
+    max_batch: int = 64
+    """Items per reward call: requests are merged up to this many (a larger request is one call)."""
+    batch_wait_ms: float = 5.0
+    """How long the first request of a batch waits for others to join it (milliseconds)."""
+    max_items: int = 1024
+    """Items one request may carry (more -> HTTP 413)."""
+    max_body_bytes: int = 8 * 2**20
+    """Largest request body (bytes; more -> HTTP 413)."""
+    abstain_reward: float = 0.0
+    """What an abstained item is sent as where the contract takes only numbers (OpenRLHF, slime)."""
+    shutdown_timeout_s: float = 30.0
+    """On SIGTERM / SIGINT: stop accepting, then wait this long for requests in flight (seconds)."""
+
+    def __post_init__(self) -> None:
+        for name in ("max_batch", "max_items", "max_body_bytes"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"serve.{name} must be >= 1, got {getattr(self, name)}")
+        if self.batch_wait_ms < 0 or self.shutdown_timeout_s < 0:
+            raise ConfigError("serve.batch_wait_ms and serve.shutdown_timeout_s must be >= 0")
+
+
+class _Metrics:
+    def __init__(self) -> None:
+        from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.requests = Counter("densereward_requests", "HTTP requests", ["endpoint", "status"], registry=r)  # fmt: skip
+        self.latency = Histogram("densereward_request_seconds", "request latency (s)", ["endpoint"], registry=r)  # fmt: skip
+        self.items = Counter("densereward_items", "items scored", registry=r)
+        self.abstentions = Counter("densereward_abstentions", "items every reward abstained on", registry=r)  # fmt: skip
+        self.batch = Histogram("densereward_batch_items", "items per reward call", registry=r,
+                               buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024))  # fmt: skip
+        self.in_flight = Gauge("densereward_in_flight", "requests being served", registry=r)
+        self.quality = Gauge("densereward_verifier_metric", "verifier/* reward-quality metrics", ["name"], registry=r)  # fmt: skip
+
+    def log_metric(self, name: str, value: float) -> None:
+        with contextlib.suppress(TypeError, ValueError):
+            self.quality.labels(name=name).set(float(value))
+
+
+class RewardService:
+    """The reward functions, a lock around the model, and the micro-batcher.
+
+    Args:
+        funcs: TRL-style reward functions (sync), called as
+            ``f(prompts=..., completions=..., answer=..., log_metric=...)``.
+        weights: one weight per function, or ``None`` (all 1).
+        verifier: the :class:`~densereward.verifier.Verifier` (for ``/rank`` and ``/health``).
+        config: the server settings.
+    """
+
+    def __init__(self, funcs: Sequence[Any], weights: Sequence[float] | None, verifier: Any,
+                 config: ServeConfig):  # fmt: skip
+        self.funcs = list(funcs)
+        self.weights = list(weights) if weights is not None else [1.0] * len(self.funcs)
+        if len(self.weights) != len(self.funcs):
+            raise ConfigError(f"{len(self.weights)} weights for {len(self.funcs)} reward functions")
+        self.verifier = verifier
+        self.config = config
+        self.metrics = _Metrics()
+        self.n_calls = 0
+        self._lock = threading.Lock()
+        self._queue: asyncio.Queue | None = None
+        self._worker: asyncio.Task | None = None
+
+    # -------------------------------------------------------------- scoring
+
+    def reward_batch(self, items: Sequence[Item]) -> list[float | None]:
+        """The reward of each item (one call of each reward function), ``None`` = abstained."""
+        prompts = [it.problem for it in items]
+        completions = [it.response for it in items]
+        answers = [it.label for it in items]
+        with self._lock:
+            self.n_calls += 1
+            columns = [
+                f(prompts=prompts, completions=completions, answer=answers,
+                  log_metric=self.metrics.log_metric)
+                for f in self.funcs
+            ]  # fmt: skip
+        out: list[float | None] = []
+        for i in range(len(items)):
+            parts = [(w, col[i]) for w, col in zip(self.weights, columns, strict=True)]
+            got = [w * float(v) for w, v in parts if v is not None]
+            out.append(sum(got) if got else None)
+        self.metrics.items.inc(len(items))
+        self.metrics.abstentions.inc(sum(v is None for v in out))
+        self.metrics.batch.observe(len(items))
+        return out
+
+    def rank(self, problem: str, candidates: list[str], pivots: int) -> dict[str, Any]:
+        with self._lock:
+            r = self.verifier.rank(problem=problem, candidates=candidates, pivots=pivots)
+        return {
+            "winner": int(r.winner),
+            "order": [int(i) for i in r.order],
+            "win_rate": [float(x) for x in r.win_rate],
+            "n_comparisons": int(r.n_comparisons),
+        }
+
+    # -------------------------------------------------------------- micro-batching
+
+    async def start(self) -> None:
+        self._queue = asyncio.Queue()
+        self._worker = asyncio.get_running_loop().create_task(self._work())
+
+    async def stop(self) -> None:
+        """Finish what is queued, then stop the worker."""
+        if self._queue is not None:
+            await self._queue.join()
+        if self._worker is not None:
+            self._worker.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._worker
+
+    async def submit(self, items: list[Item]) -> list[float | None]:
+        """Queue ``items`` for the next micro-batch; their rewards, in order."""
+        if self._queue is None:
+            raise RuntimeError("the service is not started")
+        future: asyncio.Future = asyncio.get_running_loop().create_future()
+        await self._queue.put((items, future))
+        return await future
+
+    async def _work(self) -> None:
+        assert self._queue is not None
+        queue = self._queue
+        wait_s = self.config.batch_wait_ms / 1000
+        while True:
+            batch = [await queue.get()]
+            n = len(batch[0][0])
+            deadline = time.monotonic() + wait_s
+            while n < self.config.max_batch:
+                left = deadline - time.monotonic()
+                try:
+                    nxt = (
+                        queue.get_nowait()
+                        if left <= 0
+                        else await asyncio.wait_for(queue.get(), left)
+                    )
+                except (asyncio.TimeoutError, asyncio.QueueEmpty):
+                    break
+                batch.append(nxt)
+                n += len(nxt[0])
+            items = [it for its, _ in batch for it in its]
+            try:
+                values = await asyncio.to_thread(self.reward_batch, items)
+            except Exception as e:  # noqa: BLE001 - every waiting request gets the error
+                for _, fut in batch:
+                    if not fut.done():
+                        fut.set_exception(e)
+            else:
+                start = 0
+                for its, fut in batch:
+                    if not fut.done():
+                        fut.set_result(values[start : start + len(its)])
+                    start += len(its)
+            finally:
+                for _ in batch:
+                    queue.task_done()
+
+
+def make_app(service: RewardService, *, on_close: Callable[[], None] | None = None):
+    """The Starlette application around ``service``.
+
+    ``on_close`` runs at shutdown after the last queued item is scored (e.g. closing the
+    verifier).
+    """
+    from starlette.applications import Starlette
+    from starlette.requests import Request
+    from starlette.responses import JSONResponse, Response
+    from starlette.routing import Route
+
+    cfg = service.config
+    m = service.metrics
+
+    async def body_of(request: Request) -> Any:
+        length = request.headers.get("content-length")
+        if length is not None and length.isdigit() and int(length) > cfg.max_body_bytes:
+            raise RequestError(f"body of {length} bytes; at most {cfg.max_body_bytes}", 413)
+        raw = bytearray()
+        async for chunk in request.stream():
+            raw += chunk
+            if len(raw) > cfg.max_body_bytes:
+                raise RequestError(f"body over {cfg.max_body_bytes} bytes", 413)
+        try:
+            return json.loads(raw)
+        except ValueError as e:
+            raise RequestError(f"the body is not JSON: {e}", 400) from None
+
+    def endpoint(name: str, handler: Callable[[Any], Any]):
+        async def route(request: Request) -> Response:
+            t0 = time.perf_counter()
+            m.in_flight.inc()
+            status = 200
+            try:
+                result = await handler(await body_of(request))
+                return JSONResponse(result)
+            except RequestError as e:
+                status = e.status
+                return JSONResponse({"error": str(e)}, status_code=e.status)
+            except Exception as e:  # noqa: BLE001 - the client gets a message, the log the trace
+                status = 500
+                logger.exception("serve: %s failed", name)
+                return JSONResponse({"error": f"{type(e).__name__}: {e}"}, status_code=500)
+            finally:
+                m.in_flight.dec()
+                m.requests.labels(endpoint=name, status=str(status)).inc()
+                m.latency.labels(endpoint=name).observe(time.perf_counter() - t0)
+
+        return route
+
+    async def openrlhf(body: Any) -> dict[str, Any]:
+        items = parse_openrlhf(body, cfg.max_items)
+        values = await service.submit(items)
+        rewards = as_floats(values, cfg.abstain_reward)
+        abstained = [float(v is None) for v in values]
+        return {"rewards": rewards, "scores": rewards,
+                "extra_logs": {"densereward_abstained": abstained}}  # fmt: skip
+
+    async def slime(body: Any) -> float:
+        (value,) = await service.submit([parse_slime(body)])
+        return cfg.abstain_reward if value is None else float(value)
+
+    async def score(body: Any) -> dict[str, Any]:
+        values = await service.submit(parse_score(body, cfg.max_items))
+        return {"rewards": values, "abstained": [v is None for v in values]}
+
+    async def rank(body: Any) -> dict[str, Any]:
+        problem, candidates, pivots = parse_rank(body, cfg.max_items)
+        return await asyncio.to_thread(service.rank, problem, candidates, pivots)
+
+    async def health(request: Request) -> Response:
+        v = service.verifier
+        model = getattr(getattr(v, "backend", None), "model_id", None)
+        return JSONResponse({"status": "ok", "model": str(model), "reward_calls": service.n_calls})
+
+    async def metrics(request: Request) -> Response:
+        from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+        return Response(generate_latest(m.registry), media_type=CONTENT_TYPE_LATEST)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Any):
+        await service.start()
+        try:
+            yield
+        finally:
+            await service.stop()
+            if on_close is not None:
+                await asyncio.to_thread(on_close)
+
+    routes = [
+        Route("/get_reward", endpoint("get_reward", openrlhf), methods=["POST"]),
+        Route("/", endpoint("get_reward", openrlhf), methods=["POST"]),
+        Route("/slime", endpoint("slime", slime), methods=["POST"]),
+        Route("/score", endpoint("score", score), methods=["POST"]),
+        Route("/rank", endpoint("rank", rank), methods=["POST"]),
+        Route("/health", health, methods=["GET"]),
+        Route("/metrics", metrics, methods=["GET"]),
+    ]
+    return Starlette(routes=routes, lifespan=lifespan)

@@ -1,0 +1,193 @@
+"""The request and answer shapes ``densereward serve`` speaks, parsed and checked.
+
+Each parser takes the decoded JSON body and returns :class:`Item` s (one per reward to
+compute) or raises :class:`RequestError` (the server answers it with its ``status`` and the
+message). Sources of the external contracts (read at the commits named):
+
+* **OpenRLHF** remote reward model (``--remote_rm_url http://HOST:PORT/get_reward``):
+  ``openrlhf/utils/agent.py`` (``SingleTurnAgentExecutor._fetch_rewards_via_http``,
+  OpenRLHF 3c3be62, Aug 2026) POSTs ``{"query": [str], "prompts": [str], "labels": [...]}``
+  where ``query`` is the prompt plus the response decoded with ``skip_special_tokens=False``
+  (so it holds the chat template's markup and the end-of-sequence token), and reads
+  ``rewards`` (the reward), ``scores`` (falling back to ``rewards``) and ``extra_logs`` (each
+  value turned into a logged tensor) of the JSON answer; its own server
+  (``openrlhf/cli/serve_rm.py``) answers ``{"rewards": [...], "scores": [...],
+  "extra_logs": {name: [...]}}``, one entry per query.
+* **slime** ``--rm-type remote_rm --rm-url URL``: ``slime/rollout/rm_hub/__init__.py``
+  (``remote_rm``, slime 624b824, Aug 2026) POSTs ``{"prompt": ..., "response": str,
+  "label": ...}`` for one sample and uses the JSON answer itself as the reward: a number.
+* the plain API: ``/score`` ``{"problems": [str], "responses": [str], "references":
+  [str | null]}`` -> ``{"rewards": [float | null], ...}`` and ``/rank`` ``{"problem": str,
+  "candidates": [str]}``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = [
+    "Item",
+    "RequestError",
+    "parse_openrlhf",
+    "parse_slime",
+    "parse_score",
+    "parse_rank",
+    "split_query",
+]
+
+_SPECIAL = re.compile(r"<\|[^|<>]{1,40}\|>|</?s>|\[/?INST\]")
+_ROLE_LINE = re.compile(r"^\s*(system|user|assistant)\s*\n", re.MULTILINE)
+
+
+class RequestError(ValueError):
+    """A request the server refuses; ``status`` is the HTTP status (4xx)."""
+
+    def __init__(self, message: str, status: int = 422):
+        super().__init__(message)
+        self.status = status
+
+
+@dataclass(frozen=True)
+class Item:
+    """One reward to compute: the problem (prompt text), the response and the reference."""
+
+    problem: str
+    response: str
+    label: str | None = None
+
+
+def _list_of_str(body: Mapping[str, Any], key: str, *, required: bool = True) -> list[str] | None:
+    value = body.get(key)
+    if value is None:
+        if required:
+            raise RequestError(f"field {key!r} is missing: a list of strings")
+        return None
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise RequestError(f"field {key!r} must be a list of strings, got {type(value).__name__}")
+    return value
+
+
+def _labels(body: Mapping[str, Any], key: str, n: int, like: str) -> list[str | None]:
+    value = body.get(key)
+    if value is None:
+        return [None] * n
+    if not isinstance(value, list):
+        raise RequestError(f"field {key!r} must be a list, got {type(value).__name__}")
+    if len(value) != n:
+        raise RequestError(f"field {key!r} has {len(value)} items, {like} has {n}")
+    return [None if v is None else str(v) for v in value]
+
+
+def clean_prompt(text: str) -> str:
+    """The prompt text without chat-template markup (``<|im_start|>``, role lines, ``</s>``)."""
+    return _ROLE_LINE.sub("", _SPECIAL.sub("", text)).strip()
+
+
+def split_query(query: str, prompt: str | None) -> tuple[str, str]:
+    """``(problem, response)`` of an OpenRLHF ``query`` (prompt + response, markup kept).
+
+    The response is what follows the prompt when the query starts with it (as OpenRLHF's
+    ``math_reward_func`` example splits it), else the whole query; special tokens
+    (``<|im_end|>``, ``<|endoftext|>``, ``</s>``) are removed from both, and the role lines
+    of the template from the problem.
+
+    >>> split_query("<|im_start|>user\\n1+1?<|im_end|>\\n<|im_start|>assistant\\n2<|im_end|>",
+    ...             "<|im_start|>user\\n1+1?<|im_end|>\\n<|im_start|>assistant\\n")
+    ('1+1?', '2')
+    """
+    if prompt and query.startswith(prompt):
+        response = query[len(prompt) :]
+    elif prompt and prompt in query:
+        response = query[query.index(prompt) + len(prompt) :]
+    else:
+        response = query
+    return clean_prompt(prompt or ""), _SPECIAL.sub("", response).strip()
+
+
+def parse_openrlhf(body: Any, max_items: int) -> list[Item]:
+    """Items of an OpenRLHF ``{"query", "prompts", "labels"}`` request (``prompts``, ``labels`` optional)."""
+    body = _mapping(body)
+    queries = _list_of_str(body, "query") or []
+    _check_count(len(queries), max_items, "query")
+    prompts = _list_of_str(body, "prompts", required=False)
+    if prompts is not None and len(prompts) != len(queries):
+        raise RequestError(f"field 'prompts' has {len(prompts)} items, 'query' has {len(queries)}")
+    labels = _labels(body, "labels", len(queries), "'query'")
+    items = []
+    for i, q in enumerate(queries):
+        problem, response = split_query(q, prompts[i] if prompts else None)
+        items.append(Item(problem, response, labels[i]))
+    return items
+
+
+def _prompt_text(prompt: Any) -> str:
+    """slime's ``sample.prompt``: a string, or chat messages (the user turns are the problem)."""
+    if isinstance(prompt, str):
+        return clean_prompt(prompt)
+    if isinstance(prompt, list) and all(isinstance(m, Mapping) for m in prompt):
+        users = [str(m.get("content", "")) for m in prompt if m.get("role") == "user"]
+        return "\n\n".join(users) if users else str(prompt[-1].get("content", "")) if prompt else ""
+    raise RequestError("field 'prompt' must be a string or a list of chat messages")
+
+
+def parse_slime(body: Any) -> Item:
+    """The item of a slime ``{"prompt", "response", "label"}`` request."""
+    body = _mapping(body)
+    response = body.get("response")
+    if not isinstance(response, str):
+        raise RequestError("field 'response' must be a string")
+    label = body.get("label")
+    return Item(
+        _prompt_text(body.get("prompt", "")), response, None if label is None else str(label)
+    )
+
+
+def parse_score(body: Any, max_items: int) -> list[Item]:
+    """Items of a ``/score`` ``{"problems", "responses", "references"}`` request."""
+    body = _mapping(body)
+    problems = _list_of_str(body, "problems") or []
+    responses = _list_of_str(body, "responses") or []
+    if len(problems) != len(responses):
+        raise RequestError(
+            f"field 'problems' has {len(problems)} items, 'responses' has {len(responses)}"
+        )
+    _check_count(len(problems), max_items, "responses")
+    refs = _labels(body, "references", len(problems), "'responses'")
+    return [Item(p, r, ref) for p, r, ref in zip(problems, responses, refs, strict=True)]
+
+
+def parse_rank(body: Any, max_items: int) -> tuple[str, list[str], int]:
+    """``(problem, candidates, pivots)`` of a ``/rank`` request (``pivots`` default 2)."""
+    body = _mapping(body)
+    problem = body.get("problem")
+    if not isinstance(problem, str):
+        raise RequestError("field 'problem' must be a string")
+    candidates = _list_of_str(body, "candidates") or []
+    if len(candidates) < 2:
+        raise RequestError(f"field 'candidates' needs at least 2 items, got {len(candidates)}")
+    _check_count(len(candidates), max_items, "candidates")
+    pivots = body.get("pivots", 2)
+    if not isinstance(pivots, int) or isinstance(pivots, bool) or pivots < 1:
+        raise RequestError(f"field 'pivots' must be an integer >= 1, got {pivots!r}")
+    return problem, candidates, pivots
+
+
+def _mapping(body: Any) -> Mapping[str, Any]:
+    if not isinstance(body, Mapping):
+        raise RequestError(f"the body must be a JSON object, got {type(body).__name__}")
+    return body
+
+
+def _check_count(n: int, max_items: int, key: str) -> None:
+    if n == 0:
+        raise RequestError(f"field {key!r} is empty")
+    if n > max_items:
+        raise RequestError(f"{n} items in {key!r}; at most {max_items} per request", status=413)
+
+
+def as_floats(values: Sequence[float | None], fallback: float) -> list[float]:
+    """Numbers for the contracts that take only numbers: an abstention becomes ``fallback``."""
+    return [fallback if v is None else float(v) for v in values]

@@ -1,0 +1,246 @@
+"""``densereward serve`` (issue 30 item 2): a real uvicorn server on loopback, backed by the
+embedded SmolLM2-135M verifier and Math-Verify (reward.type gated, as ``train grpo`` uses it).
+
+The OpenRLHF request is sent as OpenRLHF's client sends it (``aiohttp``, ``json=payload`` with
+``query`` = chat-templated prompt + response, special tokens kept, ``prompts`` and ``labels``);
+slime's as ``slime.rollout.rm_hub.remote_rm`` sends it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import time
+
+import pytest
+
+pytest.importorskip("starlette")
+pytest.importorskip("uvicorn")
+pytest.importorskip("prometheus_client")
+
+import httpx  # noqa: E402
+from servers import free_port  # noqa: E402
+
+from densereward.errors import ConfigError  # noqa: E402
+from densereward.serve.app import make_app  # noqa: E402
+from densereward.serve.cli import build_service  # noqa: E402
+from densereward.serve.contracts import split_query  # noqa: E402
+
+CONFIG = {
+    "reward": {"type": "gated"},
+    "verifier": {"granularity": 10, "dtype": "float32"},
+    "serve": {"batch_wait_ms": 50, "max_items": 32, "max_body_bytes": 20000},
+    "training": {"max_steps": 5},  # a train grpo file's other sections are not read
+}
+
+
+def chat(question: str) -> str:
+    return f"<|im_start|>user\n{question}<|im_end|>\n<|im_start|>assistant\n"
+
+
+class Running:
+    def __init__(self, app):
+        import uvicorn
+
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        cfg = uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning",
+                             timeout_graceful_shutdown=60)  # fmt: skip
+        self.server = uvicorn.Server(cfg)
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+        self.thread.start()
+        deadline = time.monotonic() + 30
+        while not self.server.started and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert self.server.started
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=120)
+
+
+@pytest.fixture(scope="module")
+def served():
+    service, close = build_service(json.loads(json.dumps(CONFIG)))
+    running = Running(make_app(service))
+    yield service, running
+    running.stop()
+    close()
+
+
+@pytest.mark.slow
+def test_openrlhf_request_as_openrlhf_sends_it_gets_one_reward_per_query(served):
+    aiohttp = pytest.importorskip("aiohttp")
+    service, running = served
+    q = "What is 2 + 2?"
+    cases = [("2 + 2 = 4. The answer is 4.", "4"), ("2 + 2 = 5. The answer is 5.", "4"),
+             ("3 * 3 = 9. The answer is 9.", "9"), ("3 * 3 = 6. The answer is 6.", "9")]  # fmt: skip
+    questions = [q, q, "What is 3 * 3?", "What is 3 * 3?"]
+
+    async def one(session, question, response, label):
+        prompt = chat(question)
+        payload = {
+            "query": [prompt + response + "<|im_end|>"],
+            "prompts": [prompt],
+            "labels": [label],
+        }
+        async with session.post(f"{running.url}/get_reward", json=payload) as resp:
+            resp.raise_for_status()
+            return await resp.json()
+
+    async def main():
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=180)) as session:
+            return await asyncio.gather(
+                *(one(session, qq, r, lab) for qq, (r, lab) in zip(questions, cases, strict=True))
+            )
+
+    calls_before = service.n_calls
+    answers = asyncio.run(main())
+    for a in answers:
+        assert set(a) == {"rewards", "scores", "extra_logs"}
+        assert len(a["rewards"]) == 1 and a["scores"] == a["rewards"]
+        assert a["extra_logs"] == {"densereward_abstained": [0.0]}
+    r = [a["rewards"][0] for a in answers]
+    # gated (w = [1, 0.5]): a correct answer is >= 1, a wrong one <= 0.5
+    assert r[0] >= 1.0 and r[2] >= 1.0 and r[1] <= 0.5 and r[3] <= 0.5
+    assert service.n_calls - calls_before < 4  # the four concurrent requests were batched
+    # several queries in one request, without prompts and labels: one reward each
+    many = {"query": [chat(q) + "The answer is 4.<|im_end|>"] * 3}
+    got = httpx.post(f"{running.url}/get_reward", json=many, timeout=120).json()
+    assert len(got["rewards"]) == 3 and all(isinstance(x, float) for x in got["rewards"])
+
+
+@pytest.mark.slow
+def test_slime_score_rank_health_and_verl(served):
+    service, running = served
+    slime = {"prompt": [{"role": "user", "content": "What is 2 + 2?"}],
+             "response": "The answer is 4.", "label": "4"}  # fmt: skip
+    reward = httpx.post(f"{running.url}/slime", json=slime, timeout=120).json()
+    assert isinstance(reward, float) and reward >= 1.0
+    body = {"problems": ["What is 2 + 2?"] * 2, "responses": ["4", "5"], "references": ["4", "4"]}
+    scored = httpx.post(f"{running.url}/score", json=body, timeout=120).json()
+    assert scored["abstained"] == [False, False] and scored["rewards"][0] > scored["rewards"][1]
+    ranked = httpx.post(f"{running.url}/rank", timeout=120, json={
+        "problem": "What is 2 + 2?", "candidates": ["2 + 2 = 4", "2 + 2 = 5", "It is 4."]}).json()  # fmt: skip
+    assert sorted(ranked["order"]) == [0, 1, 2] and len(ranked["win_rate"]) == 3
+    health = httpx.get(f"{running.url}/health").json()
+    assert health["status"] == "ok" and "SmolLM2" in health["model"]
+    from densereward.serve.verl_reward import compute_score
+
+    value = compute_score("openai/gsm8k", "The answer is 4.", "4",
+                          {"question": "What is 2 + 2?"}, url=running.url)  # fmt: skip
+    assert value >= 1.0
+    metrics = httpx.get(f"{running.url}/metrics").text
+    assert 'densereward_requests_total{endpoint="get_reward",status="200"}' in metrics
+    assert (
+        "densereward_abstentions_total" in metrics
+        and "densereward_request_seconds_bucket" in metrics
+    )
+    assert 'densereward_verifier_metric{name="verifier/' in metrics  # labels came: quality metrics
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("path", "content", "status", "message"),
+    [
+        ("/get_reward", b"{not json", 400, "not JSON"),
+        ("/get_reward", b'{"prompts": ["a"]}', 422, "'query' is missing"),
+        ("/get_reward", b'{"query": ["a", "b"], "prompts": ["a"]}', 422, "'prompts' has 1 items"),
+        ("/get_reward", b'{"query": ["a"], "labels": ["1", "2"]}', 422, "'labels' has 2 items"),
+        ("/get_reward", b'{"query": "a"}', 422, "list of strings"),
+        ("/get_reward", json.dumps({"query": ["a"] * 33}).encode(), 413, "at most 32"),
+        ("/get_reward", b'{"query": ["' + b"x" * 30000 + b'"]}', 413, "at most 20000"),
+        ("/slime", b'{"prompt": "a"}', 422, "'response' must be a string"),
+        ("/score", b'{"problems": ["a"], "responses": []}', 422, "'responses' has 0"),
+        ("/rank", b'{"problem": "a", "candidates": ["x"]}', 422, "at least 2"),
+        ("/score", b"[1, 2]", 422, "JSON object"),
+    ],
+)
+def test_bad_requests_get_a_4xx_with_a_message(served, path, content, status, message):
+    _, running = served
+    resp = httpx.post(f"{running.url}{path}", content=content, timeout=30,
+                      headers={"Content-Type": "application/json"})  # fmt: skip
+    assert resp.status_code == status and message in resp.json()["error"]
+
+
+@pytest.mark.slow
+def test_shutdown_finishes_requests_in_flight(served):
+    service, _ = served
+    running = Running(make_app(service))  # a second server on the same service
+    body = {"problems": ["What is 2 + 2?"] * 12, "responses": [f"It is {k}." for k in range(12)]}
+    out: dict = {}
+
+    def send():
+        out["resp"] = httpx.post(f"{running.url}/score", json=body, timeout=120)
+
+    t = threading.Thread(target=send)
+    t.start()
+    deadline = time.monotonic() + 10
+    while service.metrics.in_flight._value.get() < 1 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    running.stop()  # SIGTERM's path: stop accepting, finish what is in flight
+    t.join(timeout=120)
+    assert out["resp"].status_code == 200 and len(out["resp"].json()["rewards"]) == 12
+    with pytest.raises(httpx.ConnectError):
+        httpx.get(f"{running.url}/health", timeout=2)
+
+
+def test_config_refuses_the_group_reward_and_unknown_sections():
+    with pytest.raises(ConfigError, match="reward.type=group"):
+        build_service({"reward": {"type": "group"}})
+    with pytest.raises(ConfigError, match="unknown section"):
+        build_service({"rewards": {}})
+    with pytest.raises(ConfigError, match="serve.max_batch"):
+        build_service({"serve": {"max_batch": 0}})
+
+
+def test_densereward_serve_command_answers_and_exits_cleanly_on_sigterm(tmp_path):
+    """The console command end to end, on a scripted OpenAI-compatible verifier (no model load)."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from servers import MisbehavingServer
+
+    with MisbehavingServer() as verifier_server:
+        port = free_port()
+        cfg = tmp_path / "serve.yaml"
+        cfg.write_text(
+            "reward: {type: dense, track: false}\n"
+            f"verifier: {{backend: openai, base_url: [{verifier_server.base_url}], granularity: 20}}\n"
+        )
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "densereward.cli", "serve", "--config", str(cfg), "--port", str(port)],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+            env={**os.environ, "HF_HUB_OFFLINE": "1"},
+        )  # fmt: skip
+        try:
+            deadline = time.monotonic() + 120
+            while time.monotonic() < deadline:
+                try:
+                    if httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200:
+                        break
+                except httpx.HTTPError:
+                    time.sleep(0.2)
+            payload = {
+                "query": [chat("1+1?") + "2<|im_end|>"],
+                "prompts": [chat("1+1?")],
+                "labels": ["2"],
+            }
+            got = httpx.post(f"http://127.0.0.1:{port}/get_reward", json=payload, timeout=30).json()
+            assert len(got["rewards"]) == 1 and 0.0 <= got["rewards"][0] <= 1.0
+            proc.send_signal(signal.SIGTERM)
+            assert proc.wait(timeout=60) == 0
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+        out = proc.stdout.read() if proc.stdout else ""
+        assert "[serve] reward server on" in out
+
+
+def test_split_query_takes_the_response_after_the_prompt():
+    p = chat("What is 2 + 2?")
+    assert split_query(p + "It is 4.<|im_end|>", p) == ("What is 2 + 2?", "It is 4.")
+    assert split_query("<s>[INST] hi [/INST] yes</s>", None) == ("", "hi  yes")
