@@ -208,7 +208,7 @@ def test_densereward_serve_command_answers_and_exits_cleanly_on_sigterm(tmp_path
         port = free_port()
         cfg = tmp_path / "serve.yaml"
         cfg.write_text(
-            "reward: {type: dense, track: false}\n"
+            "reward: {type: dense, track: false, use_async: true}\n"
             f"verifier: {{backend: openai, base_url: [{verifier_server.base_url}], granularity: 20}}\n"
         )
         proc = subprocess.Popen(

@@ -5,7 +5,10 @@ The reward is the one ``train grpo`` optimises, built from the same YAML ``rewar
 weighted sum of the reward functions that did not abstain (TRL's ``nansum``), ``None`` when
 all abstained. Concurrent requests are micro-batched: items that arrive within
 ``batch_wait_ms`` of each other (up to ``max_batch``) go to the reward functions in one call,
-so the verifier sees one batch.
+so the verifier sees one batch; up to ``max_concurrent_batches`` such calls run at once. Sync
+reward functions run in a worker thread, one at a time (an in-process model is not shared
+between threads); with ``reward.use_async`` (network verifiers: ``openai``, ``sampled``) the
+dense reward is awaited on the server's loop, and its reads of concurrent batches overlap.
 
 Endpoints (contracts in :mod:`densereward.serve.contracts`):
 
@@ -25,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 import json
 import logging
 import threading
@@ -65,13 +69,15 @@ class ServeConfig:
     """Items one request may carry (more -> HTTP 413)."""
     max_body_bytes: int = 8 * 2**20
     """Largest request body (bytes; more -> HTTP 413)."""
+    max_concurrent_batches: int = 16
+    """Reward calls in flight at once (sync reward functions still take turns on the model)."""
     abstain_reward: float = 0.0
     """What an abstained item is sent as where the contract takes only numbers (OpenRLHF, slime)."""
     shutdown_timeout_s: float = 30.0
     """On SIGTERM / SIGINT: stop accepting, then wait this long for requests in flight (seconds)."""
 
     def __post_init__(self) -> None:
-        for name in ("max_batch", "max_items", "max_body_bytes"):
+        for name in ("max_batch", "max_items", "max_body_bytes", "max_concurrent_batches"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"serve.{name} must be >= 1, got {getattr(self, name)}")
         if self.batch_wait_ms < 0 or self.shutdown_timeout_s < 0:
@@ -102,7 +108,7 @@ class RewardService:
     """The reward functions, a lock around the model, and the micro-batcher.
 
     Args:
-        funcs: TRL-style reward functions (sync), called as
+        funcs: TRL-style reward functions (sync or ``async def``), called as
             ``f(prompts=..., completions=..., answer=..., log_metric=...)``.
         weights: one weight per function, or ``None`` (all 1).
         verifier: the :class:`~densereward.verifier.Verifier` (for ``/rank`` and ``/health``).
@@ -122,21 +128,29 @@ class RewardService:
         self._lock = threading.Lock()
         self._queue: asyncio.Queue | None = None
         self._worker: asyncio.Task | None = None
+        self._tasks: set[asyncio.Task] = set()
 
     # -------------------------------------------------------------- scoring
 
-    def reward_batch(self, items: Sequence[Item]) -> list[float | None]:
+    async def reward_batch(self, items: Sequence[Item]) -> list[float | None]:
         """The reward of each item (one call of each reward function), ``None`` = abstained."""
-        prompts = [it.problem for it in items]
-        completions = [it.response for it in items]
-        answers = [it.label for it in items]
-        with self._lock:
-            self.n_calls += 1
-            columns = [
-                f(prompts=prompts, completions=completions, answer=answers,
-                  log_metric=self.metrics.log_metric)
-                for f in self.funcs
-            ]  # fmt: skip
+        kwargs = {
+            "prompts": [it.problem for it in items],
+            "completions": [it.response for it in items],
+            "answer": [it.label for it in items],
+            "log_metric": self.metrics.log_metric,
+        }
+        self.n_calls += 1
+
+        def locked(f: Any) -> Any:
+            with self._lock:
+                return f(**kwargs)
+
+        columns = await asyncio.gather(*(
+            f(**kwargs) if inspect.iscoroutinefunction(type(f).__call__)
+            or inspect.iscoroutinefunction(f) else asyncio.to_thread(locked, f)
+            for f in self.funcs
+        ))  # fmt: skip
         out: list[float | None] = []
         for i in range(len(items)):
             parts = [(w, col[i]) for w, col in zip(self.weights, columns, strict=True)]
@@ -161,6 +175,7 @@ class RewardService:
 
     async def start(self) -> None:
         self._queue = asyncio.Queue()
+        self._slots = asyncio.Semaphore(self.config.max_concurrent_batches)
         self._worker = asyncio.get_running_loop().create_task(self._work())
 
     async def stop(self) -> None:
@@ -200,22 +215,29 @@ class RewardService:
                     break
                 batch.append(nxt)
                 n += len(nxt[0])
-            items = [it for its, _ in batch for it in its]
-            try:
-                values = await asyncio.to_thread(self.reward_batch, items)
-            except Exception as e:  # noqa: BLE001 - every waiting request gets the error
-                for _, fut in batch:
-                    if not fut.done():
-                        fut.set_exception(e)
-            else:
-                start = 0
-                for its, fut in batch:
-                    if not fut.done():
-                        fut.set_result(values[start : start + len(its)])
-                    start += len(its)
-            finally:
-                for _ in batch:
-                    queue.task_done()
+            await self._slots.acquire()
+            task = asyncio.get_running_loop().create_task(self._run(batch))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    async def _run(self, batch: list[tuple[list[Item], asyncio.Future]]) -> None:
+        items = [it for its, _ in batch for it in its]
+        try:
+            values = await self.reward_batch(items)
+        except Exception as e:  # noqa: BLE001 - every waiting request gets the error
+            for _, fut in batch:
+                if not fut.done():
+                    fut.set_exception(e)
+        else:
+            start = 0
+            for its, fut in batch:
+                if not fut.done():
+                    fut.set_result(values[start : start + len(its)])
+                start += len(its)
+        finally:
+            self._slots.release()
+            for _ in batch:
+                self._queue.task_done()  # type: ignore[union-attr]
 
 
 def make_app(service: RewardService, *, on_close: Callable[[], None] | None = None):

@@ -8,7 +8,6 @@ file works as it is: its other sections are not used) and an optional ``serve:``
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import logging
 from collections.abc import Callable
 from typing import Any
@@ -57,7 +56,6 @@ def build_service(config: dict[str, Any]) -> tuple[RewardService, Callable[[], N
             "each sample on its own (OpenRLHF and slime send one per request): use dense, gated, "
             "mixed or sparse"
         )
-    reward = dataclasses.replace(reward, use_async=False)  # called in a worker thread
     verifier = Verifier(verifier_config)
     try:
         tracker = RewardQualityTracker() if reward.track else None
