@@ -139,6 +139,8 @@ def main() -> None:
     ap.add_argument("--max-batch", type=int, default=64)
     ap.add_argument("--batch-wait-ms", type=float, default=5.0)
     ap.add_argument("--vllm", action="store_true", help="real vLLM CPU servers (embedded SmolLM2)")
+    ap.add_argument("--vllm-replicas", type=int, default=2, choices=(1, 2),
+                    help="with --vllm: start one server (the 1-replica row only) or two")  # fmt: skip
     args = ap.parse_args()
     rows = {}
     with contextlib.ExitStack() as stack:
@@ -148,7 +150,7 @@ def main() -> None:
             model = ensure_default_model()
             flags = ["--max-logprobs", "40", "-O0"]
             urls = [stack.enter_context(start_vllm_server(model, extra_flags=flags)).base_url
-                    for _ in range(2)]  # fmt: skip
+                    for _ in range(args.vllm_replicas)]  # fmt: skip
             servers = []
         else:
             fault = Fault("stall", delay_s=args.latency_ms / 1000)
@@ -157,7 +159,8 @@ def main() -> None:
             urls = [s.base_url for s in servers]
         n = args.clients * args.requests
         rows["1 replica"] = _run(urls[:1], args, 0)
-        rows["2 replicas"] = _run(urls, args, n)
+        if len(urls) > 1:
+            rows["2 replicas"] = _run(urls, args, n)
         if servers:
             ids = [int(_ID.findall([m["content"] for m in b["messages"] if m["role"] == "user"][-1])[-1])
                    for s in servers for b in s.answered]  # fmt: skip
