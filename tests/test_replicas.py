@@ -170,3 +170,47 @@ def test_start_up_with_a_replica_down_and_with_all_down():
         be.close()
     with pytest.raises(BackendUnavailableError, match=dead.split("//")[1]):
         backend([dead, f"http://127.0.0.1:{free_port()}/v1"])
+
+
+@pytest.mark.slow
+@pytest.mark.vllm
+def test_a_real_vllm_replica_killed_mid_run_fails_over(default_model_dir):
+    """A real vLLM CPU server (the embedded SmolLM2-135M) is one replica, a scripted server the
+    other; the vLLM process group is SIGKILLed while it holds reads. Every read still returns,
+    the reads it held are retried on the scripted replica and counted, and the replica is out."""
+    import os
+    import signal
+
+    pytest.importorskip("vllm")
+    from servers import start_vllm_server
+
+    candidates = [c for L in LETTERS for c in (L, " " + L)]
+    with (
+        start_vllm_server(default_model_dir, extra_flags=["--max-logprobs", "40", "-O0"]) as vllm,
+        MisbehavingServer(default=Fault("stall", delay_s=0.05)) as scripted,
+    ):
+        be = backend([vllm.base_url, scripted.base_url], max_concurrency=4, max_imbalance=1000)
+        try:
+            prompts = [prompt(g, 10 * g + i) for g in range(6) for i in range(4)]
+            vllm_prompts = [
+                p for p in prompts if be._router.set.pick(affinity_key(p)).url == vllm.base_url
+            ]
+            assert vllm_prompts, "no group hashed to the vLLM replica"
+            out: dict = {}
+            reader = threading.Thread(
+                target=lambda: out.update(r=be.next_token_logprobs(prompts, candidates))
+            )
+            reader.start()
+            deadline = time.monotonic() + 60
+            while be.replicas[0]["load"] == 0 and time.monotonic() < deadline:
+                time.sleep(0.01)
+            assert be.replicas[0]["load"] > 0
+            os.killpg(vllm.process.pid, signal.SIGKILL)
+            reader.join(timeout=120)
+            results = out["r"]
+            assert len(results) == len(prompts) and all(r.logprobs for r in results)
+            state = be.replicas
+            assert not state[0]["healthy"] and state[0]["n_taken_out"] == 1
+            assert be.usage.n_failovers >= 1 and be.usage.n_failures == 0
+        finally:
+            be.close()
