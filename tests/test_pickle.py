@@ -248,3 +248,28 @@ def test_a_reward_on_the_embedded_model_scores_the_same_after_a_round_trip():
     np.testing.assert_allclose(after, before, rtol=0, atol=1e-6)
     copy.close()
     reward.close()
+
+
+@pytest.mark.slow
+def test_rewards_score_in_a_spawned_child_as_trls_async_rollout_worker_runs_them(server):
+    """Issue 30 item 3 / 29 item 3: ``trl.experimental.async_grpo``'s rollout worker pickles
+    ``reward_funcs`` into a process started with the ``spawn`` context and calls them there.
+    The gated reward's functions (Math-Verify's sparse reward, the dense verifier reward on a
+    served verifier) are submitted to such a child and return what they return in the parent.
+    (The trainer itself cannot run here: it streams weights to its vLLM server over NCCL.)"""
+    import multiprocessing as mp
+    from concurrent.futures import ProcessPoolExecutor
+
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*cannot tokenize.*")
+        verifier = scripted_verifier(server.base_url, granularity=20)
+        funcs, _ = build_reward_funcs(
+            RewardConfig(type="gated", track=False), verifier, num_generations=2,
+            checker=MathChecker(executor="inline"),
+        )  # fmt: skip
+        kw = batch()
+        want = [f(**kw) for f in funcs]
+        with ProcessPoolExecutor(1, mp_context=mp.get_context("spawn")) as pool:
+            got = [pool.submit(f, **kw).result(timeout=300) for f in funcs]
+    assert got == want and all(v is not None for v in want[1])
+    verifier.close()
