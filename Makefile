@@ -13,12 +13,12 @@ export TOKENIZERS_PARALLELISM := false
 setup:
 	@bash scripts/setup.sh
 
-## Command 1: a short GRPO run with the dense verifier reward on the embedded default model (W&B offline):
-## one-digit sums, which the 135M policy sometimes gets right, so the reward-quality plot has both classes.
+## Command 1: a 5-step GRPO run (W&B offline) of the embedded SmolLM2-135M policy on one-digit sums, which
+## it sometimes gets right (so the reward-quality plot has both classes), with the dense reward of the
+## Qwen2.5-Coder-0.5B verifier (reference-guided answer_match, G = 20): configs/grpo_demo_cpu.yaml.
 demo: setup
 	@rm -rf $(DEMO_DIR)
-	$(VENV)/bin/densereward train grpo --config configs/grpo_dynamics_cpu.yaml --max-steps 5 --reward dense \
-		--output-dir $(DEMO_DIR) heldout.data=null training.save_steps=5
+	$(VENV)/bin/densereward train grpo --config configs/grpo_demo_cpu.yaml --output-dir $(DEMO_DIR)
 
 ## Command 2: the layering contracts (.importlinter), then the whole test suite (unit, doctests,
 ## real model, vLLM on CPU, loopback servers, real envs).
