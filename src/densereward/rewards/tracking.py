@@ -446,10 +446,17 @@ def plot_reward_quality(
 
     windowed = any(prefix + "window/n" in r for r in records)
     fig, axes = plt.subplots(1, len(PLOT_KEYS), figsize=(5 * len(PLOT_KEYS), 3.8), squeeze=False)
+    # Series of one panel often coincide (AUROC and pairwise accuracy at 1.0): each gets its own
+    # dash pattern and marker, drawn thinner in turn, so a line under another still shows.
+    styles = [("-", "o", 2.4), ("--", "s", 1.9), (":", "^", 1.6), ("-.", "D", 1.3)]
     for ax, keys in zip(axes[0], PLOT_KEYS, strict=True):
-        for key in keys:
+        for j, key in enumerate(keys):
+            ls, mk, lw = styles[j % len(styles)]
             if windowed and key in WINDOW_KEYS:
-                (line,) = ax.plot(steps, series("window/" + key), marker="o", ms=3, label=key)
+                (line,) = ax.plot(
+                    steps, series("window/" + key), ls=ls, marker=mk, lw=lw, ms=4, mfc="none",
+                    label=key,
+                )  # fmt: skip
                 ax.plot(
                     steps,
                     series(key),
@@ -460,7 +467,7 @@ def plot_reward_quality(
                     color=line.get_color(),
                 )
             else:
-                ax.plot(steps, series(key), marker="o", ms=3, label=key)
+                ax.plot(steps, series(key), ls=ls, marker=mk, lw=lw, ms=4, mfc="none", label=key)
         if "tpr" in keys and any(prefix + "threshold" in r for r in records):
             ax.plot(steps, series("threshold"), ls="--", color="0.4", lw=1, label="threshold")
         ax.set_xlabel("GRPO step")
