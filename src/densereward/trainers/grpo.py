@@ -563,9 +563,9 @@ def main(args: argparse.Namespace) -> int:
     )
     print(f"  reward-quality metrics (verifier/* per step): {result.get('reward_quality')}")
     print(f"  reward-quality dynamics plot:                 {result.get('plot')}")
-    print(
-        f"  completions table, config, result:            {run_dir}/completions/, config.json, result.json"
-    )
+    table = f"{run_dir}/completions/, " if (run_dir / "completions").is_dir() else ""  # log_completions
+    label = ("completions table, " if table else "") + "config, result:"
+    print(f"  {label:<46}{table}config.json, result.json")
     print(
         f"  checkpoints (resume with --resume):           {', '.join(sorted(str(p) for p in run_dir.glob('checkpoint-*'))) or 'none'}"
     )
