@@ -563,7 +563,7 @@ def main(args: argparse.Namespace) -> int:
     )
     print(f"  reward-quality metrics (verifier/* per step): {result.get('reward_quality')}")
     print(f"  reward-quality dynamics plot:                 {result.get('plot')}")
-    table = f"{run_dir}/completions/, " if (run_dir / "completions").is_dir() else ""  # log_completions
+    table = f"{run_dir}/completions/, " if (run_dir / "completions").is_dir() else ""
     label = ("completions table, " if table else "") + "config, result:"
     print(f"  {label:<46}{table}config.json, result.json")
     print(
