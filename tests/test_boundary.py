@@ -280,11 +280,13 @@ def test_vllm_offline_and_served_agree_with_transformers(qwen_verifier, tmp_path
     for a, b in zip(want, got, strict=True):
         assert _tv(a, b) < 1e-3
     model_dir = resolve_model(QWEN)
-    with start_vllm_server(
-        model_dir, extra_flags=["-O0"], log_path=tmp_path / "server.log"
-    ) as server:
-        with Verifier(VerifierConfig(backend="openai", base_url=server.base_url)) as vs:
-            assert vs.read_plan.back == ">"  # the server's /tokenize tokenizes like Qwen
-            served = vs.score_batch(problems=problems, responses=responses, references=refs)
+    with (
+        start_vllm_server(
+            model_dir, extra_flags=["-O0"], log_path=tmp_path / "server.log"
+        ) as server,
+        Verifier(VerifierConfig(backend="openai", base_url=server.base_url)) as vs,
+    ):
+        assert vs.read_plan.back == ">"  # the server's /tokenize tokenizes like Qwen
+        served = vs.score_batch(problems=problems, responses=responses, references=refs)
     for a, b in zip(want, served, strict=True):
         assert _tv(a, b) < 1e-3, (a.distribution, b.distribution)

@@ -215,4 +215,3 @@ class LocalAsyncMixin:
             seed=seed,
             stop=stop,
         )
-
