@@ -2,9 +2,12 @@
 
 One command on ``../shared/data/gsm8k/model_solutions_dev.jsonl`` (GSM8K dev problems, four
 generators: GPT-3 6B / 175B, fine-tuned or verification-trained, Cobbe et al. 2021), scored by
-the embedded 135M verifier in bfloat16:
+the embedded 135M verifier in bfloat16, or by ``--model`` (an offline name such as
+``qwen2.5-coder-0.5b``, a directory or a Hub id; dtype ``auto`` unless ``--dtype``):
 
     python benchmarks/papers.py [--problems 30] [--long-problems 6] [--repeat-problems 6]
+    python benchmarks/papers.py --model qwen2.5-coder-0.5b   # -> <out>/papers_qwen2.5-coder-0.5b.*
+    python benchmarks/papers.py --compare docs/figures/papers.json docs/figures/papers_qwen2.5-coder-0.5b.json
 
 (a) Zhou et al. 2025 (Variation in Verification), RQ2: TPR and TNR against generator strength
     and against problem difficulty d(x), at a threshold calibrated on the tuning half, with
@@ -21,7 +24,9 @@ the embedded 135M verifier in bfloat16:
 (e) Tune G on the first half of the problems, report on the second half against the default.
 
 Every finding is stated as reproduced / not reproduced / not measurable, with numbers, in
-``<out>/papers.md`` and ``<out>/papers.json``; the figure is ``<out>/papers.png``.
+``<out>/papers.md`` and ``<out>/papers.json``; the figure is ``<out>/papers.png`` (the stem is
+``papers_<model>`` with ``--model``, or ``--name``). ``--compare`` writes
+``<out>/papers_compare.md``: the findings of several runs side by side, a verdict column each.
 """
 
 from __future__ import annotations
@@ -266,6 +271,13 @@ def correlation(cells: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 # ----------------------------------------------------------------------------- figure
+def _finite_cell(cell: dict[str, Any]) -> bool:
+    return all(
+        isinstance(cell.get(k), (int, float)) and math.isfinite(cell[k])
+        for k in ("verifier_gain", "rs_gain")
+    )
+
+
 def plot(res: dict[str, Any], path: Path) -> None:
     import matplotlib
 
@@ -301,6 +313,10 @@ def plot(res: dict[str, Any], path: Path) -> None:
             v, e = err(b.get(k, {}))
             ax.errorbar(i + (j - 0.5) * 0.2, v, yerr=e, fmt="o", color=c, capsize=4,
                         label=k.upper() if i == 0 else None)  # fmt: skip
+            if not math.isfinite(v):
+                why = "no correct response" if k == "tpr" else "no wrong response"
+                ax.text(i + (j - 0.5) * 0.2, 0.5, f"{k.upper()} undefined: {why}", rotation=90,
+                        fontsize=7, ha="center", va="center", color=c)  # fmt: skip
     ax.set_xticks(range(len(bins)), [f"{b['label']}\nn={b['n']}" for b in bins], fontsize=8)
     ax.set_ylim(-0.05, 1.05)
     ax.set_xlabel("difficulty d(x) (left = hardest)")
@@ -347,16 +363,25 @@ def plot(res: dict[str, Any], path: Path) -> None:
                 capsize=3,
                 label=k if i == 0 else None,
             )
+            if not math.isfinite(v):
+                ax.text(i + (j - 1) * width, 0.02, "undefined", rotation=90, fontsize=7,
+                        ha="center", va="bottom")  # fmt: skip
+    if all(r["tie_rate"].get("value") == 0 for _, r in groups):
+        ax.text(0.02, 0.97, "tie rate 0 in every setting (no bar)", transform=ax.transAxes,
+                fontsize=8, va="top", color="tab:gray")  # fmt: skip
     ax.set_xticks(range(len(groups)), [n for n, _ in groups])
     ax.set_ylim(0, 1.05)
     ax.set_title(
-        "(b) Kwok: repeats K (reasoning, sampled analyses)\nand criteria C (pointwise + reference)",
+        f"(b) Kwok: repeats K (reasoning, sampled analyses; {groups[0][1]['n_problems']} problems)\n"
+        f"and criteria C (pointwise + reference; {groups[-1][1]['n_problems']} problems)",
         fontsize=10,
     )
     ax.legend(fontsize=8)
 
     c = res["c_lu_gain"]
     ax = axes[1, 1]
+    undefined = [x["cell"] for x in c["cells"] if not _finite_cell(x)]
+    c = dict(c, cells=[x for x in c["cells"] if _finite_cell(x)])
     for cell in c["cells"]:
         col = (
             "tab:purple"
@@ -374,7 +399,14 @@ def plot(res: dict[str, Any], path: Path) -> None:
     ax.set_ylabel(f"rejection-sampling gain (simulated, M={c['max_attempts']})")
     r = c["correlation"]
     ax.set_title(
-        f"(c) Lu 5.1: Pearson r={r['pearson']:.2f}, Spearman {r['spearman']:.2f} ({r['n_cells']} cells)"
+        f"(c) Lu 5.1: Pearson r={r['pearson']:.2f}, Spearman {r['spearman']:.2f} "
+        f"({r['n_cells']} disjoint cells)"
+        + (
+            f"\nundefined (no response accepted), not shown: {', '.join(undefined)}"
+            if undefined
+            else ""
+        ),
+        fontsize=10,
     )
 
     ax = axes[1, 2]
@@ -389,16 +421,22 @@ def plot(res: dict[str, Any], path: Path) -> None:
         ax.bar(
             i, v, yerr=e, capsize=4, color="tab:blue" if i < len(d["conditions"]) else "tab:green"
         )
+        ax.text(i + 0.22, (v if math.isfinite(v) else 0) + 0.02, format_number(v, 2) if math.isfinite(v) else "undefined", ha="center",
+                fontsize=8)  # fmt: skip
     ax.axhline(0.5, color="gray", lw=0.8, ls="--")
     ax.axhline(0.7, color="tab:red", lw=0.8, ls=":")
     ax.set_xticks(range(len(bars)), [n for n, _ in bars], rotation=20, ha="right", fontsize=8)
     ax.set_ylim(0, 1.05)
     ax.set_ylabel("AUROC (95% problem-bootstrap CI)")
     ax.set_title(
-        "(d) reference-guided vs -free\n(e) tuned G vs default G on the held-out half", fontsize=10
+        f"(d) reference-guided vs -free ({d['n_problems']} problems)\n"
+        f"(e) tuned G vs default G on the held-out half ({e_['n_test_problems']} problems)",
+        fontsize=10,
     )
     fig.suptitle(
-        "Verification papers' findings, GSM8K dev model solutions, embedded 135M verifier (bf16)"
+        f"Verification papers' findings, GSM8K dev model solutions, {res.get('verifier', verifier_label(None))} "
+        f"({res.get('dtype', 'bfloat16')}; {res.get('sizes', '')})",
+        fontsize=11,
     )
     fig.tight_layout()
     fig.savefig(path, dpi=110)
@@ -411,18 +449,43 @@ def _vci(d):
     return f"{format_number(d.get('value'))} [{format_number(d.get('low'))}, {format_number(d.get('high'))}]"
 
 
+TNR_CEILING = 0.95
+"""When every generator's TNR is at least this, a TNR difference cannot show (Zhou RQ2 rows)."""
+
+
+def _rise(lo: dict[str, float], hi: dict[str, float]) -> str:
+    """Verdict for "AUROC rises along an axis": ``lo`` at the axis's smallest setting, ``hi`` at
+    its largest (bootstrap dicts): reproduced when the CIs separate upwards."""
+    a, b = lo.get("value", NAN), hi.get("value", NAN)
+    if not (math.isfinite(a) and math.isfinite(b)):
+        return "not measurable"
+    if b > a and hi.get("low", NAN) > lo.get("high", NAN):
+        return "reproduced"
+    return "direction only, CIs overlap" if b > a else "not reproduced"
+
+
 def findings(res: dict[str, Any]) -> list[tuple[str, str, str, str]]:
     """Rows ``(paper, claim, verdict, numbers)``."""
     a, b, c, d, e = (
         res[k] for k in ("a_zhou_rq2", "b_kwok_axes", "c_lu_gain", "d_reference", "e_tuning")
     )
     D = a["differences"]
+    tnrs = [r["tnr"].get("value", NAN) for r in a["per_generator"].values()]
+    ceiling = (
+        f"not measurable: TNR at its ceiling (>= {TNR_CEILING} for every generator at threshold "
+        f"{format_number(a['threshold'])})"
+        if tnrs and all(math.isfinite(x) and x >= TNR_CEILING for x in tnrs)
+        else None
+    )
     rows = [
         ("Zhou RQ2", "TNR falls as the generator gets stronger (6B errors are easier to catch than 175B's)",
-         _verdict(D["tnr_6b_minus_175b"], +1), f"TNR(6B) - TNR(175B) = {_vci(D['tnr_6b_minus_175b'])}"),
+         ceiling or _verdict(D["tnr_6b_minus_175b"], +1), f"TNR(6B) - TNR(175B) = {_vci(D['tnr_6b_minus_175b'])}; TNR "
+         + " / ".join(format_number(a["per_generator"][gn]["tnr"]["value"], 2) for gn in a["per_generator"])
+         + f" ({' / '.join(a['per_generator'])}), threshold {format_number(a['threshold'])}"),
         ("Zhou RQ2", "TNR: finetuning (weaker) vs verification-trained generators",
-         _verdict(D["tnr_finetuning_minus_verification"], +1),
-         f"TNR(ft) - TNR(ver) = {_vci(D['tnr_finetuning_minus_verification'])}"),
+         ceiling or _verdict(D["tnr_finetuning_minus_verification"], +1),
+         f"TNR(ft) - TNR(ver) = {_vci(D['tnr_finetuning_minus_verification'])}; TPR "
+         + " / ".join(format_number(a["per_generator"][gn]["tpr"]["value"], 2) for gn in a["per_generator"])),
         ("Zhou RQ2", "TPR rises on easier problems",
          _verdict(D["tpr_easy_minus_hard"], +1), f"TPR(d>=0.5) - TPR(d<0.5) = {_vci(D['tpr_easy_minus_hard'])}"),
     ]  # fmt: skip
@@ -436,28 +499,27 @@ def findings(res: dict[str, Any]) -> list[tuple[str, str, str, str]]:
         else "reproduced" if dtie > 0 and tie_lo["low"] > tie_hi["high"] else ("direction only" if dtie > 0 else "not reproduced"),
         ", ".join(f"G={g}: {format_number(G[g]['tie_rate']['value'])}" for g in gs),
     ))  # fmt: skip
-    au = [G[g]["auroc"]["value"] for g in gs]
     rows.append((
         "Kwok", "AUROC / pairwise accuracy rise with G",
-        "reproduced" if au[-1] > au[0] and G[gs[-1]]["auroc"]["low"] > G[gs[0]]["auroc"]["high"]
-        else ("direction only, CIs overlap" if au[-1] > au[0] else "not reproduced"),
-        ", ".join(f"G={g}: AUROC {format_number(G[g]['auroc']['value'])} pairwise {format_number(G[g]['pairwise_accuracy']['value'])}" for g in gs),
+        _rise(G[gs[0]]["auroc"], G[gs[-1]]["auroc"]),
+        "; ".join(f"G={g}: AUROC {_vci(G[g]['auroc'])} pairwise {_vci(G[g]['pairwise_accuracy'])}" for g in gs),
     ))  # fmt: skip
     K = b["repeats"]
     ks = list(K)
     rows.append((
         "Kwok", "more repeats K (sampled analyses) raise AUROC / cut ties",
-        ("direction only, CIs overlap" if K[ks[-1]]["auroc"]["value"] > K[ks[0]]["auroc"]["value"] else "not reproduced")
-        if K[ks[0]]["auroc"]["value"] == K[ks[0]]["auroc"]["value"] else "not measurable",
-        ", ".join(f"{k}: AUROC {format_number(K[k]['auroc']['value'])} ties {format_number(K[k]['tie_rate']['value'])} abst. {K[k]['n_abstained']}" for k in ks)
+        _rise(K[ks[0]]["auroc"], K[ks[-1]]["auroc"]),
+        "; ".join(f"{k}: AUROC {_vci(K[k]['auroc'])} ties {format_number(K[k]['tie_rate']['value'])} abst. {K[k]['n_abstained']}" for k in ks)
+        + f" ({K[ks[0]]['n_problems']} problems)"
         + f"; direct reads: {b['direct_repeats_identical']}",
     ))  # fmt: skip
     C = b["criteria"]
     cs = list(C)
     rows.append((
         "Kwok", "more criteria C raise AUROC",
-        "direction only, CIs overlap" if C[cs[-1]]["auroc"]["value"] > C[cs[0]]["auroc"]["value"] else "not reproduced",
-        ", ".join(f"{k}: AUROC {format_number(C[k]['auroc']['value'])} pairwise {format_number(C[k]['pairwise_accuracy']['value'])}" for k in cs),
+        _rise(C[cs[0]]["auroc"], C[cs[-1]]["auroc"]),
+        "; ".join(f"{k}: AUROC {_vci(C[k]['auroc'])} pairwise {format_number(C[k]['pairwise_accuracy']['value'])}" for k in cs)
+        + f" ({C[cs[0]]['n_problems']} problems, pointwise + reference)",
     ))  # fmt: skip
     r = c["correlation"]
     rows.append((
@@ -474,7 +536,7 @@ def findings(res: dict[str, Any]) -> list[tuple[str, str, str, str]]:
     rows.append((
         "this library", "the reference-guided prompt beats the reference-free one",
         "reproduced" if ref["low"] > free["high"] else ("direction only" if ref["value"] > free["value"] else "not reproduced"),
-        "; ".join(f"{k}: AUROC {_vci(v['auroc'])}" for k, v in dc.items()),
+        "; ".join(f"{k}: AUROC {_vci(v['auroc'])}" for k, v in dc.items()) + f" ({d['n_problems']} problems)",
     ))  # fmt: skip
     rows.append((
         "this library", f"held-out reference-guided AUROC >= 0.70 (tuned G={e['best_G']} vs default G={e['default_G']})",
@@ -487,11 +549,12 @@ def findings(res: dict[str, Any]) -> list[tuple[str, str, str, str]]:
 
 def render(res: dict[str, Any]) -> str:
     lines = [
-        "# Verification papers' findings on GSM8K dev model solutions (embedded 135M verifier)",
+        f"# Verification papers' findings on GSM8K dev model solutions ({res.get('verifier', verifier_label(None))})",
         "",
         f"Command: `{res['command']}`  ",
         f"Data: {res['data']}; {res['sizes']}  ",
-        f"Total wall time {res['wall_seconds']:.0f} s on {os.cpu_count()} CPU cores, dtype {res['dtype']}.",
+        f"Total wall time {res['wall_seconds']:.0f} s on {os.cpu_count()} CPU cores, dtype {res['dtype']}."
+        + (f"  \n{res['cost_note']}" if res.get("cost_note") else ""),
         "",
         markdown_table(
             ["paper", "claim", "verdict", "numbers"],
@@ -634,7 +697,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--max-reasoning-tokens", type=int, default=32)
     ap.add_argument("--rs-attempts", type=int, default=8)
     ap.add_argument("--bootstrap", type=int, default=1000)
-    ap.add_argument("--dtype", default="bfloat16")
+    ap.add_argument(
+        "--model",
+        default=None,
+        help="verifier.model: an offline name (qwen2.5-coder-0.5b), a directory or a Hub id; "
+        "default the embedded SmolLM2-135M",
+    )
+    ap.add_argument(
+        "--dtype",
+        default=None,
+        help="verifier.dtype; default bfloat16 for the embedded 135M (as committed), "
+        "'auto' (densereward.backends.dtype.resolve_dtype) for --model",
+    )
+    ap.add_argument(
+        "--name",
+        default=None,
+        help="output stem under --out: papers (default model) or papers_<model name>",
+    )
     ap.add_argument("--batch-size", type=int, default=16, help="verifier.batch_size")
     ap.add_argument(
         "--cache-dir", default=None, help="verifier.cache_dir: a rerun reuses the reads"
@@ -645,13 +724,29 @@ def main(argv: Sequence[str] | None = None) -> int:
         default=None,
         help="re-render papers.md/png and the findings from an earlier papers.json (no scoring)",
     )
+    ap.add_argument(
+        "--compare",
+        nargs="+",
+        default=None,
+        metavar="JSON",
+        help="write <out>/papers_compare.md: the findings of these papers*.json side by side "
+        "(one verdict column per verifier; no scoring)",
+    )
     args = ap.parse_args(argv)
     out = Path(args.out)
+    if args.compare:
+        text = compare(args.compare)
+        atomic_write_text(out / "papers_compare.md", text)
+        print(text)
+        return 0
     if args.render_only:
         res = _nanify(json.loads(Path(args.render_only).read_text()))
         res["c_lu_gain"]["correlation"] = correlation(res["c_lu_gain"]["cells"])
-        _write(res, out)
+        _write(res, out, args.name or Path(args.render_only).stem)
         return 0
+    if args.dtype is None:
+        args.dtype = "bfloat16" if args.model is None else "auto"
+    name = args.name or ("papers" if args.model is None else "papers_" + _slug(args.model))
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     t_start = time.perf_counter()
     gs = [int(x) for x in args.granularities.split(",")]
@@ -663,7 +758,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     tune = set(pids[: len(pids) // 2])
     long_p = set(pids[: args.long_problems])
     rep_p = set(pids[: args.repeat_problems])
-    base = dict(dtype=args.dtype, cache_dir=args.cache_dir, batch_size=args.batch_size)
+    base = dict(
+        model=args.model, dtype=args.dtype, cache_dir=args.cache_dir, batch_size=args.batch_size
+    )
     timings: dict[str, Any] = {}
 
     # Warm-up (model load, first forward passes) so that the first timed run is not charged for it.
@@ -807,7 +904,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         "command": "python benchmarks/papers.py "
         + " ".join(argv if argv is not None else __import__("sys").argv[1:]),
         "data": str(Path(args.data).name),
-        "dtype": args.dtype,
+        "dtype": _resolved_dtype(args.dtype),
+        "model": args.model,
+        "verifier": verifier_label(args.model),
         "sizes": (
             f"{len(pids)} problems x 4 generators for G, (a), (c), (e) (tuning half = first {len(tune)}); "
             f"first {len(long_p)} for C and (d); first {len(rep_p)} for K"
@@ -846,31 +945,86 @@ def main(argv: Sequence[str] | None = None) -> int:
         "timings": timings,
     }
     res["wall_seconds"] = time.perf_counter() - t_start
-    _write(res, out)
+    _write(res, out, name)
     print(json.dumps({"wall_seconds": round(res["wall_seconds"])}))
     return 0
+
+
+def compare(paths: Sequence[str | Path]) -> str:
+    """Markdown: the findings of several ``papers*.json`` side by side, one verdict column per
+    verifier (its verdict, then its numbers with CIs), and a row of each run's sizes."""
+    runs = [_nanify(json.loads(Path(p).read_text())) for p in paths]
+    for r in runs:
+        r["c_lu_gain"]["correlation"] = correlation(r["c_lu_gain"]["cells"])
+    tables = [findings(r) for r in runs]
+    n = len(tables[0])
+    if any(len(t) != n for t in tables):
+        raise ValueError("the runs have different numbers of findings")
+    heads = [
+        f"{r.get('verifier', verifier_label(None))} ({r.get('dtype', 'bfloat16')})" for r in runs
+    ]
+    rows = [
+        [
+            "sizes",
+            "",
+            *(
+                r["sizes"]
+                + f"; {r.get('cost_wall') or format_number(r['wall_seconds'] / 60, 0) + ' min'}"
+                for r in runs
+            ),
+        ]
+    ]
+    for i in range(n):
+        paper, claim = tables[0][i][0], tables[0][i][1]
+        cells = []
+        for t in tables:
+            _, cl, v, num = t[i]
+            extra = f" ({cl})" if cl != claim else ""
+            cells.append(f"**{v}**{extra}: {num}")
+        rows.append([paper, claim, *cells])
+    return markdown_table(["paper", "finding", *(f"verdict: {h}" for h in heads)], rows) + "\n"
+
+
+_NUMERIC_KEYS = frozenset(
+    ("value", "low", "high", "base_accuracy", "verifier_gain", "rs_gain", "rs_gain_infinite_m",
+     "acceptance_rate", "pass_rate", "threshold")
+)  # fmt: skip
 
 
 def _nanify(obj: Any) -> Any:
     """JSON null (how :func:`to_jsonable` writes NaN) back to NaN inside metric dicts."""
     if isinstance(obj, dict):
         return {
-            k: (NAN if v is None and k in ("value", "low", "high") else _nanify(v))
-            for k, v in obj.items()
+            k: (NAN if v is None and k in _NUMERIC_KEYS else _nanify(v)) for k, v in obj.items()
         }
     if isinstance(obj, list):
         return [_nanify(v) for v in obj]
     return obj
 
 
-def _write(res: dict[str, Any], out: Path) -> None:
+def _slug(model: str) -> str:
+    """``qwen2.5-coder-0.5b`` -> itself; a path or Hub id -> its last part."""
+    return Path(str(model).rstrip("/")).name.replace(" ", "_")
+
+
+def _resolved_dtype(dtype: str) -> str:
+    from densereward.backends.dtype import resolve_dtype
+
+    return f"{resolve_dtype(dtype, 'cpu')} (auto)" if dtype == "auto" else dtype
+
+
+def verifier_label(model: str | None) -> str:
+    return "embedded 135M verifier" if model is None else f"{model} verifier"
+
+
+def _write(res: dict[str, Any], out: Path, name: str = "papers") -> None:
     out.mkdir(parents=True, exist_ok=True)
     res["findings"] = [
         dict(zip(("paper", "claim", "verdict", "numbers"), f, strict=True)) for f in findings(res)
     ]
-    atomic_write_json(out / "papers.json", to_jsonable(res))
-    atomic_write_text(out / "papers.md", render(res))
-    plot(res, out / "papers.png")
+    atomic_write_json(out / f"{name}.json", to_jsonable(res))
+    atomic_write_text(out / f"{name}.md", render(res))
+    plot(res, out / f"{name}.png")
     print(render(res))
 
 

@@ -55,3 +55,45 @@ def test_papers_benchmark_runs_end_to_end(tmp_path, data_dir, default_model_dir)
         assert r["n"] == 8 and 0.0 <= r["auroc"]["value"] <= 1.0
     assert res["e_tuning"]["n_tune_problems"] == 1 and res["e_tuning"]["n_test_problems"] == 1
     assert res["timings"]["reference-free pointwise"]["n_responses"] == 4
+
+
+def test_papers_render_only_and_compare_side_by_side(tmp_path):
+    """``--render-only`` re-renders a committed run under its own stem (no scoring), and
+    ``--compare`` puts several runs' findings side by side, one verdict column per verifier
+    (issue 27 item 4: the README table shows the 135M and the Qwen 0.5B)."""
+    bench = _benchmark()
+    src = REPO / "docs" / "figures" / "papers.json"
+    res = json.loads(src.read_text())
+    other = dict(res, model="qwen2.5-coder-0.5b", verifier="qwen2.5-coder-0.5b verifier")
+    (tmp_path / "papers_other.json").write_text(json.dumps(other))
+    assert (
+        bench.main(["--render-only", str(tmp_path / "papers_other.json"), "--out", str(tmp_path)])
+        == 0
+    )
+    md = (tmp_path / "papers_other.md").read_text()
+    assert md.startswith(
+        "# Verification papers' findings on GSM8K dev model solutions (qwen2.5-coder-0.5b verifier)"
+    )
+    assert (tmp_path / "papers_other.png").read_bytes()[:4] == b"\x89PNG"
+    assert (
+        bench.main(
+            ["--compare", str(src), str(tmp_path / "papers_other.json"), "--out", str(tmp_path)]
+        )
+        == 0
+    )
+    table = (tmp_path / "papers_compare.md").read_text().splitlines()
+    assert table[0] == (
+        "| paper | finding | verdict: embedded 135M verifier (bfloat16) "
+        "| verdict: qwen2.5-coder-0.5b verifier (bfloat16) |"
+    )
+    assert len(table) == 2 + 1 + len(res["findings"])  # header, rule, sizes, one row per finding
+    assert "30 problems x 4 generators" in table[2]
+    # Every verdict cell starts with a bold verdict, and the numbers carry their CIs.
+    for line in table[3:]:
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        assert all(c.startswith("**") for c in cells[2:]), line
+    assert "AUROC 0.699 [0.591, 0.814]" in "\n".join(table)
+    assert (
+        bench._slug("qwen2.5-coder-0.5b") == "qwen2.5-coder-0.5b"
+        and bench._slug("/m/Qwen-0.5B/") == "Qwen-0.5B"
+    )
