@@ -16,7 +16,7 @@ import torch
 from densereward.backends import dtype as dt
 from densereward.backends.hf import TransformersBackend
 from densereward.config import VerifierConfig
-from densereward.errors import BackendUnavailableError
+from densereward.errors import ConfigError
 
 
 def _cpu_flags() -> set[str] | None:
@@ -82,6 +82,7 @@ def test_backend_loads_the_auto_dtype(monkeypatch, default_model_dir, supported,
         b.close()
 
 
-def test_backend_rejects_an_unknown_dtype(default_model_dir):
-    with pytest.raises(BackendUnavailableError, match="float64"):
-        TransformersBackend(VerifierConfig(model=str(default_model_dir), dtype="float64"))
+def test_an_unknown_dtype_is_refused_at_config_load(default_model_dir):
+    """Since issue 28 item 9 the config refuses it, naming the field, before any backend loads."""
+    with pytest.raises(ConfigError, match=r"verifier\.dtype: 'float64' \(did you mean 'float16'"):
+        VerifierConfig(model=str(default_model_dir), dtype="float64")
