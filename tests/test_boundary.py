@@ -21,7 +21,7 @@ from densereward.backends.base import BackendUsage, ChatPrompt, TokenLogprobs
 from densereward.config import VerifierConfig
 from densereward.errors import ScoreTokenError
 from densereward.scale import ScoreScale
-from densereward.verifier import Verifier
+from densereward.verifier import Verifier, distribution_from_logprobs
 from densereward.verifier.boundary import (
     LevelRead,
     ReadPlan,
@@ -252,7 +252,8 @@ def test_the_pre_fix_read_fails_the_calibration_check(qwen_verifier):
     finally:
         v._driver.plan = v.read_plan
     with pytest.raises(ScoreTokenError, match="calibration read failed") as err:
-        check_calibration(answer, old, model=QWEN, min_mass=0.5)
+        mass = distribution_from_logprobs(answer, v.scale, old.spellings)[1]
+        check_calibration(mass, old, model=QWEN, min_mass=0.5)
     assert QWEN in str(err.value)
 
 

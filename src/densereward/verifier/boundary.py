@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import math
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -228,11 +227,14 @@ def _plan_in_context(
     canon = [forms[0] for forms in scale.spellings]
     split = min(_common_prefix(base, full[s]) for s in canon)
     m = len(base) - split
-    where = describe_tokens(tokenize, prefill + canon[-1])
+
+    def where() -> str:  # for the errors only: it tokenizes every prefix of the text
+        return describe_tokens(tokenize, prefill + canon[-1])
+
     if m > 1:
         raise ScoreTokenError(
             f"the tokenizer of {model!r} merges a score letter with the last {m} tokens of the "
-            f"prefill {prefill!r} ({where}); the read can step back over one token only"
+            f"prefill {prefill!r} ({where()}); the read can step back over one token only"
         )
     back = ""
     if m == 1:
@@ -247,7 +249,7 @@ def _plan_in_context(
         else:
             raise ScoreTokenError(
                 f"the tokenizer of {model!r} merges the score letters into the prefill's last "
-                f"token ({where}), and no suffix of {prefill!r} is that token alone"
+                f"token ({where()}), and no suffix of {prefill!r} is that token alone"
             )
     reads: dict[str, LevelRead] = {}
     kept: list[tuple[str, ...]] = []
@@ -354,9 +356,7 @@ def build_read_plan(
     )
 
 
-def check_calibration(
-    answer: TokenLogprobs, plan: ReadPlan, *, model: str, min_mass: float
-) -> float | None:
+def check_calibration(mass: float, plan: ReadPlan, *, model: str, min_mass: float) -> float:
     """The score-letter mass of the start-up calibration read; refuse a model that misses them.
 
     The read is the pointwise prompt grading its own first demonstration
@@ -367,20 +367,18 @@ def check_calibration(
     ``>``: 0.16).
 
     Args:
-        answer: the composed read (spelling -> log-probability).
+        mass: the read's probability on the score letters, in ``[0, 1]``
+            (:func:`~.reads.distribution_from_logprobs`).
         plan: the read plan (named in the error).
         model: the model's name (named in the error).
         min_mass: the floor (``VerifierConfig.min_mass``).
 
     Returns:
-        The mass in ``[0, 1]``, or ``None`` for a restricted read (no mass to check).
+        ``mass``.
 
     Raises:
         ScoreTokenError: when the mass is below ``min_mass``: every later read would abstain.
     """
-    if answer.restricted:
-        return None
-    mass = min(1.0, sum(math.exp(v) for v in answer.logprobs.values() if v == v and v < math.inf))
     if mass < min_mass:
         raise ScoreTokenError(
             f"calibration read failed: asked to grade its own demonstration, {model!r} puts "

@@ -27,6 +27,7 @@ from .reads import (
     Read,
     VerifierStats,
     aggregate_reads,
+    distribution_from_logprobs,
     prepare_candidate,
     read_distribution,
     short_circuit_pair,
@@ -138,8 +139,11 @@ class Verifier(OneItemVerbs):
         except BackendError as e:
             logger.warning("calibration read skipped: the backend failed (%s)", e)
             return
+        if answer.restricted:
+            return  # a restricted read reports no mass to check
+        mass = distribution_from_logprobs(answer, self.scale, self.spellings)[1]
         self.calibration_mass = check_calibration(
-            answer, self.read_plan, model=str(self.backend.model_id), min_mass=self.config.min_mass
+            mass, self.read_plan, model=str(self.backend.model_id), min_mass=self.config.min_mass
         )
 
     def _native_thinking(self) -> bool:
