@@ -13,6 +13,7 @@ from ..answers import ANSWER_FORMATS
 from ..errors import ConfigError
 from ._common import check_group_options, check_verifier_options
 from .group import AsyncGroupVerifierReward, GroupVerifierReward
+from .kinds import GRPO_REWARDS, RewardContext
 from .math import (
     MathChecker,
     MathCorrectnessReward,
@@ -31,6 +32,8 @@ from .verifier import (
 __all__ = [
     "RewardConfig",
     "build_reward_funcs",
+    "GRPO_REWARDS",
+    "RewardContext",
     "gated_weights",
     "MathChecker",
     "MathCorrectnessReward",
@@ -62,15 +65,17 @@ def __getattr__(name: str) -> Any:
 class RewardConfig:
     """Which reward GRPO optimises (YAML section ``reward:``)."""
 
-    type: Literal["sparse", "dense", "group", "mixed", "gated"] = "gated"
-    """``sparse`` (Math-Verify 0/1), ``dense`` (verifier expected score), ``group`` (within-group
-    soft win rate), ``mixed`` (sparse + dense, weighted by ``weights``), ``gated`` (sparse + dense
+    type: str = "gated"
+    """A name in :data:`~densereward.rewards.kinds.GRPO_REWARDS` (a plugin may add more;
+    unknown names are a ``ConfigError`` with a did-you-mean). Built in: ``sparse`` (Math-Verify
+    0/1), ``dense`` (verifier expected score), ``group`` (within-group soft win rate), ``mixed`` (sparse + dense, weighted by ``weights``), ``gated`` (sparse + dense
     with ``w_dense < w_sparse``: the dense reward reorders completions of equal correctness but
     never outweighs correctness; :func:`gated_weights` has the proof). Default ``gated``: the
     defended reward (``benchmarks/injection.py``; README, "Reward hacking")."""
     weights: tuple[float, ...] | None = None
     """For ``mixed`` / ``gated``: ``[w_sparse, w_dense]`` (default ``[1.0, 1.0]`` / ``[1.0, 0.5]``;
-    ``gated`` needs ``0 <= w_dense < w_sparse``); becomes ``GRPOConfig.reward_weights``."""
+    ``gated`` needs ``0 <= w_dense < w_sparse``); becomes ``GRPOConfig.reward_weights``. Not
+    for ``sparse`` / ``dense`` / ``group``; a plugin kind reads it from its context."""
     group_method: Literal["ppt", "round_robin"] = "ppt"
     """For ``group``: comparison schedule."""
     pivots: int = 2
@@ -116,10 +121,10 @@ class RewardConfig:
     def __post_init__(self) -> None:
         if self.track_window < 1:
             raise ConfigError(f"reward.track_window must be >= 1, got {self.track_window}")
-        if self.type not in ("sparse", "dense", "group", "mixed", "gated"):
-            raise ConfigError(
-                f"reward.type={self.type!r}; use sparse | dense | group | mixed | gated"
-            )
+        try:
+            GRPO_REWARDS.check(self.type)
+        except ConfigError as e:
+            raise ConfigError(f"reward.type: {e}") from None
         check_verifier_options(
             reference_guided=self.reference_guided,
             reference_prompt=self.reference_prompt,
@@ -141,12 +146,12 @@ class RewardConfig:
         if self.weights is not None:
             w = tuple(float(x) for x in self.weights)
             object.__setattr__(self, "weights", w)
-            if self.type not in ("mixed", "gated"):
+            if self.type in ("sparse", "dense", "group"):
                 raise ConfigError(
                     "reward.weights only applies to reward.type=mixed or gated (set "
                     "training.reward_weights otherwise)"
                 )
-            if len(w) != 2:
+            if len(w) != 2 and self.type in ("mixed", "gated"):
                 raise ConfigError(
                     f"reward.weights for {self.type} must be [w_sparse, w_dense], got {list(w)}"
                 )
@@ -240,8 +245,13 @@ def build_reward_funcs(
         num_generations: ``GRPOConfig.num_generations``.
 
     Returns:
-        ``(reward_funcs, reward_weights)``; ``reward_weights`` is ``None`` (TRL: all 1)
-        except for ``mixed`` and ``gated`` (:attr:`RewardConfig.reward_weights`).
+        ``(reward_funcs, reward_weights)`` from the builder registered under ``config.type``
+        in :data:`~densereward.rewards.kinds.GRPO_REWARDS`; ``reward_weights`` is ``None``
+        (TRL: all 1) except for ``mixed`` and ``gated`` (:attr:`RewardConfig.reward_weights`)
+        or a plugin kind that returns weights.
+
+    Raises:
+        ConfigError: if the kind's builder cannot be imported (a broken plugin).
     """
     checker = checker or MathChecker(
         timeout_s=config.math_timeout_s, answer_format=config.answer_format
@@ -257,32 +267,11 @@ def build_reward_funcs(
             "add RewardQualityCallback(tracker) to GRPOTrainer(callbacks=[...]) (or "
             "RewardConfig(track=False) to track nothing)"
         )
-    tracker = tracker if config.track else None
-    common = {
-        "tracker": tracker,
-        "checker": checker,
-        "num_generations": num_generations,
-        "reference_guided": config.reference_guided,
-        "verifier_input": config.verifier_input,
-    }
-    common["reference_prompt"] = config.reference_prompt
-    common["injection_penalty"] = config.injection_penalty
-    common["guard_prompt"] = config.guard_prompt
-    dense_cls = AsyncVerifierReward if config.use_async else VerifierReward
-    if config.type == "sparse":
-        funcs: list[Any] = [MathCorrectnessReward(checker=checker)]
-        if tracker is not None:
-            monitor_cls = AsyncVerifierMonitor if config.use_async else VerifierMonitor
-            funcs.append(monitor_cls(verifier, **common))
-        return funcs, None
-    if config.type == "dense":
-        return [dense_cls(verifier, **common)], None
-    if config.type == "group":
-        group_cls = AsyncGroupVerifierReward if config.use_async else GroupVerifierReward
-        return [
-            group_cls(verifier, method=config.group_method, pivots=config.pivots, **common)
-        ], None
-    return [
-        MathCorrectnessReward(checker=checker),
-        dense_cls(verifier, **common),
-    ], config.reward_weights
+    ctx = RewardContext(
+        config=config,
+        verifier=verifier,
+        checker=checker,
+        tracker=tracker if config.track else None,
+        num_generations=num_generations,
+    )
+    return GRPO_REWARDS.load(config.type)(ctx)
