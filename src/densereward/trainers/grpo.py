@@ -48,7 +48,6 @@ from densereward.io import (
 from densereward.verifier import VerifierFactory
 
 from .checks import check_models, name_base_model
-from .grpo_heldout import HeldoutEvaluator
 from .grpo_config import (  # noqa: F401  (re-exported: the config is part of this trainer's API)
     SECTIONS,
     ModelConfig,
@@ -197,8 +196,7 @@ def run(
     t0 = time.monotonic()
     run_dir = _run_dir(parts, output_dir, resume)  # checked; created below, once all passed
     check_models(parts["model"].name, parts["verifier"], refuse_problems=True)
-    key_env = getattr(parts["verifier"].options, "api_key_env", None)
-    secrets = [(get_api_key(key_env) if key_env else None) or ""]
+    secrets = [get_api_key(parts["verifier"].api_key_env) or ""]
     main_process = _is_main_process()
 
     # Data: conversational prompts plus problem / answer / level columns for the reward funcs.
@@ -241,14 +239,12 @@ def run(
         trainer.add_callback(_ConfigToWandb(redact(config, secrets)))
         name_base_model(trainer, parts["model"].name)  # the model card names the embedded model
         trainer.add_callback(RewardQualityCallback(tracker))  # writes the plot when training ends
-        heldout = HeldoutEvaluator(parts["heldout"], args, dataset["problem"], trainer)
-        if (every_k := heldout.callback()) is not None:  # heldout.every_steps: a held-out curve
-            trainer.add_callback(every_k)
-        heldout.evaluate("before", 0)  # the initial policy, before any step (or checkpoint) loads
+        heldout = _Heldout(parts, args, dataset, trainer)
+        heldout.evaluate("before")  # the initial policy, before any step (or checkpoint) loads
         checkpoint = True if resume == "latest" else resume
         trainer.train(resume_from_checkpoint=checkpoint)
         trainer.save_state()
-        heldout.evaluate("after", int(trainer.state.global_step))
+        heldout.evaluate("after")
     finally:
         for f in reward_funcs:
             if hasattr(f, "close"):
@@ -263,27 +259,69 @@ def run(
         _restore_env(old_env)
 
     plot = tracker.plot_path if tracker.plot_path and tracker.plot_path.is_file() else None
-    curve, metric = _curve(run_dir, trainer), "verifier/pass_rate"
-    summary = heldout.summary(run_dir, write=main_process)
-    if summary is not None and parts["heldout"].every_steps:  # the held-out curve is the run's
-        metric = f"heldout/pass_rate_{heldout.curve[-1]['mode']}"
-        curve, train_curve = [{"step": r["step"], "value": r["value"]} for r in heldout.curve], curve
+    curve = _curve(run_dir, trainer)
     result = {
         "run_dir": str(run_dir),
-        "metric": metric,
+        "metric": "verifier/pass_rate",
         "curve": curve,
         "final": curve[-1]["value"] if curve else float("nan"),
         "steps": int(trainer.state.global_step),
         "wall_s": round(time.monotonic() - t0, 1),
         "reward_quality": str(tracker.jsonl_path),
         "plot": str(plot) if plot else None,
-        "heldout": summary,
+        "heldout": heldout.summary(run_dir),
     }
-    if metric != "verifier/pass_rate":
-        result["train_curve"] = train_curve
     if main_process:
         atomic_write_json(run_dir / "result.json", result)
     return result
+
+
+class _Heldout:
+    """Held-out pass rate before and after training (``heldout:`` section; no-op without data)."""
+
+    def __init__(self, parts: dict[str, Any], args: Any, dataset: Any, trainer: Any) -> None:
+        self.cfg = parts["heldout"]
+        self.args = args
+        self.trainer = trainer
+        self.results: dict[str, dict[str, Any]] = {}
+        self.tasks = None
+        if self.cfg.data is not None:
+            from densereward.policy_eval import heldout_tasks
+
+            self.tasks = heldout_tasks(self.cfg, dataset["problem"])
+
+    def evaluate(self, when: str) -> None:
+        if self.tasks is None:
+            return
+        from densereward.policy_eval import evaluate_pass_rate
+
+        t0 = time.monotonic()
+        self.results[when] = evaluate_pass_rate(
+            self.trainer.model, self.trainer.processing_class, self.tasks, self.cfg,
+            temperature=self.args.temperature, max_new_tokens=self.args.max_completion_length,
+        )  # fmt: skip
+        rates = {m: self.results[when][m] for m in ("greedy", "sampled") if self.results[when][m]}
+        logger.info("held-out pass rate %s training (%d problems, %.0f s): %s", when, len(self.tasks),
+                    time.monotonic() - t0, {m: round(sum(v) / len(v), 3) for m, v in rates.items()})  # fmt: skip
+
+    def summary(self, run_dir: Path) -> dict[str, Any] | None:
+        """Pass rates before / after with paired bootstrap CIs; also written to ``heldout.json``."""
+        if set(self.results) != {"before", "after"}:
+            return None
+        from densereward.policy_eval import paired_difference
+
+        before, after = self.results["before"], self.results["after"]
+        summary: dict[str, Any] = {"n_problems": len(self.tasks), "n_samples": self.cfg.n_samples,
+                                   "confidence": self.cfg.confidence}  # fmt: skip
+        for mode in ("greedy", "sampled"):
+            if before[mode] is not None:
+                summary[mode] = paired_difference(before[mode], after[mode], confidence=self.cfg.confidence,
+                                                  n_resamples=self.cfg.n_resamples, seed=self.cfg.seed)  # fmt: skip
+        if _is_main_process():  # under torchrun every process evaluates; one writes
+            atomic_write_json(
+                run_dir / "heldout.json", {"summary": summary, "before": before, "after": after}
+            )
+        return summary
 
 
 def _curve(run_dir: Path, trainer: Any) -> list[dict[str, Any]]:
@@ -362,8 +400,9 @@ def _dry_run(
         data_line,
         f"run directory: {run_dir} ({state})",
         f"verifier: VerifierConfig ok (backend {parts['verifier'].backend}, G={parts['verifier'].granularity}, "
-        f"K={parts['verifier'].n_repeats}, style {parts['verifier'].style}, "
-        f"batch_size {parts['verifier'].batch_size}, options {parts['verifier'].options}) -- not contacted",
+        f"K={parts['verifier'].n_repeats}, style {parts['verifier'].style}"
+        + (f", base_url {parts['verifier'].base_url}" if parts["verifier"].base_url else "")
+        + f", dtype {parts['verifier'].dtype}, batch_size {parts['verifier'].batch_size}) -- not contacted",
         *verifier_line,
     ]
     with tempfile.TemporaryDirectory() as tmp:
