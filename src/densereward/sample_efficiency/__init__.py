@@ -15,7 +15,7 @@ Modules: :mod:`.config` (the YAML config and the registry of trainers), :mod:`.r
 Config (YAML; unknown keys are errors)::
 
     name: fetchreach-sparse-vs-dense
-    trainer: sac                              # sac | grpo | a name added with register_trainer
+    trainer: sac                              # sac | grpo | a name added with register_trainer or a plugin
     base: configs/sac_fetchreach_sparse.yaml  # a train config path, or an inline mapping
     common: [training.metrics_window=20]      # overrides applied to every condition
     conditions:                               # name -> overrides (dotted list or nested mapping)
@@ -52,6 +52,9 @@ A trainer of your own: a function that trains one run and returns its learning c
     register_trainer("mine", TrainerSpec(run=my_run, dry_run=my_dry_run,
                                          budget_key=("training", "steps")))
     run_comparison({"trainer": "mine", ...})   # or run_comparison(..., trainers={"mine": spec})
+
+or, from a package of your own without importing densereward, the entry point
+``mine = "my_pkg.compare:SPEC"`` in the group ``densereward.trainers`` (docs/extending.md).
 """
 
 from __future__ import annotations

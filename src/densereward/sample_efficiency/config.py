@@ -1,11 +1,16 @@
 """The comparison's configuration and its registry of trainers.
 
 A trainer is registered as a :class:`TrainerSpec`: its ``run`` and ``dry_run`` functions and
-the config keys a comparison sets for every run (budget, seed). The registry holds functions,
-not module names, in the spirit of Gymnasium's ``register(id, entry_point=...)``: the two
-built-in entries (``sac``, ``grpo``) are small functions that import
-:mod:`densereward.trainers.sac` / :mod:`densereward.trainers.grpo` (and with them SB3 or TRL)
-only when called, and :func:`register_trainer` adds one of your own.
+the config keys a comparison sets for every run (budget, seed). The registry
+(:data:`TRAINERS`, a :class:`~densereward.registry.Registry`) maps a comparison's
+``trainer:`` to a ``"module:attr"`` naming a spec, imported on first use: the two built-in
+specs (``sac``, ``grpo``) hold small functions that import :mod:`densereward.trainers.sac` /
+:mod:`densereward.trainers.grpo` (and with them SB3 or TRL) only when called.
+:func:`register_trainer` adds one of your own at run time; a package adds one without
+importing densereward through the entry-point group ``densereward.trainers``::
+
+    [project.entry-points."densereward.trainers"]
+    mine = "my_pkg.compare:SPEC"        # SPEC = TrainerSpec(run=..., dry_run=..., budget_key=...)
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from typing import Any, Literal
 from ..config import apply_overrides, from_dict, load_yaml, parse_override
 from ..errors import ConfigError, DataError, RegistryError
 from ..io import to_jsonable
+from ..registry import Registry, entry_point_group
 
 __all__ = [
     "TRAINERS",
@@ -32,6 +38,7 @@ __all__ = [
     "fingerprint",
     "parse_compare_config",
     "register_trainer",
+    "trainer_spec",
 ]
 
 Keys = tuple[str, ...]
@@ -159,28 +166,39 @@ def _grpo_validate(config: dict[str, Any]) -> None:
     check_source(grpo.resolve_config(copy.deepcopy(config))["data"])
 
 
-TRAINERS: dict[str, TrainerSpec] = {
-    "sac": TrainerSpec(
-        run=_sac_run,
-        dry_run=_sac_dry_run,
-        budget_key=("training", "total_timesteps"),
-        x_label="environment steps",
-        reserved=(("training", "output_dir"), ("training", "run_name")),
-        prepare=_sac_prepare,
-        validate=_sac_validate,
-    ),
-    "grpo": TrainerSpec(
-        run=_grpo_run,
-        dry_run=_grpo_dry_run,
-        budget_key=("training", "max_steps"),
-        x_label="GRPO steps",
-        reserved=(("training", "output_dir"), ("wandb", "group")),
-        prepare=_grpo_prepare,
-        validate=_grpo_validate,
-    ),
-}
+SAC_TRAINER = TrainerSpec(
+    run=_sac_run,
+    dry_run=_sac_dry_run,
+    budget_key=("training", "total_timesteps"),
+    x_label="environment steps",
+    reserved=(("training", "output_dir"), ("training", "run_name")),
+    prepare=_sac_prepare,
+    validate=_sac_validate,
+)
+"""``trainer: sac``: :func:`densereward.trainers.sac.run` (budget: environment steps)."""
+
+GRPO_TRAINER = TrainerSpec(
+    run=_grpo_run,
+    dry_run=_grpo_dry_run,
+    budget_key=("training", "max_steps"),
+    x_label="GRPO steps",
+    reserved=(("training", "output_dir"), ("wandb", "group")),
+    prepare=_grpo_prepare,
+    validate=_grpo_validate,
+)
+"""``trainer: grpo``: :func:`densereward.trainers.grpo.run` (budget: optimizer steps)."""
+
+TRAINERS: Registry[TrainerSpec] = Registry(
+    "compare trainer",
+    group=entry_point_group("trainers"),
+    builtins={"sac": f"{__name__}:SAC_TRAINER", "grpo": f"{__name__}:GRPO_TRAINER"},
+)
 """The registry: trainer name (a comparison's ``trainer:``) -> :class:`TrainerSpec`. Add to it
-with :func:`register_trainer`; a comparison may also be given a mapping of its own."""
+with :func:`register_trainer` or the entry-point group ``densereward.trainers``; a comparison
+may also be given a mapping ``{name: TrainerSpec}`` of its own (``trainers=``)."""
+
+Trainers = Mapping[str, TrainerSpec] | Registry[TrainerSpec]
+"""What ``trainers=`` takes: :data:`TRAINERS` (the default), another registry or a mapping."""
 
 
 def register_trainer(name: str, spec: TrainerSpec) -> TrainerSpec:
@@ -202,20 +220,33 @@ def register_trainer(name: str, spec: TrainerSpec) -> TrainerSpec:
         raise RegistryError(f"a trainer name must be a non-empty string, got {name!r}")
     if not isinstance(spec, TrainerSpec):
         raise RegistryError(f"register_trainer needs a TrainerSpec, got {type(spec).__name__}")
-    if name in TRAINERS and TRAINERS[name] != spec:
-        raise RegistryError(
-            f"trainer {name!r} is already registered; pick another name (registered: "
-            f"{sorted(TRAINERS)})"
+    return TRAINERS.register(name, spec)
+
+
+def trainer_spec(name: str, trainers: Trainers = TRAINERS) -> TrainerSpec:
+    """The spec of trainer ``name`` (imports a ``"module:attr"`` entry on first use).
+
+    Args:
+        name: a comparison's ``trainer:``.
+        trainers: a registry (default :data:`TRAINERS`) or a mapping ``{name: TrainerSpec}``.
+
+    Raises:
+        ConfigError: for a name not registered (listing the names, with a did-you-mean), an
+            entry that cannot be imported, or one that is not a :class:`TrainerSpec`.
+    """
+    registry = trainers if isinstance(trainers, Registry) else Registry(
+        "compare trainer", group=None, builtins=dict(trainers)
+    )  # fmt: skip
+    try:
+        spec = registry.load(name)
+    except ConfigError as e:
+        raise ConfigError(f"trainer: {e}") from None
+    if not isinstance(spec, TrainerSpec):
+        raise ConfigError(
+            f"trainer {name!r} ({registry.entry(name)!r}) is a {type(spec).__name__}, not a "
+            "densereward.sample_efficiency.TrainerSpec"
         )
-    TRAINERS[name] = spec
     return spec
-
-
-def trainer_spec(name: str, trainers: Mapping[str, TrainerSpec] = TRAINERS) -> TrainerSpec:
-    """The spec of trainer ``name``; :class:`ConfigError` naming the choices if there is none."""
-    if name not in trainers:
-        raise ConfigError(f"trainer={name!r}; use one of {sorted(trainers)}")
-    return trainers[name]
 
 
 # --------------------------------------------------------------------------------------------
@@ -279,7 +310,7 @@ class CompareConfig:
 
     def __post_init__(self) -> None:
         if not isinstance(self.trainer, str) or not self.trainer:
-            raise ConfigError(f"trainer={self.trainer!r}; use one of {sorted(TRAINERS)}")
+            raise ConfigError(f"trainer={self.trainer!r}; use one of {TRAINERS.names()}")
         if self.base is not None and not isinstance(self.base, (str, Mapping)):
             raise ConfigError(
                 f"base must be a config path or a mapping, got {type(self.base).__name__}"
@@ -336,7 +367,7 @@ def parse_compare_config(
     config: Mapping[str, Any],
     *,
     name: str | None = None,
-    trainers: Mapping[str, TrainerSpec] = TRAINERS,
+    trainers: Trainers = TRAINERS,
 ) -> CompareConfig:
     """Validate a comparison config mapping into :class:`CompareConfig`.
 
@@ -411,7 +442,7 @@ def build_run_configs(
     cfg: CompareConfig,
     *,
     base_dir: Path | None = None,
-    trainers: Mapping[str, TrainerSpec] = TRAINERS,
+    trainers: Trainers = TRAINERS,
 ) -> dict[str, dict[str, dict[str, Any]]]:
     """The train config of every run: ``{condition: {f"seed{k}": config}}``.
 

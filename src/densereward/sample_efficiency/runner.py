@@ -30,6 +30,7 @@ from ..metrics.format import format_number
 from .config import (
     TRAINERS,
     CompareConfig,
+    Trainers,
     TrainerSpec,
     _get,
     build_run_configs,
@@ -106,7 +107,7 @@ def run_comparison(
     name: str | None = None,
     progress: bool = True,
     report_only: bool = False,
-    trainers: Mapping[str, TrainerSpec] = TRAINERS,
+    trainers: Trainers = TRAINERS,
 ) -> dict[str, Any]:
     """Run (or resume) a comparison and write ``results.json``, ``report.md``, ``learning_curves.png``.
 
@@ -270,7 +271,7 @@ def dry_run_comparison(
     output_dir: str | Path | None = None,
     base_dir: str | Path | None = None,
     name: str | None = None,
-    trainers: Mapping[str, TrainerSpec] = TRAINERS,
+    trainers: Trainers = TRAINERS,
 ) -> list[str]:
     """Validate a comparison without running or creating anything (``--dry-run``).
 
