@@ -62,6 +62,9 @@ def test_all_sac_configs_parse():
         ({"training": {"total_timesteps": 0}}, "total_timesteps"),
         ({"sac": {"tua": 0.05}}, r"unknown key 'sac.tua' \(did you mean 'sac.tau'\?\)"),
         ({"sac": {"seed": 3}}, "sac.seed is set by the trainer; use training.seed"),
+        ({"env": {"reward": "sprase"}}, r"env.reward: unknown SAC reward kind .*'sparse'"),
+        ({"env": {"base": "verifier"}}, "env.base is the reward under the verifier term"),
+        ({"env": {"describer": "fetchh"}}, r"env.describer: .*Did you mean 'fetch'"),
     ],
 )
 def test_bad_configs_are_rejected(config, match):

@@ -600,6 +600,13 @@ def test_describer_errors():
     with pytest.raises(ConfigError):
         envs.default_describer("Pendulum-v1")
     assert isinstance(envs.default_describer("Pendulum-v1", "Swing up."), BoxDescriber)
+    # the registry: chosen by env id (env_ids patterns) or by name (env.describer)
+    assert isinstance(envs.default_describer("FetchPushDense-v4"), FetchDescriber)
+    assert isinstance(envs.default_describer("FetchReach-v4", "t", name="box"), BoxDescriber)
+    with pytest.raises(ConfigError, match="needs env.task"):
+        envs.default_describer("FetchReach-v4", name="box")
+    with pytest.raises(ConfigError, match="Did you mean 'fetch'"):
+        envs.default_describer("FetchReach-v4", name="fetchh")
     with pytest.raises(DataError, match="dict observations"):
         FetchDescriber("reach").describe([np.zeros(3)], [])
     with pytest.raises(DataError, match="at least the initial observation"):

@@ -12,21 +12,33 @@ Reward variants (``reward=``):
 * ``"verifier"``: verifier progress (:class:`densereward.wrappers.VerifierProgressReward`),
   built on the sparse-success reward when ``base="sparse"`` (the default; shaping then adds
   ``F`` to the success indicator) or on the environment's own reward (``base="env"``).
+
+The kinds are a registry, :data:`SAC_REWARDS` (:mod:`densereward.envs.kinds`), as are the
+describers (:data:`DESCRIBERS`): a plugin adds either through an entry point
+(docs/extending.md).
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from typing import Any, Literal
+from typing import Any
 
 import gymnasium as gym
 
 from ..errors import ConfigError
 from ..progress_reward import ProgressFn, ProgressRewardConfig, TrajectoryDescriber
 from ..vec_env import VecVerifierProgressReward
-from ..wrappers import SparseSuccessReward, VerifierProgressReward
+from ..wrappers import VerifierProgressReward
 from .describers import BoxDescriber, FetchDescriber, RenderHook, rendering_available
+from .kinds import (
+    DESCRIBERS,
+    SAC_REWARDS,
+    VERIFIER_REWARD,
+    SACRewardContext,
+    check_sac_reward,
+    make_describer,
+)
 from .registration import register_robotics
 
 __all__ = [
@@ -34,38 +46,38 @@ __all__ = [
     "make_env",
     "make_vec_env",
     "default_describer",
+    "make_describer",
+    "DESCRIBERS",
+    "SAC_REWARDS",
+    "SACRewardContext",
     "FetchDescriber",
     "BoxDescriber",
     "RenderHook",
     "rendering_available",
 ]
 
-RewardKind = Literal["env", "sparse", "verifier"]
+RewardKind = str
+"""A name in :data:`SAC_REWARDS`: ``"env"``, ``"sparse"``, ``"verifier"`` or a plugin's."""
 
 
-def default_describer(env_id: str, task: str | None = None) -> TrajectoryDescriber:
+def default_describer(
+    env_id: str, task: str | None = None, *, name: str | None = None
+) -> TrajectoryDescriber:
     """:class:`FetchDescriber` for FetchReach/FetchPush ids, else :class:`BoxDescriber` with ``task``.
 
+    The choice is :func:`~densereward.envs.kinds.make_describer`'s: ``name`` (``env.describer``)
+    if given, else the registered describer (:data:`DESCRIBERS`) whose ``env_ids`` match.
+
     Raises:
-        ConfigError: for a non-Fetch env without a ``task`` text.
+        ConfigError: for an unknown ``name``, or an env no describer lists without a ``task``.
     """
-    name = env_id.split("/")[-1].lower()
-    if name.startswith(("fetchreach", "fetchpush")):
-        return FetchDescriber.for_env_id(env_id)
-    if not task:
-        raise ConfigError(
-            f"{env_id!r} has no built-in describer; give env.task (a task description)"
-        )
-    return BoxDescriber(task)
+    return make_describer(env_id, task, name=name)
 
 
 def _base_env(
     env_id: str, *, reward: RewardKind, base: str, render_mode: str | None, **env_kwargs: Any
 ) -> gym.Env:
-    if reward not in ("env", "sparse", "verifier"):
-        raise ConfigError(f"env.reward={reward!r}; use env | sparse | verifier")
-    if base not in ("sparse", "env"):
-        raise ConfigError(f"env.base={base!r}; use sparse | env")
+    check_sac_reward(reward, base)
     register_robotics()
     if env_id not in gym.registry:
         import difflib
@@ -75,9 +87,7 @@ def _base_env(
             f"unknown environment {env_id!r}" + (f"; did you mean {close}?" if close else "")
         )
     env = gym.make(env_id, render_mode=render_mode, **env_kwargs)
-    if reward == "sparse" or (reward == "verifier" and base == "sparse"):
-        env = SparseSuccessReward(env)
-    return env
+    return SAC_REWARDS.load(reward)(env, SACRewardContext(env_id=env_id, base=base))
 
 
 def make_env(
@@ -97,8 +107,9 @@ def make_env(
 
     Args:
         env_id: a registered id, e.g. ``"FetchReach-v4"``.
-        reward: ``"env"`` | ``"sparse"`` | ``"verifier"``.
-        base: for ``"verifier"``: the reward under the verifier term, ``"sparse"`` or ``"env"``.
+        reward: a kind of :data:`SAC_REWARDS`: ``"env"`` | ``"sparse"`` | ``"verifier"`` | a
+            plugin's.
+        base: for ``"verifier"``: the kind under the verifier term (``"sparse"``, ``"env"``, ...).
         progress_fn: required for ``"verifier"`` (see :data:`densereward.wrappers.ProgressFn`).
         describer: trajectory describer; default from :func:`default_describer`.
         reward_config: :class:`ProgressRewardConfig`.
@@ -111,7 +122,7 @@ def make_env(
         ConfigError: on an unknown id or reward, or ``"verifier"`` without ``progress_fn``.
     """
     env = _base_env(env_id, reward=reward, base=base, render_mode=render_mode, **env_kwargs)
-    if reward == "verifier":
+    if reward == VERIFIER_REWARD:
         if progress_fn is None:
             raise ConfigError(
                 "reward='verifier' needs a progress_fn (e.g. verifier_progress_fn(Verifier(...)))"
@@ -159,7 +170,7 @@ def make_vec_env(
 
     if n_envs < 1:
         raise ConfigError(f"env.n_envs must be >= 1, got {n_envs}")
-    if reward == "verifier" and progress_fn is None:
+    if reward == VERIFIER_REWARD and progress_fn is None:
         raise ConfigError(
             "reward='verifier' needs a progress_fn (e.g. verifier_progress_fn(Verifier(...)))"
         )
@@ -171,7 +182,7 @@ def make_vec_env(
 
     venv = DummyVecEnv([thunk(i) for i in range(n_envs)])
     venv.seed(seed)
-    if reward == "verifier":
+    if reward == VERIFIER_REWARD:
         venv = VecVerifierProgressReward(
             venv, progress_fn, describer or default_describer(env_id), reward_config, gamma=gamma
         )

@@ -74,6 +74,10 @@ class FetchDescriber:
     'Gripper-target distance now 10 cm. Gripper (1.30, 0.70, 0.50) m, target (1.30, 0.70, 0.40) m.'
     """
 
+    env_ids: tuple[str, ...] = ("FetchReach*", "FetchPush*")
+    """The env ids (``fnmatch`` patterns) this describer is chosen for by default
+    (:func:`densereward.envs.make_describer`; registry name ``fetch``)."""
+
     def __init__(
         self,
         task: Literal["reach", "push"],
@@ -226,6 +230,12 @@ class BoxDescriber:
     'State now: [0.0, -0.3].'
     """
 
+    env_ids: tuple[str, ...] = ()
+    """None: chosen by name (``env.describer: box``), or when no other describer fits an env
+    and ``env.task`` is given (registry name ``box``)."""
+    needs_task = True
+    """:meth:`for_env_id` takes ``env.task``."""
+
     def __init__(
         self,
         task: str,
@@ -248,6 +258,15 @@ class BoxDescriber:
         self.n_recent = n_recent
         self.stride = stride
         self.show_action = show_action
+
+    @classmethod
+    def for_env_id(cls, env_id: str, *, task: str, **kwargs: Any) -> BoxDescriber:
+        """``BoxDescriber(task, **kwargs)``: any env id; the text comes from ``task``.
+
+        Raises:
+            ConfigError: on an empty task (as the constructor).
+        """
+        return cls(task, **kwargs)
 
     def _vec(self, x: Any) -> str:
         a = np.asarray(x, dtype=np.float64).ravel()

@@ -115,6 +115,12 @@ def _eval_reward(cfg: SACRunConfig) -> str:
     return cfg.env.base if cfg.env.reward == "verifier" else cfg.env.reward
 
 
+def _eval_label(cfg: SACRunConfig) -> str:
+    """What ``eval/mean_reward`` sums (a plugin reward kind: its name)."""
+    kind = _eval_reward(cfg)
+    return EVAL_REWARD_LABELS.get(kind, f"{kind} reward, summed")
+
+
 def _plot(cfg: SACRunConfig, run_dir: Path, threshold_source: str) -> Path | None:
     """Write ``training_curves.png`` (:func:`~densereward.trainers.sac_plots.plot_sac_run`)."""
     try:
@@ -123,7 +129,7 @@ def _plot(cfg: SACRunConfig, run_dir: Path, threshold_source: str) -> Path | Non
         logger.warning("no training_curves.png: pip install 'densereward[plots]' for matplotlib")
         return None
     verifier = cfg.env.reward == "verifier"
-    base = {"sparse": "sparse success", "env": "env reward"}[cfg.env.base]
+    base = {"sparse": "sparse success", "env": "env reward"}.get(cfg.env.base, cfg.env.base)
     a = cfg.reward.alpha
     training = {
         "shaping": f"{base} + verifier shaping",
@@ -132,7 +138,7 @@ def _plot(cfg: SACRunConfig, run_dir: Path, threshold_source: str) -> Path | Non
     }[cfg.reward.mode]
     return plot_sac_run(
         run_dir,
-        eval_reward=EVAL_REWARD_LABELS[_eval_reward(cfg)],
+        eval_reward=_eval_label(cfg),
         training_reward=training if verifier else None,
         threshold_source=threshold_source if verifier else None,
         title=f"SAC on {cfg.env.id}: reward {training if verifier else cfg.env.reward}",
@@ -221,7 +227,7 @@ def dry_run(config: dict[str, Any], *, output_dir: Path, resume: bool = False) -
     ]
     unreachable = None  # an offline name not installed, a Hub id not reachable offline
     if cfg.env.reward == "verifier":
-        describer = envs.default_describer(cfg.env.id, cfg.env.task)
+        describer = envs.default_describer(cfg.env.id, cfg.env.task, name=cfg.env.describer)
         env = gym.make(cfg.env.id)
         try:
             obs, _ = env.reset(seed=cfg.training.seed)
@@ -315,7 +321,7 @@ def run(config: dict[str, Any], *, output_dir: Path, resume: bool = False) -> di
         reward=cfg.env.reward,
         base=cfg.env.base,
         progress_fn=progress_fn,
-        describer=envs.default_describer(cfg.env.id, cfg.env.task)
+        describer=envs.default_describer(cfg.env.id, cfg.env.task, name=cfg.env.describer)
         if cfg.env.reward == "verifier"
         else None,
         reward_config=cfg.reward,
@@ -422,7 +428,7 @@ def run(config: dict[str, Any], *, output_dir: Path, resume: bool = False) -> di
             run_dir / "eval_curve.jsonl",
             every=tc.eval_every,
             n_episodes=tc.eval_episodes,
-            reward_label=EVAL_REWARD_LABELS[_eval_reward(cfg)],
+            reward_label=_eval_label(cfg),
         )
         callbacks.append(eval_cb)
     if cfg.env.reward == "verifier" and cfg.reward.timing == "episode_end":
@@ -488,7 +494,7 @@ def run(config: dict[str, Any], *, output_dir: Path, resume: bool = False) -> di
             "seconds": seconds,
             "steps_per_second": steps / seconds if seconds > 0 else float("nan"),
             "eval_seconds": eval_cb.seconds if eval_cb is not None else 0.0,
-            "eval_reward": EVAL_REWARD_LABELS[_eval_reward(cfg)] if eval_cb is not None else None,
+            "eval_reward": _eval_label(cfg) if eval_cb is not None else None,
             "threshold_source": dynamics.threshold_source if verifier is not None else None,
             "plot": str(plot) if plot is not None else None,
             "verifier_stats": stats,

@@ -10,7 +10,7 @@ before any run starts; the run itself is :mod:`densereward.trainers.sac`.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 from densereward.config import (
     VerifierConfig,
@@ -43,14 +43,19 @@ class EnvConfig:
 
     id: str = "FetchReach-v4"
     """Gymnasium id; Fetch tasks come from Gymnasium-Robotics (``FetchReach-v4``, ``FetchPush-v4``, ``FetchReachDense-v4``)."""
-    reward: Literal["env", "sparse", "verifier"] = "verifier"
-    """``env``: the registered reward; ``sparse``: 1 on success else 0; ``verifier``: verifier progress."""
-    base: Literal["sparse", "env"] = "sparse"
-    """For ``reward: verifier``: the reward the verifier term is added to / mixed with."""
+    reward: str = "verifier"
+    """A kind of :data:`densereward.envs.SAC_REWARDS` (a plugin may add more): ``env``: the
+    registered reward; ``sparse``: 1 on success else 0; ``verifier``: verifier progress."""
+    base: str = "sparse"
+    """For ``reward: verifier``: the kind the verifier term is added to / mixed with
+    (``sparse``, ``env`` or a plugin's)."""
     n_envs: int = 2
     """Environments stepped together; the verifier scores all due ones in one batched call."""
     task: str | None = None
-    """Task text for non-Fetch environments (the generic Box describer)."""
+    """Task text for describers that need one (the generic ``box`` describer)."""
+    describer: str | None = None
+    """For ``reward: verifier``: a name in :data:`densereward.envs.DESCRIBERS` (``fetch``,
+    ``box`` or a plugin's); ``None`` = the describer whose ``env_ids`` match ``id``."""
     normalize_obs: bool = False
     """Wrap the vector env in ``VecNormalize(norm_obs=True, norm_reward=False)``: running
     mean/std normalisation of the policy's observations (and goals), clipped to +-``clip_obs``,
@@ -61,10 +66,14 @@ class EnvConfig:
     """Clip of the normalised observations (``normalize_obs`` only; HER paper: 5)."""
 
     def __post_init__(self) -> None:
-        if self.reward not in ("env", "sparse", "verifier"):
-            raise ConfigError(f"env.reward={self.reward!r}; use env | sparse | verifier")
-        if self.base not in ("sparse", "env"):
-            raise ConfigError(f"env.base={self.base!r}; use sparse | env")
+        from densereward.envs.kinds import DESCRIBERS, check_sac_reward
+
+        check_sac_reward(self.reward, self.base)
+        if self.describer is not None:
+            try:
+                DESCRIBERS.check(self.describer)
+            except ConfigError as e:
+                raise ConfigError(f"env.describer: {e}") from None
         if self.n_envs < 1:
             raise ConfigError(f"env.n_envs must be >= 1, got {self.n_envs}")
         if not self.clip_obs > 0:
