@@ -386,8 +386,9 @@ def numbers_equal(a: Any, b: Any, *, rel_tol: float = REL_TOL) -> bool:
     """Whether two numbers are the same answer: exactly, or to ``rel_tol`` where one is a decimal.
 
     Args:
-        a, b: ``int``, :class:`fractions.Fraction`, ``float``, or a string: an integer or a
+        a: ``int``, :class:`fractions.Fraction`, ``float``, or a string: an integer or a
             fraction (``"5/4"``) is exact, a decimal (``"0.5"``, ``"1e-7"``) is not.
+        b: the other number, of the same kinds.
         rel_tol: The relative tolerance, ``|a - b| <= rel_tol * max(|a|, |b|)``.
 
     Returns:

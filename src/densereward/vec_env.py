@@ -36,7 +36,10 @@ class VecVerifierProgressReward(VecEnvWrapper):
 
     Args:
         venv: the vectorised environment (e.g. ``DummyVecEnv``), with the raw env reward.
-        progress_fn, describer, config, gamma: as in :class:`VerifierProgressReward`.
+        progress_fn: as in :class:`VerifierProgressReward`.
+        describer: as in :class:`VerifierProgressReward`.
+        config: as in :class:`VerifierProgressReward`.
+        gamma: as in :class:`VerifierProgressReward`.
 
     Raises:
         ConfigError: on invalid configuration.

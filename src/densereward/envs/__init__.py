@@ -154,11 +154,11 @@ def make_vec_env(
 ) -> Any:
     """``VecMonitor(VecVerifierProgressReward(DummyVecEnv([...])))`` (verifier is skipped for other rewards).
 
-    One batched verifier call per vector step serves all ``n_envs`` environments.
+    One batched verifier call per vector step serves all ``n_envs`` environments. ``env_id``,
+    ``reward``, ``base``, ``progress_fn``, ``describer``, ``reward_config``, ``gamma``,
+    ``render_mode`` and ``env_kwargs`` are as in :func:`make_env`.
 
     Args:
-        env_id, reward, base, progress_fn, describer, reward_config, gamma, render_mode,
-            env_kwargs: as in :func:`make_env`.
         n_envs: number of environments (>= 1), stepped in-process (``DummyVecEnv``).
         seed: environment ``i`` is seeded with ``seed + i``.
         monitor_dir: where ``VecMonitor`` writes ``monitor.csv`` (``None``: not written).

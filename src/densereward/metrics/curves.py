@@ -186,7 +186,9 @@ def iqm_ci(
 
     Args:
         scores: one score per run, shape ``(n_runs,)``.
-        n_bootstrap, confidence, seed: bootstrap replicates, coverage in ``(0, 1)``, seed.
+        n_bootstrap: bootstrap replicates.
+        confidence: coverage in ``(0, 1)``.
+        seed: RNG seed.
 
     Returns:
         ``{"value", "low", "high", "n_runs"}``; all ``NaN`` (``n_runs`` 0) when no score is finite.
@@ -231,7 +233,9 @@ def probability_of_improvement_ci(
     Args:
         x: scores of condition X, shape ``(n_x,)``; non-finite values are dropped.
         y: scores of condition Y, shape ``(n_y,)``.
-        n_bootstrap, confidence, seed: bootstrap replicates, coverage in ``(0, 1)``, seed.
+        n_bootstrap: bootstrap replicates.
+        confidence: coverage in ``(0, 1)``.
+        seed: RNG seed.
 
     Returns:
         ``{"value", "low", "high", "n_runs"}`` (``n_runs`` = n_x), value in ``[0, 1]``;
@@ -268,7 +272,9 @@ def mean_curve_ci(
 
     Args:
         curves: resampled curves, shape ``(n_runs, G)`` (one row per seed, a common grid).
-        n_bootstrap, confidence, seed: bootstrap replicates, coverage in ``(0, 1)``, seed.
+        n_bootstrap: bootstrap replicates.
+        confidence: coverage in ``(0, 1)``.
+        seed: RNG seed.
 
     Returns:
         ``(mean, low, high)``, each of shape ``(G,)``.

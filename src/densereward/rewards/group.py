@@ -48,8 +48,8 @@ class GroupVerifierReward(_VerifierRewardBase):
         method: ``"ppt"`` or ``"round_robin"``.
         pivots: PPT pivots per candidate (ignored by round robin).
         seed: Base seed of PPT pivot draws (mixed with the step and group index).
-        name, tracker, checker, problem_column, answer_column, level_column: as in
-            :class:`~densereward.rewards.verifier.VerifierReward`.
+        **kwargs: ``name``, ``tracker``, ``checker``, ``problem_column``, ``answer_column``,
+            ``level_column``: as in :class:`~densereward.rewards.verifier.VerifierReward`.
 
     Returns (from ``__call__``):
         ``(len(completions),)`` win rates in ``[0, 1]``; ``None`` for a completion with no

@@ -81,7 +81,9 @@ def analyze(
         threshold: level for steps-to-threshold; ``None`` skips it.
         final_window: evaluations averaged into final performance.
         grid_points: points of the common grid on ``[0, budget]``.
-        n_bootstrap, confidence, seed: bootstrap settings (every CI uses ``seed``).
+        n_bootstrap: bootstrap replicates.
+        confidence: coverage of every CI, in ``(0, 1)``.
+        seed: RNG seed (every CI uses it).
         primary: ``auc`` or ``final``, the score of the pairwise verdicts.
 
     Returns:
