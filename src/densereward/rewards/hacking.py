@@ -146,7 +146,7 @@ class HackingAlarm:
                 "half): mean dense reward %.3f -> %.3f (rise %+.3f, t = %.1f), Math-Verify pass "
                 "rate %.3f -> %.3f (%+.3f), TNR %s. Inspect the logged completions for text "
                 "addressed to the grader; reward.type=gated with the injection pre-filter keeps "
-                "the dense reward from outweighing correctness (README, 'Reward hacking').",
+                "the dense reward from outweighing correctness (docs/reward_hacking.md).",
                 "" if step is None else f" at step {step}", why, self.window,
                 float(old[0].mean()), float(new[0].mean()), rise, t,
                 float(old[1].mean()), float(new[1].mean()), d_pass,

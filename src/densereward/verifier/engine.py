@@ -67,7 +67,7 @@ class Verifier(OneItemVerbs):
 
     Attributes:
         read_plan: where the score is read under the backend's own tokenizer
-            (:class:`~.boundary.ReadPlan`; README "Where the score is read").
+            (:class:`~.boundary.ReadPlan`; docs/where_the_score_is_read.md).
         calibration_mass: the score-token mass of the start-up calibration read (``None``
             when it did not run).
 
