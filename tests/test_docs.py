@@ -95,8 +95,9 @@ def test_every_public_subpackage_has_an_api_page():
     assert packages and not [p for p in packages if p not in documented], documented
 
 
-def _temp_site(tmp_path: Path, page: str) -> Path:
-    """A copy of mkdocs.yml building one page (``page``) from a temporary docs folder."""
+def _temp_site(tmp_path: Path, page: str, module: str | None = None) -> Path:
+    """A copy of mkdocs.yml building one page (``page``) from a temporary docs folder, with the
+    module ``docs_probe`` (source ``module``) importable by mkdocstrings when given."""
     config = yaml.safe_load((REPO / "mkdocs.yml").read_text())
     docs = tmp_path / "docs"
     docs.mkdir(parents=True)
@@ -106,6 +107,9 @@ def _temp_site(tmp_path: Path, page: str) -> Path:
     python = config["plugins"][-1]["mkdocstrings"]["handlers"]["python"]
     python["paths"] = [str(REPO / p) for p in python["paths"]]
     python["options"]["extensions"] = [str(REPO / e) for e in python["options"]["extensions"]]
+    if module is not None:
+        (tmp_path / "docs_probe.py").write_text(module)
+        python["paths"].append(str(tmp_path))
     path = tmp_path / "mkdocs.yml"
     path.write_text(yaml.safe_dump(config))
     return path
@@ -116,7 +120,10 @@ _GOOD_PAGE = "::: densereward.scale\n\nSee [ScoreScale][densereward.scale.ScoreS
 
 def test_a_temporary_copy_of_the_config_builds(tmp_path):
     """The control of the test below: the same temporary site with good references builds."""
-    done = mkdocs_build(_temp_site(tmp_path, _GOOD_PAGE), tmp_path / "site")
+    probe = '"""Uses :class:`~densereward.scale.ScoreScale` and :mod:`.elsewhere`."""\n'
+    done = mkdocs_build(
+        _temp_site(tmp_path, _GOOD_PAGE + "\n::: docs_probe\n", probe), tmp_path / "site"
+    )
     assert done.returncode == 0, done.stderr[-3000:]
 
 
@@ -126,9 +133,30 @@ def test_a_temporary_copy_of_the_config_builds(tmp_path):
         ("::: densereward.scale\n\nSee [the scale][densereward.scale.NoSuchScale].\n",
          "Could not find cross-reference target"),
         ("See [the guide](no_such_page.md).\n", "no_such_page.md"),
+        ("::: densereward.scale\n\n::: docs_probe\n", "densereward.scale.NoSuchScale"),
     ],
-    ids=["cross-reference", "relative-link"],
+    ids=["cross-reference", "relative-link", "docstring-role"],
 )  # fmt: skip
 def test_a_broken_reference_fails_the_strict_build(tmp_path, page, message):
-    done = mkdocs_build(_temp_site(tmp_path, page), tmp_path / "site")
+    """In a page, or in a docstring (a Sphinx role naming a ``densereward`` object that does
+    not exist; one that exists is a link, tested by the control above)."""
+    probe = '"""Uses :class:`~densereward.scale.ScoreScale` and :class:`densereward.scale.NoSuchScale`."""\n'
+    done = mkdocs_build(_temp_site(tmp_path, page, probe), tmp_path / "site")
     assert done.returncode != 0 and message in done.stderr, done.stderr[-3000:]
+
+
+def test_the_site_helpers():
+    """scripts/griffe_doctest.py's doctests; scripts/mkdocs_hooks.py keeps only existing pages."""
+    import doctest
+    import importlib.util
+
+    def load(name):
+        spec = importlib.util.spec_from_file_location(name, REPO / "scripts" / f"{name}.py")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module
+
+    assert doctest.testmod(load("griffe_doctest")).failed == 0
+    nav = [{"A": "index.md"}, {"B": [{"C": "no_such_page.md"}]}, "api/index.md", {"D": "https://x"}]
+    kept = load("mkdocs_hooks")._prune(nav, REPO / "docs")
+    assert kept == [{"A": "index.md"}, "api/index.md", {"D": "https://x"}]
