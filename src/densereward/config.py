@@ -20,6 +20,7 @@ import yaml
 from .backends.dtype import DTYPES
 from .backends.registry import backend_option_types, check_backend_name
 from .errors import ConfigError
+from .frames import FrameConfig
 
 __all__ = [
     "VerifierConfig",
@@ -144,6 +145,9 @@ class VerifierConfig:
     """For ``vllm``: fraction of GPU memory (on CPU: of RAM) the engine reserves."""
     seed: int = 0
     """Seed of sampled analyses, PPT cycles and samples."""
+    frames: FrameConfig = dataclasses.field(default_factory=FrameConfig)
+    """Camera frames per read (count, size, stride; :class:`~densereward.frames.FrameConfig`),
+    for a verifier that sees (``images=`` of ``progress_batch`` / ``score_batch``)."""
 
     def __post_init__(self) -> None:
         check_backend_name(self.backend)
@@ -182,6 +186,7 @@ class VerifierConfig:
         if self.backend in ("openai", "sampled") and not self.base_url:
             raise ConfigError(f"verifier.backend={self.backend!r} needs verifier.base_url")
         self._check_ranges()
+        object.__setattr__(self, "frames", FrameConfig.coerce(self.frames))
         if isinstance(self.criteria, list):
             object.__setattr__(self, "criteria", tuple(self.criteria))
         if self.chat_template_kwargs is not None and (
