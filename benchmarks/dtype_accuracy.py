@@ -76,7 +76,9 @@ def main() -> None:
     results, seconds = {}, {}
     for dtype in ("float32", "bfloat16"):
         config = VerifierConfig(
-            model=args.model, dtype=dtype, device="cpu", batch_size=args.batch_size
+            model=args.model,
+            batch_size=args.batch_size,
+            backend_options={"dtype": dtype, "device": "cpu"},
         )
         with Verifier(config) as v:
             t0 = time.perf_counter()

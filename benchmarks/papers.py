@@ -706,7 +706,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument(
         "--dtype",
         default=None,
-        help="verifier.dtype; default bfloat16 for the embedded 135M (as committed), "
+        help="verifier.backend_options.dtype; default bfloat16 for the embedded 135M (as committed), "
         "'auto' (densereward.backends.dtype.resolve_dtype) for --model",
     )
     ap.add_argument(
@@ -759,7 +759,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     long_p = set(pids[: args.long_problems])
     rep_p = set(pids[: args.repeat_problems])
     base = dict(
-        model=args.model, dtype=args.dtype, cache_dir=args.cache_dir, batch_size=args.batch_size
+        model=args.model,
+        cache_dir=args.cache_dir,
+        batch_size=args.batch_size,
+        backend_options={"dtype": args.dtype},
     )
     timings: dict[str, Any] = {}
 

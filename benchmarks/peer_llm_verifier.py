@@ -129,15 +129,14 @@ def run_densereward(problems: Sequence[dict], base_url: str, style: str, args) -
 
     cfg = VerifierConfig(
         backend="openai",
-        base_url=base_url,
         granularity=20,
         n_repeats=args.repeats,
         criteria=CRITERION,
         style=style,
         max_reasoning_tokens=args.max_reasoning_tokens,
         seed=args.seed,
-        timeout_s=600.0,
         batch_size=1,
+        backend_options={"base_url": base_url, "timeout_s": 600.0},
     )
     per = []
     with Verifier(cfg) as v:

@@ -130,7 +130,11 @@ def main() -> None:
     ap.add_argument("--phrasings-only", action="store_true", help="skip the episodes")
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
-    v = Verifier(VerifierConfig(model=args.model, granularity=20, dtype="float32", device="cpu"))
+    v = Verifier(
+        VerifierConfig(
+            model=args.model, granularity=20, backend_options={"dtype": "float32", "device": "cpu"}
+        )
+    )
     out = {"model": args.model}
     if not args.phrasings_only:
         out.update(measure_episodes(v, args.episodes, args.stride))

@@ -135,11 +135,10 @@ def main() -> None:
     for model in args.models:
         config = VerifierConfig(
             model=model,
-            dtype="float32",
-            device="cpu",
             granularity=20,
             batch_size=args.batch_size,
             min_mass=0.0,
+            backend_options={"dtype": "float32", "device": "cpu"},
         )
         with Verifier(config) as v:
             boundary_plan = v.read_plan

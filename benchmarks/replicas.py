@@ -51,9 +51,8 @@ def _prompts(groups: int, size: int) -> list:
 
 
 def _run(urls: list[str], prompts: list, args: argparse.Namespace, kill=None) -> dict:
-    cfg = VerifierConfig(
-        backend="openai", base_url=urls, max_concurrency=args.concurrency, timeout_s=30.0
-    )
+    options = {"base_url": urls, "max_concurrency": args.concurrency, "timeout_s": 30.0}
+    cfg = VerifierConfig(backend="openai", backend_options=options)
     with OpenAIBackend(cfg, retry_base_s=0.01, health_interval_s=1.0) as be:
         timer = None
         expected_s = len(prompts) * args.latency_ms / 1000 / args.capacity / len(urls)
@@ -80,7 +79,10 @@ def main() -> None:
     ap.add_argument("--capacity", type=int, default=4, help="requests one server serves at once")
     ap.add_argument("--latency-ms", type=float, default=50.0, help="per-request latency")
     ap.add_argument(
-        "--concurrency", type=int, default=8, help="verifier.max_concurrency (per replica)"
+        "--concurrency",
+        type=int,
+        default=8,
+        help="verifier.backend_options.max_concurrency (per replica)",
     )
     ap.add_argument("--repeats", type=int, default=3)
     args = ap.parse_args()

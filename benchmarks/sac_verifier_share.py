@@ -42,12 +42,12 @@ REPO = Path(__file__).resolve().parents[1]
 VARIANTS: dict[str, list[str]] = {
     "verifier": [],
     "no_prefix_cache": ["verifier.backend_options={prefix_cache_size: 0}"],
-    "float32": ["verifier.dtype=float32"],
+    "float32": ["verifier.backend_options.dtype=float32"],
     "float32_no_prefix_cache": [
-        "verifier.dtype=float32",
+        "verifier.backend_options.dtype=float32",
         "verifier.backend_options={prefix_cache_size: 0}",
     ],
-    "bfloat16": ["verifier.dtype=bfloat16"],
+    "bfloat16": ["verifier.backend_options.dtype=bfloat16"],
     "score_every_25": ["reward.score_every=25"],
     "n_envs_4": ["env.n_envs=4"],
 }

@@ -2,7 +2,7 @@
 duplicated rewards, with the verifier on one replica vs two (issue 30 item 4).
 
 A real uvicorn server (in this process, a thread) runs the dense reward (``reward.type:
-dense``, the ``openai`` backend, G = 20) over ``verifier.base_url`` = one or two replicas;
+dense``, the ``openai`` backend, G = 20) over ``verifier.backend_options.base_url`` = one or two replicas;
 ``--clients`` concurrent clients each send ``--requests`` OpenRLHF requests (one query each,
 as OpenRLHF sends them, over ``httpx``). Every response names its request: the response text
 carries a number ``k``, and the scripted verifier answers the score letter ``k mod 20``, so a
@@ -56,8 +56,9 @@ def _serve(base_urls: list[str], args: argparse.Namespace):
 
     config = {
         "reward": {"type": "dense", "track": False, "reference_guided": False, "use_async": True},
-        "verifier": {"backend": "openai", "base_url": base_urls, "granularity": 20,
-                     "max_concurrency": args.concurrency, "calibrate": False},
+        "verifier": {"backend": "openai", "granularity": 20, "calibrate": False,
+                     "backend_options": {"base_url": base_urls,
+                                         "max_concurrency": args.concurrency}},
         "serve": {"max_batch": args.max_batch, "batch_wait_ms": args.batch_wait_ms},
     }  # fmt: skip
     service, close = build_service(config)
@@ -134,7 +135,10 @@ def main() -> None:
     )
     ap.add_argument("--latency-ms", type=float, default=50.0)
     ap.add_argument(
-        "--concurrency", type=int, default=8, help="verifier.max_concurrency (per replica)"
+        "--concurrency",
+        type=int,
+        default=8,
+        help="verifier.backend_options.max_concurrency (per replica)",
     )
     ap.add_argument("--max-batch", type=int, default=64)
     ap.add_argument("--batch-wait-ms", type=float, default=5.0)

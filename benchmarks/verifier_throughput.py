@@ -4,7 +4,7 @@ On the same ``--n`` GSM8K responses (``gsm8k/model_solutions_dev.jsonl``) and th
 (the embedded SmolLM2-135M unless ``--model``), in the same process, interleaved
 (A, B, A, B, ... so that a noisy shared machine hits both alike), prints responses/s for:
 
-(a) ``Verifier.score_batch`` (direct style, the transformers backend, ``verifier.dtype``,
+(a) ``Verifier.score_batch`` (direct style, the transformers backend, ``verifier.backend_options.dtype``,
     default ``auto``: bf16 where the CPU/GPU supports it);
 (b) the raw forward baseline: exactly the token ids the scorer's backend was given (captured
     from one scoring call), run as ``model.model(...)`` (the decoder) followed by ``lm_head`` on
@@ -132,7 +132,9 @@ def main() -> None:
     ap.add_argument("--model", default=None, help="HF path; default: embedded SmolLM2-135M")
     ap.add_argument("--n", type=int, default=20, help="responses to score")
     ap.add_argument("--batch-size", type=int, default=8)
-    ap.add_argument("--dtype", default="auto", help="verifier.dtype (auto|float32|bfloat16)")
+    ap.add_argument(
+        "--dtype", default="auto", help="verifier.backend_options.dtype (auto|float32|bfloat16)"
+    )
     ap.add_argument(
         "--threads", type=int, default=1, help="torch threads (1: robust on a busy box)"
     )
@@ -159,7 +161,9 @@ def main() -> None:
     problems, responses = _load(args.data_dir, args.n)
     n = len(responses)
     config = VerifierConfig(
-        model=args.model, batch_size=args.batch_size, dtype=args.dtype, device="cpu"
+        model=args.model,
+        batch_size=args.batch_size,
+        backend_options={"dtype": args.dtype, "device": "cpu"},
     )
     backend = TransformersBackend(config)
     verifier = Verifier(config, backend=backend)
@@ -200,7 +204,8 @@ def main() -> None:
     scorers = ["scorer"]
     other = f"scorer, {args.compare_dtype}"
     if args.compare_dtype:
-        config2 = dataclasses.replace(config, dtype=args.compare_dtype)
+        options2 = {**config.backend_options, "dtype": args.compare_dtype}
+        config2 = dataclasses.replace(config, backend_options=options2)
         verifier2 = Verifier(config2, backend=TransformersBackend(config2))
         verifier2.score_batch(problems=problems, responses=responses)  # warm-up
         runs[other] = lambda: verifier2.score_batch(problems=problems, responses=responses)
@@ -265,11 +270,13 @@ def main() -> None:
                 VerifierConfig(
                     backend="vllm",
                     model=args.model,
-                    dtype=args.dtype,
-                    gpu_memory_utilization=0.15,
-                ),
-                max_model_len=2048,
-                kv_cache_bytes=2**28,
+                    backend_options={
+                        "dtype": args.dtype,
+                        "gpu_memory_utilization": 0.15,
+                        "max_model_len": 2048,
+                        "kv_cache_bytes": 2**28,
+                    },
+                )
             )
         except Exception as e:  # vLLM missing or engine failed: report and carry on
             print(f"vLLM offline: skipped ({type(e).__name__}: {e})")

@@ -134,7 +134,8 @@ def grpo_config(
     else:
         config["data"] = {"source": "reasoning_gym", "task": "basic_arithmetic", "size": 256}
     scaled.append(f"data {config['data'].get('path') or 'reasoning_gym'} (no network)")
-    config["verifier"]["base_url"] = base_url
+    verifier = config["verifier"]
+    verifier["backend_options"] = {**(verifier.get("backend_options") or {}), "base_url": base_url}
     config["wandb"] = {**config.get("wandb", {}), "name": "gpu-smoke", "group": "gpu-smoke"}
     return config, scaled
 
@@ -292,7 +293,8 @@ def throughput(args: argparse.Namespace, base_url: str) -> dict[str, Any]:
     from densereward import Verifier
     from densereward.config import VerifierConfig, from_dict, load_yaml
 
-    section = dict(load_yaml(args.config)["verifier"], base_url=base_url)
+    section = dict(load_yaml(args.config)["verifier"])
+    section["backend_options"] = {**(section.get("backend_options") or {}), "base_url": base_url}
     cfg: VerifierConfig = from_dict(VerifierConfig, section, prefix="verifier.")
     problems, responses, tokens = scoring_batch(
         args.tokenizer_dir, args.n_score, args.prompt_tokens

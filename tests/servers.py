@@ -471,8 +471,9 @@ class MisbehavingServer:
 def scripted_verifier(base_url: str, **config):
     """A :class:`densereward.verifier.Verifier` on the ``openai`` backend at ``base_url``.
 
-    ``config`` goes to :class:`~densereward.config.VerifierConfig`. The warning that the
-    scripted server has no ``/tokenize`` endpoint is silenced.
+    ``config`` goes to :class:`~densereward.config.VerifierConfig`; its ``backend_options``
+    get ``base_url``. The warning that the scripted server has no ``/tokenize`` endpoint is
+    silenced.
     """
     import warnings
 
@@ -481,4 +482,5 @@ def scripted_verifier(base_url: str, **config):
 
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*cannot tokenize.*")
-        return Verifier(VerifierConfig(backend="openai", base_url=base_url, **config))
+        options = {"base_url": base_url, **(config.pop("backend_options", None) or {})}
+        return Verifier(VerifierConfig(backend="openai", backend_options=options, **config))

@@ -86,7 +86,11 @@ def hf_backend(default_model_dir):
         yield None
         return
     backend = TransformersBackend(
-        VerifierConfig(model=str(default_model_dir), dtype="float32", device="cpu", batch_size=1)
+        VerifierConfig(
+            model=str(default_model_dir),
+            batch_size=1,
+            backend_options={"dtype": "float32", "device": "cpu"},
+        )
     )
     yield backend
     backend.close()
@@ -120,9 +124,8 @@ def _direct_reference(model_dir, prompts) -> list[TokenLogprobs]:
 
 
 def _config(server: VLLMServer, **kw) -> VerifierConfig:
-    return VerifierConfig(
-        backend=kw.pop("backend", "openai"), base_url=server.base_url, timeout_s=120.0, **kw
-    )
+    options = {"base_url": server.base_url, "timeout_s": 120.0, **kw.pop("backend_options", {})}
+    return VerifierConfig(backend=kw.pop("backend", "openai"), backend_options=options, **kw)
 
 
 def test_server_start_up(vllm_server: VLLMServer):
@@ -222,7 +225,7 @@ def test_generate_and_async(vllm_server):
 
 def test_sampled_backend_on_real_server(vllm_server):
     prompts = grading_prompts()[:2]
-    cfg = _config(vllm_server, backend="sampled", n_samples=8, seed=11)
+    cfg = _config(vllm_server, backend="sampled", seed=11, backend_options={"n_samples": 8})
     t0 = time.monotonic()
     with SampledBackend(cfg) as b:
         first = b.next_token_logprobs(prompts, CANDIDATES)

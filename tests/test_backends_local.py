@@ -75,7 +75,9 @@ def prompts(data_dir) -> list[ChatPrompt]:
 @pytest.fixture(scope="module")
 def hf(default_model_dir) -> TransformersBackend:
     backend = TransformersBackend(
-        VerifierConfig(model=str(default_model_dir), batch_size=4, dtype="float32")
+        VerifierConfig(
+            model=str(default_model_dir), batch_size=4, backend_options={"dtype": "float32"}
+        )
     )
     yield backend
     backend.close()
@@ -217,7 +219,9 @@ def test_prefix_cache_bfloat16_within_rounding_noise(default_model_dir):
     is no further from the one-pass read than the in-chunk sharing's own worst case."""
     calls = _progress_calls()
     b = TransformersBackend(
-        VerifierConfig(model=str(default_model_dir), dtype="bfloat16", batch_size=8),
+        VerifierConfig(
+            model=str(default_model_dir), batch_size=8, backend_options={"dtype": "bfloat16"}
+        ),
         prefix_cache_size=0,
     )
     try:
@@ -294,8 +298,7 @@ def vllm_backend(default_model_dir):
         VerifierConfig(
             backend="vllm",
             model=str(default_model_dir),
-            dtype="float32",
-            gpu_memory_utilization=0.15,
+            backend_options={"dtype": "float32", "gpu_memory_utilization": 0.15},
         ),
         max_model_len=2048,
         kv_cache_bytes=2**28,  # 256 MiB: enough for 2048-token prompts, polite on a shared box

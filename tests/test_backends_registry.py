@@ -1,7 +1,8 @@
 """The backend registry: a declarative table of entry points, imported on first use.
 
 Names are resolved the way Gymnasium resolves ``entry_point="module:Name"``; a third party
-registers its own backend once and may not overwrite a taken name.
+registers its own backend once and may not overwrite a taken name. Each backend owns a frozen
+options dataclass, validated when the config loads (issue 29 item 2).
 """
 
 from __future__ import annotations
@@ -14,14 +15,21 @@ import warnings
 import pytest
 from servers import MisbehavingServer, scripted_verifier
 
+from densereward.backend_options import (
+    BACKEND_OPTIONS,
+    BACKENDS,
+    OpenAIOptions,
+    SampledOptions,
+    TransformersOptions,
+    VLLMOptions,
+)
 from densereward.backends import (
     available_backends,
-    backend_option_types,
+    backend_options_class,
     check_backend_name,
     get_backend_class,
     register_backend,
 )
-from densereward.backends import registry as R
 from densereward.backends.openai_http import OpenAIBackend
 from densereward.config import VerifierConfig, from_dict, load_yaml
 from densereward.errors import BackendUnavailableError, ConfigError, RegistryError
@@ -36,7 +44,8 @@ def scratch_names():
     names: list[str] = []
     yield names
     for n in names:
-        R._REGISTRY.pop(n, None)
+        BACKENDS._entries.pop(n, None)
+        BACKEND_OPTIONS._entries.pop(n, None)
 
 
 def test_listing_and_validating_names_imports_no_backend_module():
@@ -51,14 +60,12 @@ def test_listing_and_validating_names_imports_no_backend_module():
         [sys.executable, "-c", code], capture_output=True, text=True, check=True
     ).stdout.splitlines()
     assert out[0] == str(BUILT_IN)
-    # the leaves only (the protocol, the table, the dtype names VerifierConfig validates):
-    # no backend implementation, so no torch / httpx / vLLM import
-    leaves = [
-        "densereward.backends.base",
-        "densereward.backends.dtype",
-        "densereward.backends.registry",
-    ]
-    assert set(ast.literal_eval(out[1])) <= set(leaves), out[1]
+    # the leaves only (the protocol and the thin registry functions; the table and the
+    # options live in densereward.backend_options): no backend implementation, so no
+    # torch / httpx / vLLM import
+    implementations = {"hf", "vllm_offline", "openai_http", "sampled", "replicas", "transport"}
+    loaded = {m.rsplit(".", 1)[-1] for m in ast.literal_eval(out[1])}
+    assert "registry" in loaded and not loaded & implementations, out[1]
 
 
 def test_unknown_name_is_a_config_error_with_did_you_mean():
@@ -107,7 +114,7 @@ def test_string_entry_point_is_imported_on_first_use(scratch_names):
     "name, entry, match",
     [
         ("", "a.b:C", "non-empty string"),
-        ("x", "a.b.C", "must look like 'package.module:ClassName'"),
+        ("x", "a.b.C", "must look like 'package.module:attr'"),
         ("x", 3, "a 'module:ClassName' string or a class"),
     ],
 )
@@ -118,17 +125,23 @@ def test_malformed_registrations_are_refused(name, entry, match, scratch_names):
     assert name not in available_backends()
 
 
-def test_option_types_follow_the_constructors():
-    http, open_http = backend_option_types("openai")
-    assert not open_http
-    assert http["top_logprobs"] is int and http["restrict_to_candidates"] is bool
-    sampled, open_sampled = backend_option_types("sampled")
-    assert not open_sampled  # its **kwargs reach OpenAIBackend.__init__, which has none
-    assert {"max_score_tokens", "use_n", "top_logprobs", "retry_max_s"} <= set(sampled)
-    local, open_local = backend_option_types("transformers")
-    assert set(local) >= {"share_prefix"} and not open_local
-    _, open_vllm = backend_option_types("vllm")
-    assert open_vllm  # **engine_kwargs are passed to vllm.LLM
+def test_each_backend_owns_a_frozen_options_dataclass_found_without_importing_it():
+    assert backend_options_class("transformers") is TransformersOptions
+    assert backend_options_class("vllm") is VLLMOptions
+    assert backend_options_class("openai") is OpenAIOptions
+    assert backend_options_class("sampled") is SampledOptions  # and every OpenAIOptions field
+    assert issubclass(SampledOptions, OpenAIOptions)
+    code = (
+        "import sys\n"
+        "from densereward.config import VerifierConfig\n"
+        "c = VerifierConfig(backend='vllm', backend_options={'dtype': 'bfloat16'})\n"
+        "heavy = ('torch', 'vllm', 'httpx', 'transformers')\n"
+        "impl = ('hf', 'vllm_offline', 'openai_http', 'sampled', 'replicas')\n"
+        "print(type(c.options).__name__, sorted(m for m in sys.modules if m.split('.')[0] in "
+        "heavy or m.removeprefix('densereward.backends.') in impl))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "VLLMOptions []", out.stdout
 
 
 # ------------------------------------------------ VerifierConfig: names and options from YAML
@@ -149,11 +162,12 @@ def test_backend_options_from_yaml_reach_the_http_backend(tmp_path):
     with MisbehavingServer() as srv:
         cfg = _verifier_config(
             tmp_path,
-            f"verifier:\n  backend: openai\n  base_url: {srv.base_url}\n"
-            "  backend_options: {top_logprobs: '5'}\n",
+            f"verifier:\n  backend: openai\n"
+            f"  backend_options: {{base_url: '{srv.base_url}', top_logprobs: '5'}}\n",
         )
-        assert cfg.backend_options == {"top_logprobs": 5}  # coerced to the annotation (int)
-        with scripted_verifier(srv.base_url, backend_options=cfg.backend_options) as v:
+        # coerced to the annotation (int)
+        assert cfg.backend_options == {"base_url": srv.base_url, "top_logprobs": 5}
+        with scripted_verifier(srv.base_url, backend_options={"top_logprobs": 5}) as v:
             assert v.score(problem="2+2", response="4").value is not None
         with scripted_verifier(srv.base_url) as v:
             v.score(problem="2+2", response="4")
@@ -164,10 +178,10 @@ def test_restrict_to_candidates_from_yaml(tmp_path):
     with MisbehavingServer() as srv:
         cfg = _verifier_config(
             tmp_path,
-            f"verifier:\n  backend: openai\n  base_url: {srv.base_url}\n"
-            "  backend_options:\n    restrict_to_candidates: true\n    top_logprobs: 40\n",
+            "verifier:\n  backend: openai\n  backend_options:\n"
+            f"    base_url: {srv.base_url}\n    restrict_to_candidates: true\n    top_logprobs: 40\n",
         )
-        with scripted_verifier(srv.base_url, backend_options=cfg.backend_options) as v:
+        with scripted_verifier(srv.base_url, backend_options=dict(cfg.backend_options)) as v:
             assert v.backend.restrict_to_candidates is True and v.backend.top_logprobs == 40
             r = v.score(problem="2+2", response="4")
         # the scripted server has no /tokenize, so the restricted read cannot be asked for:
@@ -180,21 +194,23 @@ def test_restrict_to_candidates_from_yaml(tmp_path):
     "options, match",
     [
         (
-            "{top_logprob: 5}",
-            r"'top_logprob' \(did you mean 'top_logprobs'\?\); it takes .*restrict_to_candidates",
+            "{base_url: 'http://x/v1', top_logprob: 5}",
+            r"'verifier.backend_options.top_logprob' \(did you mean "
+            r"'verifier.backend_options.top_logprobs'\?\); it takes .*restrict_to_candidates",
         ),
         (
-            "{top_logprobs: many}",
+            "{base_url: 'http://x/v1', top_logprobs: many}",
             r"verifier.backend_options.top_logprobs: expected int, got 'many'",
         ),
         ("[top_logprobs]", "must be a mapping of option names to values"),
+        ("{top_logprobs: 5}", r"backend_options\.base_url is required"),
     ],
 )
 def test_bad_backend_options_are_config_errors(tmp_path, options, match):
     with pytest.raises(ConfigError, match=match):
         _verifier_config(
             tmp_path,
-            f"verifier:\n  backend: openai\n  base_url: http://x/v1\n  backend_options: {options}\n",
+            f"verifier:\n  backend: openai\n  backend_options: {options}\n",
         )
 
 
@@ -203,19 +219,22 @@ def test_options_of_each_backend_are_its_own(tmp_path):
         ConfigError, match="unknown verifier.backend_options for backend 'transformers'"
     ):
         VerifierConfig(backend_options={"top_logprobs": 5})
-    assert VerifierConfig(backend_options={"share_prefix": "false"}).backend_options == {
-        "share_prefix": False
-    }
-    # the sampled backend takes its own options and, through **kwargs, the HTTP backend's
+    cfg = VerifierConfig(backend_options={"share_prefix": "false"})
+    assert cfg.backend_options == {"share_prefix": False} and cfg.options.share_prefix is False
+    # the sampled backend takes its own options and every option of the HTTP backend
     cfg = VerifierConfig(
         backend="sampled",
-        base_url="http://x/v1",
-        backend_options={"use_n": False, "top_logprobs": 3},
+        backend_options={"base_url": "http://x/v1", "use_n": False, "top_logprobs": 3},
     )
-    assert cfg.backend_options == {"use_n": False, "top_logprobs": 3}
-    # vLLM passes names it does not know on to vllm.LLM
-    cfg = VerifierConfig(backend="vllm", backend_options={"max_model_len": "2048", "swap_space": 1})
-    assert cfg.backend_options == {"max_model_len": 2048, "swap_space": 1}
+    assert (cfg.options.use_n, cfg.options.top_logprobs, cfg.options.n_samples) == (False, 3, 16)
+    # vLLM's own engine arguments go under engine_kwargs; a bare unknown name is refused
+    cfg = VerifierConfig(
+        backend="vllm",
+        backend_options={"max_model_len": "2048", "engine_kwargs": {"swap_space": 1}},
+    )
+    assert cfg.options.max_model_len == 2048 and cfg.options.engine_kwargs == {"swap_space": 1}
+    with pytest.raises(ConfigError, match="'verifier.backend_options.swap_space'.*engine_kwargs"):
+        VerifierConfig(backend="vllm", backend_options={"swap_space": 1})
 
 
 def test_backend_name_is_checked_against_the_registry(tmp_path, scratch_names):
@@ -230,9 +249,11 @@ def test_backend_name_is_checked_against_the_registry(tmp_path, scratch_names):
     with MisbehavingServer() as srv:
         cfg = _verifier_config(
             tmp_path,
-            f"verifier:\n  backend: loopback-http\n  base_url: {srv.base_url}\n"
-            "  backend_options: {top_logprobs: 3}\n",
+            "verifier:\n  backend: loopback-http\n"
+            f"  backend_options: {{base_url: '{srv.base_url}', top_logprobs: 3}}\n",
         )
+        # no options registered for it: the backend class's options_class is used
+        assert isinstance(cfg.options, OpenAIOptions)
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=".*cannot tokenize.*")
             v = Verifier(cfg)

@@ -279,10 +279,13 @@ def test_group_reward_with_bad_completions_returns_one_value_each(verifier):
 
 
 def _http_verifier(base_url: str, **overrides):
-    kw = dict(
-        on_error="abstain", max_retries=1, timeout_s=1.0,
-        api_key_env="DENSEREWARD_TEST_BAD_INPUT_KEY", granularity=20,
-    )  # fmt: skip
+    options = {
+        "max_retries": 1,
+        "timeout_s": 1.0,
+        "api_key_env": "DENSEREWARD_TEST_BAD_INPUT_KEY",
+        **overrides.pop("backend_options", {}),
+    }
+    kw = dict(on_error="abstain", granularity=20, backend_options=options)  # fmt: skip
     return scripted_verifier(base_url, **{**kw, **overrides})
 
 
@@ -433,7 +436,11 @@ def test_unreachable_server_fails_grpo_before_the_first_training_step(
     url = f"http://127.0.0.1:{free_port()}/v1"
     config = load_yaml(REPO / "configs/grpo_math_cpu.yaml")
     config["data"] = {"path": str(data_dir / "math500" / "test.jsonl"), "limit": 2, "levels": [1]}
-    config["verifier"] = {"backend": "openai", "base_url": url, "granularity": 5}
+    config["verifier"] = {
+        "backend": "openai",
+        "backend_options": {"base_url": url},
+        "granularity": 5,
+    }
     config["training"].update(
         max_steps=1, max_completion_length=4, per_device_train_batch_size=2, num_generations=2,
         save_strategy="no", report_to=[],

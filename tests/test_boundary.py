@@ -198,7 +198,7 @@ def test_calibration_refuses_a_model_that_misses_the_letters():
 
 
 def test_the_default_model_passes_its_calibration(default_model_dir):
-    v = Verifier(VerifierConfig(model=str(default_model_dir), dtype="float32"))
+    v = Verifier(VerifierConfig(model=str(default_model_dir), backend_options={"dtype": "float32"}))
     assert v.calibration_mass > 0.9  # measured 0.947
 
 
@@ -221,7 +221,7 @@ ROWS = [  # (problem, response, reference, correct) -- answer-match reads
 
 @pytest.fixture(scope="module")
 def qwen_verifier():
-    v = Verifier(VerifierConfig(model=QWEN, dtype="float32", granularity=20))
+    v = Verifier(VerifierConfig(model=QWEN, granularity=20, backend_options={"dtype": "float32"}))
     yield v
     v.close()
 
@@ -274,7 +274,7 @@ def test_vllm_offline_and_served_agree_with_transformers(qwen_verifier, tmp_path
     want = qwen_verifier.score_batch(problems=problems, responses=responses, references=refs)
     opts = {"max_model_len": 2048, "kv_cache_bytes": 1 << 29}
     with Verifier(
-        VerifierConfig(model=QWEN, backend="vllm", dtype="float32", backend_options=opts)
+        VerifierConfig(model=QWEN, backend="vllm", backend_options={**opts, "dtype": "float32"})
     ) as vv:
         assert vv.read_plan.back == ">"
         got = vv.score_batch(problems=problems, responses=responses, references=refs)
@@ -285,7 +285,9 @@ def test_vllm_offline_and_served_agree_with_transformers(qwen_verifier, tmp_path
         start_vllm_server(
             model_dir, extra_flags=["-O0"], log_path=tmp_path / "server.log"
         ) as server,
-        Verifier(VerifierConfig(backend="openai", base_url=server.base_url)) as vs,
+        Verifier(
+            VerifierConfig(backend="openai", backend_options={"base_url": server.base_url})
+        ) as vs,
     ):
         assert vs.read_plan.back == ">"  # the server's /tokenize tokenizes like Qwen
         served = vs.score_batch(problems=problems, responses=responses, references=refs)

@@ -167,7 +167,7 @@ def test_score_explains_the_scale_and_the_embedded_model(default_model_dir, caps
 
 def _score_against(server, *argv: str) -> list[str]:
     return ["score", "--problem", "What is 7+5?", *argv, "verifier.backend=openai",
-            f"verifier.base_url={server.base_url}", "verifier.max_retries=0"]  # fmt: skip
+            f"verifier.backend_options.base_url={server.base_url}", "verifier.backend_options.max_retries=0"]  # fmt: skip
 
 
 def test_score_without_a_model_read_prints_its_score(server, capsys):

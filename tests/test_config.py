@@ -48,27 +48,82 @@ def test_defaults_are_valid_and_frozen():
         ({"min_mass": -0.1}, r"verifier\.min_mass must be in \[0, 1\)"),
         ({"threshold": 1.5}, r"verifier\.threshold must be in \[0, 1\]"),
         ({"threshold": "youden"}, "use auto, a number in"),
-        ({"backend": "openai"}, r"needs verifier\.base_url"),
-        ({"backend": "sampled"}, r"needs verifier\.base_url"),
         ({"chat_template_kwargs": ["enable_thinking"]}, "chat_template_kwargs must be a mapping"),
         ({"chat_template_kwargs": {1: True}}, "chat_template_kwargs must be a mapping"),
         # issue 28 item 9: values a backend would clamp or fail on much later
-        ({"dtype": "bfloat61"}, r"verifier\.dtype: 'bfloat61' \(did you mean 'bfloat16'\?\)"),
-        ({"dtype": "fp32"}, r"verifier\.dtype: 'fp32'; use auto \| float32"),
         ({"batch_size": 0}, r"verifier\.batch_size must be >= 1, got 0"),
         ({"model": ""}, r"verifier\.model is empty"),
         ({"model": "  "}, r"verifier\.model is empty"),
-        ({"max_concurrency": 0}, r"verifier\.max_concurrency must be >= 1"),
-        ({"n_samples": 0}, r"verifier\.n_samples must be >= 1"),
-        ({"max_retries": -1}, r"verifier\.max_retries must be >= 0"),
-        ({"timeout_s": 0}, r"verifier\.timeout_s must be > 0"),
-        ({"requests_per_minute": 0}, r"verifier\.requests_per_minute must be > 0"),
-        ({"gpu_memory_utilization": 1.5}, r"verifier\.gpu_memory_utilization must be in \(0, 1\]"),
     ],
 )
 def test_bad_verifier_fields_are_config_errors_naming_the_field(kwargs, match):
     with pytest.raises(ConfigError, match=match):
         VerifierConfig(**kwargs)
+
+
+_URL = {"base_url": "http://x/v1"}
+
+
+@pytest.mark.parametrize(
+    ("backend", "options", "match"),
+    [
+        # issue 29 item 2: each backend owns its options, validated when the config loads
+        ("openai", {}, r"backend='openai'.*backend_options\.base_url is required.*set "
+                       r"verifier\.backend_options\.base_url=http://"),
+        ("sampled", {}, r"backend='sampled'.*backend_options\.base_url is required"),
+        ("transformers", {"dtype": "bfloat61"},
+         r"verifier\.backend_options\.dtype: 'bfloat61' \(did you mean 'bfloat16'\?\)"),
+        ("vllm", {"dtype": "fp32"}, r"verifier\.backend_options\.dtype: 'fp32'; use auto \| float32"),
+        ("openai", {**_URL, "max_concurrency": 0}, r"backend_options\.max_concurrency must be >= 1"),
+        ("sampled", {**_URL, "n_samples": 0}, r"backend_options\.n_samples must be >= 1"),
+        ("openai", {**_URL, "max_retries": -1}, r"backend_options\.max_retries must be >= 0"),
+        ("openai", {**_URL, "timeout_s": 0}, r"backend_options\.timeout_s must be > 0"),
+        ("openai", {**_URL, "requests_per_minute": 0}, r"requests_per_minute must be > 0"),
+        ("vllm", {"gpu_memory_utilization": 1.5},
+         r"backend_options\.gpu_memory_utilization must be in \(0, 1\]"),
+        ("openai", {"base_url": "http://x/v1", "timout_s": 3},
+         r"'verifier\.backend_options\.timout_s' \(did you mean 'verifier\.backend_options\.timeout_s'"),
+        ("transformers", {"base_url": "http://x/v1"},
+         r"unknown verifier\.backend_options for backend 'transformers'.*it takes dtype, device"),
+        ("transformers", {"batch_size": 4}, r"batch_size: shared, set verifier\.<name>"),
+        ("openai", {**_URL, "dtype": "float32"},
+         r"options of 'transformers', 'vllm': switching backends, set verifier\.backend_options="),
+        ("openai", {**_URL, "timeout_s": "soon"}, r"backend_options\.timeout_s: expected float"),
+    ],
+)  # fmt: skip
+def test_bad_backend_options_are_config_errors_naming_the_field(backend, options, match):
+    with pytest.raises(ConfigError, match=match):
+        VerifierConfig(backend=backend, backend_options=options)
+
+
+@pytest.mark.parametrize("name", ["dtype", "device", "base_url", "max_retries", "n_samples"])
+def test_a_former_flat_field_names_its_new_spelling(name):
+    with pytest.raises(
+        ConfigError, match=rf"verifier\.{name} moved.*set verifier\.backend_options\.{name}"
+    ):
+        from_dict(VerifierConfig, {name: "x"}, prefix="verifier.")
+
+
+def test_options_are_the_backends_frozen_dataclass_with_defaults_filled_in():
+    from densereward.backend_options import OpenAIOptions, TransformersOptions
+
+    c = VerifierConfig(backend_options={"dtype": "float32"})
+    assert c.options == TransformersOptions(dtype="float32") and c.backend_options == {
+        "dtype": "float32"
+    }
+    assert VerifierConfig().options == TransformersOptions()
+    h = VerifierConfig(
+        backend="openai",
+        backend_options={"base_url": ["http://a/v1", "http://b/v1"], "top_logprobs": "5"},
+    )
+    assert isinstance(h.options, OpenAIOptions) and h.options.top_logprobs == 5
+    assert h.options.base_url == ("http://a/v1", "http://b/v1") and hash(h)  # still hashable
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        h.options.timeout_s = 1.0  # type: ignore[misc]
+    with pytest.raises(TypeError, match="read-only"):
+        h.backend_options["top_logprobs"] = 3  # type: ignore[index]
+    # the score cache's key sees what changes an answer, not where or how fast it is asked
+    assert h.answer_options() == {"top_logprobs": 5}
 
 
 def test_unknown_backend_is_a_config_error():

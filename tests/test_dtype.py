@@ -1,4 +1,4 @@
-"""``verifier.dtype: auto``: bf16 where the device multiplies bf16 fast, fp32 elsewhere.
+"""``verifier.backend_options.dtype: auto``: bf16 where the device multiplies bf16 fast, fp32 elsewhere.
 
 The decision (:func:`densereward.backends.dtype.choose_dtype`) is pure; the probe
 (:func:`bf16_supported`) reads PyTorch's AMX check on CPU, cross-checked here against the
@@ -74,7 +74,9 @@ def test_explicit_dtypes_pass_through_and_unknown_names_fail():
 @pytest.mark.parametrize("supported, expected", [(False, torch.float32), (True, torch.bfloat16)])
 def test_backend_loads_the_auto_dtype(monkeypatch, default_model_dir, supported, expected):
     monkeypatch.setattr(dt, "bf16_supported", lambda device_type: supported)
-    b = TransformersBackend(VerifierConfig(model=str(default_model_dir), device="cpu"))
+    b = TransformersBackend(
+        VerifierConfig(model=str(default_model_dir), backend_options={"device": "cpu"})
+    )
     try:
         assert b.dtype == expected
         assert {p.dtype for p in b.model.parameters()} == {expected}
@@ -84,5 +86,5 @@ def test_backend_loads_the_auto_dtype(monkeypatch, default_model_dir, supported,
 
 def test_an_unknown_dtype_is_refused_at_config_load(default_model_dir):
     """Since issue 28 item 9 the config refuses it, naming the field, before any backend loads."""
-    with pytest.raises(ConfigError, match=r"verifier\.dtype: 'float64' \(did you mean 'float16'"):
-        VerifierConfig(model=str(default_model_dir), dtype="float64")
+    with pytest.raises(ConfigError, match=r"verifier\.backend_options\.dtype: 'float64' \(did you mean 'float16'"):
+        VerifierConfig(model=str(default_model_dir), backend_options={"dtype": "float64"})

@@ -33,16 +33,12 @@ PROMPT = ChatPrompt(
 PLANTED_KEY = "sk-planted-4f9c2b7e1d0a-do-not-leak"
 
 
-def make_config(base_url: str, **overrides) -> VerifierConfig:
-    kw = dict(
-        backend="openai",
-        base_url=base_url,
-        max_retries=2,
-        timeout_s=2.0,
-        api_key_env="DENSEREWARD_TEST_KEY",
-    )
-    kw.update(overrides)
-    return VerifierConfig(**kw)
+def make_config(base_url: str, *, backend_options=None, **overrides) -> VerifierConfig:
+    """An ``openai`` config at ``base_url``: 2 retries, 2 s timeout, the test key variable;
+    ``backend_options`` update those, ``overrides`` set shared fields."""
+    options = {"base_url": base_url, "max_retries": 2, "timeout_s": 2.0,
+               "api_key_env": "DENSEREWARD_TEST_KEY", **(backend_options or {})}  # fmt: skip
+    return VerifierConfig(**{"backend": "openai", **overrides}, backend_options=options)
 
 
 @pytest.fixture
@@ -87,9 +83,11 @@ def test_constructor_rejects_bad_arguments(server):
     with pytest.raises(ConfigError, match="top_logprobs"):
         OpenAIBackend(make_config(server.base_url), top_logprobs=0)
     with pytest.raises(ConfigError, match="max_concurrency"):
-        OpenAIBackend(make_config(server.base_url, max_concurrency=0))
+        OpenAIBackend(make_config(server.base_url, backend_options={"max_concurrency": 0}))
     with pytest.raises(ConfigError, match="n_samples"):
-        SampledBackend(make_config(server.base_url, backend="sampled", n_samples=0))
+        SampledBackend(
+            make_config(server.base_url, backend="sampled", backend_options={"n_samples": 0})
+        )
 
 
 # ------------------------------------------------------------------ request shape
@@ -164,7 +162,8 @@ def test_503_retry_after_and_transient_500(server, backend):
 def test_persistent_faults_give_bounded_retries_then_backend_error(fault, message):
     with MisbehavingServer(default=fault) as srv:
         b = OpenAIBackend(
-            make_config(srv.base_url, timeout_s=0.5, max_retries=2), retry_base_s=0.01
+            make_config(srv.base_url, backend_options={"timeout_s": 0.5, "max_retries": 2}),
+            retry_base_s=0.01,
         )
         t0 = time.monotonic()
         with pytest.raises(BackendError, match=message) as info:
@@ -188,7 +187,9 @@ def test_non_retryable_client_error_fails_at_once(server, backend):
 def test_backoff_grows_exponentially(server):
     server.default = Fault("status", status=500)
     b = OpenAIBackend(
-        make_config(server.base_url, max_retries=3), retry_base_s=0.2, retry_max_s=5.0
+        make_config(server.base_url, backend_options={"max_retries": 3}),
+        retry_base_s=0.2,
+        retry_max_s=5.0,
     )
     with pytest.raises(BackendError):
         b.next_token_logprobs([PROMPT], CANDIDATES)
@@ -264,7 +265,9 @@ def test_missing_logprobs_is_a_backend_error_without_retries(server, backend):
 def test_api_key_never_leaks(monkeypatch, caplog, server):
     monkeypatch.setenv("DENSEREWARD_TEST_KEY", PLANTED_KEY)
     caplog.set_level(logging.DEBUG)
-    b = OpenAIBackend(make_config(server.base_url, max_retries=1), retry_base_s=0.01)
+    b = OpenAIBackend(
+        make_config(server.base_url, backend_options={"max_retries": 1}), retry_base_s=0.01
+    )
     # the key is really used: the server saw it
     assert server.requests[-1]["headers"].get("Authorization") == f"Bearer {PLANTED_KEY}"
     # and the error path echoes it back (as some proxies do): it must be redacted
@@ -299,7 +302,7 @@ def test_api_key_never_leaks(monkeypatch, caplog, server):
 
 def test_concurrency_is_bounded(server):
     server.default = Fault("stall", delay_s=0.3)
-    with OpenAIBackend(make_config(server.base_url, max_concurrency=2)) as b:
+    with OpenAIBackend(make_config(server.base_url, backend_options={"max_concurrency": 2})) as b:
         t0 = time.monotonic()
         outs = b.next_token_logprobs([PROMPT] * 6, CANDIDATES)
         elapsed = time.monotonic() - t0
@@ -308,7 +311,9 @@ def test_concurrency_is_bounded(server):
 
 
 def test_requests_per_minute_limit(server):
-    with OpenAIBackend(make_config(server.base_url, requests_per_minute=300)) as b:  # 0.2 s apart
+    with OpenAIBackend(
+        make_config(server.base_url, backend_options={"requests_per_minute": 300})
+    ) as b:  # 0.2 s apart
         t0 = time.monotonic()
         b.next_token_logprobs([PROMPT] * 4, CANDIDATES)
         elapsed = time.monotonic() - t0
@@ -360,7 +365,7 @@ def test_close_is_idempotent_and_final(server):
 def test_sampled_backend_empirical_distribution(server, use_n):
     texts = ["K</score>", " K", "**L**</score>", "I think", "K", "Kind", " L</score>", "<score>M"]
     server.default = Fault(text=texts, top_logprobs=[])
-    cfg = make_config(server.base_url, backend="sampled", n_samples=8, seed=3)
+    cfg = make_config(server.base_url, backend="sampled", seed=3, backend_options={"n_samples": 8})
     with SampledBackend(cfg, use_n=use_n) as b:
         [out] = b.next_token_logprobs([PROMPT], CANDIDATES)
     reqs = server.chat_requests()
@@ -397,7 +402,7 @@ def test_sampled_backend_tops_up_missing_choices(server):
             return super()._completion(fault, {**body, "n": 1})
 
     with OneChoice(default=Fault(text="B")) as srv:
-        cfg = make_config(srv.base_url, backend="sampled", n_samples=4)
+        cfg = make_config(srv.base_url, backend="sampled", backend_options={"n_samples": 4})
         with SampledBackend(cfg) as b:
             [out] = b.next_token_logprobs([PROMPT], ["A", "B"])
         assert len(srv.chat_requests()) == 4
@@ -406,7 +411,9 @@ def test_sampled_backend_tops_up_missing_choices(server):
 
 def test_sampled_backend_surfaces_failures(server):
     server.default = Fault("status", status=503)
-    cfg = make_config(server.base_url, backend="sampled", n_samples=4, max_retries=1)
+    cfg = make_config(
+        server.base_url, backend="sampled", backend_options={"n_samples": 4, "max_retries": 1}
+    )
     with SampledBackend(cfg, retry_base_s=0.01) as b, pytest.raises(BackendError, match="HTTP 503"):
         b.next_token_logprobs([PROMPT], CANDIDATES)
     assert b.usage.n_failures == 1 and b.usage.n_retries == 1
@@ -448,7 +455,7 @@ def test_verifier_engine_abstains_on_backend_failure(server):
     from densereward import verifier
 
     server.default = Fault("status", status=500)
-    cfg = make_config(server.base_url, max_retries=1, on_error="abstain")
+    cfg = make_config(server.base_url, on_error="abstain", backend_options={"max_retries": 1})
     backend = OpenAIBackend(cfg, retry_base_s=0.01)
     with pytest.warns(UserWarning, match="cannot tokenize"):  # the scripted server has no /tokenize
         v = verifier.Verifier(cfg, backend=backend)

@@ -249,7 +249,10 @@ def test_dry_run_fails_naming_the_model_dtype_and_batch_size_fields(tmp_path, ca
         ("model.name=", "model.name is empty"),
         ("model.name=./no/such/dir", "model.name='./no/such/dir': no such file"),
         ("model.name=smollm2-135", "model.name: unknown offline model name"),
-        ("verifier.dtype=bfloat61", "verifier.dtype: 'bfloat61' (did you mean 'bfloat16'?)"),
+        (
+            "verifier.backend_options.dtype=bfloat61",
+            "verifier.backend_options.dtype: 'bfloat61' (did you mean 'bfloat16'?)",
+        ),
         ("model.dtype=float23", "model.dtype: 'float23'"),
         ("verifier.batch_size=0", "verifier.batch_size must be >= 1, got 0"),
     ]:
@@ -267,9 +270,45 @@ def test_dry_run_fails_naming_the_model_dtype_and_batch_size_fields(tmp_path, ca
     assert main(_parse([*dry, *names])) == 0
     out = capsys.readouterr().out
     assert "ok  model.name: offline model 'smollm2-135m'" in out and "!!" not in out
-    served = ["verifier.backend=openai", "verifier.base_url=http://127.0.0.1:9/v1",
-              "verifier.model=my-served-name"]  # fmt: skip
+    served = ["verifier.backend=openai", "verifier.model=my-served-name",
+              "verifier.backend_options={base_url: 'http://127.0.0.1:9/v1'}"]  # fmt: skip
     assert main(_parse([*dry, *served])) == 0 and "!!" not in capsys.readouterr().out
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.slow  # imports trl to validate GRPOConfig
+def test_dry_run_catches_a_misspelt_backend_option_a_bad_dtype_and_a_missing_base_url(
+    tmp_path, capsys
+):
+    """Issue 29 item 2: each backend owns a frozen options dataclass, validated at config load,
+    so ``densereward train grpo --dry-run`` names the field and the fix."""
+    from densereward.cli import main as cli_main
+
+    dry = ["train", "grpo", "--config", DYNAMICS_CPU, "--output-dir", str(tmp_path / "run"),
+           "--dry-run"]  # fmt: skip
+    for overrides, message in [
+        (["verifier.backend_options.share_prefx=false"],
+         "'verifier.backend_options.share_prefx' (did you mean "
+         "'verifier.backend_options.share_prefix'?)"),
+        (["verifier.backend_options.dtype=bf16"],
+         "verifier.backend_options.dtype: 'bf16' (did you mean 'bfloat16'?); use auto | float32"),
+        (["verifier.backend=openai", "verifier.backend_options={}"],
+         "verifier.backend='openai': verifier.backend_options.base_url is required by this "
+         "backend: set verifier.backend_options.base_url=http://"),
+        (["verifier.backend=openai", "verifier.backend_options={base_url: 'http://h/v1'}",
+          "verifier.backend_options.timout_s=5"],
+         "(did you mean 'verifier.backend_options.timeout_s'?)"),
+        (["verifier.dtype=float32"],
+         "verifier.dtype moved into the backend's options (issue 29): set "
+         "verifier.backend_options.dtype"),
+    ]:  # fmt: skip
+        assert cli_main([*dry, *overrides]) == 2, overrides
+        captured = capsys.readouterr()
+        assert message in captured.err and "ok  " not in captured.out, (overrides, captured)
+    served = ["verifier.backend=openai", "verifier.model=served",
+              "verifier.backend_options={base_url: 'http://127.0.0.1:9/v1', timeout_s: 5}"]  # fmt: skip
+    assert cli_main([*dry, *served]) == 0
+    assert "OpenAIOptions(base_url='http://127.0.0.1:9/v1'" in capsys.readouterr().out
     assert not (tmp_path / "run").exists()
 
 

@@ -88,7 +88,9 @@ def _served_requests(server) -> int:
 def _verifier(model: Path | str, **kw):
     from densereward import Verifier
 
-    return Verifier(VerifierConfig(model=str(model), device="cpu", **kw))
+    local = kw.get("backend", "transformers") == "transformers"
+    kw.setdefault("backend_options", {"device": "cpu"} if local else None)
+    return Verifier(VerifierConfig(model=str(model), **kw))
 
 
 def _record_renders(verifier) -> list[tuple[str, str]]:
@@ -233,7 +235,11 @@ def test_http_backend_sends_chat_template_kwargs_and_the_server_renders_the_same
     from densereward.backends.hf import render_prompt_ids
 
     tok = AutoTokenizer.from_pretrained(qwen3_tiny)
-    common = dict(backend="openai", base_url=qwen3_server.base_url, max_reasoning_tokens=8)
+    common = dict(
+        backend="openai",
+        backend_options={"base_url": qwen3_server.base_url},
+        max_reasoning_tokens=8,
+    )
     direct = _verifier(qwen3_server.model, style="direct", **common)
     seen = _spy_server_prompts(direct)
     r = direct.score(problem="What is 2+3?", response="2 + 3 = 5.")
@@ -295,7 +301,7 @@ def test_grpo_two_processes_with_a_served_qwen3_verifier(
         "--log-dir", str(log_dir), "--redirects", "3",
         str(REPO / "trainers/grpo.py"), "--config", str(REPO / "configs/grpo_math_qwen3_tiny.yaml"),
         "--data", str(data_dir / "math500/test.jsonl"), "--output-dir", str(run_dir),
-        f"model.name={qwen3_tiny_policy}", f"verifier.base_url={qwen3_server.base_url}",
+        f"model.name={qwen3_tiny_policy}", f"verifier.backend_options.base_url={qwen3_server.base_url}",
     ]  # fmt: skip
     proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
     logs = _rank_logs(log_dir)

@@ -47,23 +47,22 @@ def read_of(body) -> int:
 
 
 def backend(urls, **kw) -> OpenAIBackend:
-    cfg = VerifierConfig(backend="openai", base_url=urls, max_retries=3, timeout_s=5.0,
-                         max_concurrency=kw.pop("max_concurrency", 4))  # fmt: skip
+    options = {"base_url": urls, "max_retries": 3, "timeout_s": 5.0,
+               "max_concurrency": kw.pop("max_concurrency", 4)}  # fmt: skip
+    cfg = VerifierConfig(backend="openai", backend_options=options)
     return OpenAIBackend(cfg, retry_base_s=0.01, **kw)
 
 
 def test_base_url_takes_one_url_a_list_or_a_comma_separated_string():
-    one = from_dict(VerifierConfig, {"backend": "openai", "base_url": "http://a/v1"})
-    assert one.base_url == "http://a/v1"
-    listed = from_dict(
-        VerifierConfig, {"backend": "openai", "base_url": ["http://a/v1", "http://b/v1/"]}
-    )
-    assert listed.base_url == ("http://a/v1", "http://b/v1/") and hash(listed)
-    assert replica_urls(listed.base_url) == ("http://a/v1", "http://b/v1")
-    assert (
-        from_dict(VerifierConfig, {"backend": "openai", "base_url": ["http://a/v1"]}).base_url
-        == "http://a/v1"
-    )
+    def url_of(value):
+        data = {"backend": "openai", "backend_options": {"base_url": value}}
+        return from_dict(VerifierConfig, data, prefix="verifier.")
+
+    assert url_of("http://a/v1").options.base_url == "http://a/v1"
+    listed = url_of(["http://a/v1", "http://b/v1/"])
+    assert listed.options.base_url == ("http://a/v1", "http://b/v1/") and hash(listed)
+    assert replica_urls(listed.options.base_url) == ("http://a/v1", "http://b/v1")
+    assert url_of(["http://a/v1"]).options.base_url == "http://a/v1"
     assert replica_urls("http://a/v1, http://b/v1") == ("http://a/v1", "http://b/v1")
 
 
@@ -148,8 +147,9 @@ def test_every_reward_arrives_through_the_verifier_when_a_replica_dies():
     slow = Fault("stall", delay_s=0.1)
     a = MisbehavingServer(default=slow).__enter__()
     with MisbehavingServer(default=slow) as b:
-        v = scripted_verifier([a.base_url, b.base_url], granularity=20, max_concurrency=4,
-                              backend_options={"health_interval_s": 0.2, "retry_base_s": 0.01})  # fmt: skip
+        v = scripted_verifier([a.base_url, b.base_url], granularity=20,
+                              backend_options={"health_interval_s": 0.2, "retry_base_s": 0.01,
+                                               "max_concurrency": 4})  # fmt: skip
         problems = [f"Problem {g}: what is {g}+{g}?" for g in range(6) for _ in range(8)]
         killer = threading.Timer(0.3, a.kill)
         killer.start()

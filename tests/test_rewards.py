@@ -471,7 +471,11 @@ def verifier(default_model_dir):
 
     # n_repeats=2: pairwise repeats alternate the A/B slots (with one read the 135M model
     # prefers whichever response sits in slot A); pointwise repeats are identical, read once
-    v = Verifier(VerifierConfig(granularity=10, device="cpu", dtype="float32", n_repeats=2))
+    v = Verifier(
+        VerifierConfig(
+            granularity=10, n_repeats=2, backend_options={"device": "cpu", "dtype": "float32"}
+        )
+    )
     yield v
     v.close()
 
@@ -488,8 +492,8 @@ def abstaining_verifier(default_model_dir):
     fields = {f.name for f in dataclasses.fields(VerifierConfig)}
     # the start-up calibration read refuses such a verifier (its job); these tests need one that runs
     skip_calibration = {"calibrate": False} if "calibrate" in fields else {}
-    v = Verifier(VerifierConfig(granularity=5, device="cpu", dtype="float32", min_mass=0.999,
-                                **skip_calibration))  # fmt: skip
+    v = Verifier(VerifierConfig(granularity=5, min_mass=0.999,
+                                **skip_calibration, backend_options={"device": "cpu", "dtype": "float32"}))  # fmt: skip
     yield v
     v.close()
 

@@ -35,7 +35,8 @@ def _files_containing(root: Path, needle: str) -> list[str]:
 
 
 def _verifier(base_url: str, **overrides):
-    return scripted_verifier(base_url, **{"max_retries": 1, "timeout_s": 2.0, **overrides})
+    options = {"max_retries": 1, "timeout_s": 2.0, **overrides.pop("backend_options", {})}
+    return scripted_verifier(base_url, backend_options=options, **overrides)
 
 
 def test_planted_key_is_used_but_never_in_errors_logs_or_cache(
@@ -98,7 +99,10 @@ def test_a_key_put_in_the_config_is_rejected_without_echoing_it():
     from densereward.trainers.grpo import run
 
     config = {
-        "verifier": {"backend": "openai", "base_url": "http://127.0.0.1:1/v1", "api_key": PLANTED}
+        "verifier": {
+            "backend": "openai",
+            "backend_options": {"base_url": "http://127.0.0.1:1/v1", "api_key": PLANTED},
+        }
     }
     with pytest.raises(ConfigError, match="api_key") as info:
         run(config, dry_run=True)
@@ -123,8 +127,8 @@ def test_grpo_run_directory_never_contains_the_key(server, tmp_path, data_dir, m
     config = load_yaml(REPO / "configs/grpo_math_cpu.yaml")
     config["data"] = {"path": str(data_dir / "math500" / "test.jsonl"), "limit": 2, "levels": [1]}
     config["verifier"] = {
-        "backend": "openai", "base_url": server.base_url, "granularity": 5, "max_retries": 1,
-        "timeout_s": 5.0, "cache_dir": str(run_dir / "score_cache"),
+        "backend": "openai", "granularity": 5, "cache_dir": str(run_dir / "score_cache"),
+        "backend_options": {"base_url": server.base_url, "max_retries": 1, "timeout_s": 5.0},
     }  # fmt: skip
     config["training"].update(
         max_steps=2, max_completion_length=4, per_device_train_batch_size=2, num_generations=2,

@@ -29,7 +29,7 @@ from densereward.serve.contracts import split_query  # noqa: E402
 
 CONFIG = {
     "reward": {"type": "gated"},
-    "verifier": {"granularity": 10, "dtype": "float32"},
+    "verifier": {"granularity": 10, "backend_options": {"dtype": "float32"}},
     "serve": {"batch_wait_ms": 50, "max_items": 32, "max_body_bytes": 20000},
     "training": {"max_steps": 5},  # a train grpo file's other sections are not read
 }
@@ -209,7 +209,8 @@ def test_densereward_serve_command_answers_and_exits_cleanly_on_sigterm(tmp_path
         cfg = tmp_path / "serve.yaml"
         cfg.write_text(
             "reward: {type: dense, track: false, use_async: true}\n"
-            f"verifier: {{backend: openai, base_url: [{verifier_server.base_url}], granularity: 20}}\n"
+            f"verifier: {{backend: openai, backend_options: {{base_url: [{verifier_server.base_url}]}}, "
+            "granularity: 20}\n"
         )
         proc = subprocess.Popen(
             [sys.executable, "-m", "densereward.cli", "serve", "--config", str(cfg), "--port", str(port)],

@@ -157,7 +157,9 @@ def test_expected_value_with_nonuniform_phi(server):
     server.default = Fault(top_logprobs=[("B", math.log(0.75)), ("C", math.log(0.25))], text="B")
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*cannot tokenize.*")
-        config = VerifierConfig(backend="openai", base_url=server.base_url, granularity=3)
+        config = VerifierConfig(
+            backend="openai", granularity=3, backend_options={"base_url": server.base_url}
+        )
         v = Verifier(config, scale=scale)
     try:
         r = v.score(problem="p", response="r")

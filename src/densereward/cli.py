@@ -140,7 +140,7 @@ def _score_legend(v) -> str:
             "\nverifier: the embedded SmolLM2-135M-Instruct, a small model for offline runs and "
             "smoke tests, not a judge to trust (at chance without a reference answer; see "
             "docs/eval_verifier.md). For real scores set verifier.model=<HF id or path>, or "
-            "verifier.backend=openai with verifier.base_url=<server>."
+            "verifier.backend=openai with verifier.backend_options.base_url=<server>."
         )
     return "\n" + "\n".join(textwrap.fill(par, 96) for par in text.split("\n"))
 
@@ -207,7 +207,7 @@ def _add_serve(sub: argparse._SubParsersAction) -> None:
         "into one verifier call; SIGTERM finishes the requests in flight. Needs the serve extra.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="example:\n  densereward serve --config configs/grpo_math_cpu.yaml --port 5000 "
-        "verifier.backend=openai verifier.base_url=[http://10.0.0.1:8000/v1,http://10.0.0.2:8000/v1]",
+        "verifier.backend=openai verifier.backend_options.base_url=[http://10.0.0.1:8000/v1,http://10.0.0.2:8000/v1]",
     )
     from .serve import cli
 

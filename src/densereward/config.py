@@ -17,10 +17,8 @@ from typing import Any, Literal
 
 import yaml
 
-from .backends.dtype import DTYPES
-from .backends.registry import backend_option_types, check_backend_name
+from .backend_options import BACKEND_OPTIONS, BACKENDS, DTYPES, answer_options, options_class
 from .errors import ConfigError
-from .frames import FrameConfig
 
 __all__ = [
     "VerifierConfig",
@@ -30,6 +28,7 @@ __all__ = [
     "apply_overrides",
     "parse_override",
     "check_sections",
+    "check_model_name",
     "check_model_and_dtype",
     "add_override_arguments",
     "overrides_from",
@@ -46,25 +45,20 @@ class VerifierConfig:
 
     backend: str = "transformers"
     """Backend name: ``transformers`` | ``vllm`` | ``openai`` | ``sampled``, or a name a third
-    party registered with :func:`densereward.backends.register_backend`."""
+    party registered (:func:`densereward.backends.register_backend` or the entry-point group
+    ``densereward.backends``)."""
     backend_options: Mapping[str, Any] | None = None
-    """Keyword options of the backend's constructor (``cls(config, **backend_options)``), e.g.
-    ``{top_logprobs: 20, restrict_to_candidates: true}`` for ``openai`` (also ``sampled``:
-    ``max_score_tokens``, ``use_n``), ``{share_prefix: false}`` for ``transformers``,
-    ``{max_model_len: 2048, kv_cache_bytes: 536870912}`` for ``vllm`` (other names there go to
-    ``vllm.LLM``). Names are checked against the constructor's signature and values coerced to
-    its annotations (:func:`~densereward.backends.backend_option_types`); the backend checks
-    the ranges when it is built. ``None`` = the backend's defaults."""
+    """The backend's own settings, validated at load into its frozen options dataclass
+    (:attr:`options`; :mod:`densereward.backend_options`): ``{base_url:
+    http://127.0.0.1:8000/v1, timeout_s: 30, top_logprobs: 20}`` for ``openai``
+    (:class:`~densereward.backend_options.OpenAIOptions`; ``sampled`` adds ``n_samples``,
+    ``use_n``), ``{dtype: bfloat16, device: cpu, share_prefix: false}`` for ``transformers``,
+    ``{dtype: auto, gpu_memory_utilization: 0.3, max_model_len: 2048}`` for ``vllm``. An
+    unknown name (with the closest one), a value of the wrong type, a bad dtype or a missing
+    ``base_url`` is a :class:`~densereward.errors.ConfigError` here, before anything loads.
+    Kept as given (values coerced); ``None`` = the backend's defaults."""
     model: str | None = None
     """Hugging Face id or local path of the verifier; ``None`` = embedded SmolLM2-135M-Instruct."""
-    base_url: tuple[str, ...] | str | None = None
-    """For ``openai``/``sampled``: the server's base URL, e.g. ``http://127.0.0.1:8000/v1`` (one
-    server, or a router in front of many), or a list of replicas serving the same model (also a
-    comma-separated string): reads of one GRPO group go to one replica, the least-loaded healthy
-    replica takes the rest, and a replica that dies is taken out and its reads fail over
-    (:mod:`densereward.backends.replicas`)."""
-    api_key_env: str = "OPENAI_API_KEY"
-    """Name of the environment variable (or ``.env`` entry) holding the API key. Keys never go in configs."""
     granularity: int = 20
     """G, the number of score tokens (letters ``A``..); in ``[2, 26]``."""
     n_repeats: int = 1
@@ -116,43 +110,20 @@ class VerifierConfig:
     max_response_chars: int = 6000
     """Longer candidate texts are truncated (head and tail kept, marker in the middle)."""
     batch_size: int = 8
-    """Prompts per backend call."""
-    dtype: str = "auto"
-    """``auto``, ``float32``, ``bfloat16``, ``float16``. ``auto`` (the default) is bfloat16 where the
-    device multiplies bf16 matrices faster than fp32 -- a GPU with ``torch.cuda.is_bf16_supported()``,
-    a CPU with AMX tiles -- and float32 elsewhere (:func:`densereward.backends.dtype.resolve_dtype`).
-    A CPU with AVX-512 BF16 but no AMX gets float32: measured there (2 cores, torch 2.13, embedded
-    model) the scorer runs 0.65x as fast in bf16 as in fp32. The accuracy cost of bf16 (total
-    variation between the two dtypes' score distributions, AUROC on GSM8K dev in each) is in
-    README, "Verifier cost"."""
-    device: str = "auto"
-    """``auto``, ``cpu``, ``cuda``, ``cuda:1``, ..."""
+    """Prompts per backend call: the engine reads in chunks of this many (chunks of one
+    request run concurrently on the async path), >= 1."""
     cache_dir: str | None = None
     """Persistent score cache directory; ``None`` disables the cache."""
     on_error: Literal["abstain", "raise"] = "abstain"
     """When a backend fails after retries: return ``None`` (counted) or raise."""
-    n_samples: int = 16
-    """For the sampled fallback: samples per prompt for the empirical distribution."""
-    max_concurrency: int = 8
-    """For HTTP backends: requests in flight at once."""
-    requests_per_minute: float | None = None
-    """For HTTP backends: rate limit; ``None`` = unlimited."""
-    timeout_s: float = 60.0
-    """For HTTP backends: per-request timeout in seconds."""
-    max_retries: int = 4
-    """For HTTP backends: retries with exponential backoff (Retry-After honoured)."""
-    gpu_memory_utilization: float = 0.3
-    """For ``vllm``: fraction of GPU memory (on CPU: of RAM) the engine reserves."""
     seed: int = 0
     """Seed of sampled analyses, PPT cycles and samples."""
-    frames: FrameConfig = dataclasses.field(default_factory=FrameConfig)
-    """Camera frames per read (count, size, stride; :class:`~densereward.frames.FrameConfig`),
-    for a verifier that sees (``images=`` of ``progress_batch`` / ``score_batch``)."""
 
     def __post_init__(self) -> None:
-        check_backend_name(self.backend)
+        BACKENDS.check(self.backend)
+        given = self._checked_backend_options()
         if self.backend_options is not None:
-            object.__setattr__(self, "backend_options", self._checked_backend_options())
+            object.__setattr__(self, "backend_options", FrozenOptions(given))
         if not 2 <= self.granularity <= 26:
             raise ConfigError(f"verifier.granularity must be in [2, 26], got {self.granularity}")
         if self.n_repeats < 1:
@@ -175,18 +146,7 @@ class VerifierConfig:
                 )
         elif not 0.0 <= self.threshold <= 1.0:
             raise ConfigError(f"verifier.threshold must be in [0, 1], got {self.threshold}")
-        if self.base_url is not None and not isinstance(self.base_url, str):
-            try:
-                urls = tuple(str(u) for u in self.base_url)
-            except TypeError:
-                raise ConfigError(
-                    f"verifier.base_url must be a URL or a list of URLs, got {self.base_url!r}"
-                ) from None
-            object.__setattr__(self, "base_url", urls[0] if len(urls) == 1 else (urls or None))
-        if self.backend in ("openai", "sampled") and not self.base_url:
-            raise ConfigError(f"verifier.backend={self.backend!r} needs verifier.base_url")
         self._check_ranges()
-        object.__setattr__(self, "frames", FrameConfig.coerce(self.frames))
         if isinstance(self.criteria, list):
             object.__setattr__(self, "criteria", tuple(self.criteria))
         if self.chat_template_kwargs is not None and (
@@ -199,53 +159,135 @@ class VerifierConfig:
             )
 
     def _check_ranges(self) -> None:
-        """The model, dtype, counts and limits: a value the backends would clamp or fail on later.
+        """The model name, counts and limits: a value the engine would clamp or fail on later.
 
         Raises:
             ConfigError: naming the field and what it takes.
         """
-        check_model_and_dtype("verifier.model", self.model, "verifier.dtype", self.dtype)
-        at_least = {"batch_size": 1, "n_samples": 1, "max_concurrency": 1, "max_retries": 0,
-                    "max_reasoning_tokens": 1, "max_response_chars": 1}  # fmt: skip
+        check_model_name("verifier.model", self.model)
+        at_least = {"batch_size": 1, "max_reasoning_tokens": 1, "max_response_chars": 1}
         for name, low in at_least.items():
             if getattr(self, name) < low:
                 raise ConfigError(f"verifier.{name} must be >= {low}, got {getattr(self, name)}")
-        if self.timeout_s <= 0:
-            raise ConfigError(f"verifier.timeout_s must be > 0 seconds, got {self.timeout_s}")
-        if self.requests_per_minute is not None and self.requests_per_minute <= 0:
-            raise ConfigError(
-                f"verifier.requests_per_minute must be > 0 or null, got {self.requests_per_minute}"
-            )
-        if not 0.0 < self.gpu_memory_utilization <= 1.0:
-            raise ConfigError(
-                f"verifier.gpu_memory_utilization must be in (0, 1], got {self.gpu_memory_utilization}"
-            )
 
     def _checked_backend_options(self) -> dict[str, Any]:
-        """``backend_options`` with every name known to the backend and values coerced.
+        """``backend_options`` with values coerced; sets :attr:`options`.
 
         Raises:
-            ConfigError: for a non-mapping, an option the backend's constructor does not take
-                (with the closest name and the list it does take), or a value that does not
-                fit the option's type.
+            ConfigError: for a non-mapping, an option the backend does not own (with the
+                closest name and the list it does own), a value of the wrong type, or one
+                the options dataclass refuses (a bad dtype, a missing ``base_url``, a range).
         """
-        opts = self.backend_options
+        opts = self.backend_options if self.backend_options is not None else {}
         if not isinstance(opts, Mapping) or not all(isinstance(k, str) for k in opts):
             raise ConfigError(
                 "verifier.backend_options must be a mapping of option names to values, e.g. "
                 f"{{top_logprobs: 20}}; got {opts!r}"
             )
-        types, passes_on = backend_option_types(self.backend)
-        unknown = [] if passes_on else sorted(set(opts) - set(types))
+        cls = options_class(self.backend)
+        known = field_names(cls)
+        unknown = sorted(set(opts) - set(known))
         if unknown:
+            shared = sorted(set(unknown) & set(field_names(VerifierConfig)))
+            hint = f" ({', '.join(shared)}: shared, set verifier.<name>)" if shared else ""
+            owners = _owners(set(unknown) - set(shared), self.backend)
+            if owners:  # e.g. a file's transformers options with verifier.backend=openai
+                hint += (
+                    f" (options of {', '.join(owners)}: switching backends, set "
+                    "verifier.backend_options={...} anew)"
+                )
             raise ConfigError(
                 f"unknown verifier.backend_options for backend {self.backend!r}: "
-                f"{unknown_key_hints(unknown, types)}; it takes {', '.join(sorted(types)) or 'none'}"
+                f"{unknown_key_hints(unknown, known, prefix='verifier.backend_options.')}"
+                f"{hint}; it takes {', '.join(known) or 'none'}"
             )
-        return {
-            k: _coerce(types[k], v, f"verifier.backend_options.{k}") if k in types else v
-            for k, v in opts.items()
-        }
+        hints = typing.get_type_hints(cls)
+        given = {k: _coerce(hints[k], v, f"verifier.backend_options.{k}") for k, v in opts.items()}
+        try:
+            object.__setattr__(self, "_options", cls(**given))
+        except (ConfigError, TypeError) as e:  # TypeError: a plugin's required field
+            raise ConfigError(f"verifier.backend={self.backend!r}: {e}") from None
+        return given
+
+    @property
+    def options(self) -> Any:
+        """The backend's validated, frozen options (an instance of its options dataclass, e.g.
+        :class:`~densereward.backend_options.OpenAIOptions`): ``backend_options`` with every
+        default filled in."""
+        return self._options  # type: ignore[attr-defined]
+
+    def options_as(self, cls: type, **overrides: Any) -> Any:
+        """The options as an instance of ``cls`` (a backend's options dataclass), with
+        ``overrides`` applied: what a backend class built directly (``OpenAIBackend(config,
+        top_logprobs=5)``) runs with. Fields of :attr:`options` that ``cls`` has carry over.
+
+        Raises:
+            ConfigError: for an override ``cls`` does not have, or a value it refuses.
+        """
+        base = self.options
+        if type(base) is not cls:
+            have = {f.name for f in dataclasses.fields(cls)}
+            carried = {
+                f.name: getattr(base, f.name)
+                for f in dataclasses.fields(base)
+                if f.name in have and f.name not in overrides
+            }
+            try:
+                return cls(**carried, **overrides)
+            except TypeError as e:
+                raise ConfigError(f"{cls.__name__}: {e}") from None
+        try:
+            return dataclasses.replace(base, **overrides) if overrides else base
+        except TypeError as e:
+            raise ConfigError(f"{cls.__name__}: {e}") from None
+
+    def answer_options(self) -> dict[str, Any]:
+        """The options this config set that change a read's answer (for the score cache's
+        key; transport settings such as URLs, timeouts and dtype are left out)."""
+        return answer_options(self.options, self.backend_options or {})
+
+
+def _owners(names: set[str], backend: str) -> list[str]:
+    """The other built-in backends whose options include every one of ``names``."""
+    out = []
+    for other, entry in BACKEND_OPTIONS.items():
+        if other == backend or not isinstance(entry, str) or not entry.startswith("densereward."):
+            continue
+        if names and names <= set(field_names(BACKEND_OPTIONS.load(other))):
+            out.append(repr(other))
+    return out
+
+
+_MOVED_TO_OPTIONS = frozenset(
+    {"base_url", "api_key_env", "dtype", "device", "n_samples", "max_concurrency",
+     "requests_per_minute", "timeout_s", "max_retries", "gpu_memory_utilization"}
+)  # fmt: skip
+"""Former ``verifier.<name>`` fields each backend owns now (``verifier.backend_options.<name>``):
+a config that still sets one gets a :class:`ConfigError` with the new spelling."""
+
+
+class FrozenOptions(dict):
+    """``verifier.backend_options`` as given: a read-only ``dict`` that hashes by its items, so a
+    :class:`VerifierConfig` stays hashable (it keys caches). Equal to the plain ``dict``."""
+
+    def __hash__(self) -> int:  # type: ignore[override]
+        return hash(_freeze(dict(self)))
+
+    def __reduce__(self) -> Any:
+        return (FrozenOptions, (dict(self),))
+
+    def _read_only(self, *args: Any, **kwargs: Any) -> Any:
+        raise TypeError("verifier.backend_options is read-only; use dataclasses.replace")
+
+    __setitem__ = __delitem__ = clear = pop = popitem = setdefault = update = _read_only  # type: ignore[assignment]
+
+
+def _freeze(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return tuple(sorted((str(k), _freeze(v)) for k, v in value.items()))
+    if isinstance(value, list | tuple | set | frozenset):
+        return tuple(_freeze(v) for v in value)
+    return value
 
 
 def resolve_threshold(threshold: float | str) -> tuple[float | None, str]:
@@ -324,19 +366,28 @@ def _coerce(tp: Any, value: Any, name: str) -> Any:
     return value
 
 
+def check_model_name(field: str, model: str | None) -> None:
+    """Refuse an empty model name (``None`` = the embedded model is fine).
+
+    Raises:
+        ConfigError: naming ``field``.
+    """
+    if model is not None and not str(model).strip():
+        raise ConfigError(
+            f"{field} is empty: leave it unset (null) for the embedded model, or give a "
+            "Hugging Face id, an offline model name or a local path"
+        )
+
+
 def check_model_and_dtype(
     model_field: str, model: str | None, dtype_field: str, dtype: str
 ) -> None:
-    """Refuse an empty model name and a dtype other than ``auto`` or a :data:`DTYPES` name.
+    """:func:`check_model_name`, and refuse a dtype other than ``auto`` or a :data:`DTYPES` name.
 
     Raises:
         ConfigError: naming the field (and the closest dtype name).
     """
-    if model is not None and not str(model).strip():
-        raise ConfigError(
-            f"{model_field} is empty: leave it unset (null) for the embedded model, or give a "
-            "Hugging Face id, an offline model name or a local path"
-        )
+    check_model_name(model_field, model)
     if dtype != "auto" and dtype not in DTYPES:
         raise ConfigError(
             f"{dtype_field}: {unknown_key_hints([str(dtype)], ('auto', *DTYPES))}; "
@@ -424,11 +475,21 @@ def from_dict(cls: type, data: Mapping[str, Any] | None, *, prefix: str = "") ->
     """
     data = dict(data or {})
     hints = typing.get_type_hints(cls)
-    names = {f.name for f in dataclasses.fields(cls)}
+    names = {f.name for f in dataclasses.fields(cls) if f.init}
     unknown = sorted(set(data) - names)
     if unknown:
-        hint = unknown_key_hints(unknown, names)
         where = f"section {prefix.rstrip('.')!r}" if prefix else cls.__name__
+        moved = sorted(set(unknown) & _MOVED_TO_OPTIONS) if cls is VerifierConfig else []
+        if moved:
+            spell = ", ".join(f"{prefix}backend_options.{k}" for k in moved)
+            rest = [k for k in unknown if k not in moved]
+            also = f"; unknown key(s): {unknown_key_hints(rest, names)}" if rest else ""
+            raise ConfigError(
+                f"{', '.join(prefix + k for k in moved)} moved into the backend's options "
+                f"(issue 29): set {spell} (e.g. {prefix}backend_options: {{{moved[0]}: ...}})"
+                f"{also}"
+            )
+        hint = unknown_key_hints(unknown, names)
         raise ConfigError(f"unknown key(s) in {where}: {hint}")
     kwargs = {k: _coerce(hints[k], v, f"{prefix}{k}") for k, v in data.items()}
     return cls(**kwargs)

@@ -9,7 +9,7 @@ from __future__ import annotations
 from .base import BackendUsage, ChatPrompt, TokenLogprobs, VerifierBackend
 from .registry import (
     available_backends,
-    backend_option_types,
+    backend_options_class,
     check_backend_name,
     create_backend,
     get_backend_class,
@@ -22,7 +22,7 @@ __all__ = [
     "TokenLogprobs",
     "VerifierBackend",
     "available_backends",
-    "backend_option_types",
+    "backend_options_class",
     "check_backend_name",
     "create_backend",
     "get_backend_class",

@@ -1,4 +1,4 @@
-"""What ``verifier.dtype: auto`` stands for on a device: bf16 where it is fast, else fp32.
+"""What ``dtype: auto`` (a local backend's option) stands for on a device: bf16 where it is fast, else fp32.
 
 bf16 halves the weights' and activations' memory traffic, but it only pays where the
 hardware multiplies bf16 matrices faster than fp32 ones: GPUs with native bf16
@@ -17,10 +17,9 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["DTYPES", "bf16_supported", "choose_dtype", "resolve_dtype"]
+from ..backend_options import DTYPES
 
-DTYPES = ("float32", "bfloat16", "float16")
-"""The dtype names ``verifier.dtype`` accepts besides ``auto``."""
+__all__ = ["DTYPES", "bf16_supported", "choose_dtype", "resolve_dtype"]
 
 
 def bf16_supported(device_type: str) -> bool:
@@ -62,7 +61,7 @@ def choose_dtype(requested: str, *, bf16: bool) -> str:
         return "bfloat16" if bf16 else "float32"
     if requested in DTYPES:
         return requested
-    raise ValueError(f"verifier.dtype={requested!r}; use auto | {' | '.join(DTYPES)}")
+    raise ValueError(f"dtype={requested!r}; use auto | {' | '.join(DTYPES)}")
 
 
 def resolve_dtype(requested: str, device: Any) -> str:

@@ -19,7 +19,6 @@ Heavy imports (torch, transformers) happen inside the class so that importing th
 
 from __future__ import annotations
 
-import importlib
 import logging
 import math
 import threading
@@ -29,8 +28,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from ..backend_options import TransformersOptions
 from ..config import VerifierConfig
-from ..errors import BackendError, BackendUnavailableError, ConfigError, ScoreTokenError
+from ..errors import BackendError, BackendUnavailableError, ScoreTokenError
 from .base import BackendUsage, ChatPrompt, LocalAsyncMixin, TokenLogprobs
 from .dtype import resolve_dtype
 
@@ -156,9 +156,15 @@ class TransformersBackend(LocalAsyncMixin):
 
     Args:
         config: the verifier configuration; reads ``model`` (``None`` = the embedded
-            SmolLM2-135M-Instruct), ``device`` and ``dtype`` (``auto``: bfloat16 on a GPU
-            or AMX CPU, float32 elsewhere; :func:`~densereward.backends.dtype.resolve_dtype`),
-            ``batch_size`` (prompts per forward pass) and ``seed``.
+            SmolLM2-135M-Instruct), ``batch_size`` (prompts per forward pass), ``seed`` and
+            ``options`` (:class:`~densereward.backend_options.TransformersOptions`: ``device``,
+            ``dtype`` (``auto``: bfloat16 on a GPU or AMX CPU, float32 elsewhere;
+            :func:`~densereward.backends.dtype.resolve_dtype`), ``share_prefix``,
+            ``prefix_cache_size``).
+        **overrides: options of :class:`~densereward.backend_options.TransformersOptions`
+            that replace the config's (``TransformersBackend(config, share_prefix=False)``).
+            Among them:
+
         share_prefix: run the longest common token prefix of each chunk once and broadcast
             its key/value cache (a win when several prompts share a long prefix: criteria,
             repeats, one problem with many responses). Numerically equivalent to the plain
@@ -185,25 +191,20 @@ class TransformersBackend(LocalAsyncMixin):
     """
 
     name = "transformers"
-    supports_images = False  # an image-text-to-text model loads as hf_vision's subclass
+    options_class = TransformersOptions
 
-    def __init__(
-        self, config: VerifierConfig, *, share_prefix: bool = True, prefix_cache_size: int = 4
-    ) -> None:
+    def __init__(self, config: VerifierConfig, **overrides: Any) -> None:
         try:
             import torch
-            import transformers  # noqa: F401
+            from transformers import AutoModelForCausalLM, AutoTokenizer
         except ImportError as e:  # pragma: no cover - both are core dependencies
             raise BackendUnavailableError(
                 f"the transformers backend needs torch and transformers: {e}"
             ) from e
         self.config = config
-        self.share_prefix = share_prefix
-        if prefix_cache_size < 0:
-            raise ConfigError(
-                f"prefix_cache_size must be >= 0 (0 = keep none), got {prefix_cache_size}"
-            )
-        self.prefix_cache_size = int(prefix_cache_size)
+        self.options = opts = config.options_as(TransformersOptions, **overrides)
+        self.share_prefix = opts.share_prefix
+        self.prefix_cache_size = int(opts.prefix_cache_size)
         self._prefix_kv: OrderedDict[tuple[int, ...], Any] = OrderedDict()
         self.n_prefix_cache_hits = 0
         """Chunks whose shared prefix came from a kept cache (exactly or extended)."""
@@ -213,16 +214,17 @@ class TransformersBackend(LocalAsyncMixin):
         self._closed = False
         self._candidate_cache: dict[tuple[str, ...], list[int]] = {}
 
-        device = config.device
+        device = opts.device
         if device == "auto":
             device = "cuda" if torch.cuda.is_available() else "cpu"
         self.device = torch.device(device)
         try:
-            self.dtype = getattr(torch, resolve_dtype(config.dtype, self.device))
+            self.dtype = getattr(torch, resolve_dtype(opts.dtype, self.device))
         except ValueError as e:
             raise BackendUnavailableError(str(e)) from e
         try:
-            self.tokenizer, self.model = self._load(self.model_id)
+            self.tokenizer = AutoTokenizer.from_pretrained(self.model_id)
+            self.model = AutoModelForCausalLM.from_pretrained(self.model_id, dtype=self.dtype)
         except (OSError, ValueError) as e:
             raise BackendUnavailableError(
                 f"could not load verifier model {self.model_id!r}: {e}"
@@ -235,19 +237,6 @@ class TransformersBackend(LocalAsyncMixin):
         self.max_length = int(getattr(self.model.config, "max_position_embeddings", 0) or 0) or None
 
     # ------------------------------------------------------------------ helpers
-
-    def __new__(cls, config: VerifierConfig | None = None, *args: Any, **kw: Any) -> Any:
-        if cls is TransformersBackend and config is not None:  # a model that sees: hf_vision's
-            vision = importlib.import_module(f"{__package__}.hf_vision")  # by name: no import cycle
-            if vision.is_image_text_model(resolve_model_path(config)):
-                cls = vision.VisionTransformersBackend
-        return super().__new__(cls)
-
-    def _load(self, model_id: str) -> tuple[Any, Any]:  # (tokenizer, causal LM) in self.dtype
-        from transformers import AutoModelForCausalLM, AutoTokenizer
-
-        model = AutoModelForCausalLM.from_pretrained(model_id, dtype=self.dtype)
-        return AutoTokenizer.from_pretrained(model_id), model
 
     def _check_open(self) -> None:
         if self._closed:

@@ -43,6 +43,7 @@ import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
+from ..backend_options import OpenAIOptions
 from ..config import VerifierConfig
 from ..errors import BackendError, BackendUnavailableError, ConfigError
 from ..io import get_api_key, redact
@@ -63,22 +64,16 @@ class OpenAIBackend:
     """Verifier backend over an OpenAI-compatible chat-completions endpoint.
 
     Args:
-        config: the verifier configuration; uses ``base_url`` (e.g.
-            ``http://127.0.0.1:8000/v1``, or a list of replicas), ``model (``None`` = the first model the
-            server lists), ``api_key_env``, ``max_concurrency``, ``requests_per_minute``,
-            ``timeout_s`` (seconds per request), ``max_retries`` and ``seed``.
-        restrict_to_candidates: send vLLM's ``allowed_token_ids`` with the score-token ids
-            so the distribution is over the candidates only (see the module docstring).
-        top_logprobs: alternatives asked for per request, in ``[1, 20]`` for OpenAI; a
-            vLLM server started with ``--max-logprobs K`` accepts up to ``K``.
-        server_extensions: send ``continue_final_message`` / ``add_generation_prompt``
-            (vLLM, SGLang). ``None`` = detect from the ``owned_by`` field of ``/models``.
-        retry_base_s: first backoff wait in seconds (doubles each retry, with jitter).
-        retry_max_s: cap of one backoff wait (and of an honoured ``Retry-After``), seconds.
-        health_timeout_s: timeout of a health check (``GET {base_url}/models``), seconds.
-        health_interval_s: with several replicas, seconds between the health checks of each.
-        max_imbalance: with several replicas, reads the group's replica may hold beyond the
-            least-loaded one before reads leave it; ``None`` = ``max_concurrency``.
+        config: the verifier configuration; uses ``model`` (``None`` = the first model the
+            server lists), ``seed`` and ``options``
+            (:class:`~densereward.backend_options.OpenAIOptions`: ``base_url``, e.g.
+            ``http://127.0.0.1:8000/v1`` or a list of replicas, ``api_key_env``,
+            ``max_concurrency``, ``requests_per_minute``, ``timeout_s`` (seconds per
+            request), ``max_retries``, the backoff and health-check settings,
+            ``restrict_to_candidates`` (send vLLM's ``allowed_token_ids``, see the module
+            docstring), ``top_logprobs`` and ``server_extensions``).
+        **overrides: options of the backend's options class that replace the config's
+            (``OpenAIBackend(config, top_logprobs=5, retry_base_s=0.01)``).
 
     Raises:
         ConfigError: if ``base_url`` is missing or an argument is out of range.
@@ -87,47 +82,27 @@ class OpenAIBackend:
     """
 
     name = "openai"
+    options_class: type[OpenAIOptions] = OpenAIOptions
 
-    def __init__(
-        self,
-        config: VerifierConfig,
-        *,
-        restrict_to_candidates: bool = False,
-        top_logprobs: int = 20,
-        server_extensions: bool | None = None,
-        retry_base_s: float = 0.5,
-        retry_max_s: float = 30.0,
-        health_timeout_s: float = 5.0,
-        health_interval_s: float = 5.0,
-        max_imbalance: int | None = None,
-    ):
-        if not replica_urls(config.base_url):
+    def __init__(self, config: VerifierConfig, **overrides: Any):
+        self.options = opts = config.options_as(self.options_class, **overrides)
+        if not replica_urls(opts.base_url):
             raise ConfigError(
-                f"the {self.name!r} backend needs verifier.base_url (e.g. http://127.0.0.1:8000/v1)"
+                f"the {self.name!r} backend needs verifier.backend_options.base_url "
+                "(e.g. http://127.0.0.1:8000/v1)"
             )
-        if top_logprobs < 1:
-            raise ConfigError(f"top_logprobs must be >= 1, got {top_logprobs}")
-        if config.max_concurrency < 1:
-            raise ConfigError(
-                f"verifier.max_concurrency must be >= 1, got {config.max_concurrency}"
-            )
-        if config.max_retries < 0:
-            raise ConfigError(f"verifier.max_retries must be >= 0, got {config.max_retries}")
-        if config.timeout_s <= 0:
-            raise ConfigError(f"verifier.timeout_s must be > 0, got {config.timeout_s}")
-        if retry_base_s < 0 or retry_max_s < 0:
-            raise ConfigError("retry_base_s and retry_max_s must be >= 0")
-        if health_interval_s <= 0 or (max_imbalance is not None and max_imbalance < 0):
-            raise ConfigError("health_interval_s must be > 0 and max_imbalance >= 0")
+        restrict_to_candidates, top_logprobs = opts.restrict_to_candidates, opts.top_logprobs
+        retry_base_s, retry_max_s = opts.retry_base_s, opts.retry_max_s
+        health_timeout_s, server_extensions = opts.health_timeout_s, opts.server_extensions
         self.config = config
-        self.base_urls = replica_urls(config.base_url)
+        self.base_urls = replica_urls(opts.base_url)
         self.base_url = ", ".join(self.base_urls)
         self.restrict_to_candidates = restrict_to_candidates
         self.top_logprobs = int(top_logprobs)
         self.retry_base_s = float(retry_base_s)
         self.retry_max_s = float(retry_max_s)
         self.usage = BackendUsage()
-        key = get_api_key(config.api_key_env)
+        key = get_api_key(opts.api_key_env)
         self._api_key = Secret(key) if key else None
         self._secrets = [self._api_key] if self._api_key else []
         self._token_ids: dict[str, int] = {}
@@ -136,7 +111,7 @@ class OpenAIBackend:
         headers = {"Authorization": f"Bearer {self._api_key}"} if self._api_key else {}
         router_options = dict(
             headers=headers, redact=self._redact, wait_s=self._wait_s, name=self.name,
-            max_imbalance=max_imbalance, health_interval_s=health_interval_s,
+            max_imbalance=opts.max_imbalance, health_interval_s=opts.health_interval_s,
             health_timeout_s=health_timeout_s,
         )  # fmt: skip
         try:
@@ -184,7 +159,7 @@ class OpenAIBackend:
         return redact(text, self._secrets)
 
     async def _open(self, options: Mapping[str, Any]) -> Router:
-        return Router(self.config, self.usage, **options)
+        return Router(self.options, self.usage, **options)
 
     @property
     def replicas(self) -> list[dict[str, Any]]:

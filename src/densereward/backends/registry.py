@@ -1,10 +1,12 @@
-"""Backends by name: a declarative table of ``"module:ClassName"`` entry points.
+"""Backends by name: thin functions over :data:`densereward.backend_options.BACKENDS`.
 
-Like Gymnasium's ``register(id, entry_point="package.module:Name")``, the table names where
-each backend lives and nothing is imported until a backend is asked for
-(:func:`get_backend_class`, :func:`create_backend`), so listing or validating names
-(:func:`available_backends`, :func:`check_backend_name`) costs no import at all. A third
-party adds its own backend with :func:`register_backend`; a name can be registered once.
+The table itself lives in the leaf :mod:`densereward.backend_options` (a
+:class:`~densereward.registry.Registry` of ``"module:Class"`` entry points, beside each
+backend's options dataclass), so :class:`~densereward.config.VerifierConfig` validates names
+and options without importing a backend. Nothing is imported until a backend is asked for
+(:func:`get_backend_class`, :func:`create_backend`). A third party adds a backend with
+:func:`register_backend` or the entry-point group ``densereward.backends`` (its options
+dataclass through ``densereward.backend_options``); a name can be registered once.
 
 Example:
     >>> "openai" in available_backends()
@@ -17,89 +19,70 @@ Example:
 
 from __future__ import annotations
 
-import difflib
-import importlib
-import inspect
-import typing
-from collections.abc import Callable, Mapping
 from typing import Any
 
-from ..errors import BackendUnavailableError, ConfigError, RegistryError
+from ..backend_options import BACKEND_OPTIONS, BACKENDS, options_class
+from ..errors import RegistryError
+from ..registry import EntryPoint
 
 __all__ = [
     "register_backend",
     "available_backends",
     "check_backend_name",
     "get_backend_class",
-    "backend_option_types",
+    "backend_options_class",
     "create_backend",
 ]
 
-EntryPoint = str | type
 
-_REGISTRY: dict[str, EntryPoint] = {
-    "transformers": "densereward.backends.hf:TransformersBackend",
-    "vllm": "densereward.backends.vllm_offline:VLLMBackend",
-    "openai": "densereward.backends.openai_http:OpenAIBackend",
-    "sampled": "densereward.backends.sampled:SampledBackend",
-}
-
-
-def register_backend(name: str, entry_point: EntryPoint | None = None) -> Any:
+def register_backend(
+    name: str, entry_point: EntryPoint | None = None, *, options: EntryPoint | None = None
+) -> Any:
     """Register a backend under ``name``: a ``"module:ClassName"`` string or the class itself.
 
     Without ``entry_point`` it returns a class decorator (``@register_backend("mine")``).
-    The class is called as ``cls(config, **config.backend_options)`` with a
-    :class:`~densereward.config.VerifierConfig` and must implement
-    :class:`~densereward.backends.base.VerifierBackend`. A string entry point is imported
-    only when the backend is first created, as Gymnasium's ``entry_point`` is.
+    The class is called as ``cls(config)`` with a :class:`~densereward.config.VerifierConfig`
+    whose ``options`` is an instance of the backend's options dataclass, and must implement
+    :class:`~densereward.backends.base.VerifierBackend`. A string entry point is imported only
+    when the backend is first created, as Gymnasium's ``entry_point`` is.
 
     Args:
         name: the name ``verifier.backend`` selects, a non-empty string.
         entry_point: ``"package.module:ClassName"`` or a class; ``None`` = decorator form.
+        options: the frozen dataclass of its ``verifier.backend_options`` (a class or a
+            ``"module:Class"`` string in a module light enough to import when a config is
+            validated); ``None`` = the class attribute ``options_class`` of the backend,
+            else no options.
 
     Returns:
         ``entry_point`` (or, in the decorator form, a decorator returning the class).
 
     Raises:
         RegistryError: if ``name`` is already registered to a different entry point (names
-            are never overwritten, built-in or not; registering the same entry point again is
-            a no-op), or if ``name`` / ``entry_point`` is malformed.
+            are never overwritten, built-in or not; the same entry point again is a no-op),
+            or if ``name`` / ``entry_point`` is malformed.
     """
     if entry_point is None:
 
         def deco(cls: type) -> type:
-            register_backend(name, cls)
+            register_backend(name, cls, options=options)
             return cls
 
         return deco
-    if not isinstance(name, str) or not name.strip():
-        raise RegistryError(f"a backend name must be a non-empty string, got {name!r}")
-    if isinstance(entry_point, str):
-        module, _, attr = entry_point.partition(":")
-        if not module or not attr:
-            raise RegistryError(
-                f"backend {name!r}: entry point {entry_point!r} must look like "
-                "'package.module:ClassName'"
-            )
-    elif not callable(entry_point):
+    if not isinstance(entry_point, str) and not callable(entry_point):
         raise RegistryError(
             f"backend {name!r}: entry point must be a 'module:ClassName' string or a class, "
             f"got {type(entry_point).__name__}"
         )
-    current = _REGISTRY.get(name)
-    if current is not None and current != entry_point:
-        raise RegistryError(
-            f"verifier backend {name!r} is already registered ({_describe(current)}); "
-            f"register yours under another name (registered: {sorted(_REGISTRY)})"
-        )
-    _REGISTRY[name] = entry_point
+    BACKENDS.register(name, entry_point)
+    if options is not None:
+        BACKEND_OPTIONS.register(name, options)
     return entry_point
 
 
 def available_backends() -> list[str]:
-    """Names of the registered backends, sorted (imports nothing)."""
-    return sorted(_REGISTRY)
+    """Names of the registered backends, sorted (imports nothing but entry-point metadata)."""
+    return BACKENDS.names()
 
 
 def check_backend_name(name: str) -> None:
@@ -109,14 +92,10 @@ def check_backend_name(name: str) -> None:
         ConfigError: for an unknown name, listing the registered ones and suggesting close
             matches (``difflib``).
     """
-    if name in _REGISTRY:
-        return
-    close = difflib.get_close_matches(str(name), list(_REGISTRY), n=3)
-    hint = f" Did you mean {', '.join(repr(c) for c in close)}?" if close else ""
-    raise ConfigError(f"unknown verifier backend {name!r}; available: {sorted(_REGISTRY)}.{hint}")
+    BACKENDS.check(name)
 
 
-def get_backend_class(name: str) -> Callable[..., Any]:
+def get_backend_class(name: str) -> Any:
     """The backend class registered under ``name``, importing its module on first use.
 
     Raises:
@@ -124,69 +103,23 @@ def get_backend_class(name: str) -> Callable[..., Any]:
         BackendUnavailableError: when a string entry point's module cannot be imported or
             has no such attribute.
     """
-    check_backend_name(name)
-    entry = _REGISTRY[name]
-    if not isinstance(entry, str):
-        return entry
-    module, _, attr = entry.partition(":")
-    try:
-        return getattr(importlib.import_module(module), attr)
-    except (ImportError, AttributeError) as e:
-        raise BackendUnavailableError(
-            f"verifier backend {name!r}: cannot load {entry!r} ({type(e).__name__}: {e})"
-        ) from e
+    return BACKENDS.load(name)
 
 
-def backend_option_types(name: str) -> tuple[dict[str, Any], bool]:
-    """The keyword options the backend's constructor takes besides the config.
-
-    Read from the constructor signatures along the class's MRO: a ``**kwargs`` that a
-    subclass passes on to its parent's ``__init__`` (``sampled`` -> ``openai``) adds the
-    parent's options; one that reaches no further ``__init__`` (``vllm``'s
-    ``**engine_kwargs``, passed to ``vllm.LLM``) accepts any name.
-
-    Returns:
-        ``(types, open)``: option name -> annotated type (``Any`` when unannotated), and
-        whether names outside ``types`` are passed through.
-
-    Raises:
-        ConfigError, BackendUnavailableError: as :func:`get_backend_class`.
-    """
-    cls = get_backend_class(name)
-    types: dict[str, Any] = {}
-    classes = [c for c in getattr(cls, "__mro__", (cls,)) if "__init__" in vars(c)]
-    for c in classes:
-        if c is object:
-            return types, True
-        init = vars(c)["__init__"]
-        try:
-            hints = typing.get_type_hints(init)
-        except Exception:  # noqa: BLE001 - an unresolvable annotation: fall back to Any
-            hints = {}
-        params = list(inspect.signature(init).parameters.values())[2:]  # self, config
-        for p in params:
-            if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD):
-                types.setdefault(p.name, hints.get(p.name, Any))
-        if not any(p.kind is p.VAR_KEYWORD for p in params):
-            return types, False
-    return types, True
+def backend_options_class(name: str) -> type:
+    """The frozen options dataclass of backend ``name``
+    (:func:`densereward.backend_options.options_class`)."""
+    return options_class(name)
 
 
 def create_backend(config: Any) -> Any:
-    """Build the backend named by ``config.backend``: ``cls(config, **config.backend_options)``.
+    """Build the backend named by ``config.backend``: ``cls(config)``.
 
     Args:
-        config: a :class:`~densereward.config.VerifierConfig`.
+        config: a :class:`~densereward.config.VerifierConfig` (its ``options`` validated).
 
     Raises:
         ConfigError: for an unknown backend name or an option the backend rejects.
         BackendUnavailableError: when the backend cannot be loaded or reached.
     """
-    options: Mapping[str, Any] = config.backend_options or {}
-    return get_backend_class(config.backend)(config, **options)
-
-
-def _describe(entry: EntryPoint) -> str:
-    if isinstance(entry, str):
-        return entry
-    return f"{getattr(entry, '__module__', '?')}:{getattr(entry, '__qualname__', entry)!s}"
+    return get_backend_class(config.backend)(config)

@@ -37,7 +37,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..config import VerifierConfig
+from ..backend_options import OpenAIOptions
 from ..errors import BackendError, BackendUnavailableError
 from .base import BackendUsage, ChatPrompt
 from .transport import RateLimiter, RetryableError, parse_retry_after
@@ -169,7 +169,8 @@ class Router:
     Lives on the backend's private event loop (create and call it there).
 
     Args:
-        config: uses ``base_url``, ``max_concurrency`` (per replica), ``requests_per_minute``,
+        options: the backend's :class:`~densereward.backend_options.OpenAIOptions`; uses
+            ``base_url``, ``max_concurrency`` (per replica), ``requests_per_minute``,
             ``timeout_s``, ``max_retries``, ``api_key_env``.
         usage: the backend's counters (``n_calls``, ``n_retries``, ``n_failovers``,
             ``n_failures``, tokens).
@@ -184,7 +185,7 @@ class Router:
 
     def __init__(
         self,
-        config: VerifierConfig,
+        options: OpenAIOptions,
         usage: BackendUsage,
         *,
         headers: Mapping[str, str],
@@ -197,25 +198,25 @@ class Router:
     ):
         import httpx
 
-        self.config = config
+        self.options = options
         self.usage = usage
         self.redact = redact
         self.wait_s = wait_s
         self.name = name
-        urls = replica_urls(config.base_url)
-        imbalance = config.max_concurrency if max_imbalance is None else max_imbalance
+        urls = replica_urls(options.base_url)
+        imbalance = options.max_concurrency if max_imbalance is None else max_imbalance
         self.set = ReplicaSet(urls, imbalance)
         self.health_interval_s = float(health_interval_s)
         self.health_timeout_s = float(health_timeout_s)
-        n = config.max_concurrency * len(urls)
+        n = options.max_concurrency * len(urls)
         self.client = httpx.AsyncClient(
             headers=dict(headers),
-            timeout=httpx.Timeout(config.timeout_s),
+            timeout=httpx.Timeout(options.timeout_s),
             limits=httpx.Limits(max_connections=n, max_keepalive_connections=n),
         )
         for r in self.set.replicas:
-            r.slots = asyncio.Semaphore(config.max_concurrency)
-        self.limiter = RateLimiter(config.requests_per_minute)
+            r.slots = asyncio.Semaphore(options.max_concurrency)
+        self.limiter = RateLimiter(options.requests_per_minute)
         self._health_task: asyncio.Task | None = None
 
     @property
@@ -243,7 +244,7 @@ class Router:
         if resp.status_code in (401, 403):
             raise BackendUnavailableError(
                 f"verifier server at {replica.url} refused the credentials (HTTP {resp.status_code}); "
-                f"check the key in ${self.config.api_key_env}"
+                f"check the key in ${self.options.api_key_env}"
             )
         if resp.status_code != 200:
             raise BackendUnavailableError(
@@ -326,11 +327,11 @@ class Router:
                 if e.lost:
                     self.set.take_out(replica, self.redact(str(e)))
                 tried.append(replica)
-                if attempt == self.config.max_retries:
+                if attempt == self.options.max_retries:
                     self.usage.n_failures += 1
                     raise BackendError(
                         f"{self.name} backend: POST {replica.url}{path} failed after "
-                        f"{self.config.max_retries} retries: {self.redact(str(e))}"
+                        f"{self.options.max_retries} retries: {self.redact(str(e))}"
                     ) from None
                 attempt += 1
                 self.usage.n_retries += 1
@@ -344,7 +345,7 @@ class Router:
                 n_backoff += 1
                 logger.warning(
                     "%s: retry %d/%d of POST %s after %s",
-                    self.name, attempt, self.config.max_retries, path, self.redact(str(e)),
+                    self.name, attempt, self.options.max_retries, path, self.redact(str(e)),
                 )  # fmt: skip
                 await asyncio.sleep(self.wait_s(n_backoff, e))
             except BackendError:
@@ -371,7 +372,7 @@ class Router:
                     resp = await self.client.post(url, json=payload)
                 except httpx.TimeoutException as e:
                     raise RetryableError(
-                        f"timed out after {self.config.timeout_s:g} s ({type(e).__name__})"
+                        f"timed out after {self.options.timeout_s:g} s ({type(e).__name__})"
                     ) from None
                 except httpx.TransportError as e:
                     raise RetryableError(
@@ -385,7 +386,7 @@ class Router:
             if resp.status_code in RETRY_STATUS:
                 raise RetryableError(msg, parse_retry_after(resp.headers.get("Retry-After")))
             if resp.status_code in (401, 403):
-                msg += f" (check the key in ${self.config.api_key_env})"
+                msg += f" (check the key in ${self.options.api_key_env})"
             raise BackendError(msg)
         try:
             data = json.loads(resp.content)

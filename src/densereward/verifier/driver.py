@@ -219,8 +219,9 @@ class PlanDriver:
         and what else changes the answer: ``backend_options`` such as ``top_logprobs`` or
         ``restrict_to_candidates`` when set, and the dtype of an in-process model)."""
         extra: dict[str, Any] = {}
-        if self.config.backend_options:
-            extra["options"] = dict(self.config.backend_options)
+        answer_options = self.config.answer_options()  # as given; no URLs, timeouts, dtype
+        if answer_options:
+            extra["options"] = answer_options
         dtype = getattr(self.backend, "dtype", None)  # in-process models expose what they run in
         if dtype is not None:
             extra["dtype"] = str(dtype)
