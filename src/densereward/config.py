@@ -19,6 +19,7 @@ import yaml
 
 from .backend_options import BACKEND_OPTIONS, BACKENDS, DTYPES, answer_options, options_class
 from .errors import ConfigError
+from .frames import FrameConfig
 
 __all__ = [
     "VerifierConfig",
@@ -118,6 +119,9 @@ class VerifierConfig:
     """When a backend fails after retries: return ``None`` (counted) or raise."""
     seed: int = 0
     """Seed of sampled analyses, PPT cycles and samples."""
+    frames: FrameConfig = dataclasses.field(default_factory=FrameConfig)
+    """Camera frames per read (count, size, stride; :class:`~densereward.frames.FrameConfig`),
+    for a verifier that sees (``images=`` of ``progress_batch`` / ``score_batch``)."""
 
     def __post_init__(self) -> None:
         BACKENDS.check(self.backend)
@@ -147,6 +151,7 @@ class VerifierConfig:
         elif not 0.0 <= self.threshold <= 1.0:
             raise ConfigError(f"verifier.threshold must be in [0, 1], got {self.threshold}")
         self._check_ranges()
+        object.__setattr__(self, "frames", FrameConfig.coerce(self.frames))
         if isinstance(self.criteria, list):
             object.__setattr__(self, "criteria", tuple(self.criteria))
         if self.chat_template_kwargs is not None and (

@@ -19,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 import re
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 from .answers import extract_answer
 from .backends.base import ChatPrompt
@@ -44,6 +45,8 @@ __all__ = [
     "with_analysis",
     "thinking_prompt",
     "with_thinking",
+    "with_frames",
+    "FRAMES_ONLY_TEXT",
 ]
 
 SCORE_PREFILL = "<score>"
@@ -433,6 +436,39 @@ def progress_prompt(scale: ScoreScale, task: str, trajectory: str, criterion: st
         },
     ]
     return ChatPrompt(messages=tuple(messages), prefill=SCORE_PREFILL)
+
+
+FRAMES_ONLY_TEXT = "(no text description: judge from the camera frames)"
+"""The trajectory text of a read whose state the frames alone carry."""
+
+
+def frames_note(n: int) -> str:
+    """The sentence that tells the verifier how many frames it sees and in which order.
+
+    >>> frames_note(3)
+    'The 3 camera frames above are in time order, oldest first; the last shows the current state.'
+    """
+    if n == 1:
+        return "The camera frame above shows the current state."
+    return (
+        f"The {n} camera frames above are in time order, oldest first; the last shows the "
+        "current state."
+    )
+
+
+def with_frames(prompt: ChatPrompt, frames: Sequence[Any]) -> ChatPrompt:
+    """``prompt`` with camera ``frames`` (oldest first) attached to its last user turn.
+
+    The frames go before that turn's text (:attr:`ChatPrompt.images`), and the text starts with
+    :func:`frames_note` (how many frames, in what order). No frames: ``prompt`` unchanged.
+    """
+    if not frames:
+        return prompt
+    last = max(i for i, m in enumerate(prompt.messages) if m["role"] == "user")
+    turn = dict(prompt.messages[last])
+    turn["content"] = f"{frames_note(len(frames))}\n\n{turn['content']}"
+    messages = (*prompt.messages[:last], turn, *prompt.messages[last + 1 :])
+    return dataclasses.replace(prompt, messages=messages, images=tuple(frames))
 
 
 def reasoning_prompt(prompt: ChatPrompt) -> ChatPrompt:

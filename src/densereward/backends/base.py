@@ -11,6 +11,7 @@ backend for log-probabilities of the score-token spellings and does the arithmet
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -25,7 +26,7 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class ChatPrompt:
     """A chat conversation whose last assistant turn starts with ``prefill``.
 
@@ -38,18 +39,41 @@ class ChatPrompt:
             ``{"enable_thinking": False}`` (Qwen3's thinking switch). Every backend passes them
             on: ``apply_chat_template(..., **kwargs)`` in process, the request's
             ``chat_template_kwargs`` over HTTP. Templates ignore variables they do not use.
+        images: camera frames (``uint8`` arrays ``(H, W, 3)`` or ``PIL.Image``) attached, in
+            order, to the last user turn, before its text (:mod:`.images`); ``()`` = text only.
+            A backend without ``supports_images`` refuses a prompt that has them.
+
+    Two prompts are equal when their :meth:`key` is (frames compare by content).
     """
 
     messages: tuple[Mapping[str, str], ...]
     prefill: str = ""
     chat_template_kwargs: Mapping[str, Any] = field(default_factory=dict)
+    images: tuple[Any, ...] = ()
+
+    @functools.cached_property
+    def frame_digests(self) -> tuple[str, ...]:
+        """SHA-256 of each frame's shape and bytes, in order (:func:`.images.frame_digest`)."""
+        from .images import as_frame, frame_digest
+
+        return tuple(frame_digest(as_frame(f)) for f in self.images)
 
     def key(self) -> tuple:
-        """A hashable, order-preserving identity of the prompt (for caches)."""
+        """A hashable, order-preserving identity of the prompt (for caches); frames enter as
+        :attr:`frame_digests`, never by object identity."""
         base = (tuple((m["role"], m["content"]) for m in self.messages), self.prefill)
-        if not self.chat_template_kwargs:
-            return base
-        return (*base, tuple(sorted((k, repr(v)) for k, v in self.chat_template_kwargs.items())))
+        if self.chat_template_kwargs:
+            kwargs = tuple(sorted((k, repr(v)) for k, v in self.chat_template_kwargs.items()))
+            base = (*base, kwargs)
+        if self.images:
+            base = (*base, ("images", self.frame_digests))
+        return base
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, ChatPrompt) and self.key() == other.key()
+
+    def __hash__(self) -> int:
+        return hash(self.key())
 
 
 @dataclass

@@ -19,6 +19,7 @@ Heavy imports (torch, transformers) happen inside the class so that importing th
 
 from __future__ import annotations
 
+import importlib
 import logging
 import math
 import threading
@@ -191,12 +192,13 @@ class TransformersBackend(LocalAsyncMixin):
     """
 
     name = "transformers"
+    supports_images = False  # an image-text-to-text model loads as hf_vision's subclass
     options_class = TransformersOptions
 
     def __init__(self, config: VerifierConfig, **overrides: Any) -> None:
         try:
             import torch
-            from transformers import AutoModelForCausalLM, AutoTokenizer
+            import transformers  # noqa: F401
         except ImportError as e:  # pragma: no cover - both are core dependencies
             raise BackendUnavailableError(
                 f"the transformers backend needs torch and transformers: {e}"
@@ -223,8 +225,7 @@ class TransformersBackend(LocalAsyncMixin):
         except ValueError as e:
             raise BackendUnavailableError(str(e)) from e
         try:
-            self.tokenizer = AutoTokenizer.from_pretrained(self.model_id)
-            self.model = AutoModelForCausalLM.from_pretrained(self.model_id, dtype=self.dtype)
+            self.tokenizer, self.model = self._load(self.model_id)
         except (OSError, ValueError) as e:
             raise BackendUnavailableError(
                 f"could not load verifier model {self.model_id!r}: {e}"
@@ -237,6 +238,19 @@ class TransformersBackend(LocalAsyncMixin):
         self.max_length = int(getattr(self.model.config, "max_position_embeddings", 0) or 0) or None
 
     # ------------------------------------------------------------------ helpers
+
+    def __new__(cls, config: VerifierConfig | None = None, *args: Any, **kw: Any) -> Any:
+        if cls is TransformersBackend and config is not None:  # a model that sees: hf_vision's
+            vision = importlib.import_module(f"{__package__}.hf_vision")  # by name: no import cycle
+            if vision.is_image_text_model(resolve_model_path(config)):
+                cls = vision.VisionTransformersBackend
+        return super().__new__(cls)
+
+    def _load(self, model_id: str) -> tuple[Any, Any]:  # (tokenizer, causal LM) in self.dtype
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        model = AutoModelForCausalLM.from_pretrained(model_id, dtype=self.dtype)
+        return AutoTokenizer.from_pretrained(model_id), model
 
     def _check_open(self) -> None:
         if self._closed:

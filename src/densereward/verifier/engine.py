@@ -15,6 +15,7 @@ from typing import Any
 
 from .. import prompts as P
 from ..backends.base import ChatPrompt, VerifierBackend
+from ..backends.images import FramePrep
 from ..cache import ScoreCache
 from ..config import VerifierConfig
 from ..errors import AbstentionError, BackendError, ConfigError, DataError
@@ -39,6 +40,7 @@ __all__ = ["Verifier"]
 logger = logging.getLogger("densereward.verifier")
 
 Criteria = Sequence[str] | Mapping[str, str] | None
+Images = Sequence[Sequence[Any] | None] | None
 
 
 def _seed_for(base: int, *parts: Any) -> int:
@@ -102,6 +104,7 @@ class Verifier(OneItemVerbs):
             else (ScoreCache(self.config.cache_dir) if self.config.cache_dir else None)
         )
         self.stats = VerifierStats()
+        self.frames = FramePrep(self.config.frames)
         self.read_plan: ReadPlan = build_read_plan(
             self.backend.tokenize,
             self.scale,
@@ -204,7 +207,11 @@ class Verifier(OneItemVerbs):
             reads, list(crit), self.config.n_repeats, self.scale, self.stats, truncated=cut
         )
 
-    def _prepare(self, text: Any) -> tuple[str | None, ScoreResult | None, bool]:
+    def _prepare(
+        self, text: Any, frames: Sequence[Any] = ()
+    ) -> tuple[str | None, ScoreResult | None, bool]:
+        if frames and isinstance(text, str) and not text.strip():  # the frames carry the state
+            return P.FRAMES_ONLY_TEXT, None, False
         return prepare_candidate(text, self.stats, self.config.max_response_chars)
 
     def _finalize(self, res: ScoreResult) -> ScoreResult:
@@ -221,9 +228,11 @@ class Verifier(OneItemVerbs):
         references: Sequence[str | None] | None,
         *,
         kind: str = "auto",
+        images: Images = None,
     ) -> Generator:
         if len(problems) != len(responses):
             raise DataError(f"{len(problems)} problems but {len(responses)} responses")
+        frames = self.frames.batch(images, len(problems), self.backend)
         if references is not None and len(references) != len(problems):
             raise DataError(f"{len(problems)} problems but {len(references)} references")
         chosen = criteria if criteria is not None else self.config.criteria
@@ -236,7 +245,7 @@ class Verifier(OneItemVerbs):
         seeds: list[int] = []
         owners: list[tuple[int, bool]] = []
         for i, (prob, resp) in enumerate(zip(problems, responses, strict=False)):
-            clean, short, cut = self._prepare(resp)
+            clean, short, cut = self._prepare(resp, frames[i])
             if short is not None:
                 results[i] = short
                 continue
@@ -259,6 +268,7 @@ class Verifier(OneItemVerbs):
                     p = P.answer_match_prompt(self.scale, str(ref), P.sanitize_candidate(final))
                 else:
                     p = P.pointwise_prompt(self.scale, prob, clean, desc, reference=ref)
+                p = P.with_frames(p, frames[i])
                 for k in range(k_rep):
                     prompts.append(p)
                     seeds.append(_seed_for(self.config.seed, p.key(), k))
@@ -382,6 +392,7 @@ class Verifier(OneItemVerbs):
         criteria: Criteria = None,
         references: Sequence[str | None] | None = None,
         prompt: str = "auto",
+        images: Images = None,
     ) -> list[ScoreResult]:
         """Pointwise scores of ``responses[i]`` for ``problems[i]``.
 
@@ -398,16 +409,22 @@ class Verifier(OneItemVerbs):
                 ``pointwise`` (anchored when references are given), ``answer_match`` (the
                 extracted final answer against the reference; needs references, no criteria)
                 or ``auto`` (``answer_match`` with references and no criteria, else pointwise).
+            images: optional ``(B,)`` lists of camera frames (``uint8`` ``(H, W, 3)`` or PIL),
+                oldest first, shown before the response (``[]`` = none); bounded by
+                ``config.frames``. Needs a backend with ``supports_images``.
 
         Returns:
             ``(B,)`` :class:`ScoreResult`, ``value`` in ``[0, 1]`` or ``None`` (abstained).
 
         Raises:
             DataError: on length mismatches, or ``answer_match`` without references.
-            ConfigError: for ``answer_match`` with criteria (its own criterion would be replaced).
+            ConfigError: for ``answer_match`` with criteria (its own criterion would be replaced),
+                or frames for a backend that cannot take images.
             AbstentionError: on abstention when ``config.on_error == 'raise'``.
         """
-        plan = self._score_plan(problems, responses, criteria, references, kind=prompt)
+        plan = self._score_plan(
+            problems, responses, criteria, references, kind=prompt, images=images
+        )
         return self._driver.run(plan)
 
     async def ascore_batch(
@@ -418,9 +435,12 @@ class Verifier(OneItemVerbs):
         criteria: Criteria = None,
         references: Sequence[str | None] | None = None,
         prompt: str = "auto",
+        images: Images = None,
     ) -> list[ScoreResult]:
         """Async :meth:`score_batch`."""
-        plan = self._score_plan(problems, responses, criteria, references, kind=prompt)
+        plan = self._score_plan(
+            problems, responses, criteria, references, kind=prompt, images=images
+        )
         return await self._driver.arun(plan)
 
     def compare_batch(
@@ -501,20 +521,44 @@ class Verifier(OneItemVerbs):
         )
 
     def progress_batch(
-        self, *, tasks: Sequence[str], trajectories: Sequence[Any], criteria: Criteria = None
+        self,
+        *,
+        tasks: Sequence[str],
+        trajectories: Sequence[Any],
+        criteria: Criteria = None,
+        images: Images = None,
     ) -> list[ScoreResult]:
-        """Task progress of each trajectory so far, ``(B,)``; ``value`` in ``[0, 1]``, 1 = done."""
-        return self._driver.run(
-            self._score_plan(tasks, trajectories, criteria, None, kind="progress")
-        )
+        """Task progress of each trajectory so far, ``(B,)``; ``value`` in ``[0, 1]``, 1 = done.
+
+        Args:
+            tasks: ``(B,)`` task descriptions.
+            trajectories: ``(B,)`` texts of the trajectories (or states); may be ``""`` when
+                frames carry the state.
+            criteria: as :meth:`score_batch` (default: one progress criterion).
+            images: optional ``(B,)`` lists of camera frames, one list per trajectory, oldest
+                first, the current state last (``[]`` = text only). Every ``stride``-th frame
+                counting back from the last is kept, at most ``config.frames.max_frames`` of
+                them (a longer list is cut, warned once), shrunk to ``max_side``; the prompt says
+                how many there are and in which order. The cache keys on their bytes.
+
+        Raises:
+            ConfigError: frames for a backend that cannot take images (names the backend).
+            DataError: ``images`` not one list per trajectory, or a malformed frame.
+        """
+        plan = self._score_plan(tasks, trajectories, criteria, None, kind="progress", images=images)
+        return self._driver.run(plan)
 
     async def aprogress_batch(
-        self, *, tasks: Sequence[str], trajectories: Sequence[Any], criteria: Criteria = None
+        self,
+        *,
+        tasks: Sequence[str],
+        trajectories: Sequence[Any],
+        criteria: Criteria = None,
+        images: Images = None,
     ) -> list[ScoreResult]:
         """Async :meth:`progress_batch`."""
-        return await self._driver.arun(
-            self._score_plan(tasks, trajectories, criteria, None, kind="progress")
-        )
+        plan = self._score_plan(tasks, trajectories, criteria, None, kind="progress", images=images)
+        return await self._driver.arun(plan)
 
     def close(self) -> None:
         """Release the backend and the cache. Idempotent."""

@@ -14,7 +14,7 @@ from typing import Any
 from ..errors import DataError
 from ..results import PairwiseResult, ScoreResult
 
-__all__ = ["OneItemVerbs", "progress_trajectories"]
+__all__ = ["OneItemVerbs", "progress_trajectories", "checkpoint_frames"]
 
 Criteria = Sequence[str] | Mapping[str, str] | None
 
@@ -42,6 +42,40 @@ def progress_trajectories(steps: Sequence[str], checkpoints: Sequence[int] | Non
     return ["\n".join(f"step {j + 1}: {s}" for j, s in enumerate(steps[: i + 1])) for i in idx]
 
 
+def _is_frame(x: Any) -> bool:
+    return hasattr(x, "shape") or (hasattr(x, "convert") and hasattr(x, "size"))
+
+
+def checkpoint_frames(
+    images: Sequence[Any] | None, n_steps: int, checkpoints: Sequence[int] | None
+) -> list[list[Any]] | None:
+    """The frames each checkpoint of :meth:`OneItemVerbs.progress_curve` sees.
+
+    Args:
+        images: one frame per step (``(T,)`` frames: checkpoint ``i`` sees frames ``0..i``), or
+            one list of frames per checkpoint; ``None``: no frames.
+        n_steps: ``T``.
+        checkpoints: the checkpoints (default all ``T`` steps).
+
+    Raises:
+        DataError: when the count matches neither form.
+    """
+    if images is None:
+        return None
+    idx = list(range(n_steps)) if checkpoints is None else list(checkpoints)
+    items = list(images)
+    if items and all(_is_frame(x) for x in items):
+        if len(items) != n_steps:
+            raise DataError(f"{len(items)} frames for {n_steps} steps; give one frame per step")
+        return [items[: i + 1] for i in idx]
+    if len(items) != len(idx):
+        raise DataError(
+            f"images: {len(items)} entries; give one frame per step ({n_steps}) or one list "
+            f"of frames per checkpoint ({len(idx)})"
+        )
+    return [list(x) for x in items]
+
+
 class OneItemVerbs:
     """Mixed into :class:`~densereward.verifier.Verifier`: one problem at a time."""
 
@@ -52,10 +86,16 @@ class OneItemVerbs:
         response: Any,
         criteria: Criteria = None,
         reference: str | None = None,
+        images: Sequence[Any] | None = None,
     ) -> ScoreResult:
-        """Pointwise score of one response (see :meth:`score_batch`)."""
+        """Pointwise score of one response (see :meth:`score_batch`); ``images``: the frames
+        shown with it (e.g. the final frame of an episode), oldest first."""
         return self.score_batch(  # type: ignore[attr-defined]
-            problems=[problem], responses=[response], criteria=criteria, references=_one(reference)
+            problems=[problem],
+            responses=[response],
+            criteria=criteria,
+            references=_one(reference),
+            images=None if images is None else [images],
         )[0]
 
     async def ascore(
@@ -65,10 +105,15 @@ class OneItemVerbs:
         response: Any,
         criteria: Criteria = None,
         reference: str | None = None,
+        images: Sequence[Any] | None = None,
     ) -> ScoreResult:
         """Async :meth:`score`."""
         results = await self.ascore_batch(  # type: ignore[attr-defined]
-            problems=[problem], responses=[response], criteria=criteria, references=_one(reference)
+            problems=[problem],
+            responses=[response],
+            criteria=criteria,
+            references=_one(reference),
+            images=None if images is None else [images],
         )
         return results[0]
 
@@ -102,29 +147,47 @@ class OneItemVerbs:
         return results[0]
 
     def progress_curve(
-        self, *, problem: str, steps: Sequence[str], checkpoints: Sequence[int] | None = None
+        self,
+        *,
+        problem: str,
+        steps: Sequence[str],
+        checkpoints: Sequence[int] | None = None,
+        images: Sequence[Any] | None = None,
     ) -> list[float | None]:
         """Progress after each step of a trajectory (higher = closer to done).
 
         Args:
             problem: the task.
-            steps: ``(T,)`` step descriptions.
+            steps: ``(T,)`` step descriptions (``""`` where frames carry the state).
             checkpoints: 0-based step indices to evaluate after (default all ``T``).
+            images: ``(T,)`` frames, one per step (checkpoint ``i`` sees frames ``0..i``, cut to
+                ``config.frames``), or one list of frames per checkpoint (:func:`checkpoint_frames`).
 
         Returns:
             One progress value in ``[0, 1]`` (or ``None``: abstained) per checkpoint.
 
         Raises:
-            DataError: if a checkpoint is outside ``[0, T)``.
+            DataError: if a checkpoint is outside ``[0, T)``, or ``images`` fits neither form.
         """
         trajs = progress_trajectories(steps, checkpoints)
-        results = self.progress_batch(tasks=[problem] * len(trajs), trajectories=trajs)  # type: ignore[attr-defined]
+        frames = checkpoint_frames(images, len(steps), checkpoints)
+        results = self.progress_batch(  # type: ignore[attr-defined]
+            tasks=[problem] * len(trajs), trajectories=trajs, images=frames
+        )
         return [r.value for r in results]
 
     async def aprogress_curve(
-        self, *, problem: str, steps: Sequence[str], checkpoints: Sequence[int] | None = None
+        self,
+        *,
+        problem: str,
+        steps: Sequence[str],
+        checkpoints: Sequence[int] | None = None,
+        images: Sequence[Any] | None = None,
     ) -> list[float | None]:
         """Async :meth:`progress_curve`."""
         trajs = progress_trajectories(steps, checkpoints)
-        results = await self.aprogress_batch(tasks=[problem] * len(trajs), trajectories=trajs)  # type: ignore[attr-defined]
+        frames = checkpoint_frames(images, len(steps), checkpoints)
+        results = await self.aprogress_batch(  # type: ignore[attr-defined]
+            tasks=[problem] * len(trajs), trajectories=trajs, images=frames
+        )
         return [r.value for r in results]

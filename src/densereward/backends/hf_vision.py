@@ -1,0 +1,239 @@
+"""The ``transformers`` backend on an image-text-to-text model: a verifier that sees camera frames.
+
+:class:`~densereward.backends.hf.TransformersBackend` becomes a :class:`VisionTransformersBackend`
+when the model's config has a ``vision_config`` (Qwen2-VL, Qwen2.5-VL, ...; :func:`is_image_text_model`).
+The model loads with ``AutoModelForImageTextToText``; its processor with ``AutoProcessor``, or,
+where the processor class cannot load (Qwen2-VL's processor needs torchvision for its video
+part, which the CPU install lacks), the tokenizer and ``AutoImageProcessor`` with Qwen-VL-style
+placeholder expansion (one ``<|image_pad|>`` per merged patch, as the processor does).
+
+Each prompt is rendered with the chat template, its frames as image content parts before the
+text of the last user turn (:func:`~densereward.backends.images.chat_messages`); the score is
+read at the tokenizer's own boundary exactly as for text (the read plan is built from
+``tokenize``, the processor's tokenizer). Prompts run in chunks of ``config.batch_size`` with
+left padding; no prefix key/value cache is kept (the image tokens sit inside the last turn).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from ..errors import BackendError
+from .base import ChatPrompt, TokenLogprobs
+from .hf import TransformersBackend, _cut_at_stop
+from .images import chat_messages, to_pil
+
+__all__ = ["VisionTransformersBackend", "is_image_text_model"]
+
+
+def is_image_text_model(model_dir: str | Path) -> bool:
+    """Whether ``model_dir`` holds a vision-language model (its ``config.json`` has ``vision_config``)."""
+    path = Path(model_dir) / "config.json"
+    try:
+        return "vision_config" in json.loads(path.read_text())
+    except (OSError, ValueError):
+        return False
+
+
+class VisionTransformersBackend(TransformersBackend):
+    """:class:`TransformersBackend` for image-text-to-text models (``supports_images``).
+
+    Same arguments; ``share_prefix`` and ``prefix_cache_size`` have no effect here.
+    """
+
+    supports_images = True
+
+    def _load(self, model_id: str) -> tuple[Any, Any]:
+        from transformers import AutoImageProcessor, AutoModelForImageTextToText, AutoProcessor
+
+        try:
+            self.processor: Any = AutoProcessor.from_pretrained(model_id)
+            tokenizer, self.image_processor = (
+                self.processor.tokenizer,
+                self.processor.image_processor,
+            )
+        except (ImportError, AttributeError, ValueError, TypeError):  # e.g. no torchvision
+            from transformers import AutoTokenizer
+
+            self.processor = None
+            tokenizer = AutoTokenizer.from_pretrained(model_id)
+            self.image_processor = AutoImageProcessor.from_pretrained(model_id)
+        self.image_token = getattr(tokenizer, "image_token", None) or "<|image_pad|>"
+        self.image_token_id = int(tokenizer.convert_tokens_to_ids(self.image_token))
+        model = AutoModelForImageTextToText.from_pretrained(model_id, dtype=self.dtype)
+        return tokenizer, model
+
+    def render_text(self, prompt: ChatPrompt) -> str:
+        """The chat-template text of ``prompt`` with one image placeholder per frame.
+
+        Raises:
+            BackendError: if the chat template cannot render the prompt.
+        """
+        messages = chat_messages(prompt.messages, prompt.images, lambda f: {"type": "image"})
+        template = self.processor or self.tokenizer
+        variables = dict(prompt.chat_template_kwargs)
+        try:
+            if prompt.prefill:
+                messages.append({"role": "assistant", "content": prompt.prefill})
+                return template.apply_chat_template(
+                    messages, tokenize=False, continue_final_message=True, **variables
+                )
+            return template.apply_chat_template(
+                messages, tokenize=False, add_generation_prompt=True, **variables
+            )
+        except Exception as e:  # jinja errors, missing template
+            raise BackendError(f"the chat template could not render the prompt: {e}") from e
+
+    def _encode(self, prompts: Sequence[ChatPrompt]) -> dict[str, Any]:
+        """Model inputs of ``prompts`` (left-padded ids, attention mask, pixel values, grids)."""
+        texts = [self.render_text(p) for p in prompts]
+        frames = [to_pil(f) for p in prompts for f in self.frames_of(p)]
+        if self.processor is not None:
+            return dict(
+                self.processor(
+                    text=texts, images=frames or None, return_tensors="pt", padding=True,
+                    padding_side="left",
+                )
+            )  # fmt: skip
+        enc: dict[str, Any] = {}
+        if frames:
+            enc = dict(self.image_processor(images=frames, return_tensors="pt"))
+            merge = int(getattr(self.image_processor, "merge_size", 1)) ** 2
+            counts = iter((enc["image_grid_thw"].prod(-1) // merge).tolist())
+            marker = "\0"
+            texts = [t.replace(self.image_token, marker) for t in texts]
+            texts = [
+                "".join(
+                    part if j == 0 else self.image_token * int(next(counts)) + part
+                    for j, part in enumerate(t.split(marker))
+                )
+                for t in texts
+            ]
+        tok = self.tokenizer(
+            texts, return_tensors="pt", padding=True, padding_side="left", add_special_tokens=False
+        )
+        enc.update(input_ids=tok["input_ids"], attention_mask=tok["attention_mask"])
+        enc["mm_token_type_ids"] = (tok["input_ids"] == self.image_token_id).long()
+        return enc
+
+    @staticmethod
+    def frames_of(prompt: ChatPrompt) -> tuple[Any, ...]:
+        from .images import as_frame
+
+        return tuple(as_frame(f) for f in prompt.images)
+
+    def render(self, prompt: ChatPrompt) -> list[int]:
+        """Token ids of ``prompt`` with its image placeholders expanded, ``(T,)``."""
+        ids = self._encode([prompt])["input_ids"][0].tolist()
+        if self.max_length is not None and len(ids) >= self.max_length:
+            raise BackendError(
+                f"prompt is {len(ids)} tokens; the model's context is {self.max_length}"
+            )
+        return ids
+
+    def _read_positions(
+        self,
+        prompts: Sequence[ChatPrompt],
+        sets: Sequence[Sequence[str]],
+        *,
+        ends: Sequence[int] | None = None,
+    ) -> list[list[TokenLogprobs]]:
+        """Log-probabilities of ``sets[j]`` at the last ``len(sets)`` positions of each prompt
+        (as :meth:`TransformersBackend._read_positions`), frames included."""
+        import torch
+
+        self._check_open()
+        if not prompts:
+            return []
+        keep = len(sets)
+        ids = [self._candidate_ids(c) for c in sets]
+        bs = max(1, int(self.config.batch_size))
+        t0 = time.perf_counter()
+        results: list[list[TokenLogprobs]] = []
+        seqs: list[list[int]] = []
+        with self._lock:
+            try:
+                with torch.inference_mode():
+                    for start in range(0, len(prompts), bs):
+                        enc = self._encode(prompts[start : start + bs])
+                        rows = [
+                            r[m.bool()].tolist()
+                            for r, m in zip(enc["input_ids"], enc["attention_mask"], strict=True)
+                        ]
+                        seqs.extend(rows)
+                        if ends is not None and any(r[-len(ends) :] != list(ends) for r in rows):
+                            raise BackendError(
+                                f"a prompt does not end with the read plan's token ids {list(ends)} "
+                                "after rendering: the chat template changed the prefill"
+                            )
+                        enc = {
+                            k: v.to(self.device) if hasattr(v, "to") else v for k, v in enc.items()
+                        }
+                        logits = self.model(**enc, logits_to_keep=keep).logits[:, -keep:, :].float()
+                        lp = torch.log_softmax(logits, dim=-1).cpu()
+                        for row in range(lp.shape[0]):
+                            results.append(
+                                [
+                                    TokenLogprobs(
+                                        logprobs=dict(
+                                            zip(sets[j], lp[row, j, ids[j]].tolist(), strict=True)
+                                        )
+                                    )
+                                    for j in range(keep)
+                                ]
+                            )
+            except RuntimeError as e:  # out of memory, shape errors of a malformed frame
+                self.usage.n_failures += 1
+                raise BackendError(f"transformers forward pass failed: {e}") from e
+            self.usage.record_batch(seqs, started=t0)
+        return results
+
+    def generate(
+        self,
+        prompts: Sequence[ChatPrompt],
+        *,
+        max_new_tokens: int,
+        temperature: float = 1.0,
+        seed: int | None = None,
+        stop: Sequence[str] = (),
+    ) -> list[str]:
+        """Sample one continuation of each prompt, frames included (see
+        :meth:`TransformersBackend.generate`); one prompt per call."""
+        import torch
+
+        self._check_open()
+        if max_new_tokens < 1 or temperature < 0:
+            raise BackendError("max_new_tokens must be >= 1 and temperature >= 0")
+        sampling: dict[str, Any] = (
+            {"do_sample": True, "temperature": temperature, "top_k": 0, "top_p": 1.0}
+            if temperature > 0
+            else {"do_sample": False}
+        )
+        texts = []
+        t0 = time.perf_counter()
+        with self._lock, torch.random.fork_rng(devices=[]), torch.inference_mode():
+            torch.manual_seed(self.config.seed if seed is None else seed)
+            for p in prompts:
+                enc = {k: v.to(self.device) for k, v in self._encode([p]).items()}
+                try:
+                    out = self.model.generate(
+                        **enc, max_new_tokens=max_new_tokens, pad_token_id=self.pad_id, **sampling
+                    )
+                except RuntimeError as e:
+                    self.usage.n_failures += 1
+                    raise BackendError(f"transformers generation failed: {e}") from e
+                new = out[0, enc["input_ids"].shape[1] :].tolist()
+                texts.append(
+                    _cut_at_stop(self.tokenizer.decode(new, skip_special_tokens=True), stop)
+                )
+                self.usage.record_batch(
+                    [enc["input_ids"][0]], started=t0, completion_tokens=len(new)
+                )
+        return texts
+
+    def __repr__(self) -> str:
+        return f"VisionTransformersBackend(model={Path(self.model_id).name!r}, device={self.device}, dtype={self.dtype})"
