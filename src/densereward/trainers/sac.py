@@ -67,21 +67,17 @@ from densereward.io import (
 
 from .checks import LOCAL_BACKENDS, check_model
 from .sac_config import (  # noqa: F401  (re-exported: the config is part of this trainer's API)
+    EVAL_REWARD_LABELS,
     EVAL_SEED_OFFSET,
     SECTIONS,
     EnvConfig,
     SACRunConfig,
     TrainingConfig,
+    eval_reward_label,
     parse_config,
 )
 
 logger = logging.getLogger(__name__)
-
-EVAL_REWARD_LABELS = {
-    "sparse": "true sparse success reward (1 per step at the goal), summed",
-    "env": "true env reward, summed",
-}
-"""What ``eval/mean_reward`` sums, by the evaluation environment's reward (never the verifier's)."""
 
 
 def _learning_starts_problem(cfg: SACRunConfig) -> str | None:
@@ -115,12 +111,6 @@ def _eval_reward(cfg: SACRunConfig) -> str:
     return cfg.env.base if cfg.env.reward == "verifier" else cfg.env.reward
 
 
-def _eval_label(cfg: SACRunConfig) -> str:
-    """What ``eval/mean_reward`` sums (a plugin reward kind: its name)."""
-    kind = _eval_reward(cfg)
-    return EVAL_REWARD_LABELS.get(kind, f"{kind} reward, summed")
-
-
 def _plot(cfg: SACRunConfig, run_dir: Path, threshold_source: str) -> Path | None:
     """Write ``training_curves.png`` (:func:`~densereward.trainers.sac_plots.plot_sac_run`)."""
     try:
@@ -138,7 +128,7 @@ def _plot(cfg: SACRunConfig, run_dir: Path, threshold_source: str) -> Path | Non
     }[cfg.reward.mode]
     return plot_sac_run(
         run_dir,
-        eval_reward=_eval_label(cfg),
+        eval_reward=eval_reward_label(_eval_reward(cfg)),
         training_reward=training if verifier else None,
         threshold_source=threshold_source if verifier else None,
         title=f"SAC on {cfg.env.id}: reward {training if verifier else cfg.env.reward}",
@@ -428,7 +418,7 @@ def run(config: dict[str, Any], *, output_dir: Path, resume: bool = False) -> di
             run_dir / "eval_curve.jsonl",
             every=tc.eval_every,
             n_episodes=tc.eval_episodes,
-            reward_label=_eval_label(cfg),
+            reward_label=eval_reward_label(_eval_reward(cfg)),
         )
         callbacks.append(eval_cb)
     if cfg.env.reward == "verifier" and cfg.reward.timing == "episode_end":
@@ -494,7 +484,7 @@ def run(config: dict[str, Any], *, output_dir: Path, resume: bool = False) -> di
             "seconds": seconds,
             "steps_per_second": steps / seconds if seconds > 0 else float("nan"),
             "eval_seconds": eval_cb.seconds if eval_cb is not None else 0.0,
-            "eval_reward": _eval_label(cfg) if eval_cb is not None else None,
+            "eval_reward": eval_reward_label(_eval_reward(cfg)) if eval_cb is not None else None,
             "threshold_source": dynamics.threshold_source if verifier is not None else None,
             "plot": str(plot) if plot is not None else None,
             "verifier_stats": stats,

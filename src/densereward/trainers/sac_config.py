@@ -23,11 +23,13 @@ from densereward.errors import ConfigError
 from densereward.progress_reward import ProgressRewardConfig
 
 __all__ = [
+    "EVAL_REWARD_LABELS",
     "EVAL_SEED_OFFSET",
     "SECTIONS",
     "EnvConfig",
     "TrainingConfig",
     "SACRunConfig",
+    "eval_reward_label",
     "parse_config",
 ]
 
@@ -35,6 +37,17 @@ EVAL_SEED_OFFSET = 10_000
 """Evaluation environment ``i`` is seeded with ``training.seed + EVAL_SEED_OFFSET + i``."""
 
 SECTIONS = ("env", "reward", "verifier", "sac", "her", "training")
+
+EVAL_REWARD_LABELS = {
+    "sparse": "true sparse success reward (1 per step at the goal), summed",
+    "env": "true env reward, summed",
+}
+"""What ``eval/mean_reward`` sums, by the evaluation environment's reward (never the verifier's)."""
+
+
+def eval_reward_label(kind: str) -> str:
+    """The :data:`EVAL_REWARD_LABELS` entry of ``kind``; a kind without one (a plugin's): its name."""
+    return EVAL_REWARD_LABELS.get(kind, f"{kind} reward, summed")
 
 
 @dataclass(frozen=True)
