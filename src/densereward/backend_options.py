@@ -250,14 +250,14 @@ class OpenAIOptions:
 
 @dataclass(frozen=True)
 class SampledOptions(OpenAIOptions):
-    """Options of the ``sampled`` backend (score distribution from samples, no log-probs).
+    """Options of the ``sampled`` backend (score distribution from samples, no log-probs):
+    every option of :class:`OpenAIOptions`, and these.
 
     Attributes:
         n_samples: samples per prompt for the empirical distribution, >= 1.
         max_score_tokens: new tokens per sample (room for markup before the score), >= 1.
         use_n: ask for all samples in one request with the ``n`` parameter (vLLM, OpenAI);
             missing choices are topped up one by one. ``False`` = ``n_samples`` requests.
-        (and every option of :class:`OpenAIOptions`)
 
     Raises:
         ConfigError: as :class:`OpenAIOptions`, or for a count below 1.
