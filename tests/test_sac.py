@@ -38,10 +38,13 @@ def test_all_sac_configs_parse():
         "sac_fetchreach_dense.yaml",
         "sac_fetchreach_verifier.yaml",
         "sac_fetchpush_verifier.yaml",
+        "sac_metaworld_reach_sparse.yaml",
+        "sac_metaworld_reach_dense.yaml",
+        "sac_metaworld_reach_verifier.yaml",
     } <= names
     for path in CONFIGS:
         cfg = sac.parse_config(load_yaml(path))
-        assert cfg.env.id.startswith(("FetchReach", "FetchPush"))
+        assert cfg.env.id.startswith(("FetchReach", "FetchPush", "densereward/MetaWorld-"))
     dense = sac.parse_config(load_yaml(REPO / "configs" / "sac_fetchreach_dense.yaml"))
     assert dense.env.id == "FetchReachDense-v4" and dense.env.reward == "env"
     assert (
@@ -258,6 +261,18 @@ def _sac_args(*argv: str) -> argparse.Namespace:
     parser = argparse.ArgumentParser()
     sac.add_arguments(parser)
     return parser.parse_args(list(argv))
+
+
+@pytest.mark.parametrize("path", CONFIGS, ids=lambda p: p.stem)
+def test_every_sac_config_passes_its_dry_run(path, tmp_path, capsys):
+    """Each shipped config: env id made and reset, describer on a real first observation
+    (verifier configs), SAC arguments, run directory; nothing created, no weights loaded."""
+    out = tmp_path / "run"
+    assert sac.main(_sac_args("--config", str(path), "--output-dir", str(out), "--dry-run")) == 0
+    printed = capsys.readouterr().out
+    assert "configuration valid" in printed and "!!" not in printed and not out.exists()
+    if load_yaml(path)["env"]["reward"] == "verifier":
+        assert "ok  describer: " in printed
 
 
 def test_sac_dry_run_checks_env_describer_and_run_dir_and_creates_nothing(tmp_path, capsys):

@@ -39,6 +39,7 @@ from .kinds import (
     check_sac_reward,
     make_describer,
 )
+from .meta_world import MetaWorldDescriber
 from .registration import register_robotics
 
 __all__ = [
@@ -52,6 +53,7 @@ __all__ = [
     "SACRewardContext",
     "FetchDescriber",
     "BoxDescriber",
+    "MetaWorldDescriber",
     "RenderHook",
     "rendering_available",
 ]
@@ -63,7 +65,8 @@ RewardKind = str
 def default_describer(
     env_id: str, task: str | None = None, *, name: str | None = None
 ) -> TrajectoryDescriber:
-    """:class:`FetchDescriber` for FetchReach/FetchPush ids, else :class:`BoxDescriber` with ``task``.
+    """:class:`FetchDescriber` for FetchReach/FetchPush ids, :class:`MetaWorldDescriber` for
+    ``densereward/MetaWorld-*`` ids, else :class:`BoxDescriber` with ``task``.
 
     The choice is :func:`~densereward.envs.kinds.make_describer`'s: ``name`` (``env.describer``)
     if given, else the registered describer (:data:`DESCRIBERS`) whose ``env_ids`` match.

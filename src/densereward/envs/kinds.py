@@ -117,6 +117,7 @@ DESCRIBERS: Registry[Any] = Registry(
     builtins={  # a describer of this package: one line here, env_ids on its class
         "fetch": "densereward.envs.describers:FetchDescriber",
         "box": "densereward.envs.describers:BoxDescriber",
+        "metaworld": "densereward.envs.meta_world:MetaWorldDescriber",
     },
 )
 """``env.describer`` -> a describer class with ``env_ids`` and ``for_env_id`` (plugins:

@@ -7,7 +7,7 @@ import os
 
 import gymnasium as gym
 
-__all__ = ["register_robotics", "headless_gl"]
+__all__ = ["register_robotics", "register_metaworld", "headless_gl"]
 
 
 def headless_gl() -> None:
@@ -22,7 +22,8 @@ def headless_gl() -> None:
 
 
 def register_robotics() -> None:
-    """Register Gymnasium-Robotics environments (``FetchReach-v4``, ...); idempotent.
+    """Register Gymnasium-Robotics environments (``FetchReach-v4``, ...) and Meta-World's MT1
+    tasks (``densereward/MetaWorld-reach-v3``, ..., if ``metaworld`` is installed); idempotent.
 
     Its import prints a ``farama_notifications`` notice about the Adroit hand environments'
     rewards (not used here) on every start; that one line is dropped, anything else printed
@@ -42,3 +43,39 @@ def register_robotics() -> None:
             sys.stderr.write(line)
 
     gym.register_envs(gymnasium_robotics)
+    register_metaworld()
+
+
+METAWORLD_PREFIX = "densereward/MetaWorld-"
+"""Meta-World ids are ``METAWORLD_PREFIX + <task>``, e.g. ``densereward/MetaWorld-reach-v3``."""
+
+METAWORLD_EPISODE_STEPS = 500
+"""Meta-World's task horizon (``SawyerXYZEnv.max_path_length``); ``gym.make(..., max_episode_steps=N)`` changes it."""
+
+
+def register_metaworld() -> list[str]:
+    """Register ``densereward/MetaWorld-<task>`` for every v3 task of the installed Meta-World.
+
+    Idempotent; registers nothing (and returns ``[]``) when ``metaworld`` is not installed.
+    The entry point, :func:`densereward.envs.meta_world.make_mt1`, is a ``"module:function"``
+    string resolved when an environment is made (MT1's goals are drawn then).
+
+    Returns:
+        The ids, sorted.
+    """
+    try:
+        from metaworld.env_dict import ALL_V3_ENVIRONMENTS
+    except ImportError:
+        return []
+    ids = []
+    for task in ALL_V3_ENVIRONMENTS:
+        env_id = METAWORLD_PREFIX + task
+        if env_id not in gym.registry:
+            gym.register(
+                env_id,
+                entry_point="densereward.envs.meta_world:make_mt1",
+                kwargs={"task": task},
+                max_episode_steps=METAWORLD_EPISODE_STEPS,
+            )
+        ids.append(env_id)
+    return sorted(ids)
