@@ -43,7 +43,7 @@ FIXES = {
         "verifier.model"
     ),
     "backend error": (
-        "the verifier backend failed (the log says how); check verifier.model / base_url, or "
+        "the verifier backend failed (the log says how); check verifier.model / backend_options.base_url, or "
         "set verifier.on_error=raise to stop at the first failure"
     ),
     NO_REASON: (

@@ -1,6 +1,6 @@
 """One verifier over several OpenAI-compatible servers: routing, health checks, failover.
 
-``verifier.base_url`` names one server (a single vLLM server, or a router such as
+``verifier.backend_options.base_url`` names one server (a single vLLM server, or a router such as
 vllm-router in front of many: it keeps working exactly as before) or a list of replicas
 serving the same model. Over a list, :class:`Router` sends each read to one replica:
 
@@ -51,7 +51,7 @@ _CANDIDATE_MARKERS = ("<response", "<trajectory", "Answer:")
 
 
 def replica_urls(base_url: str | Sequence[str] | None) -> tuple[str, ...]:
-    """The replica URLs of ``verifier.base_url`` (one string, a comma-separated string or a list).
+    """The replica URLs of ``verifier.backend_options.base_url`` (one string, a comma-separated string or a list).
 
     >>> replica_urls("http://a:8000/v1/")
     ('http://a:8000/v1',)
@@ -239,7 +239,7 @@ class Router:
         except httpx.HTTPError as e:
             raise BackendUnavailableError(
                 f"verifier server at {replica.url} is not reachable ({type(e).__name__}: "
-                f"{self.redact(str(e)) or 'no answer'}); start it or fix verifier.base_url"
+                f"{self.redact(str(e)) or 'no answer'}); start it or fix verifier.backend_options.base_url"
             ) from None
         if resp.status_code in (401, 403):
             raise BackendUnavailableError(

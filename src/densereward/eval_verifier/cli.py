@@ -146,7 +146,7 @@ def main(args: argparse.Namespace) -> int:
         records, stats = score_responses(rows, config, reference_guided=args.reference_guided)
         meta["verifier_stats"] = stats
         meta["reference_guided"] = bool(args.reference_guided)
-    meta["verifier"] = {k: v for k, v in to_jsonable(config).items() if k != "api_key_env"}
+    meta["verifier"] = to_jsonable(config)  # no secret in it: keys stay in the environment
     scores = [r["score"] for r in records]
     # reasons are known when scored now, or from a scores.jsonl that records them
     reasons = [r.get("reason") for r in records] if all("reason" in r for r in records) else None
