@@ -8,7 +8,7 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: setup demo test test-fast lint format clean-demo
+.PHONY: setup demo test test-fast lint format docs clean-demo
 
 setup:
 	@bash scripts/setup.sh
@@ -28,6 +28,10 @@ test: setup
 
 test-fast: setup
 	$(PY) -m pytest -q -m "not slow" $(PYTEST_ARGS)
+
+## The documentation site (mkdocs.yml) into site/; `make test` builds it too (tests/test_docs.py).
+docs: setup
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
 
 lint: setup
 	$(VENV)/bin/lint-imports --no-cache
