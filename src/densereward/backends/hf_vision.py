@@ -25,9 +25,9 @@ from typing import Any
 from ..errors import BackendError
 from .base import ChatPrompt, TokenLogprobs
 from .hf import TransformersBackend, _cut_at_stop
-from .images import chat_messages, to_pil
+from .images import chat_messages, frames_of, to_pil
 
-__all__ = ["VisionTransformersBackend", "is_image_text_model"]
+__all__ = ["VisionTransformersBackend", "is_image_text_model", "render_text"]
 
 
 def is_image_text_model(model_dir: str | Path) -> bool:
@@ -37,6 +37,28 @@ def is_image_text_model(model_dir: str | Path) -> bool:
         return "vision_config" in json.loads(path.read_text())
     except (OSError, ValueError):
         return False
+
+
+def render_text(template: Any, prompt: ChatPrompt) -> str:
+    """``prompt`` rendered by ``template``'s chat template (a processor or tokenizer), its frames as
+    ``{"type": "image"}`` parts before the last user turn's text; the prefill is continued.
+
+    Raises:
+        BackendError: if the chat template cannot render the prompt.
+    """
+    messages = chat_messages(prompt.messages, prompt.images, lambda f: {"type": "image"})
+    variables = dict(prompt.chat_template_kwargs)
+    try:
+        if prompt.prefill:
+            messages.append({"role": "assistant", "content": prompt.prefill})
+            return template.apply_chat_template(
+                messages, tokenize=False, continue_final_message=True, **variables
+            )
+        return template.apply_chat_template(
+            messages, tokenize=False, add_generation_prompt=True, **variables
+        )
+    except Exception as e:  # jinja errors, missing template
+        raise BackendError(f"the chat template could not render the prompt: {e}") from e
 
 
 class VisionTransformersBackend(TransformersBackend):
@@ -68,30 +90,13 @@ class VisionTransformersBackend(TransformersBackend):
         return tokenizer, model
 
     def render_text(self, prompt: ChatPrompt) -> str:
-        """The chat-template text of ``prompt`` with one image placeholder per frame.
-
-        Raises:
-            BackendError: if the chat template cannot render the prompt.
-        """
-        messages = chat_messages(prompt.messages, prompt.images, lambda f: {"type": "image"})
-        template = self.processor or self.tokenizer
-        variables = dict(prompt.chat_template_kwargs)
-        try:
-            if prompt.prefill:
-                messages.append({"role": "assistant", "content": prompt.prefill})
-                return template.apply_chat_template(
-                    messages, tokenize=False, continue_final_message=True, **variables
-                )
-            return template.apply_chat_template(
-                messages, tokenize=False, add_generation_prompt=True, **variables
-            )
-        except Exception as e:  # jinja errors, missing template
-            raise BackendError(f"the chat template could not render the prompt: {e}") from e
+        """The chat-template text of ``prompt``, one image placeholder per frame (:func:`render_text`)."""
+        return render_text(self.processor or self.tokenizer, prompt)
 
     def _encode(self, prompts: Sequence[ChatPrompt]) -> dict[str, Any]:
         """Model inputs of ``prompts`` (left-padded ids, attention mask, pixel values, grids)."""
         texts = [self.render_text(p) for p in prompts]
-        frames = [to_pil(f) for p in prompts for f in self.frames_of(p)]
+        frames = [to_pil(f) for p in prompts for f in frames_of(p)]
         if self.processor is not None:
             return dict(
                 self.processor(
@@ -119,12 +124,6 @@ class VisionTransformersBackend(TransformersBackend):
         enc.update(input_ids=tok["input_ids"], attention_mask=tok["attention_mask"])
         enc["mm_token_type_ids"] = (tok["input_ids"] == self.image_token_id).long()
         return enc
-
-    @staticmethod
-    def frames_of(prompt: ChatPrompt) -> tuple[Any, ...]:
-        from .images import as_frame
-
-        return tuple(as_frame(f) for f in prompt.images)
 
     def render(self, prompt: ChatPrompt) -> list[int]:
         """Token ids of ``prompt`` with its image placeholders expanded, ``(T,)``."""

@@ -34,6 +34,8 @@ __all__ = [
     "png_data_url",
     "to_pil",
     "chat_messages",
+    "frames_of",
+    "image_url_part",
 ]
 
 logger = logging.getLogger(__name__)
@@ -167,6 +169,16 @@ class FramePrep:
         if any(frames):
             _check_backend(backend)
         return frames
+
+
+def frames_of(prompt: Any) -> tuple[np.ndarray, ...]:
+    """The frames of a :class:`~densereward.backends.base.ChatPrompt` as ``uint8`` arrays."""
+    return tuple(as_frame(f) for f in prompt.images)
+
+
+def image_url_part(frame: np.ndarray) -> dict[str, Any]:
+    """An OpenAI chat ``image_url`` content part holding ``frame`` as a base64 PNG data URL."""
+    return {"type": "image_url", "image_url": {"url": png_data_url(frame)}}
 
 
 def _check_backend(backend: Any) -> None:

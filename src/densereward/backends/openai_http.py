@@ -48,6 +48,7 @@ from ..config import VerifierConfig
 from ..errors import BackendError, BackendUnavailableError, ConfigError
 from ..io import get_api_key, redact
 from .base import BackendUsage, ChatPrompt, TokenLogprobs
+from .images import chat_messages, frames_of, image_url_part
 from .replicas import Router, affinity_key, replica_urls
 from .transport import LoopThread, Secret
 
@@ -82,6 +83,7 @@ class OpenAIBackend:
     """
 
     name = "openai"
+    supports_images = True  # the served model must take images (vLLM answers 400 otherwise)
     options_class: type[OpenAIOptions] = OpenAIOptions
 
     def __init__(self, config: VerifierConfig, **overrides: Any):
@@ -202,8 +204,10 @@ class OpenAIBackend:
         """
         return await self._router.post(path, payload, key)
 
-    def _messages(self, prompt: ChatPrompt) -> list[dict[str, str]]:
-        msgs = [{"role": m["role"], "content": m["content"]} for m in prompt.messages]
+    def _messages(self, prompt: ChatPrompt) -> list[dict[str, Any]]:
+        """The request's turns; frames become ``image_url`` parts (base64 PNG data URLs) before
+        the last user turn's text, as vLLM and OpenAI accept them."""
+        msgs = chat_messages(prompt.messages, frames_of(prompt), image_url_part)
         if prompt.prefill:
             msgs.append({"role": "assistant", "content": prompt.prefill})
         return msgs

@@ -43,6 +43,8 @@ from ..errors import BackendError, BackendUnavailableError
 from .base import BackendUsage, ChatPrompt, LocalAsyncMixin, TokenLogprobs
 from .dtype import resolve_dtype
 from .hf import candidate_token_ids, render_prompt_ids, resolve_model_path, template_thinks
+from .hf_vision import is_image_text_model, render_text
+from .images import frames_of, to_pil
 
 __all__ = ["VLLMBackend"]
 
@@ -124,6 +126,9 @@ class VLLMBackend(LocalAsyncMixin):
             limit = None
         kwargs["max_model_len"] = max_model_len or min(4096, limit or 4096)
         self.max_model_len = int(kwargs["max_model_len"])
+        self.supports_images = is_image_text_model(self.model_id)
+        if self.supports_images:  # at most the verifier's frame bound per prompt
+            kwargs.setdefault("limit_mm_per_prompt", {"image": config.frames.max_frames})
         try:
             self.llm = vllm.LLM(**kwargs)
         except Exception as e:  # engine start-up raises RuntimeError/ValueError of many kinds
@@ -157,13 +162,22 @@ class VLLMBackend(LocalAsyncMixin):
         """Token ids of ``text`` on its own (as a score token right after the prefill)."""
         return list(self.tokenizer.encode(text, add_special_tokens=False))
 
-    def _run(self, seqs: list[list[int]], params: Any) -> list[Any]:
+    def _run(self, seqs: list[list[int]], params: Any, prompts: Sequence[ChatPrompt]) -> list[Any]:
+        """Run the token ids ``seqs``; a prompt with frames goes as a multimodal prompt instead
+        (its chat-template text and ``multi_modal_data``: vLLM expands the image placeholders)."""
         from vllm.inputs import TokensPrompt
 
+        inputs = [
+            TokensPrompt(prompt_token_ids=s)
+            if not p.images
+            else {
+                "prompt": render_text(self.tokenizer, p),
+                "multi_modal_data": {"image": [to_pil(f) for f in frames_of(p)]},
+            }
+            for s, p in zip(seqs, prompts, strict=True)
+        ]
         try:
-            return self.llm.generate(
-                [TokensPrompt(prompt_token_ids=s) for s in seqs], params, use_tqdm=False
-            )
+            return self.llm.generate(inputs, params, use_tqdm=False)
         except Exception as e:  # engine errors come as RuntimeError / EngineDeadError
             self.usage.n_failures += 1
             raise BackendError(f"vLLM request failed: {e}") from e
@@ -216,7 +230,7 @@ class VLLMBackend(LocalAsyncMixin):
         with self._lock:
             self._check_open()
             seqs = [self.render(p) for p in prompts]
-            outs = self._run(seqs, params)
+            outs = self._run(seqs, params, prompts)
             results = []
             for i, out in enumerate(outs):
                 if not out.outputs or not out.outputs[0].logprobs:
@@ -286,7 +300,7 @@ class VLLMBackend(LocalAsyncMixin):
                 )
                 for i in range(len(seqs))
             ]
-            outs = self._run(seqs, params)
+            outs = self._run(seqs, params, prompts)
             texts = [o.outputs[0].text if o.outputs else "" for o in outs]
             self.usage.record_batch(
                 seqs,
