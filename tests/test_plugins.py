@@ -223,7 +223,7 @@ def test_sac_reward_kind_and_describer_from_yaml(plugin, tmp_path, capsys):
         env: {id: FetchReach-v4, reward: verifier, base: plugin_neg_distance,
               describer: plugin_fetch, n_envs: 1}
         reward: {score_every: 20}
-        verifier: {granularity: 5, device: cpu, dtype: float32}
+        verifier: {granularity: 5, backend_options: {device: cpu, dtype: float32}}
         training: {total_timesteps: 40, eval_every: 0, curve_every: 20, checkpoint_every: 0,
                    wandb: false, log_interval: 1, torch_threads: 1}
         sac: {learning_starts: 20, batch_size: 16, policy_kwargs: {net_arch: [16, 16]}}
