@@ -7,9 +7,20 @@ wrapper (:class:`densereward.wrappers.VerifierProgressReward`) and the SB3 VecEn
 
 A *progress function* estimates how far a trajectory has come towards finishing a task,
 ``progress_fn(tasks, trajectories) -> list[float | None]`` with values in ``[0, 1]`` and
-``None`` for an abstention. :func:`verifier_progress_fn` adapts the engine
+``None`` for an abstention (:data:`densereward.progress_fn.ProgressFn`).
+:func:`verifier_progress_fn` adapts the engine
 (:meth:`densereward.verifier.Verifier.progress_batch`); any pure function with the same
 signature plugs in as well (a scripted oracle, a learned value model, ...).
+
+Frames (``render_frames``): the wrappers render an ``rgb_array`` frame of each state that is
+scored (``s_0``, every ``score_every``-th, the last) and pass ``images=`` per read: in
+``shaping`` the frame of the state alone (a potential of the state), in ``progress`` and
+``mixture`` the frames of the trajectory's scored states up to the read one, the last
+``max_frames`` of them, oldest first. The describer's text goes beside them
+(``frames_with_text``) or not (then the trajectory text is ``""``; the verifier's prompt says
+the frames carry the state). The cache key
+holds a content hash of the frames (:func:`densereward.progress_fn.frames_digest`), so
+identical frames with identical text hit.
 
 The progress ``Phi`` becomes a reward in one of three modes (:class:`ProgressRewardConfig`):
 
@@ -68,11 +79,10 @@ The wrapper order, the environment's own reward in ``info["true_reward"]`` and a
 from __future__ import annotations
 
 import dataclasses
-import inspect
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
@@ -80,6 +90,13 @@ import numpy as np
 
 from .abstentions import AbstentionAlarm, reason_kind
 from .errors import ConfigError, DataError, StateError
+from .progress_fn import (
+    ProgressFn,
+    check_render_mode,
+    frames_digest,
+    load_triton_before_gl,
+    verifier_progress_fn,
+)
 from .shaping import (
     combine_reward,
     held_potentials,
@@ -87,7 +104,6 @@ from .shaping import (
     potential_shaping,
     shaped_rewards,
 )
-from .verifier.lazy import VerifierFactory, VerifierHolder
 
 __all__ = [
     "ProgressFn",
@@ -97,6 +113,7 @@ __all__ = [
     "ProgressCache",
     "ProgressRewardCore",
     "verifier_progress_fn",
+    "check_render_mode",
     "ABSTAIN_WINDOW_READS",
 ]
 
@@ -104,14 +121,6 @@ logger = logging.getLogger(__name__)
 
 ABSTAIN_WINDOW_READS = 8
 """Progress reads per window of the abstention warning (a window never splits one batch)."""
-
-ProgressFn = Callable[..., Sequence[float | None]]
-"""``progress_fn(tasks: list[str], trajectories: list[str], **kwargs) -> list[float | None]``.
-
-Values in ``[0, 1]`` (1 = task complete), ``None`` = abstained; same length as ``tasks``.
-When the wrapper captures frames it also passes ``images=list[list[np.ndarray]]``. Why it
-abstained: an optional ``last_reasons`` list (one ``str | None`` per value of the last call).
-"""
 
 
 class TrajectoryDescriber(Protocol):
@@ -157,9 +166,14 @@ class ProgressRewardConfig:
     cache_size: int = 4096
     """Entries of the in-memory (task, trajectory text) -> progress LRU cache; 0 disables it."""
     render_frames: bool = False
-    """Capture a rendered frame at each scored step and pass ``images=`` to the progress function."""
+    """Render an ``rgb_array`` frame of each scored state and pass ``images=`` to the progress
+    function (the environments must be made with ``render_mode="rgb_array"``)."""
     max_frames: int = 4
-    """Most recent frames passed per trajectory when ``render_frames`` is on."""
+    """Most frames per read in ``progress`` / ``mixture`` (the last scored states', oldest
+    first); ``shaping`` reads the state's own frame only. The verifier may bound them further."""
+    frames_with_text: bool = True
+    """With ``render_frames``: the describer's text beside the frames; ``false``: frames only
+    (the trajectory text is ``""``; the task text still comes from the describer)."""
 
     def __post_init__(self) -> None:
         if self.mode not in ("shaping", "progress", "mixture"):
@@ -213,10 +227,11 @@ class VerifierCallStats:
 
 
 class ProgressCache:
-    """In-memory LRU map ``(task, trajectory text) -> progress`` (abstentions are not cached).
+    """In-memory LRU map ``key -> progress`` (abstentions are not cached); the wrappers' key
+    is ``(task, trajectory text, frames_digest(frames))`` (``""`` without frames).
 
     Describers round positions (to cm), so a revisited state has the same text and is not
-    re-scored.
+    re-scored; with frames, only identical pixels hit.
 
     >>> c = ProgressCache(2); c.put(("t", "a"), 0.1); c.put(("t", "b"), 0.2); c.put(("t", "c"), 0.3)
     >>> c.get(("t", "a")) is None, c.get(("t", "c"))
@@ -225,16 +240,16 @@ class ProgressCache:
 
     def __init__(self, max_size: int) -> None:
         self.max_size = int(max_size)
-        self._data: OrderedDict[tuple[str, str], float] = OrderedDict()
+        self._data: OrderedDict[tuple[str, ...], float] = OrderedDict()
 
-    def get(self, key: tuple[str, str]) -> float | None:
+    def get(self, key: tuple[str, ...]) -> float | None:
         """The cached value, or ``None`` when absent (refreshes its recency)."""
         if key not in self._data:
             return None
         self._data.move_to_end(key)
         return self._data[key]
 
-    def put(self, key: tuple[str, str], value: float) -> None:
+    def put(self, key: tuple[str, ...], value: float) -> None:
         """Store ``value``, evicting the least recently used entry beyond ``max_size``."""
         if self.max_size <= 0:
             return
@@ -259,7 +274,7 @@ class _Episode:
     actions: list[np.ndarray] = field(default_factory=list)
     env_rewards: list[float] = field(default_factory=list)
     true_rewards: list[float] = field(default_factory=list)
-    frames: list[Any] = field(default_factory=list)
+    frames: dict[int, Any] = field(default_factory=dict)
     scores: dict[int, float | None] = field(default_factory=dict)
     phi: float = 0.0
     training_return: float = 0.0
@@ -276,6 +291,7 @@ class _Query:
     task: str
     text: str
     images: list[Any] | None = None
+    key: tuple[str, str, str] = ("", "", "")
 
 
 class ProgressRewardCore:
@@ -347,14 +363,22 @@ class ProgressRewardCore:
         self.episodes: list[_Episode | None] = [None] * n_envs
         self._online = config.timing == "online"
         self._alarm = AbstentionAlarm("verifier progress reads", min_reads=ABSTAIN_WINDOW_READS)
+        check = getattr(progress_fn, "check_images", None)
+        if config.render_frames and callable(check):
+            check()  # a verifier that reads text only is refused now, not at the first read
+        if config.render_frames:
+            load_triton_before_gl()  # before the first frame renders (a segfault otherwise)
 
     # -- episode life cycle ------------------------------------------------------------
 
     def start(self, i: int, observation: Any, frame: Any = None) -> list[_Query]:
-        """Begin a new episode in environment ``i``; returns the query for ``Phi(s_0)`` if online."""
+        """Begin a new episode in environment ``i``; returns the query for ``Phi(s_0)`` if online.
+
+        ``frame``: the rendered frame of ``s_0`` (always wanted when ``render_frames`` is on).
+        """
         ep = _Episode(task=self.describer.task(observation), observations=[observation])
         if frame is not None:
-            ep.frames.append(frame)
+            ep.frames[0] = frame
         self.episodes[i] = ep
         return [self._query(ep, 0)] if self._online else []
 
@@ -375,14 +399,16 @@ class ProgressRewardCore:
             observation: ``s_{t+1}`` (the terminal observation when the episode ended).
             env_reward: the environment's own reward of this step.
             done: the episode ended (terminated or truncated).
-            frame: a rendered frame of ``s_{t+1}`` when frames are captured.
+            frame: the rendered frame of ``s_{t+1}``: wanted when :meth:`frame_due` said so
+                (else ignored); ``None`` when it could not be rendered (a read then takes the
+                latest earlier frame).
         """
         ep = self._episode(i)
         ep.actions.append(np.asarray(action))
         ep.observations.append(observation)
         ep.env_rewards.append(float(env_reward))
         if frame is not None:
-            ep.frames.append(frame)
+            ep.frames[ep.t] = frame
         self.stats.n_env_steps += 1
         t = ep.t
         if self._online:
@@ -392,6 +418,14 @@ class ProgressRewardCore:
         steps = sorted(set(range(0, t + 1, self.config.score_every)) | {t})
         return [self._query(ep, s) for s in steps]
 
+    def frame_due(self, i: int, done: bool) -> bool:
+        """Whether the next :meth:`advance` of environment ``i`` wants a frame of ``s_{t+1}``:
+        ``render_frames`` is on and ``s_{t+1}`` is scored (every ``score_every``-th or the
+        last state), so a wrapper renders only the frames a read will see."""
+        if not self.config.render_frames:
+            return False
+        return done or (self._episode(i).t + 1) % self.config.score_every == 0
+
     def resolve(self, queries: Sequence[_Query]) -> None:
         """Answer ``queries`` (from any environments) with the cache and one progress call."""
         if not queries:
@@ -399,18 +433,16 @@ class ProgressRewardCore:
         self.stats.n_queries += len(queries)
         todo: list[_Query] = []
         for q in queries:
-            hit = self.cache.get((q.task, q.text)) if q.images is None else None
+            hit = self.cache.get(q.key)
             if hit is not None:
                 q.episode.scores[q.step] = hit
                 self.stats.n_cache_hits += 1
             else:
                 todo.append(q)
-        # identical texts in one batch are scored once
-        unique: dict[tuple[str, str], list[_Query]] = {}
+        # identical reads (task, text, frames) in one batch are scored once
+        unique: dict[tuple[str, str, str], list[_Query]] = {}
         for q in todo:
-            unique.setdefault(
-                (q.task, q.text) if q.images is None else (q.task, str(id(q))), []
-            ).append(q)
+            unique.setdefault(q.key, []).append(q)
         if not unique:
             return
         groups = list(unique.values())
@@ -441,8 +473,7 @@ class ProgressRewardCore:
             else:
                 self.stats.n_scored += 1
                 self.stats.n_cache_hits += len(g) - 1
-                if g[0].images is None:
-                    self.cache.put((g[0].task, g[0].text), v)
+                self.cache.put(g[0].key, v)
             for q in g:
                 q.episode.scores[q.step] = v
         warning = self._alarm.observe(len(groups), abstained)
@@ -490,18 +521,22 @@ class ProgressRewardCore:
         return ep
 
     def _query(self, ep: _Episode, step: int) -> _Query:
-        if self._state_only:  # Phi(s_step): the state alone, however it was reached
+        images = None
+        if self.config.render_frames:  # frames of scored states up to `step`, oldest first
+            steps = sorted(s for s in ep.frames if s <= step)
+            # a potential of the state sees its own frame only (the latest earlier one when
+            # its frame could not be rendered); a trajectory its last max_frames
+            images = [
+                ep.frames[s] for s in steps[-(1 if self._state_only else self.config.max_frames) :]
+            ]
+        if images is not None and not self.config.frames_with_text:
+            text = ""  # the frames alone carry the state
+        elif self._state_only:  # Phi(s_step): the state alone, however it was reached
             text = self.describer.describe_state(ep.observations[step])
         else:
             text = self.describer.describe(ep.observations[: step + 1], ep.actions[:step])
-        images = None
-        if self.config.render_frames:  # the state's own frame only, for a potential of the state
-            images = (
-                [ep.frames[min(step, len(ep.frames) - 1)]]
-                if self._state_only
-                else ep.frames[-self.config.max_frames :]
-            )
-        return _Query(episode=ep, step=step, task=ep.task, text=text, images=images)
+        key = (ep.task, text, frames_digest(images))
+        return _Query(episode=ep, step=step, task=ep.task, text=text, images=images, key=key)
 
     def _summary(self, ep: _Episode, *, terminated: bool, info: dict[str, Any]) -> dict[str, Any]:
         """Episode record: progress per scored step, returns, success, abstentions, relabelled rewards."""
@@ -547,54 +582,3 @@ def _check_progress(v: Any) -> float | None:
             f"progress_fn returned {f}; progress must be in [0, 1] (or None to abstain)"
         )
     return f
-
-
-def check_render_mode(config: ProgressRewardConfig, render_mode: str | None) -> None:
-    """Raise :class:`ConfigError` if frames are asked for from an environment that cannot render them."""
-    if config.render_frames and render_mode != "rgb_array":
-        raise ConfigError(
-            f"reward.render_frames needs environments made with render_mode='rgb_array', got {render_mode!r}"
-        )
-
-
-class _VerifierProgress(VerifierHolder):
-    """:data:`ProgressFn` over ``Verifier.progress_batch`` (``last_reasons``); picklable."""
-
-    __name__ = "verifier_progress"
-
-    def __init__(self, verifier: Any) -> None:
-        super().__init__(verifier)
-        self.last_reasons: list[str | None] = []
-
-    def __call__(
-        self, tasks: Sequence[str], trajectories: Sequence[str], **kwargs: Any
-    ) -> list[float | None]:
-        v = self.verifier
-        if "images" in kwargs and "images" not in inspect.signature(v.progress_batch).parameters:
-            raise ConfigError(
-                "this verifier's progress_batch takes no images; set reward.render_frames=false"
-            )
-        results = v.progress_batch(tasks=list(tasks), trajectories=list(trajectories), **kwargs)
-        self.last_reasons = [r.reason if r.value is None else None for r in results]
-        return [r.value for r in results]
-
-
-def verifier_progress_fn(verifier: Any) -> ProgressFn:
-    """Adapt :meth:`densereward.verifier.Verifier.progress_batch` to a :data:`ProgressFn`.
-
-    Args:
-        verifier: a ``Verifier`` (or anything with ``progress_batch(tasks=...,
-            trajectories=...) -> list[ScoreResult]``), or a :class:`VerifierFactory` (built at
-            the first call, in the process that makes it: a ``SubprocVecEnv`` worker).
-
-    Returns:
-        ``progress_fn(tasks, trajectories) -> list[float | None]`` (``ScoreResult.value``;
-        ``None`` where the verifier abstained, its ``ScoreResult.reason`` in
-        ``progress_fn.last_reasons``). It pickles (a built verifier as its recipe).
-
-    Raises:
-        ConfigError: if ``verifier`` has no ``progress_batch`` and is no ``VerifierFactory``.
-    """
-    if not isinstance(verifier, VerifierFactory) and not hasattr(verifier, "progress_batch"):
-        raise ConfigError("verifier must have progress_batch(tasks=..., trajectories=...)")
-    return _VerifierProgress(verifier)

@@ -10,6 +10,7 @@ import inspect
 from collections.abc import Sequence
 from typing import Any
 
+import gymnasium as gym
 import numpy as np
 from stable_baselines3.common.vec_env import VecEnvWrapper
 
@@ -23,7 +24,31 @@ from .progress_reward import (
     check_render_mode,
 )
 
-__all__ = ["VecVerifierProgressReward"]
+__all__ = ["VecVerifierProgressReward", "TerminalFrame", "TERMINAL_FRAME"]
+
+TERMINAL_FRAME = "terminal_frame"
+"""``info`` key of the frame of an episode's last state (:class:`TerminalFrame`)."""
+
+
+class TerminalFrame(gym.Wrapper):
+    """Renders an episode's last state into ``info["terminal_frame"]`` before it is reset.
+
+    A vectorised environment resets an environment as soon as its episode ends, so the last
+    state can no longer be rendered when :class:`VecVerifierProgressReward` sees the step;
+    this wrapper, inside each environment, renders it at the step that ends the episode (one
+    frame per episode; ``uint8`` ``(H, W, 3)``). :class:`VecVerifierProgressReward` puts it
+    around the environments of a ``DummyVecEnv`` itself; for a ``SubprocVecEnv`` wrap each
+    environment in its factory (without it the last read takes the latest earlier frame).
+
+    Raises:
+        ConfigError: at the end of an episode, if the environment renders no frame.
+    """
+
+    def step(self, action: Any) -> tuple[Any, float, bool, bool, dict[str, Any]]:
+        obs, r, terminated, truncated, info = self.env.step(action)
+        if terminated or truncated:
+            info = {**info, TERMINAL_FRAME: _frame_or_raise(self.env.render())}
+        return obs, r, terminated, truncated, info
 
 
 class VecVerifierProgressReward(VecEnvWrapper):
@@ -33,6 +58,11 @@ class VecVerifierProgressReward(VecEnvWrapper):
     final state, and the first state of the episodes that auto-reset) are scored together
     in a single ``progress_fn`` call, after the cache. Wrap it in ``VecMonitor`` so SB3's
     ``rollout/ep_rew_mean`` is the training reward.
+
+    With ``config.render_frames`` (environments made with ``render_mode="rgb_array"``) the
+    frames of the scored states only are rendered (``env_method("render")`` on the
+    environments due, the last state of an episode by :class:`TerminalFrame`, which this
+    wrapper puts around each environment of a ``DummyVecEnv``, in place).
 
     Args:
         venv: the vectorised environment (e.g. ``DummyVecEnv``), with the raw env reward.
@@ -64,6 +94,9 @@ class VecVerifierProgressReward(VecEnvWrapper):
         )
         check_render_mode(self.core.config, getattr(venv, "render_mode", None))
         self._actions: np.ndarray | None = None
+        inner = getattr(venv, "unwrapped", venv)
+        if self.core.config.render_frames and isinstance(getattr(inner, "envs", None), list):
+            inner.envs = [e if _has_terminal_frame(e) else TerminalFrame(e) for e in inner.envs]
 
     @property
     def verifier_stats(self) -> VerifierCallStats:
@@ -84,7 +117,7 @@ class VecVerifierProgressReward(VecEnvWrapper):
         self.class_attributes = dict(inspect.getmembers(self.__class__))
 
     def _frames(self, indices: Sequence[int]) -> list[Any]:
-        if not self.core.config.render_frames:
+        if not self.core.config.render_frames or not len(indices):
             return [None] * len(indices)
         return [_frame_or_raise(f) for f in self.venv.env_method("render", indices=list(indices))]
 
@@ -105,11 +138,12 @@ class VecVerifierProgressReward(VecEnvWrapper):
         obs, r_env, dones, infos = self.venv.step_wait()
         if self._actions is None:
             raise StateError("step_wait() called before step_async()")
-        frames = (
-            self._frames(range(self.num_envs))
-            if self.core.config.render_frames
-            else [None] * self.num_envs
-        )
+        # frames of the states scored now; after an auto-reset the environment shows the next
+        # episode, so an episode's last frame comes from TerminalFrame, rendered before it
+        due = [i for i in range(self.num_envs) if not dones[i] and self.core.frame_due(i, False)]
+        frames = dict(zip(due, self._frames(due), strict=True))
+        for i in np.flatnonzero(dones):
+            frames[int(i)] = infos[i].pop(TERMINAL_FRAME, None)
         queries = []
         for i in range(self.num_envs):
             last = (
@@ -117,14 +151,8 @@ class VecVerifierProgressReward(VecEnvWrapper):
                 if dones[i]
                 else _index_obs(obs, i)
             )
-            # after an auto-reset the rendered frame already shows the next episode; drop it
             queries += self.core.advance(
-                i,
-                self._actions[i],
-                last,
-                float(r_env[i]),
-                bool(dones[i]),
-                None if dones[i] else frames[i],
+                i, self._actions[i], last, float(r_env[i]), bool(dones[i]), frames.get(i)
             )
         self.core.resolve(queries)
         rewards = np.zeros(self.num_envs, dtype=np.float32)
@@ -134,8 +162,9 @@ class VecVerifierProgressReward(VecEnvWrapper):
                 i, terminated=terminated, done=bool(dones[i]), info=infos[i]
             )
         restarts = []
-        for i in np.flatnonzero(dones):
-            restarts += self.core.start(int(i), _index_obs(obs, int(i)), frames[int(i)])
+        done_ids = [int(i) for i in np.flatnonzero(dones)]
+        for i, frame in zip(done_ids, self._frames(done_ids), strict=True):
+            restarts += self.core.start(i, _index_obs(obs, i), frame)  # s_0 of the next episode
         self.core.resolve(restarts)  # Phi(s_0) of the new episodes, one more batched call
         return obs, rewards, dones, infos
 
@@ -144,6 +173,14 @@ def _frame_or_raise(frame: Any) -> Any:
     if frame is None:
         raise ConfigError("render_frames needs environments made with render_mode='rgb_array'")
     return frame
+
+
+def _has_terminal_frame(env: Any) -> bool:
+    while isinstance(env, gym.Wrapper):
+        if isinstance(env, TerminalFrame):
+            return True
+        env = env.env
+    return False
 
 
 def _index_obs(obs: Any, i: int) -> Any:

@@ -93,8 +93,13 @@ class VerifierProgressReward(gym.Wrapper):
         config: :class:`ProgressRewardConfig` (default: online shaping, ``score_every=10``).
         gamma: the agent's discount, used when ``config.gamma`` is ``None``.
 
+    With ``config.render_frames`` the environment must be made with
+    ``render_mode="rgb_array"``; a frame is rendered at reset and at each scored step only.
+
     Raises:
-        ConfigError: on invalid configuration (see :class:`ProgressRewardCore`).
+        ConfigError: on invalid configuration (see :class:`ProgressRewardCore`), frames from
+            an environment that does not render ``rgb_array``, or a progress function that
+            cannot read frames.
     """
 
     def __init__(
@@ -126,7 +131,7 @@ class VerifierProgressReward(gym.Wrapper):
     def step(self, action: Any) -> tuple[Any, float, bool, bool, dict[str, Any]]:
         obs, r_env, terminated, truncated, info = self.env.step(action)
         done = bool(terminated or truncated)
-        frame = _frame(self.env) if self.core.config.render_frames else None
+        frame = _frame(self.env) if self.core.frame_due(0, done) else None  # scored states only
         self.core.resolve(self.core.advance(0, action, obs, float(r_env), done, frame))
         info = dict(info)
         r = self.core.reward(0, terminated=bool(terminated), done=done, info=info)

@@ -76,6 +76,8 @@ from .sac_config import (  # noqa: F401  (re-exported: the config is part of thi
     eval_reward_label,
     parse_config,
 )
+from .sac_envs import build_envs, env_spec, render_kwargs
+from .sac_envs import eval_reward as _eval_reward
 
 logger = logging.getLogger(__name__)
 
@@ -104,11 +106,6 @@ def _learning_starts_problem(cfg: SACRunConfig) -> str | None:
         f"the policy stays untrained; fix: sac.learning_starts={total // 4} (below "
         f"total_timesteps) or training.total_timesteps above {starts}"
     )
-
-
-def _eval_reward(cfg: SACRunConfig) -> str:
-    """The evaluation environment's reward kind: the run's base reward for the verifier reward."""
-    return cfg.env.base if cfg.env.reward == "verifier" else cfg.env.reward
 
 
 def _plot(cfg: SACRunConfig, run_dir: Path, threshold_source: str) -> Path | None:
@@ -165,23 +162,6 @@ def _latest_checkpoint(ckpt_dir: Path) -> tuple[Path, Path | None, Path | None] 
     return model, (buf if buf.is_file() else None), (norm if norm.is_file() else None)
 
 
-def env_spec(env_id: str) -> Any:
-    """The registered spec of ``env_id`` (Gymnasium-Robotics registered first).
-
-    Raises:
-        ConfigError: for an id that is not registered (Gymnasium's message suggests close ids).
-    """
-    import gymnasium as gym
-
-    from densereward import envs
-
-    envs.register_robotics()
-    try:
-        return gym.spec(env_id)
-    except gym.error.Error as exc:
-        raise ConfigError(f"env.id={env_id!r}: {exc}") from None
-
-
 _STATE_TEXT = {
     "new": "created when the run starts",
     "reuse": "exists with no checkpoint and no result: reused",
@@ -218,15 +198,28 @@ def dry_run(config: dict[str, Any], *, output_dir: Path, resume: bool = False) -
     unreachable = None  # an offline name not installed, a Hub id not reachable offline
     if cfg.env.reward == "verifier":
         describer = envs.default_describer(cfg.env.id, cfg.env.task, name=cfg.env.describer)
-        env = gym.make(cfg.env.id)
+        envs.register_robotics()  # MUJOCO_GL=egl on a headless machine, before MuJoCo loads
+        if cfg.reward.render_frames:
+            from densereward.progress_fn import load_triton_before_gl
+
+            load_triton_before_gl()  # a later triton import would crash after rendering
+        env = gym.make(cfg.env.id, **render_kwargs(cfg))
         try:
             obs, _ = env.reset(seed=cfg.training.seed)
             task, text = describer.task(obs), describer.describe([obs], [])
+            frame = env.render() if cfg.reward.render_frames else None
         finally:
             env.close()
         lines.append(
             f"describer: {type(describer).__name__} on a real first observation: {task!r} / {text!r}"
         )
+        if frame is not None:
+            lines.append(
+                f"frames: {cfg.env.id} renders {'x'.join(map(str, frame.shape))} uint8 "
+                f"(MUJOCO_GL={os.environ.get('MUJOCO_GL')}), text beside them: "
+                f"{cfg.reward.frames_with_text}; whether the verifier reads images is checked "
+                "when it loads"
+            )
         v = cfg.verifier
         local = v.backend in LOCAL_BACKENDS  # a path, name or Hub id that must load here
         model, unreachable = check_model(v.model, "verifier.model") if local else (v.model, None)
@@ -268,7 +261,6 @@ def run(config: dict[str, Any], *, output_dir: Path, resume: bool = False) -> di
     from stable_baselines3.common.logger import Logger, make_output_format
     from stable_baselines3.common.vec_env import VecNormalize
 
-    from densereward import envs
     from densereward.callbacks import (
         EvaluationCallback,
         LearningCurveCallback,
@@ -299,42 +291,13 @@ def run(config: dict[str, Any], *, output_dir: Path, resume: bool = False) -> di
     run_dir.mkdir(parents=True, exist_ok=True)
     atomic_write_text(run_dir / "config.yaml", yaml.safe_dump(config, sort_keys=False))
 
-    # 2. the environments: VecMonitor(VecVerifierProgressReward(DummyVecEnv([...])))
+    # 2. the environments: VecMonitor(VecVerifierProgressReward(DummyVecEnv([...]))) (frames
+    # rendered for the verifier with reward.render_frames), and the evaluation one, which
+    # never renders and never calls the verifier (sac_envs.build_envs)
     sac_kwargs = dict(cfg.sac)
-    gamma = float(
-        sac_kwargs.get("gamma", 0.99)
-    )  # SB3's default; the shaping uses the agent's gamma
-    venv = envs.make_vec_env(
-        cfg.env.id,
-        cfg.env.n_envs,
-        seed=tc.seed,
-        reward=cfg.env.reward,
-        base=cfg.env.base,
-        progress_fn=progress_fn,
-        describer=envs.default_describer(cfg.env.id, cfg.env.task, name=cfg.env.describer)
-        if cfg.env.reward == "verifier"
-        else None,
-        reward_config=cfg.reward,
-        gamma=gamma,
-        monitor_dir=run_dir,
-    )
+    gamma = float(sac_kwargs.get("gamma", 0.99))  # SB3's default; shaping uses the agent's
+    venv, eval_venv = build_envs(cfg, progress_fn=progress_fn, gamma=gamma, monitor_dir=run_dir)
     reward_venv = venv  # VecMonitor(...): carries verifier_stats; VecNormalize goes on top
-
-    # 2b. the evaluation environment: same id and observation wrappers, never the verifier
-    eval_venv = None
-    if tc.eval_every:
-        eval_venv = envs.make_vec_env(
-            cfg.env.id, cfg.env.n_envs, seed=tc.seed + EVAL_SEED_OFFSET, reward=_eval_reward(cfg)
-        )
-        if cfg.env.normalize_obs:  # statistics copied from training before every evaluation
-            eval_venv = VecNormalize(
-                eval_venv,
-                training=False,
-                norm_obs=True,
-                norm_reward=False,
-                clip_obs=cfg.env.clip_obs,
-                gamma=gamma,
-            )
 
     # 3. SAC (fresh, or the latest checkpoint and its replay buffer)
     ckpt_dir = run_dir / "checkpoints"

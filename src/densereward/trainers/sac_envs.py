@@ -1,0 +1,122 @@
+"""The SAC run's environments: the training one (with the verifier reward, frames rendered for
+the verifier when ``reward.render_frames``) and the evaluation one, which never renders.
+
+:func:`build_envs` is step 2 of :func:`densereward.trainers.sac.run`; :func:`env_spec` checks
+an id before anything is created.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from densereward.errors import ConfigError
+
+from .sac_config import EVAL_SEED_OFFSET, SACRunConfig
+
+__all__ = ["eval_reward", "env_spec", "render_kwargs", "build_envs"]
+
+
+def eval_reward(cfg: SACRunConfig) -> str:
+    """The evaluation environment's reward kind: the run's base reward for the verifier reward."""
+    return cfg.env.base if cfg.env.reward == "verifier" else cfg.env.reward
+
+
+def env_spec(env_id: str) -> Any:
+    """The registered spec of ``env_id`` (Gymnasium-Robotics registered first).
+
+    Raises:
+        ConfigError: for an id that is not registered (Gymnasium's message suggests close ids).
+    """
+    import gymnasium as gym
+
+    from densereward import envs
+
+    envs.register_robotics()
+    try:
+        return gym.spec(env_id)
+    except gym.error.Error as exc:
+        raise ConfigError(f"env.id={env_id!r}: {exc}") from None
+
+
+def render_kwargs(cfg: SACRunConfig) -> dict[str, Any]:
+    """``gym.make`` arguments of the training environments: ``render_mode="rgb_array"`` (and
+    ``width`` = ``height`` = ``env.render_size`` when set) when the verifier reads frames
+    (``env.reward: verifier`` with ``reward.render_frames``), else none. Rendering picks
+    MuJoCo's offscreen EGL backend on a headless machine unless ``MUJOCO_GL`` is set
+    (:func:`densereward.envs.registration.headless_gl`)."""
+    if cfg.env.reward != "verifier" or not cfg.reward.render_frames:
+        return {}
+    out: dict[str, Any] = {"render_mode": "rgb_array"}
+    if cfg.env.render_size is not None:
+        out.update(width=cfg.env.render_size, height=cfg.env.render_size)
+    return out
+
+
+def build_envs(
+    cfg: SACRunConfig,
+    *,
+    progress_fn: Any,
+    gamma: float,
+    monitor_dir: str | os.PathLike[str] | None,
+) -> tuple[Any, Any]:
+    """The training and evaluation vector environments of a run.
+
+    Training: ``VecMonitor(VecVerifierProgressReward(DummyVecEnv([...])))`` for the verifier
+    reward (rendering ``rgb_array`` frames of the scored states when ``reward.render_frames``),
+    ``VecMonitor(DummyVecEnv([...]))`` otherwise; seeds ``training.seed + i``.
+
+    Evaluation (``training.eval_every > 0``, else ``None``): same id and observation wrappers,
+    made without ``render_mode`` and without the verifier wrapper, so it never renders and
+    never calls the verifier; its reward is :func:`eval_reward`; seeds
+    ``training.seed + EVAL_SEED_OFFSET + i``; inside ``VecNormalize(training=False)`` when
+    ``env.normalize_obs`` (the trainer copies the training statistics before each evaluation).
+
+    Args:
+        cfg: the parsed run configuration.
+        progress_fn: the verifier's progress function (``None`` unless ``env.reward: verifier``).
+        gamma: the agent's discount (shaping, and ``VecNormalize``'s return statistics).
+        monitor_dir: where the training ``VecMonitor`` writes ``monitor.csv``.
+
+    Raises:
+        ConfigError: from :func:`densereward.envs.make_vec_env` (unknown id, frames from an
+            environment that cannot render them, a verifier that cannot read frames, ...).
+    """
+    from stable_baselines3.common.vec_env import VecNormalize
+
+    from densereward import envs
+
+    verifier_reward = cfg.env.reward == "verifier"
+    venv = envs.make_vec_env(
+        cfg.env.id,
+        cfg.env.n_envs,
+        seed=cfg.training.seed,
+        reward=cfg.env.reward,
+        base=cfg.env.base,
+        progress_fn=progress_fn,
+        describer=envs.default_describer(cfg.env.id, cfg.env.task, name=cfg.env.describer)
+        if verifier_reward
+        else None,
+        reward_config=cfg.reward,
+        gamma=gamma,
+        monitor_dir=monitor_dir,
+        **render_kwargs(cfg),
+    )
+    if not cfg.training.eval_every:
+        return venv, None
+    eval_venv = envs.make_vec_env(  # no render_mode, no verifier: never renders for it
+        cfg.env.id,
+        cfg.env.n_envs,
+        seed=cfg.training.seed + EVAL_SEED_OFFSET,
+        reward=eval_reward(cfg),
+    )
+    if cfg.env.normalize_obs:  # statistics copied from training before every evaluation
+        eval_venv = VecNormalize(
+            eval_venv,
+            training=False,
+            norm_obs=True,
+            norm_reward=False,
+            clip_obs=cfg.env.clip_obs,
+            gamma=gamma,
+        )
+    return venv, eval_venv
