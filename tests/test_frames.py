@@ -180,6 +180,27 @@ def test_progress_curve_and_score_take_frames(vlm):
         vlm.progress_curve(problem="x", steps=["a", "b"], images=frames)
 
 
+def test_async_and_reasoning_reads_take_frames(vlm):
+    """aprogress_batch equals progress_batch; the reasoning style samples its analysis with the
+    frames in the prompt (VisionTransformersBackend.generate) and reads after it."""
+    import asyncio
+
+    from densereward.verifier import Verifier
+
+    kwargs = dict(tasks=["Reach the disc."] * 2, trajectories=["", "near"], images=[[scene(5)], []])
+    sync = vlm.progress_batch(**kwargs)
+    result = asyncio.run(vlm.aprogress_batch(**kwargs))
+    assert [r.value for r in result] == pytest.approx([r.value for r in sync], abs=1e-9)
+    config = VerifierConfig(
+        model=str(vlm.backend.model_id), style="reasoning", max_reasoning_tokens=3, calibrate=False
+    )
+    reasoning = Verifier(config, backend=vlm.backend)
+    n_calls = vlm.backend.usage.n_completion_tokens
+    got = reasoning.progress_batch(**kwargs)
+    assert vlm.backend.usage.n_completion_tokens > n_calls  # the analyses were sampled
+    assert all(r.value is not None or r.reason for r in got)
+
+
 def test_a_text_backend_refuses_frames(default_model_dir):
     from densereward.verifier import Verifier
 

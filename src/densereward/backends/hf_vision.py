@@ -213,10 +213,10 @@ class VisionTransformersBackend(TransformersBackend):
             else {"do_sample": False}
         )
         texts = []
-        t0 = time.perf_counter()
         with self._lock, torch.random.fork_rng(devices=[]), torch.inference_mode():
             torch.manual_seed(self.config.seed if seed is None else seed)
             for p in prompts:
+                t0 = time.perf_counter()
                 enc = {k: v.to(self.device) for k, v in self._encode([p]).items()}
                 try:
                     out = self.model.generate(
