@@ -77,3 +77,54 @@ def test_evaluate_pass_rate_with_the_embedded_policy(default_model_dir):
     again = evaluate_pass_rate(model, tok, tasks, cfg, temperature=1.0, max_new_tokens=12)
     assert again["greedy"] == r["greedy"] and again["sampled"] == r["sampled"]  # fixed seed
     assert r["examples"][0]["mode"] == "greedy" and r["examples"][0]["completion"]
+
+
+def test_every_steps_is_checked():
+    with pytest.raises(ConfigError, match="every_steps"):
+        HeldoutConfig(data=CHAIN_SUM, every_steps=0)
+
+
+@pytest.mark.slow  # a real 3-step GRPO run of the embedded 135M policy (~1 min)
+def test_heldout_every_steps_makes_the_run_curve_held_out(tmp_path, default_model_dir):
+    """heldout.every_steps=2 over 3 steps: evaluations at steps 0, 2 and 3 (heldout_curve.jsonl),
+    and the run's curve (what ``densereward compare`` reads) is that held-out greedy pass rate,
+    its first and last points the before / after of heldout.json; the training-batch curve is
+    kept as ``train_curve``."""
+    import json
+
+    from densereward.trainers.grpo import run
+
+    config = {
+        "model": {"name": None, "torch_threads": 1},
+        "data": {**CHAIN_SUM, "size": 8, "limit": 8, "seed": 0},
+        "reward": {"type": "sparse", "track": False},
+        "heldout": {
+            "data": {**CHAIN_SUM, "size": 40, "seed": 1},
+            "n_problems": 4,
+            "n_samples": 0,
+            "every_steps": 2,
+        },  # fmt: skip
+        "training": {
+            "use_cpu": True,
+            "max_steps": 3,
+            "per_device_train_batch_size": 4,
+            "num_generations": 2,
+            "max_completion_length": 8,
+            "save_steps": 100,
+            "report_to": [],
+            "learning_rate": 3e-5,
+            "logging_steps": 1,  # a training-batch point per step
+        },  # fmt: skip
+    }
+    result = run(config, output_dir=tmp_path / "run")
+    rows = [json.loads(x) for x in (tmp_path / "run/heldout_curve.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [0, 2, 3]
+    assert all(r["mode"] == "greedy" and r["value"] == r["greedy"] for r in rows)
+    assert result["metric"] == "heldout/pass_rate_greedy"
+    assert result["curve"] == [{"step": r["step"], "value": r["value"]} for r in rows]
+    assert result["final"] == rows[-1]["value"]
+    saved = json.loads((tmp_path / "run/heldout.json").read_text())
+    assert np.mean(saved["before"]["greedy"]) == rows[0]["value"]
+    assert np.mean(saved["after"]["greedy"]) == rows[-1]["value"]
+    assert [p["step"] for p in result["train_curve"]] == [1, 2, 3]  # training-batch pass rate
+    assert all(p["value"] in (0.0, 0.25, 0.5, 0.75, 1.0) for p in result["train_curve"])

@@ -10,7 +10,9 @@ resampled with replacement, both evaluations kept together: a paired percentile 
 Efron & Tibshirani 1993, sec. 13).
 
 The GRPO trainer runs this before the first step and after the last one when the config has
-a ``heldout:`` section (:class:`HeldoutConfig`) and writes ``<run_dir>/heldout.json``.
+a ``heldout:`` section (:class:`HeldoutConfig`) and writes ``<run_dir>/heldout.json``; with
+``heldout.every_steps`` also every k steps, a held-out learning curve
+(:mod:`densereward.trainers.grpo_heldout`).
 """
 
 from __future__ import annotations
@@ -54,6 +56,10 @@ class HeldoutConfig:
     """Bootstrap interval mass."""
     n_resamples: int = 2000
     """Bootstrap replicates."""
+    every_steps: int | None = None
+    """Also evaluate every this many optimizer steps (GRPO): a held-out learning curve
+    (``heldout_curve.jsonl``), which becomes the run's curve in ``densereward compare``;
+    ``None`` = before and after training only."""
 
     def __post_init__(self) -> None:
         if self.n_samples < 0:
@@ -62,6 +68,8 @@ class HeldoutConfig:
             raise ConfigError("heldout: set greedy=true or n_samples >= 1 (nothing to evaluate)")
         if self.n_problems is not None and self.n_problems < 1:
             raise ConfigError(f"heldout.n_problems must be >= 1 or null, got {self.n_problems}")
+        if self.every_steps is not None and self.every_steps < 1:
+            raise ConfigError(f"heldout.every_steps must be >= 1 or null, got {self.every_steps}")
         if self.batch_size < 1:
             raise ConfigError(f"heldout.batch_size must be >= 1, got {self.batch_size}")
         if not 0.0 < self.confidence < 1.0:

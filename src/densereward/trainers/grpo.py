@@ -57,6 +57,7 @@ from .grpo_config import (  # noqa: F401  (re-exported: the config is part of th
     grpo_config_kwargs,
     resolve_config,
 )
+from .grpo_heldout import HeldoutEvaluator
 
 logger = logging.getLogger("densereward.trainers.grpo")
 
@@ -167,7 +168,10 @@ def run(
 
     Returns:
         ``{"run_dir", "curve": [{"step", "value"}], "metric": "verifier/pass_rate", "final",
-        "wall_s", "steps"}`` (the curve is the policy's Math-Verify pass rate per step);
+        "wall_s", "steps", "heldout"}`` (the curve is the policy's Math-Verify pass rate on
+        each step's training batch); with ``heldout.every_steps`` set the curve is the held-out
+        pass rate instead (steps 0, k, 2k, ..., last; ``metric`` ``heldout/pass_rate_greedy``
+        or ``_sampled``) and the training-batch curve is ``"train_curve"``;
         for a dry run ``{"dry_run": True, "checks": [...]}``.
 
     Raises:
@@ -240,12 +244,14 @@ def run(
         trainer.add_callback(_ConfigToWandb(redact(config, secrets)))
         name_base_model(trainer, parts["model"].name)  # the model card names the embedded model
         trainer.add_callback(RewardQualityCallback(tracker))  # writes the plot when training ends
-        heldout = _Heldout(parts, args, dataset, trainer)
-        heldout.evaluate("before")  # the initial policy, before any step (or checkpoint) loads
+        heldout = HeldoutEvaluator(parts["heldout"], args, dataset["problem"], trainer)
+        if (every_k := heldout.callback()) is not None:  # heldout.every_steps: a held-out curve
+            trainer.add_callback(every_k)
+        heldout.evaluate("before", 0)  # the initial policy, before any step (or checkpoint) loads
         checkpoint = True if resume == "latest" else resume
         trainer.train(resume_from_checkpoint=checkpoint)
         trainer.save_state()
-        heldout.evaluate("after")
+        heldout.evaluate("after", int(trainer.state.global_step))
     finally:
         for f in reward_funcs:
             if hasattr(f, "close"):
@@ -260,69 +266,30 @@ def run(
         _restore_env(old_env)
 
     plot = tracker.plot_path if tracker.plot_path and tracker.plot_path.is_file() else None
-    curve = _curve(run_dir, trainer)
+    curve, metric = _curve(run_dir, trainer), "verifier/pass_rate"
+    summary = heldout.summary(run_dir, write=main_process)
+    if summary is not None and parts["heldout"].every_steps:  # the held-out curve is the run's
+        metric = f"heldout/pass_rate_{heldout.curve[-1]['mode']}"
+        curve, train_curve = (
+            [{"step": r["step"], "value": r["value"]} for r in heldout.curve],
+            curve,
+        )
     result = {
         "run_dir": str(run_dir),
-        "metric": "verifier/pass_rate",
+        "metric": metric,
         "curve": curve,
         "final": curve[-1]["value"] if curve else float("nan"),
         "steps": int(trainer.state.global_step),
         "wall_s": round(time.monotonic() - t0, 1),
         "reward_quality": str(tracker.jsonl_path),
         "plot": str(plot) if plot else None,
-        "heldout": heldout.summary(run_dir),
+        "heldout": summary,
     }
+    if metric != "verifier/pass_rate":
+        result["train_curve"] = train_curve
     if main_process:
         atomic_write_json(run_dir / "result.json", result)
     return result
-
-
-class _Heldout:
-    """Held-out pass rate before and after training (``heldout:`` section; no-op without data)."""
-
-    def __init__(self, parts: dict[str, Any], args: Any, dataset: Any, trainer: Any) -> None:
-        self.cfg = parts["heldout"]
-        self.args = args
-        self.trainer = trainer
-        self.results: dict[str, dict[str, Any]] = {}
-        self.tasks = None
-        if self.cfg.data is not None:
-            from densereward.policy_eval import heldout_tasks
-
-            self.tasks = heldout_tasks(self.cfg, dataset["problem"])
-
-    def evaluate(self, when: str) -> None:
-        if self.tasks is None:
-            return
-        from densereward.policy_eval import evaluate_pass_rate
-
-        t0 = time.monotonic()
-        self.results[when] = evaluate_pass_rate(
-            self.trainer.model, self.trainer.processing_class, self.tasks, self.cfg,
-            temperature=self.args.temperature, max_new_tokens=self.args.max_completion_length,
-        )  # fmt: skip
-        rates = {m: self.results[when][m] for m in ("greedy", "sampled") if self.results[when][m]}
-        logger.info("held-out pass rate %s training (%d problems, %.0f s): %s", when, len(self.tasks),
-                    time.monotonic() - t0, {m: round(sum(v) / len(v), 3) for m, v in rates.items()})  # fmt: skip
-
-    def summary(self, run_dir: Path) -> dict[str, Any] | None:
-        """Pass rates before / after with paired bootstrap CIs; also written to ``heldout.json``."""
-        if set(self.results) != {"before", "after"}:
-            return None
-        from densereward.policy_eval import paired_difference
-
-        before, after = self.results["before"], self.results["after"]
-        summary: dict[str, Any] = {"n_problems": len(self.tasks), "n_samples": self.cfg.n_samples,
-                                   "confidence": self.cfg.confidence}  # fmt: skip
-        for mode in ("greedy", "sampled"):
-            if before[mode] is not None:
-                summary[mode] = paired_difference(before[mode], after[mode], confidence=self.cfg.confidence,
-                                                  n_resamples=self.cfg.n_resamples, seed=self.cfg.seed)  # fmt: skip
-        if _is_main_process():  # under torchrun every process evaluates; one writes
-            atomic_write_json(
-                run_dir / "heldout.json", {"summary": summary, "before": before, "after": after}
-            )
-        return summary
 
 
 def _curve(run_dir: Path, trainer: Any) -> list[dict[str, Any]]:
