@@ -273,6 +273,8 @@ def test_every_sac_config_passes_its_dry_run(path, tmp_path, capsys):
     assert "configuration valid" in printed and "!!" not in printed and not out.exists()
     if load_yaml(path)["env"]["reward"] == "verifier":
         assert "ok  describer: " in printed
+    if (load_yaml(path).get("reward") or {}).get("render_frames"):  # one frame rendered, offscreen
+        assert re.search(r"ok  frames: \S+ renders \d+x\d+x3 uint8", printed), printed
 
 
 def test_sac_dry_run_checks_env_describer_and_run_dir_and_creates_nothing(tmp_path, capsys):

@@ -6,9 +6,14 @@ scored steps only, a text-only verifier is refused at start, and evaluation neve
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import numpy as np
 import pytest
+
+# the tiny VLM's builder and the scripted OpenAI-compatible server that checks the image_url
+# parts and answers with that model's log-probabilities
+import test_frames
 
 from densereward import envs
 from densereward.envs.describers import FetchDescriber
@@ -18,6 +23,8 @@ from densereward.trainers import sac
 from densereward.trainers.sac_envs import build_envs
 from densereward.vec_env import TerminalFrame, VecVerifierProgressReward
 from densereward.wrappers import ProgressRewardConfig, VerifierProgressReward
+
+REPO = Path(__file__).resolve().parents[1]
 
 
 class FrameReader:
@@ -76,7 +83,7 @@ def test_frames_of_the_scored_states_reach_the_reads(timing):
     for _ in range(50):
         env.step(env.action_space.sample())
     env.close()
-    assert inner.n_renders == 6
+    assert inner.n_renders == 6 == env.verifier_stats.n_frames
     reads = [frames for call in reader.calls for frames in call[2]]
     assert [len(f) for f in reads] == [1, 2, 3, 3, 3, 3]
     assert all(f.dtype == np.uint8 and f.shape == (64, 64, 3) for r in reads for f in r)
@@ -133,6 +140,7 @@ def test_the_vec_wrapper_reads_the_last_state_through_an_auto_reset():
         _, _, dones, infos = wrapped.step(np.stack([venv.action_space.sample()] * 2))
     wrapped.close()
     assert dones.all() and all("terminal_frame" not in i for i in infos)
+    assert wrapped.verifier_stats.n_frames == 8 and wrapped.verifier_stats.render_seconds > 0
     # calls: s_0 (reset), step 25, step 50 (last states), s_0 of the next episodes
     assert [len(c[2]) for c in reader.calls] == [2, 2, 2, 2]
     s25, last, s0_next = (reader.calls[k][2][0][0] for k in (1, 2, 3))
@@ -255,3 +263,107 @@ def test_sac_trains_on_rendered_frames_in_a_fresh_process():
     assert done.returncode == 0, (done.returncode, done.stderr[-3000:])
     # 200 steps over 2 envs = 2 episodes each: s_0, 10, ..., 50 per episode, + 2 s_0 at the end
     assert "steps 200 reads 26 triton True" in done.stdout, done.stdout
+
+
+# ---------------------------------------------------------------------------------------------
+# SAC with the tiny random-weight Qwen2-VL reading the frames: in process and over HTTP
+# ---------------------------------------------------------------------------------------------
+
+VLM_FRAMES = {"max_frames": 2, "max_side": 56}
+SAC_STEPS = 300
+
+
+@pytest.fixture(scope="module")
+def tiny_vlm() -> Path:
+    """The tiny random-weight Qwen2-VL (scripts/qwen2vl_random.py; ~10 s once per machine)."""
+    if not (test_frames.TOKENIZER / "tokenizer.json").is_file():
+        pytest.skip(f"the Qwen3 tokenizer is not at {test_frames.TOKENIZER}")
+    return test_frames._builder().build()
+
+
+def _frames_run_config(verifier: dict, *, frames: bool) -> dict:
+    """configs/sac_fetchreach_frames.yaml made small: 300 steps, 56x56 frames, a tiny SAC."""
+    from densereward.config import load_yaml
+
+    config = load_yaml(REPO / "configs" / "sac_fetchreach_frames.yaml")
+    config["env"]["render_size"] = 56
+    config["reward"]["render_frames"] = frames
+    config["verifier"] = {**verifier, "frames": VLM_FRAMES, "threshold": "auto"}
+    config["sac"].update(
+        learning_starts=100, batch_size=32, buffer_size=1000, policy_kwargs={"net_arch": [32, 32]}
+    )
+    config["training"].update(
+        total_timesteps=SAC_STEPS, eval_every=SAC_STEPS, eval_episodes=2, checkpoint_every=0,
+        wandb=False, log_interval=1, curve_every=100, seed=0,
+    )  # fmt: skip
+    return config
+
+
+def _check_run(summary: dict, label: str, *, frames: bool) -> float:
+    """The run trained SAC_STEPS steps with every progress read scored; returns s/step."""
+    stats = summary["verifier_stats"]
+    # 300 steps over 2 envs = 3 episodes each: s_0, 10, 20, ..., 50 (6 reads) + 2 s_0 at the end
+    assert summary["env_steps"] == SAC_STEPS and stats["n_queries"] == 38, stats
+    assert stats["n_frames"] == (38 if frames else 0)  # one rendered frame per read, no more
+    assert stats["n_scored"] + stats["n_cache_hits"] == 38 and stats["n_abstained"] == 0, stats
+    assert [p["step"] for p in summary["curve"]] == [0, SAC_STEPS]  # evaluation ran
+    per_step = summary["seconds"] / summary["env_steps"]
+    print(
+        f"\nSAC {label}: {per_step:.3f} s/step ({summary['seconds']:.1f} s for {SAC_STEPS} "
+        f"steps), verifier {stats['seconds']:.1f} s in {stats['n_calls']} calls "
+        f"({stats['seconds'] / max(stats['n_scored'], 1):.3f} s/read), rendering "
+        f"{stats['render_seconds']:.1f} s for {stats['n_frames']} frames"
+    )
+    return per_step
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("frames", [True, False], ids=["frames", "text"])
+def test_sac_trains_with_the_tiny_vlm_in_process(frames, tiny_vlm, tmp_path, monkeypatch):
+    """300 SAC steps on FetchReach with the transformers backend: the tiny Qwen2-VL reads each
+    state's rendered 56x56 frame beside the describer's text, or (for the cost) text only."""
+    from densereward.backends.hf_vision import VisionTransformersBackend
+
+    seen: list[list[tuple[int, ...]]] = []
+    encode = VisionTransformersBackend._encode
+
+    def spy(self, prompts):
+        seen.extend([np.asarray(f).shape for f in p.images] for p in prompts)
+        return encode(self, prompts)
+
+    monkeypatch.setattr(VisionTransformersBackend, "_encode", spy)
+    local = {"backend": "transformers", "model": str(tiny_vlm)}
+    summary = sac.run(_frames_run_config(local, frames=frames), output_dir=tmp_path)
+    label = "frames + text" if frames else "text only"
+    _check_run(summary, f"{label}, in process", frames=frames)
+    # one prompt per read the cache did not answer, each with its state's one frame (or none);
+    # the first prompt is the calibration read at start, text only
+    n = summary["verifier_stats"]["n_scored"]
+    assert seen == [[]] + [[(56, 56, 3)] if frames else []] * n
+
+
+@pytest.mark.slow
+def test_sac_trains_with_the_tiny_vlm_reading_frames_over_http(tiny_vlm, tmp_path):
+    """The same run with the openai backend: each frame goes as an image_url part (base64
+    PNG) to a loopback OpenAI-compatible server answering with the tiny Qwen2-VL's
+    log-probabilities (vLLM's CPU build cannot serve Qwen2-VL here: no torchvision)."""
+    from densereward.config import VerifierConfig
+    from densereward.verifier import Verifier
+
+    with Verifier(VerifierConfig(model=str(tiny_vlm), frames=VLM_FRAMES)) as model:
+        server = test_frames.VisionServer(model.backend)
+        try:
+            served = {
+                "backend": "openai",
+                "model": server.model,
+                "backend_options": {"base_url": server.base_url, "top_logprobs": 40},
+                "calibrate": False,
+            }
+            summary = sac.run(_frames_run_config(served, frames=True), output_dir=tmp_path)
+        finally:
+            server.close()
+    _check_run(summary, "frames + text, over HTTP", frames=True)
+    # every request of a read carried its state's frame as one image_url part (PNG, 56x56)
+    with_images = [s for s in server.frames_seen if s]
+    assert len(with_images) >= summary["verifier_stats"]["n_scored"]
+    assert all(shapes == [(56, 56, 3)] for shapes in with_images)

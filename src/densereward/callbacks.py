@@ -113,7 +113,9 @@ class VerifierDynamicsCallback(BaseCallback):
       progress of successful / failed episodes.
     * ``verifier/calls_per_step``, ``verifier/seconds_per_step``, ``verifier/queries_per_step``,
       ``verifier/cache_hit_rate``, ``verifier/abstain_rate``: cost of the verifier per
-      environment step (cumulative).
+      environment step (cumulative); with ``reward.render_frames`` also
+      ``verifier/frames_per_step`` and ``verifier/render_seconds_per_step`` (frames rendered
+      for the verifier and the seconds that took).
     * ``verifier/success_rate``, ``rollout/ep_true_rew_mean``, ``rollout/ep_verifier_rew_mean``.
     * with ``engine_stats``: ``verifier/n_low_mass`` (reads that abstained below
       ``VerifierConfig.min_mass``), ``verifier/mean_mass``, ``verifier/n_engine_abstained``
@@ -259,6 +261,11 @@ class VerifierDynamicsCallback(BaseCallback):
                 out["verifier/calls_per_step"] = sum(s.n_calls for s in self._stats) / steps
                 out["verifier/queries_per_step"] = queries / steps
                 out["verifier/seconds_per_step"] = sum(s.seconds for s in self._stats) / steps
+                frames = sum(getattr(s, "n_frames", 0) for s in self._stats)
+                if frames:
+                    out["verifier/frames_per_step"] = frames / steps
+                    render = sum(s.render_seconds for s in self._stats)
+                    out["verifier/render_seconds_per_step"] = render / steps
             if queries:
                 out["verifier/cache_hit_rate"] = sum(s.n_cache_hits for s in self._stats) / queries
             if answered:

@@ -210,6 +210,8 @@ class VerifierCallStats:
         seconds: wall-clock seconds spent inside ``progress_fn``.
         abstain_reasons: abstained reads (one per distinct text of a call) by the kind of
             reason (:func:`densereward.abstentions.reason_kind`): ``{"low score-token mass": 9}``.
+        n_frames: frames rendered for the progress function (``render_frames``).
+        render_seconds: wall-clock seconds spent rendering them.
     """
 
     n_env_steps: int = 0
@@ -220,6 +222,8 @@ class VerifierCallStats:
     n_abstained: int = 0
     seconds: float = 0.0
     abstain_reasons: dict[str, int] = field(default_factory=dict)
+    n_frames: int = 0
+    render_seconds: float = 0.0
 
     def as_dict(self) -> dict[str, Any]:
         """All counters (and ``abstain_reasons``) as a dict."""

@@ -7,6 +7,7 @@ Needs stable-baselines3 (``pip install densereward[robotics]``); the reward logi
 from __future__ import annotations
 
 import inspect
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -27,7 +28,8 @@ from .progress_reward import (
 __all__ = ["VecVerifierProgressReward", "TerminalFrame", "TERMINAL_FRAME"]
 
 TERMINAL_FRAME = "terminal_frame"
-"""``info`` key of the frame of an episode's last state (:class:`TerminalFrame`)."""
+"""``info`` key of the frame of an episode's last state (:class:`TerminalFrame`); the seconds
+its rendering took are under ``"terminal_frame_seconds"``."""
 
 
 class TerminalFrame(gym.Wrapper):
@@ -47,7 +49,10 @@ class TerminalFrame(gym.Wrapper):
     def step(self, action: Any) -> tuple[Any, float, bool, bool, dict[str, Any]]:
         obs, r, terminated, truncated, info = self.env.step(action)
         if terminated or truncated:
-            info = {**info, TERMINAL_FRAME: _frame_or_raise(self.env.render())}
+            t0 = time.perf_counter()
+            frame = _frame_or_raise(self.env.render())
+            seconds = time.perf_counter() - t0
+            info = {**info, TERMINAL_FRAME: frame, f"{TERMINAL_FRAME}_seconds": seconds}
         return obs, r, terminated, truncated, info
 
 
@@ -119,7 +124,11 @@ class VecVerifierProgressReward(VecEnvWrapper):
     def _frames(self, indices: Sequence[int]) -> list[Any]:
         if not self.core.config.render_frames or not len(indices):
             return [None] * len(indices)
-        return [_frame_or_raise(f) for f in self.venv.env_method("render", indices=list(indices))]
+        t0 = time.perf_counter()
+        frames = [_frame_or_raise(f) for f in self.venv.env_method("render", indices=list(indices))]
+        self.core.stats.render_seconds += time.perf_counter() - t0
+        self.core.stats.n_frames += len(frames)
+        return frames
 
     def reset(self) -> Any:
         obs = self.venv.reset()
@@ -144,6 +153,9 @@ class VecVerifierProgressReward(VecEnvWrapper):
         frames = dict(zip(due, self._frames(due), strict=True))
         for i in np.flatnonzero(dones):
             frames[int(i)] = infos[i].pop(TERMINAL_FRAME, None)
+            if frames[int(i)] is not None:
+                self.core.stats.n_frames += 1
+                self.core.stats.render_seconds += infos[i].pop(f"{TERMINAL_FRAME}_seconds", 0.0)
         queries = []
         for i in range(self.num_envs):
             last = (

@@ -20,6 +20,7 @@ API", has a runnable example).
 
 from __future__ import annotations
 
+import time
 from typing import TYPE_CHECKING, Any
 
 import gymnasium as gym
@@ -73,10 +74,13 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-def _frame(env: Any) -> Any:
+def _frame(env: Any, stats: VerifierCallStats) -> Any:
+    t0 = time.perf_counter()
     frame = env.render()
     if frame is None:
         raise ConfigError("render_frames needs an environment made with render_mode='rgb_array'")
+    stats.render_seconds += time.perf_counter() - t0
+    stats.n_frames += 1
     return frame
 
 
@@ -124,14 +128,15 @@ class VerifierProgressReward(gym.Wrapper):
 
     def reset(self, **kwargs: Any) -> tuple[Any, dict[str, Any]]:
         obs, info = self.env.reset(**kwargs)
-        frame = _frame(self.env) if self.core.config.render_frames else None
+        frame = _frame(self.env, self.core.stats) if self.core.config.render_frames else None
         self.core.resolve(self.core.start(0, obs, frame))
         return obs, info
 
     def step(self, action: Any) -> tuple[Any, float, bool, bool, dict[str, Any]]:
         obs, r_env, terminated, truncated, info = self.env.step(action)
         done = bool(terminated or truncated)
-        frame = _frame(self.env) if self.core.frame_due(0, done) else None  # scored states only
+        due = self.core.frame_due(0, done)  # frames of the scored states only
+        frame = _frame(self.env, self.core.stats) if due else None
         self.core.resolve(self.core.advance(0, action, obs, float(r_env), done, frame))
         info = dict(info)
         r = self.core.reward(0, terminated=bool(terminated), done=done, info=info)
