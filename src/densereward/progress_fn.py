@@ -119,9 +119,10 @@ def load_triton_before_gl() -> None:
     llvmpipe, and loading triton's bundled LLVM *after* the first frame was rendered kills
     the process (SIGSEGV) -- and torch loads triton lazily: SB3's SAC at its first optimiser,
     transformers' model classes. Measured here: FetchReach rendered, then ``import triton`` or
-    ``SAC(...).learn``: segmentation fault; triton first, then rendering: both work. The
-    wrappers call this when ``render_frames`` is on (~1.5 s once; a no-op when triton is
-    absent or already loaded).
+    ``SAC(...).learn``: segmentation fault; triton first, then rendering: both work.
+    :func:`densereward.envs.registration.headless_gl` calls this before any environment is
+    made with ``MUJOCO_GL`` egl/osmesa, and the wrappers when ``render_frames`` is on
+    (0.3-1.5 s once; a no-op when triton is absent or already loaded).
     """
     if "triton" in sys.modules or importlib.util.find_spec("triton") is None:
         return

@@ -16,9 +16,16 @@ def headless_gl() -> None:
     MuJoCo chooses its OpenGL backend from ``MUJOCO_GL`` when it is first imported and defaults
     to GLFW, which needs a display; on a headless machine (no ``DISPLAY``) ``egl`` renders
     offscreen (FetchReach: 480x480x3 frames here). A ``MUJOCO_GL`` the user set is kept.
+    With ``egl`` or ``osmesa`` (software rendering without a GPU), triton is loaded now, before
+    any frame renders (:func:`densereward.progress_fn.load_triton_before_gl`: loaded after, it
+    crashes the process).
     """
     if "MUJOCO_GL" not in os.environ and not os.environ.get("DISPLAY"):
         os.environ["MUJOCO_GL"] = "egl"
+    if os.environ.get("MUJOCO_GL") in ("egl", "osmesa"):
+        from ..progress_fn import load_triton_before_gl
+
+        load_triton_before_gl()
 
 
 def register_robotics() -> None:
