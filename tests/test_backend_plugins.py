@@ -164,3 +164,21 @@ def test_a_plugin_backend_is_named_on_the_command_line(plugin, tmp_path):
     bad = subprocess.run([*cmd, "verifier.backend_options.lettr=B"], capture_output=True,
                          text=True, env=env, cwd=REPO, timeout=300)  # fmt: skip
     assert bad.returncode != 0 and "did you mean 'verifier.backend_options.letter'" in bad.stderr
+
+
+def test_the_dry_run_checks_the_model_of_a_plugin_that_loads_it_here(plugin, tmp_path, monkeypatch):
+    """``loads_model = True`` on a plugin's options class makes ``verifier.model`` a model that
+    must load in this process (checked like ``transformers``'); without it the name goes to a
+    server and is not checked here."""
+    from densereward.backend_options import loads_model
+    from densereward.trainers.checks import check_models
+
+    cfg = _yaml(tmp_path, "verifier: {backend: const, model: ./no/such/model}\n")
+    assert not loads_model("const")
+    lines, problems = check_models(None, cfg)
+    assert len(lines) == 1 and not problems  # the policy only
+    assert loads_model("transformers") and loads_model("vllm") and not loads_model("openai")
+    monkeypatch.setattr(BACKEND_OPTIONS.load("const"), "loads_model", True, raising=False)
+    assert loads_model("const")
+    with pytest.raises(ConfigError, match=r"verifier.model='./no/such/model': no such file"):
+        check_models(None, cfg)

@@ -11,7 +11,9 @@ importing torch, vLLM or httpx.
 * :data:`BACKEND_OPTIONS`: name -> ``"module:Class"`` of its options dataclass; plugins through
   the group ``densereward.backend_options``. A backend with no entry here takes the class
   attribute ``options_class`` of the backend class (imported to read it), and one without
-  that takes no options.
+  that takes no options. An options class with the class attribute ``loads_model = True``
+  marks a backend that loads ``verifier.model`` in this process, so ``--dry-run`` checks that
+  the model is there (:func:`loads_model`); the HTTP backends send it to a server as a name.
 
 In YAML (every option of a backend, shown for ``openai``)::
 
@@ -33,7 +35,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from .errors import BackendUnavailableError, ConfigError
 from .registry import Registry, entry_point_group
@@ -49,6 +51,7 @@ __all__ = [
     "SampledOptions",
     "options_class",
     "answer_options",
+    "loads_model",
 ]
 
 DTYPES = ("float32", "bfloat16", "float16")
@@ -123,6 +126,7 @@ class TransformersOptions:
         ConfigError: for an unknown dtype (with the closest name) or a negative cache size.
     """
 
+    loads_model: ClassVar[bool] = True  # verifier.model is loaded in this process
     dtype: str = _transport("auto")
     device: str = _transport("auto")
     share_prefix: bool = True
@@ -153,6 +157,7 @@ class VLLMOptions:
         ConfigError: for an unknown dtype or an out-of-range number.
     """
 
+    loads_model: ClassVar[bool] = True  # verifier.model is loaded in this process
     dtype: str = _transport("auto")
     device: str = _transport("auto")
     gpu_memory_utilization: float = _transport(0.3)
@@ -285,6 +290,16 @@ def options_class(backend: str) -> type:
     if backend in BACKEND_OPTIONS:
         return BACKEND_OPTIONS.load(backend)
     return getattr(BACKENDS.load(backend), "options_class", None) or NoOptions
+
+
+def loads_model(backend: str) -> bool:
+    """Whether ``backend`` loads ``verifier.model`` in this process (its options class says
+    ``loads_model = True``: ``transformers``, ``vllm``, or a plugin that declares it).
+
+    Raises:
+        ConfigError, BackendUnavailableError: as :func:`options_class`.
+    """
+    return bool(getattr(options_class(backend), "loads_model", False))
 
 
 def answer_options(options: Any, given: Mapping[str, Any]) -> dict[str, Any]:

@@ -14,13 +14,11 @@ import os
 from pathlib import Path
 from typing import Any
 
+from densereward.backend_options import loads_model
 from densereward.data import looks_like_path
 from densereward.errors import ConfigError
 
-__all__ = ["LOCAL_BACKENDS", "base_model_id", "check_model", "check_models", "name_base_model"]
-
-LOCAL_BACKENDS = ("transformers", "vllm")
-"""Backends that load ``verifier.model`` themselves; the HTTP ones send it to a server as a name."""
+__all__ = ["base_model_id", "check_model", "check_models", "name_base_model"]
 
 
 def check_model(value: str | os.PathLike | None, field: str) -> tuple[str, str | None]:
@@ -84,7 +82,8 @@ def check_models(
     policy: str | None, verifier: Any, *, refuse_problems: bool = False
 ) -> tuple[list[str], list[str]]:
     """:func:`check_model` for the policy (``model.name``) and, where the verifier loads its own
-    weights (:data:`LOCAL_BACKENDS`), for ``verifier.model``.
+    weights (:func:`densereward.backend_options.loads_model`: ``transformers``, ``vllm``, a
+    plugin whose options say ``loads_model = True``), for ``verifier.model``.
 
     Args:
         policy: The policy's ``model.name``.
@@ -98,7 +97,7 @@ def check_models(
         ConfigError: as :func:`check_model`; with ``refuse_problems``, also for the problems.
     """
     checked = [(policy, "model.name")]
-    if verifier.backend in LOCAL_BACKENDS:
+    if loads_model(verifier.backend):
         checked.append((verifier.model, "verifier.model"))
     lines, problems = [], []
     for value, field in checked:

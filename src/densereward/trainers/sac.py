@@ -65,7 +65,8 @@ from densereward.io import (
     read_jsonl,
 )
 
-from .checks import LOCAL_BACKENDS, check_model
+from ..backend_options import loads_model
+from .checks import check_model
 from .sac_config import (  # noqa: F401  (re-exported: the config is part of this trainer's API)
     EVAL_REWARD_LABELS,
     EVAL_SEED_OFFSET,
@@ -221,7 +222,7 @@ def dry_run(config: dict[str, Any], *, output_dir: Path, resume: bool = False) -
                 "when it loads"
             )
         v = cfg.verifier
-        local = v.backend in LOCAL_BACKENDS  # a path, name or Hub id that must load here
+        local = loads_model(v.backend)  # a path, name or Hub id that must load here
         model, unreachable = check_model(v.model, "verifier.model") if local else (v.model, None)
         lines.append(
             f"verifier: VerifierConfig ok (backend {v.backend}, {model}, G={v.granularity}) -- NOT "
