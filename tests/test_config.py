@@ -288,3 +288,30 @@ def test_resolve_threshold_bad_metrics_json(tmp_path, content, match):
 def test_resolve_threshold_out_of_range_number():
     with pytest.raises(ConfigError, match=r"threshold must be in \[0, 1\], got -0.1"):
         resolve_threshold(-0.1)
+
+
+@pytest.mark.parametrize(
+    ("text", "match"),
+    [
+        ("verifier:\n  granularity: [20\n", r"not valid YAML at line 3, column 1"),
+        (
+            "verifier:\n\tgranularity: 20\n",
+            r"not valid YAML at line 2, column 1: found character '\\t'",
+        ),
+    ],
+)
+def test_a_yaml_syntax_error_is_a_config_error_naming_the_file_and_line(tmp_path, text, match):
+    path = tmp_path / "broken.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError, match=match) as info:
+        load_yaml(path)
+    assert str(path) in str(info.value)
+
+
+def test_a_section_that_is_not_a_mapping_and_a_nested_typo_name_their_yaml_path():
+    with pytest.raises(ConfigError, match=r"section 'verifier' must be a mapping.*int 3"):
+        from_dict(VerifierConfig, 3, prefix="verifier.")
+    with pytest.raises(
+        ConfigError, match=r"in section 'verifier.frames': 'max_frame' \(did you mean 'max_frames'"
+    ):
+        from_dict(VerifierConfig, {"frames": {"max_frame": 4}}, prefix="verifier.")

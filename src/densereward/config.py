@@ -352,7 +352,7 @@ def _coerce(tp: Any, value: Any, name: str) -> Any:
                 continue
         return value
     if dataclasses.is_dataclass(tp) and isinstance(value, Mapping):
-        return from_dict(tp, value)
+        return from_dict(tp, value, prefix=f"{name}.")
     if tp is bool:
         if isinstance(value, str):
             if value.lower() in ("true", "1", "yes"):
@@ -478,6 +478,11 @@ def from_dict(cls: type, data: Mapping[str, Any] | None, *, prefix: str = "") ->
 
     ``prefix`` (e.g. ``"verifier."``) names the section in messages and coercion errors.
     """
+    if data is not None and not isinstance(data, Mapping):
+        where = f"section {prefix.rstrip('.')!r}" if prefix else cls.__name__
+        raise ConfigError(
+            f"{where} must be a mapping of field: value, got {type(data).__name__} {data!r}"
+        )
     data = dict(data or {})
     hints = typing.get_type_hints(cls)
     names = {f.name for f in dataclasses.fields(cls) if f.init}
@@ -504,12 +509,18 @@ def load_yaml(path: str | Path) -> dict[str, Any]:
     """Read a YAML config file into a dict (empty file -> ``{}``).
 
     Raises:
-        ConfigError: if the file is missing or is not a mapping.
+        ConfigError: if the file is missing, is not valid YAML (naming the file, line and
+            column) or is not a mapping.
     """
     p = Path(path)
     if not p.is_file():
         raise ConfigError(f"config file not found: {p}")
-    data = yaml.safe_load(p.read_text()) or {}
+    try:
+        data = yaml.safe_load(p.read_text()) or {}
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        raise ConfigError(f"{p}: not valid YAML{at}: {getattr(e, 'problem', None) or e}") from None
     if not isinstance(data, dict):
         raise ConfigError(f"{p}: top level must be a mapping, got {type(data).__name__}")
     return data
