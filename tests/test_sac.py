@@ -277,6 +277,49 @@ def test_every_sac_config_passes_its_dry_run(path, tmp_path, capsys):
         assert re.search(r"ok  frames: \S+ renders \d+x\d+x3 uint8", printed), printed
 
 
+def test_sac_dry_run_builds_the_reward_kind_and_refuses_frames_for_a_text_only_verifier(
+    tmp_path, capsys
+):
+    """The reward kinds env.reward / env.base name are imported, built and stepped by the dry
+    run (a broken plugin fails there, not at the run's first step); reward.render_frames with a
+    verifier known to read text only is refused before anything loads."""
+    from densereward.envs import SAC_REWARDS
+    from densereward.trainers.checks import verifier_reads_images
+
+    cfg = str(REPO / "configs" / "sac_fetchreach_sparse.yaml")
+    verifier_cfg = str(REPO / "configs" / "sac_fetchreach_verifier.yaml")
+    assert sac.main(_sac_args("--config", cfg, "--dry-run")) == 0
+    assert "ok  reward: 'sparse' built and stepped once" in capsys.readouterr().out
+
+    def explodes(env, ctx):
+        raise RuntimeError("no reward here")
+
+    SAC_REWARDS.register("test_missing", "densereward.envs:no_such_builder")
+    SAC_REWARDS.register("test_explodes", explodes)
+    try:
+        with pytest.raises(ConfigError, match=r"cannot load 'densereward.envs:no_such_builder'"):
+            sac.main(_sac_args("--config", cfg, "--dry-run", "env.reward=test_missing"))
+        with pytest.raises(
+            ConfigError, match=r"'test_explodes' failed on FetchReach-v4.*no reward"
+        ):
+            sac.main(_sac_args("--config", verifier_cfg, "--dry-run", "env.base=test_explodes"))
+    finally:
+        for name in ("test_missing", "test_explodes"):
+            SAC_REWARDS._entries.pop(name, None)
+
+    with pytest.raises(ConfigError, match=r"render_frames=true needs a verifier that reads images"):
+        sac.main(_sac_args("--config", verifier_cfg, "--dry-run", "reward.render_frames=true"))
+    vlm = tmp_path / "vlm"
+    vlm.mkdir()
+    (vlm / "config.json").write_text(json.dumps({"model_type": "qwen2_vl", "vision_config": {}}))
+    from densereward.config import VerifierConfig
+
+    assert verifier_reads_images(VerifierConfig(model=str(vlm)))[0] is True
+    assert verifier_reads_images(VerifierConfig())[0] is False  # the embedded SmolLM2
+    served = VerifierConfig(backend="openai", backend_options={"base_url": "http://127.0.0.1:1/v1"})
+    assert verifier_reads_images(served)[0] is None  # only the server can tell
+
+
 def test_sac_dry_run_checks_env_describer_and_run_dir_and_creates_nothing(tmp_path, capsys):
     verifier_cfg = str(REPO / "configs" / "sac_fetchreach_verifier.yaml")
     out = tmp_path / "run"

@@ -18,7 +18,13 @@ from densereward.backend_options import loads_model
 from densereward.data import looks_like_path
 from densereward.errors import ConfigError
 
-__all__ = ["base_model_id", "check_model", "check_models", "name_base_model"]
+__all__ = [
+    "base_model_id",
+    "check_model",
+    "check_models",
+    "name_base_model",
+    "verifier_reads_images",
+]
 
 
 def check_model(value: str | os.PathLike | None, field: str) -> tuple[str, str | None]:
@@ -107,6 +113,47 @@ def check_models(
     if problems and refuse_problems:
         raise ConfigError("; ".join(problems))
     return lines, problems
+
+
+def verifier_reads_images(verifier: Any) -> tuple[bool | None, str]:
+    """Whether the configured verifier reads camera frames, as far as it is known unloaded.
+
+    A backend that loads its model here (:func:`~densereward.backend_options.loads_model`)
+    reads frames when the model directory's ``config.json`` has ``vision_config`` (an
+    image-text-to-text model; the embedded model and the offline names are text-only LLMs).
+
+    Args:
+        verifier: the :class:`~densereward.config.VerifierConfig`.
+
+    Returns:
+        ``(reads, why)``: ``True`` / ``False``, or ``None`` when only loading or serving can
+        tell (a served model, a Hub id not on this machine); ``why`` says which model and how
+        it was decided, for the dry run's line or an error.
+    """
+    import json
+
+    from densereward.backends import models
+
+    if not loads_model(verifier.backend):
+        return None, (
+            f"backend {verifier.backend!r} sends frames to its server as image_url parts; the "
+            "served model must take images (checked at the first read)"
+        )
+    value = verifier.model
+    names = {m.name for m in models.available_models()}
+    if value is None or str(value).lower() in names:
+        name = "smollm2-135m" if value is None else str(value).lower()
+        path = models.model_dir(name)
+        label = "(the embedded SmolLM2-135M-Instruct)" if value is None else f"{name!r}"
+    else:
+        path, label = Path(os.fspath(value)).expanduser(), repr(os.fspath(value))
+    try:
+        config = json.loads((path / "config.json").read_text())
+    except (OSError, ValueError):
+        return None, f"verifier.model {label} is not on this machine yet (checked when it loads)"
+    if "vision_config" in config:
+        return True, f"verifier.model {label} is an image-text-to-text model (vision_config)"
+    return False, f"verifier.model {label} is a text-only model (no vision_config in config.json)"
 
 
 _HUB_ORGS = {"SmolLM2": "HuggingFaceTB", "Qwen2.5": "Qwen"}

@@ -66,7 +66,7 @@ from densereward.io import (
 )
 
 from ..backend_options import loads_model
-from .checks import check_model
+from .checks import check_model, verifier_reads_images
 from .sac_config import (  # noqa: F401  (re-exported: the config is part of this trainer's API)
     EVAL_REWARD_LABELS,
     EVAL_SEED_OFFSET,
@@ -197,6 +197,7 @@ def dry_run(config: dict[str, Any], *, output_dir: Path, resume: bool = False) -
         f"sac: stable_baselines3.SAC arguments ok {sorted(cfg.sac)}",
     ]
     unreachable = None  # an offline name not installed, a Hub id not reachable offline
+    lines.append(_check_reward_kind(cfg))
     if cfg.env.reward == "verifier":
         describer = envs.default_describer(cfg.env.id, cfg.env.task, name=cfg.env.describer)
         envs.register_robotics()  # MUJOCO_GL=egl on a headless machine, before MuJoCo loads
@@ -215,11 +216,18 @@ def dry_run(config: dict[str, Any], *, output_dir: Path, resume: bool = False) -
             f"describer: {type(describer).__name__} on a real first observation: {task!r} / {text!r}"
         )
         if frame is not None:
+            reads, why = verifier_reads_images(cfg.verifier)
+            if reads is False:
+                raise ConfigError(
+                    f"reward.render_frames=true needs a verifier that reads images, but {why}: "
+                    "set verifier.model to an image-text-to-text model (e.g. a Qwen2.5-VL "
+                    "directory) or serve one (verifier.backend=openai), or set "
+                    "reward.render_frames=false"
+                )
             lines.append(
                 f"frames: {cfg.env.id} renders {'x'.join(map(str, frame.shape))} uint8 "
                 f"(MUJOCO_GL={os.environ.get('MUJOCO_GL')}), text beside them: "
-                f"{cfg.reward.frames_with_text}; whether the verifier reads images is checked "
-                "when it loads"
+                f"{cfg.reward.frames_with_text}; {why}"
             )
         v = cfg.verifier
         local = loads_model(v.backend)  # a path, name or Hub id that must load here
@@ -230,6 +238,30 @@ def dry_run(config: dict[str, Any], *, output_dir: Path, resume: bool = False) -
         )
     problems = [_learning_starts_problem(cfg), unreachable]
     return lines + [f"!! {p}" for p in problems if p]
+
+
+def _check_reward_kind(cfg: SACRunConfig) -> str:
+    """Build and step one environment with the reward kind(s) ``env.reward`` / ``env.base``
+    name (a plugin's builder is imported and called here, not at the run's first step)."""
+    from densereward import envs
+
+    kind = cfg.env.base if cfg.env.reward == "verifier" else cfg.env.reward
+    envs.SAC_REWARDS.load(cfg.env.reward)  # ConfigError naming the entry that cannot load
+    try:
+        env = envs.make_env(cfg.env.id, reward=kind, base=cfg.env.base, monitor=False)
+        try:
+            env.reset(seed=cfg.training.seed)
+            env.step(env.action_space.sample())
+        finally:
+            env.close()
+    except ConfigError:
+        raise
+    except Exception as e:  # noqa: BLE001 - a plugin's builder: report it as the config's
+        raise ConfigError(
+            f"env reward kind {kind!r} failed on {cfg.env.id}: {type(e).__name__}: {e}"
+        ) from e
+    on = f" on base {kind!r}" if cfg.env.reward == "verifier" else ""
+    return f"reward: {cfg.env.reward!r}{on} built and stepped once"
 
 
 def run(config: dict[str, Any], *, output_dir: Path, resume: bool = False) -> dict[str, Any]:
