@@ -168,7 +168,7 @@ def test_from_dict_coerces_strings_from_the_command_line():
 @pytest.mark.parametrize(
     ("data", "match"),
     [
-        ({"flg": True}, r"unknown key\(s\) in _Outer: 'flg' \(did you mean 'flag'\?\)"),
+        ({"flg": True}, r"unknown key\(s\) in the config \(_Outer\): 'flg' \(did you mean 'flag'\?\)"),
         ({"flag": "maybe"}, r"flag: expected a boolean, got 'maybe'"),
         ({"n": "three"}, r"n: expected int, got 'three'"),
         ({"inner": {"kk": 1}}, r"'kk' \(did you mean 'k'\?\)"),

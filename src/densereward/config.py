@@ -488,7 +488,7 @@ def from_dict(cls: type, data: Mapping[str, Any] | None, *, prefix: str = "") ->
     names = {f.name for f in dataclasses.fields(cls) if f.init}
     unknown = sorted(set(data) - names)
     if unknown:
-        where = f"section {prefix.rstrip('.')!r}" if prefix else cls.__name__
+        where = f"section {prefix.rstrip('.')!r}" if prefix else f"the config ({cls.__name__})"
         moved = sorted(set(unknown) & _MOVED_TO_OPTIONS) if cls is VerifierConfig else []
         if moved:
             spell = ", ".join(f"{prefix}backend_options.{k}" for k in moved)

@@ -514,7 +514,7 @@ def main(args: argparse.Namespace) -> int:
         config = config_from_args(args)
         result = run(config, dry_run=args.dry_run, resume=args.resume)
     except DenseRewardError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"densereward: error: {exc}", file=sys.stderr)
         return 2
     if result.get("dry_run"):
         return _print_dry_run(result)
