@@ -185,6 +185,20 @@ def test_analyze_and_report_on_synthetic_curves(tmp_path):
         and "not reached (0/3 reached >= 0.8)" in md
         and "dense beats flat" in md
     )
+    assert "dense beats flat (AUC)" in md and "; final: P(dense > flat) = " in md
+    # a verdict on final performance states its P once (the report repeated it)
+    a3 = C.analyze(
+        {"flat": _synthetic_runs(5000), "dense": _synthetic_runs(200)},
+        budget=1000,
+        threshold=0.8,
+        n_bootstrap=200,
+        primary="final",
+    )
+    md3 = C.render_report(
+        a3, name="t", trainer="sac", metric="m", budget=1000, seeds=[0, 1, 2], x_label="steps"
+    )
+    (line,) = [x for x in md3.splitlines() if x.startswith("- dense beats flat")]
+    assert "(final performance)" in line and line.count("P(dense > flat)") == 1, line
     C.plot_curves(
         a2,
         tmp_path / "c.png",

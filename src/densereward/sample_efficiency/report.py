@@ -233,10 +233,12 @@ def render_report(
     ]
     lines += ["", "## Verdicts", ""]
     for p in analysis["pairs"]:
-        lines.append(
-            f"- {p['verdict']}; final: P({p['a']} > {p['b']}) = "
-            f"{_ci_text(p['p_improvement']['final'], 2)}"
+        also = (  # the verdict states its own score; the final-performance P only if it is another
+            ""
+            if p["score"] == "final"
+            else f"; final: P({p['a']} > {p['b']}) = {_ci_text(p['p_improvement']['final'], 2)}"
         )
+        lines.append(f"- {p['verdict']}{also}")
     if missing:
         lines += ["", f"**Incomplete:** {len(missing)} run(s) not finished: {', '.join(missing)}."]
     n_min = min((c["n_runs"] for c in analysis["conditions"].values()), default=0)
