@@ -32,11 +32,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
-import json
-import os
-import shutil
 import sys
-import tempfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -94,11 +90,12 @@ MIN_PIXELS = 4 * 28 * 28
 MAX_PIXELS = 64 * 28 * 28
 
 
-def _score_read_ids(tok) -> list[int]:
+def _qwen3_random():
+    """scripts/qwen3_random.py: its score_read_ids and build_atomically serve this build too."""
     spec = importlib.util.spec_from_file_location("qwen3_random", REPO / "scripts/qwen3_random.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    return module.score_read_ids(tok)
+    return module
 
 
 def build(
@@ -138,12 +135,9 @@ def build(
         raise FileNotFoundError(f"Qwen3 tokenizer not found in {tokenizer_dir}")
     out = Path(out).expanduser()
     spec = {"arch": "qwen2_vl", "seed": seed, "letter_boost": float(letter_boost), "format": FORMAT}
-    stamp = out / "build_spec.json"
-    if stamp.is_file() and json.loads(stamp.read_text()) == spec:
-        return out
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}-", dir=out.parent))
-    try:
+    qwen3_random = _qwen3_random()
+
+    def write(tmp: Path) -> None:
         tok = AutoTokenizer.from_pretrained(tokenizer_dir)
         tok.chat_template = CHAT_TEMPLATE
         config = Qwen2VLConfig(
@@ -153,7 +147,9 @@ def build(
         model = Qwen2VLForConditionalGeneration(config).float()
         if letter_boost != 1.0:
             with torch.no_grad():
-                model.get_output_embeddings().weight[_score_read_ids(tok)] *= letter_boost
+                model.get_output_embeddings().weight[qwen3_random.score_read_ids(tok)] *= (
+                    letter_boost
+                )
         model.generation_config.pad_token_id = tok.pad_token_id
         model.save_pretrained(tmp, safe_serialization=True)
         images = Qwen2VLImageProcessorPil(
@@ -163,14 +159,8 @@ def build(
         )
         images.save_pretrained(tmp)
         tok.save_pretrained(tmp)
-        (tmp / "build_spec.json").write_text(json.dumps(spec))
-        if out.exists():
-            shutil.rmtree(out)
-        os.replace(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    return out
+
+    return qwen3_random.build_atomically(out, spec, write)
 
 
 def main(argv: list[str] | None = None) -> int:

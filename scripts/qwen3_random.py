@@ -37,6 +37,7 @@ import os
 import shutil
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -91,6 +92,30 @@ def score_read_ids(tok) -> list[int]:
     return sorted(ids)
 
 
+def build_atomically(out: Path, spec: dict, write: Callable[[Path], None]) -> Path:
+    """Build a model directory ``out`` atomically, or reuse it as it is.
+
+    ``out`` is reused when its ``build_spec.json`` equals ``spec``; otherwise ``write(tmp)``
+    fills a temporary sibling directory, the spec is stamped into it, and it replaces ``out``
+    (``os.replace``); a failed or interrupted build leaves nothing behind.
+    """
+    stamp = out / "build_spec.json"
+    if stamp.is_file() and json.loads(stamp.read_text()) == spec:
+        return out
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}-", dir=out.parent))
+    try:
+        write(tmp)
+        (tmp / "build_spec.json").write_text(json.dumps(spec))
+        if out.exists():
+            shutil.rmtree(out)
+        os.replace(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return out
+
+
 def build(
     out: str | Path,
     *,
@@ -136,13 +161,8 @@ def build(
         raise FileNotFoundError(f"Qwen3 tokenizer not found in {tokenizer_dir}")
     out = Path(out)
     spec = {"size": size, "seed": seed, "dtype": dtype, "letter_boost": boost, "format": 2}
-    stamp = out / "build_spec.json"
-    if stamp.is_file() and json.loads(stamp.read_text()) == spec:
-        return out
 
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}-", dir=out.parent))
-    try:
+    def write(tmp: Path) -> None:
         tok = AutoTokenizer.from_pretrained(tokenizer_dir)
         config = Qwen3Config(**SIZES[size], dtype=dtype)
         torch.manual_seed(seed)
@@ -155,14 +175,8 @@ def build(
         model.generation_config.pad_token_id = tok.pad_token_id
         model.save_pretrained(tmp, safe_serialization=True)
         tok.save_pretrained(tmp)
-        (tmp / "build_spec.json").write_text(json.dumps(spec))
-        if out.exists():
-            shutil.rmtree(out)
-        os.replace(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    return out
+
+    return build_atomically(out, spec, write)
 
 
 def main(argv: list[str] | None = None) -> int:
