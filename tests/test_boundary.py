@@ -10,6 +10,7 @@ and vLLM offline plus a loopback vLLM server agreeing with transformers.
 
 from __future__ import annotations
 
+import importlib.util
 import math
 from pathlib import Path
 
@@ -204,11 +205,14 @@ def test_the_default_model_passes_its_calibration(default_model_dir):
 
 # ----------------------------------------------------------------- the real Qwen weights
 def _prefill_end_plan(v: Verifier) -> ReadPlan:
-    """The read before the fix: the token after the text '<score>' (after a lone '>')."""
-    kept = tuple(
-        tuple(s for s in forms if len(v.backend.tokenize(s)) == 1) for forms in v.scale.spellings
+    """The read before the fix: the token after the text '<score>' (after a lone '>'), as
+    ``benchmarks/read_boundary.py`` measures it (its ``prefill_end_plan``)."""
+    spec = importlib.util.spec_from_file_location(
+        "read_boundary_bench", Path(__file__).resolve().parents[1] / "benchmarks/read_boundary.py"
     )
-    return ReadPlan("<score>", "", kept, {s: LevelRead(s, s) for f in kept for s in f})
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    return bench.prefill_end_plan(v)
 
 
 ROWS = [  # (problem, response, reference, correct) -- answer-match reads
