@@ -164,11 +164,12 @@ def evaluate_pass_rate(
         ``{"problems": (m,) texts, "greedy": (m,) 0/1 or None, "sampled": (m,) per-problem
         mean over ``n_samples`` in ``[0, 1]`` (None without samples), "examples": a few
         completions}``. A completion whose check abstains counts as incorrect and is counted in
-        ``n_abstained``.
+        ``n_abstained``. The sampled draws come from ``cfg.seed`` on a fork of the torch
+        generators (:func:`densereward.seeding.forked_rng`): the caller's CPU and CUDA random
+        streams are left as they were.
     """
-    import torch
-
     from .rewards.math import default_checker
+    from .seeding import forked_rng
 
     checker = checker or default_checker()
     temperature = cfg.temperature if cfg.temperature is not None else temperature
@@ -188,9 +189,11 @@ def evaluate_pass_rate(
             [("sampled", temperature, cfg.n_samples)] if cfg.n_samples else []
         )
         for name, temp, n in modes:
-            torch.manual_seed(cfg.seed)
-            texts = _generate(model, tokenizer, prompts, max_new_tokens=max_new_tokens,
-                              temperature=temp, n=n, batch_size=cfg.batch_size)  # fmt: skip
+            # cfg.seed seeds a fork of the CPU and every CUDA generator: the caller's streams
+            # (a GRPO run's training samples) do not depend on the evaluation (issue 36)
+            with forked_rng(cfg.seed):
+                texts = _generate(model, tokenizer, prompts, max_new_tokens=max_new_tokens,
+                                  temperature=temp, n=n, batch_size=cfg.batch_size)  # fmt: skip
             flat_refs = [a for a in answers for _ in range(n)]
             checks = checker.check_batch(flat_refs, [t for ts in texts for t in ts])
             ok = np.array([c.reward == 1.0 for c in checks], dtype=np.float64).reshape(-1, n)

@@ -32,6 +32,7 @@ from typing import Any
 from ..backend_options import TransformersOptions
 from ..config import VerifierConfig
 from ..errors import BackendError, BackendUnavailableError, ScoreTokenError
+from ..seeding import forked_rng
 from .base import BackendUsage, ChatPrompt, LocalAsyncMixin, TokenLogprobs
 from .dtype import resolve_dtype
 
@@ -546,10 +547,9 @@ class TransformersBackend(LocalAsyncMixin):
             n_new = 0
             # The sampling seed goes to a forked RNG: the caller's global torch RNG (a policy's
             # sampling, SAC's exploration noise in the same process) is left as it was.
-            devices = [self.device] if str(self.device).startswith("cuda") else []
+            # (every visible CUDA device's too: torch.manual_seed seeds all of them)
             try:
-                with torch.random.fork_rng(devices=devices), torch.inference_mode():
-                    torch.manual_seed(self.config.seed if seed is None else seed)
+                with forked_rng(self.config.seed if seed is None else seed), torch.inference_mode():
                     for chunk in self._chunks([len(s) for s in seqs]):
                         width = max(len(seqs[i]) for i in chunk)
                         ids = torch.full((len(chunk), width), self.pad_id, dtype=torch.long)

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import BackendError
+from ..seeding import forked_rng
 from .base import ChatPrompt, TokenLogprobs
 from .hf import TransformersBackend, _cut_at_stop
 from .images import chat_messages, frames_of, to_pil
@@ -213,8 +214,12 @@ class VisionTransformersBackend(TransformersBackend):
             else {"do_sample": False}
         )
         texts = []
-        with self._lock, torch.random.fork_rng(devices=[]), torch.inference_mode():
-            torch.manual_seed(self.config.seed if seed is None else seed)
+        # a forked RNG (CPU and every CUDA device): the caller's streams are left as they were
+        with (
+            self._lock,
+            forked_rng(self.config.seed if seed is None else seed),
+            torch.inference_mode(),
+        ):
             for p in prompts:
                 t0 = time.perf_counter()
                 enc = {k: v.to(self.device) for k, v in self._encode([p]).items()}
