@@ -92,23 +92,21 @@ def test_detector_has_no_false_positive_on_gsm8k_dev(data_dir):
 def test_reward_config_defaults_are_the_defended_reward():
     cfg = RewardConfig()
     assert (cfg.type, cfg.reference_guided, cfg.reference_prompt, cfg.injection_penalty) == (
-        "gated", True, "anchored", 1.0,
+        "gated", True, "answer_match", 1.0,
     )  # fmt: skip
-    assert cfg.reward_weights == [1.0, 0.5]
+    assert cfg.judge_weights == (1.0, 0.1) and cfg.reward_weights is None
     funcs, weights = build_reward_funcs(cfg, lambda: None, checker=MathChecker(executor="inline"))
-    assert [f.__name__ for f in funcs] == ["math_correctness", "verifier_dense"] and weights == [
-        1.0,
-        0.5,
-    ]
-    assert funcs[1].injection_penalty == 1.0 and funcs[1].reference_prompt == "anchored"
+    assert [f.__name__ for f in funcs] == ["verifier_gated"] and weights is None
+    assert funcs[0].injection_penalty == 1.0 and funcs[0].reference_prompt == "answer_match"
+    assert funcs[0].weights == (1.0, 0.1) and funcs[0].judge_only_steps == "skip"
 
 
 @pytest.mark.parametrize(
     ("kwargs", "match"),
     [
-        ({"type": "gated", "weights": [1.0, 1.0]}, "w_dense < w_sparse"),
-        ({"type": "gated", "weights": [0.0, 0.0]}, "w_dense < w_sparse"),
-        ({"type": "gated", "weights": [1.0, -0.1]}, "w_dense < w_sparse"),
+        ({"type": "gated", "weights": [1.0, 1.0]}, "w_judge < w_sparse"),
+        ({"type": "gated", "weights": [0.0, 0.0]}, "w_judge < w_sparse"),
+        ({"type": "gated", "weights": [1.0, -0.1]}, "w_judge < w_sparse"),
         ({"injection_penalty": 1.5}, r"injection_penalty must be in \[0, 1\]"),
         ({"reference_prompt": "fuzzy"}, "anchored | answer_match"),
         ({"guard_prompt": True, "reference_prompt": "answer_match"}, "reference_prompt=anchored"),
@@ -121,11 +119,16 @@ def test_reward_config_rejects_an_unsafe_or_unknown_setting(kwargs, match):
 
 def test_gated_weights_reach_trl_and_normalize_then_sum_is_refused(tmp_path):
     from densereward.config import load_yaml
+    from densereward.rewards import build_reward_funcs
     from densereward.trainers.grpo import build_grpo_args, resolve_config
 
-    config = load_yaml(REPO / "configs/grpo_math_cpu.yaml")
-    args = build_grpo_args(resolve_config(config), tmp_path / "a", cpu_check=True)
-    assert args.reward_weights == [1.0, 0.5]
+    config = load_yaml(REPO / "configs/grpo_math_qwen3_8b.yaml")  # weights [1.0, 0.5]
+    parts = resolve_config(config)
+    args = build_grpo_args(parts, tmp_path / "a", cpu_check=True)
+    # gated is one reward function that applies its weights itself, run without std scaling
+    assert args.reward_weights is None and args.scale_rewards == "none"
+    (gated,), _ = build_reward_funcs(parts["reward"], lambda: None, num_generations=4)
+    assert gated.weights == (1.0, 0.5)
     config["training"]["multi_objective_aggregation"] = "normalize_then_sum"
     with pytest.raises(ConfigError, match="sum_then_normalize"):
         build_grpo_args(resolve_config(config), tmp_path / "b", cpu_check=True)
@@ -136,8 +139,8 @@ def test_shipped_grpo_configs_use_the_defended_reward(path):
     from densereward.config import from_dict, load_yaml
 
     cfg = from_dict(RewardConfig, load_yaml(REPO / path)["reward"], prefix="reward.")
-    assert cfg.type == "gated" and cfg.reward_weights[1] < cfg.reward_weights[0]
-    assert cfg.reference_guided and cfg.reference_prompt == "anchored"
+    assert cfg.type == "gated" and cfg.judge_weights[1] < cfg.judge_weights[0]
+    assert cfg.reference_guided and cfg.reference_prompt in ("anchored", "answer_match")
     assert cfg.injection_penalty == 1.0
 
 
@@ -157,7 +160,10 @@ def test_pre_filter_zeroes_flagged_completions_without_asking_the_verifier(serve
         assert out == [1.0, 0.0, 0.0]
         assert len(server.chat_requests()) == 1  # the flagged ones never reached the verifier
         half = VerifierReward(v, injection_penalty=0.25)
-        assert half(prompts=["2+2?"] * 2, completions=[honest, hacked]) == [1.0, 0.75]
+        assert half(prompts=["2+2?"] * 2, completions=[honest, hacked], answer=["4"] * 2) == [
+            1.0,
+            0.75,
+        ]
     logged = dict(records)
     assert logged["verifier/n_injection_flagged"] == 2.0
     assert logged["verifier/frac_injection_flagged"] == pytest.approx(2 / 3)

@@ -595,14 +595,15 @@ def test_grpo_step_leaves_a_completion_every_reward_abstained_on_out_of_its_grou
                           train_dataset=dataset, rollout_func=rollout)  # fmt: skip
         with caplog.at_level("WARNING", logger="densereward.rewards.verifier"):
             trainer.train()
-        # rewards 1 * sparse + 0.5 * dense (dense: None everywhere) -> [excluded, 1, 0, 0]
+        # gated: the verdict, plus nothing from a judge that abstained everywhere; the first
+        # completion (verdict and judge both abstained) is unscorable -> [excluded, 1, 0, 0]
         rest = [1.0, 0.0, 0.0]
         mean, std = sum(rest) / 3, (sum((r - 1 / 3) ** 2 for r in rest) / 2) ** 0.5
         expected = [0.0, *((r - mean) / (std + 1e-4) for r in rest)]
         assert advantages == [pytest.approx(expected, abs=1e-4)], advantages
         logged = trainer.state.log_history[0]
         assert logged["reward"] == pytest.approx(1 / 3)  # the mean over the 3 scored, not 1/4
-        assert logged["rewards/verifier_dense/mean"] is None
+        assert logged["rewards/verifier_gated/mean"] == pytest.approx(1 / 3)
         said = [r.getMessage() for r in caplog.records if "dense verifier reads" in r.getMessage()]
         assert len(said) == 1 and "4 of 4 dense verifier reads abstained" in said[0], said
 
@@ -682,18 +683,20 @@ def test_group_reward_refuses_a_partial_group(prompts, server):
              r"multiple of num_generations \(4\)")  # fmt: skip
     completions = [f"\\boxed{{{i}}}" for i in range(len(prompts))]
     with pytest.raises(DataError, match=match):
-        GroupVerifierReward(no_verifier, num_generations=4)(
+        GroupVerifierReward(no_verifier, num_generations=4, reference_guided=False)(
             prompts=prompts, completions=completions
         )
     with pytest.raises(DataError, match=match):
         asyncio.run(
-            AsyncGroupVerifierReward(no_verifier, num_generations=4)(
+            AsyncGroupVerifierReward(no_verifier, num_generations=4, reference_guided=False)(
                 prompts=prompts, completions=completions
             )
         )
     v = scripted_verifier(server.base_url, granularity=5)
     try:
-        whole = GroupVerifierReward(v, num_generations=2, method="round_robin")
+        whole = GroupVerifierReward(
+            v, num_generations=2, method="round_robin", reference_guided=False
+        )
         out = whole(prompts=["a"] * 4 + ["b"] * 2, completions=completions[:6])
         assert len(out) == 6 and len(server.requests) >= 3  # three groups, each compared
     finally:

@@ -102,8 +102,8 @@ def test_openrlhf_request_as_openrlhf_sends_it_gets_one_reward_per_query(served)
         assert len(a["rewards"]) == 1 and a["scores"] == a["rewards"]
         assert a["extra_logs"] == {"densereward_abstained": [0.0]}
     r = [a["rewards"][0] for a in answers]
-    # gated (w = [1, 0.5]): a correct answer is >= 1, a wrong one <= 0.5
-    assert r[0] >= 1.0 and r[2] >= 1.0 and r[1] <= 0.5 and r[3] <= 0.5
+    # gated (w = [1, 0.1], one sample per prompt): a correct answer is >= 0.95, a wrong one <= 0.05
+    assert r[0] >= 0.95 and r[2] >= 0.95 and r[1] <= 0.05 and r[3] <= 0.05
     assert service.n_calls - calls_before < 4  # the four concurrent requests were batched
     # several queries in one request, without prompts and labels: one reward each
     many = {"query": [chat(q) + "The answer is 4.<|im_end|>"] * 3}
@@ -117,7 +117,7 @@ def test_slime_score_rank_health_and_verl(served):
     slime = {"prompt": [{"role": "user", "content": "What is 2 + 2?"}],
              "response": "The answer is 4.", "label": "4"}  # fmt: skip
     reward = httpx.post(f"{running.url}/slime", json=slime, timeout=120).json()
-    assert isinstance(reward, float) and reward >= 1.0
+    assert isinstance(reward, float) and reward >= 0.95
     body = {"problems": ["What is 2 + 2?"] * 2, "responses": ["4", "5"], "references": ["4", "4"]}
     scored = httpx.post(f"{running.url}/score", json=body, timeout=120).json()
     assert scored["abstained"] == [False, False] and scored["rewards"][0] > scored["rewards"][1]

@@ -23,7 +23,7 @@ from ..metrics.format import format_number
 from .data import align_scores, load_responses, load_scores
 from .evaluation import abstention_headline, abstention_summary, evaluate
 from .report import _prompt_description, write_outputs
-from .scoring import label_with_sparse_reward, score_responses
+from .scoring import PROMPT_KINDS, label_with_sparse_reward, score_responses
 
 __all__ = ["EXIT_MOST_ABSTAINED", "build_config", "add_arguments", "main"]
 
@@ -78,9 +78,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--limit", type=int, default=None, help="evaluate the first N problems only"
     )
     parser.add_argument(
+        "--prompt",
+        choices=PROMPT_KINDS,
+        default=None,
+        help="the prompt a GRPO verifier reward reads: reference_free (default), answer_match (the "
+        "final answer against the row's reference), anchored (the reference and the full response)",
+    )
+    parser.add_argument(
         "--reference-guided",
         action="store_true",
-        help="show the verifier each row's reference answer (the engine's answer_match criterion)",
+        help="the same as --prompt answer_match",
     )
     parser.add_argument(
         "--seed", type=int, default=0, help="seed of sub-sampling, rejection sampling, bootstrap"
@@ -95,6 +102,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="label rows that have a reference but no is_correct with the sparse reward "
         "(Math-Verify); rows with labels also get the sparse reward's agreement reported",
     )
+
+
+def _prompt_kind(args: argparse.Namespace) -> str:
+    """``--prompt``, or ``answer_match`` for ``--reference-guided``; they must not disagree."""
+    prompt = getattr(args, "prompt", None)
+    if getattr(args, "reference_guided", False):
+        if prompt not in (None, "answer_match"):
+            raise ConfigError(
+                f"--reference-guided means --prompt answer_match, but --prompt {prompt} was given: "
+                "pass one of them"
+            )
+        return "answer_match"
+    return prompt or "reference_free"
 
 
 def main(args: argparse.Namespace) -> int:
@@ -143,9 +163,11 @@ def main(args: argparse.Namespace) -> int:
         records = align_scores(rows, load_scores(args.scores))
         meta["scores_from"] = str(args.scores)
     else:
-        records, stats = score_responses(rows, config, reference_guided=args.reference_guided)
+        prompt = _prompt_kind(args)
+        records, stats = score_responses(rows, config, prompt=prompt)
         meta["verifier_stats"] = stats
-        meta["reference_guided"] = bool(args.reference_guided)
+        meta["reference_guided"] = prompt != "reference_free"
+        meta["prompt"] = prompt
     meta["verifier"] = to_jsonable(config)  # no secret in it: keys stay in the environment
     scores = [r["score"] for r in records]
     # reasons are known when scored now, or from a scores.jsonl that records them
@@ -172,7 +194,7 @@ def main(args: argparse.Namespace) -> int:
         "responses": meta["responses"],
         "scores": meta.get("scores_from", "scored now"),
         "verifier": f"{config.backend} {config.model or 'default (SmolLM2-135M-Instruct)'}, G={config.granularity}, K={config.n_repeats}",
-        "prompt": _prompt_description(config, args.reference_guided, scored=not args.scores),
+        "prompt": _prompt_description(config, _prompt_kind(args), scored=not args.scores),
     }
     if sparse_line:
         report_meta["sparse reward vs labels"] = sparse_line

@@ -38,24 +38,29 @@ _OVERALL_COLUMNS = (
 """(header, metric key) of the overall report's second table (``pass_rate``: pooled)."""
 
 
-def _prompt_description(config: VerifierConfig, reference_guided: bool, *, scored: bool) -> str:
-    """How the responses were judged, for the report header.
+def _prompt_description(config: VerifierConfig, prompt: str | bool, *, scored: bool) -> str:
+    """How the responses were judged, for the report header (``prompt``: a prompt kind of
+    :data:`~densereward.eval_verifier.scoring.PROMPT_KINDS`; ``True`` / ``False`` mean
+    ``answer_match`` / ``reference_free``).
 
-    >>> _prompt_description(VerifierConfig(), True, scored=True)
+    >>> _prompt_description(VerifierConfig(), "answer_match", scored=True)
     'reference-guided (answer_match: the final answer against the reference), style direct'
+    >>> _prompt_description(VerifierConfig(), "anchored", scored=True)
+    'reference-guided (anchored: the reference answer and the full response, the correctness criterion), style direct'
     >>> _prompt_description(VerifierConfig(), False, scored=True)
     'reference-free (the default criterion), style direct'
     """
     if not scored:
         return "unknown (scores read from a file)"
+    if isinstance(prompt, bool):
+        prompt = "answer_match" if prompt else "reference_free"
     crit = ", ".join(config.criteria) if config.criteria else None
-    if reference_guided:
-        what = (
-            f"criteria {crit} with the reference"
-            if crit
-            else "answer_match: the final answer against the reference"
-        )
+    if prompt == "anchored":
+        what = (f"anchored: the reference answer and the full response, "
+                f"{f'criteria {crit}' if crit else 'the correctness criterion'}")  # fmt: skip
         return f"reference-guided ({what}), style {config.style}"
+    if prompt == "answer_match":
+        return f"reference-guided (answer_match: the final answer against the reference), style {config.style}"
     return f"reference-free ({f'criteria {crit}' if crit else 'the default criterion'}), style {config.style}"
 
 

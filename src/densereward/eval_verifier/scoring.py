@@ -8,9 +8,13 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..config import VerifierConfig
-from ..errors import DataError
+from ..errors import ConfigError, DataError
 
-__all__ = ["score_responses", "label_with_sparse_reward"]
+__all__ = ["PROMPT_KINDS", "score_responses", "label_with_sparse_reward"]
+
+PROMPT_KINDS = ("reference_free", "answer_match", "anchored")
+"""The prompts a GRPO verifier reward can read (``RewardConfig.reference_guided`` and
+``reference_prompt``), each measurable with ``densereward eval-verifier --prompt``."""
 
 logger = logging.getLogger(__name__)
 
@@ -21,13 +25,21 @@ def score_responses(
     *,
     chunk_size: int = 64,
     reference_guided: bool = False,
+    prompt: str | None = None,
 ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """Score every row with ``Verifier(config).score_batch``.
+    """Score every row with ``Verifier(config).score_batch``, reading the prompt a GRPO verifier
+    reward of that kind reads.
 
-    By default the verifier sees the problem and the response only. With
-    ``reference_guided=True`` it also gets each row's reference answer (the final answer of
-    ``reference``, e.g. GSM8K's ``A: 18`` / ``#### 18``), which makes the engine use its
-    reference-guided ``answer_match`` criterion when no criteria are configured.
+    ``prompt`` is one of :data:`PROMPT_KINDS`: ``reference_free`` (the problem and the response,
+    the default), ``answer_match`` (the response's extracted final answer against the row's
+    reference answer, the final answer of ``reference``, e.g. GSM8K's ``A: 18`` / ``#### 18``)
+    or ``anchored`` (the reference answer and the full response on the correctness criterion).
+    The request is built by :class:`~densereward.rewards.VerifierReward` itself, so the score is
+    the one the reward would give (the injection pre-filter off, the whole response shown).
+    ``reference_guided=True`` without ``prompt`` means ``answer_match`` (the earlier flag).
+
+    Raises:
+        ConfigError: for an unknown ``prompt``.
 
     Returns:
         ``(records, stats)``: one ``{score, mass, abstained, reason, per_criterion,
@@ -38,23 +50,31 @@ def score_responses(
     Raises:
         BackendError, AbstentionError: as the verifier raises them.
     """
-    from ..rewards.math import reference_answer  # the one answer-extraction policy
+    from ..rewards.verifier import VerifierReward
     from ..verifier import Verifier
 
+    kind = prompt or ("answer_match" if reference_guided else "reference_free")
+    if kind not in PROMPT_KINDS:
+        raise ConfigError(f"--prompt {kind!r}; use one of {' | '.join(PROMPT_KINDS)}")
     v = Verifier(config)
+    reader = VerifierReward(
+        v,
+        reference_guided=kind != "reference_free",
+        reference_prompt="anchored" if kind == "anchored" else "answer_match",
+        injection_penalty=None,
+        verifier_input="full",
+    )
     records: list[dict[str, Any]] = []
     try:
         t0 = time.perf_counter()
         for start in range(0, len(rows), chunk_size):
             chunk = rows[start : start + chunk_size]
-            refs = (
-                [reference_answer(r.get("reference")) for r in chunk] if reference_guided else None
+            columns = (
+                {"answer": [r.get("reference") for r in chunk]} if kind != "reference_free" else {}
             )
-            results = v.score_batch(
-                problems=[r["problem"] for r in chunk],
-                responses=[r["response"] for r in chunk],
-                references=refs,
-            )
+            texts = [r["response"] for r in chunk]
+            _, _, request = reader._request(texts, [r["problem"] for r in chunk], columns)
+            results = v.score_batch(**request)
             for res in results:
                 records.append(
                     {

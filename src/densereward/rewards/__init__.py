@@ -12,9 +12,18 @@ from typing import Any, Literal
 from ..answers import ANSWER_FORMATS
 from ..errors import ConfigError
 from ._common import check_group_options, check_verifier_options
+from .advantage import AdvantageAudit, advantage_audit, grpo_advantages
+from .gated import (
+    GATED_WEIGHTS,
+    AsyncGatedVerifierReward,
+    GatedVerifierReward,
+    gated_weights,
+    stratified_rewards,
+)
 from .group import AsyncGroupVerifierReward, GroupVerifierReward
-from .kinds import GRPO_REWARDS, RewardContext
+from .kinds import CONTINUOUS_KINDS, GRPO_REWARDS, RewardContext, default_scale_rewards
 from .math import (
+    AnswerFormatReward,
     MathChecker,
     MathCorrectnessReward,
     default_checker,
@@ -35,6 +44,18 @@ __all__ = [
     "GRPO_REWARDS",
     "RewardContext",
     "gated_weights",
+    "stratified_rewards",
+    "GATED_WEIGHTS",
+    "SEED_RECIPE_WEIGHTS",
+    "DEFAULT_REFERENCE_PROMPT",
+    "CONTINUOUS_KINDS",
+    "default_scale_rewards",
+    "grpo_advantages",
+    "advantage_audit",
+    "AdvantageAudit",
+    "GatedVerifierReward",
+    "AsyncGatedVerifierReward",
+    "AnswerFormatReward",
     "MathChecker",
     "MathCorrectnessReward",
     "VerifierReward",
@@ -68,14 +89,29 @@ class RewardConfig:
     type: str = "gated"
     """A name in :data:`~densereward.rewards.kinds.GRPO_REWARDS` (a plugin may add more;
     unknown names are a ``ConfigError`` with a did-you-mean). Built in: ``sparse`` (Math-Verify
-    0/1), ``dense`` (verifier expected score), ``group`` (within-group soft win rate), ``mixed`` (sparse + dense, weighted by ``weights``), ``gated`` (sparse + dense
-    with ``w_dense < w_sparse``: the dense reward reorders completions of equal correctness but
-    never outweighs correctness; :func:`gated_weights` has the proof). Default ``gated``: the
-    defended reward (``benchmarks/injection.py``; docs/reward_hacking.md)."""
+    0/1), ``dense`` (verifier expected score), ``group`` (within-group soft win rate), ``mixed``
+    (sparse + dense, weighted by ``weights``), ``gated`` (Math-Verify's verdict plus the judge's
+    score inside each group's correctness strata, bounded to a band of width ``w_judge``:
+    :mod:`densereward.rewards.gated`), ``seed_recipe`` (the seed paper's ``r_correct + r_format
+    + beta * r_reasoning`` with the group's PPT win rate as ``r_reasoning``). Default ``gated``:
+    correctness stays primary inside and across groups (docs/grpo.md, "The advantage audit")."""
     weights: tuple[float, ...] | None = None
-    """For ``mixed`` / ``gated``: ``[w_sparse, w_dense]`` (default ``[1.0, 1.0]`` / ``[1.0, 0.5]``;
-    ``gated`` needs ``0 <= w_dense < w_sparse``); becomes ``GRPOConfig.reward_weights``. Not
-    for ``sparse`` / ``dense`` / ``group``; a plugin kind reads it from its context."""
+    """For ``mixed``: ``[w_sparse, w_dense]`` (default ``[1.0, 1.0]``); ``gated``: ``[w_sparse,
+    w_judge]`` (default :data:`GATED_WEIGHTS` ``[1.0, 0.1]``; needs ``0 <= w_judge <
+    w_sparse``); ``seed_recipe``: ``[w_correct, w_format, beta]`` (default
+    :data:`SEED_RECIPE_WEIGHTS` ``[1.0, 1.0, 0.1]``). Not for ``sparse`` / ``dense`` /
+    ``group``; a plugin kind reads it from its context."""
+    spread_floor: float = 0.02
+    """For ``gated``: a correctness stratum of a group whose judge scores span less than this
+    (on ``[0, 1]``) is a tie, so read noise is not stretched over the band."""
+    judge_only_steps: Literal["skip", "keep"] = "skip"
+    """For ``gated``: in a generation batch where no group has a correct and an incorrect
+    completion, ``skip`` drops the judge term (nothing trains, as with the sparse reward; warned
+    once) and ``keep`` lets the judge rank inside those groups (for a judge that scores
+    progress)."""
+    audit: bool = True
+    """Log the advantage audit (``verifier/advantage/*``: :mod:`densereward.rewards.advantage`)
+    each generation batch, with TRL's formula for the run's ``scale_rewards``."""
     group_method: Literal["ppt", "round_robin"] = "ppt"
     """For ``group``: comparison schedule."""
     pivots: int = 2
@@ -91,11 +127,14 @@ class RewardConfig:
     """Show the verifier the reference answer (dense / group; the ``answer`` column); off =
     reference-free judging, which a small verifier can be talked into a top score
     (docs/reward_hacking.md)."""
-    reference_prompt: Literal["anchored", "answer_match"] = "anchored"
-    """With ``reference_guided``, the dense prompt: ``anchored`` = the reference answer *and*
-    the full solution, judged on the correctness criterion (so the reasoning is still judged);
-    ``answer_match`` = only the extracted final answer against the reference (immune to text in
-    the reasoning, but it judges nothing else). The group reward always shows full solutions."""
+    reference_prompt: Literal["anchored", "answer_match"] = "answer_match"
+    """With ``reference_guided``, the dense prompt: ``answer_match`` (default) = only the
+    extracted final answer against the reference (immune to text in the reasoning, but it judges
+    nothing else); ``anchored`` = the reference answer *and* the full solution, judged on the
+    correctness criterion. Default chosen by measurement with the judge set-up installs
+    (Qwen2.5-Coder-0.5B, 4-bit GGUF): on GSM8K model solutions the tests never read, AUROC
+    correct vs wrong answer_match vs anchored in docs/grpo.md ("Which prompt the judge reads").
+    The group reward always shows full solutions."""
     injection_penalty: float | None = 1.0
     """Pre-filter (:func:`densereward.injection.detect_injection`): a completion whose shown text
     addresses the grader gets ``max(0, dense - injection_penalty)`` (in ``[0, 1]``; 1 = the lowest
@@ -143,17 +182,26 @@ class RewardConfig:
             raise ConfigError(
                 f"reward.answer_format={self.answer_format!r}; use auto | boxed | final_line"
             )
+        if not 0.0 <= self.spread_floor < 1.0:
+            raise ConfigError(f"reward.spread_floor must be in [0, 1), got {self.spread_floor}")
+        if self.judge_only_steps not in ("skip", "keep"):
+            raise ConfigError(f"reward.judge_only_steps={self.judge_only_steps!r}; use skip | keep")
         if self.weights is not None:
             w = tuple(float(x) for x in self.weights)
             object.__setattr__(self, "weights", w)
             if self.type in ("sparse", "dense", "group"):
                 raise ConfigError(
-                    "reward.weights only applies to reward.type=mixed or gated (set "
+                    "reward.weights only applies to reward.type=mixed, gated or seed_recipe (set "
                     "training.reward_weights otherwise)"
                 )
             if len(w) != 2 and self.type in ("mixed", "gated"):
                 raise ConfigError(
                     f"reward.weights for {self.type} must be [w_sparse, w_dense], got {list(w)}"
+                )
+            if self.type == "seed_recipe" and (len(w) != 3 or min(w) < 0):
+                raise ConfigError(
+                    "reward.weights for seed_recipe must be [w_correct, w_format, beta], each "
+                    f">= 0, got {list(w)}"
                 )
             if self.type == "gated":
                 gated_weights(*w)
@@ -161,67 +209,26 @@ class RewardConfig:
     @property
     def reward_weights(self) -> list[float] | None:
         """``GRPOConfig.reward_weights`` for this reward: ``[w_sparse, w_dense]`` for ``mixed``
-        (default ``[1, 1]``) and ``gated`` (default ``[1, 0.5]``), else ``None`` (TRL: all 1)."""
+        (default ``[1, 1]``), ``[w_correct, w_format, beta]`` for ``seed_recipe``, else
+        ``None`` (TRL: all 1; ``gated`` applies its weights inside its one function)."""
         if self.type == "mixed":
             return list(self.weights or (1.0, 1.0))
-        if self.type == "gated":
-            return list(self.weights or GATED_WEIGHTS)
+        if self.type == "seed_recipe":
+            return list(self.weights or SEED_RECIPE_WEIGHTS)
         return None
 
+    @property
+    def judge_weights(self) -> tuple[float, float]:
+        """``(w_sparse, w_judge)`` of the ``gated`` reward (default :data:`GATED_WEIGHTS`)."""
+        return tuple(self.weights or GATED_WEIGHTS)  # type: ignore[return-value]
 
-GATED_WEIGHTS = (1.0, 0.5)
-"""Default ``[w_sparse, w_dense]`` of the ``gated`` reward."""
 
+SEED_RECIPE_WEIGHTS = (1.0, 1.0, 0.1)
+"""Default ``[w_correct, w_format, beta]`` of ``seed_recipe`` (the seed paper leaves beta unstated;
+0.1 keeps the win-rate term inside a band narrower than the format and correctness terms)."""
 
-def gated_weights(w_sparse: float, w_dense: float) -> tuple[float, float]:
-    """Check that ``[w_sparse, w_dense]`` make a sparse-gated mixture; return them.
-
-    The gated reward of completion ``i`` is TRL's weighted sum ``r_i = w_s s_i + w_d d_i`` of
-    the sparse reward ``s_i`` in ``{0, 1}`` (:class:`MathCorrectnessReward`) and the dense
-    reward ``d_i`` in ``[0, 1]`` (:class:`VerifierReward`, after the injection penalty, which
-    keeps it in ``[0, 1]``).
-
-    Guarantee: if ``0 <= w_d < w_s``, every correct completion of a GRPO group gets a larger
-    advantage than every incorrect one, so the dense reward can reorder completions of equal
-    correctness but never outweigh correctness.
-
-    Proof sketch. (1) Rewards: a correct completion has ``r >= w_s + w_d * 0 = w_s``; an
-    incorrect one has ``r <= 0 + w_d * 1 = w_d < w_s``. Where the dense reward abstains
-    (``None``), TRL's ``nansum`` drops it (``r = w_s s_i``), which keeps both bounds. (2)
-    Advantages: TRL 1.16 (``GRPOTrainer._generate_and_score_completions`` with the default
-    ``multi_objective_aggregation="sum_then_normalize"``) computes, per group ``G``,
-    ``A_i = (r_i - mean_G(r)) / (std + 1e-4)`` with ``std`` the group's standard deviation
-    (``scale_rewards="group"``, the default), the batch's (``"batch"``), or ``A_i = r_i -
-    mean_G(r)`` (``"none"``). In every case ``A_i = a_G r_i + b_G`` with ``a_G > 0`` for all ``i``
-    in ``G``: a strictly increasing affine map per group, so ``r_i > r_j`` implies ``A_i > A_j``
-    (Shao et al. 2024, DeepSeekMath, eq. 3 for the group-normalised advantage). With
-    ``w_d = w_s`` a correct completion with dense 0 would *tie* an incorrect one with dense 1;
-    hence the strict inequality. ``multi_objective_aggregation="normalize_then_sum"``
-    normalises each reward separately before the sum and voids the guarantee: the trainer
-    rejects it for ``gated``. A completion whose sparse reward abstained (Math-Verify timeout)
-    gets ``w_d d_i <= w_d``, i.e. ranks with the incorrect ones.
-
-    Args:
-        w_sparse: Weight of the sparse reward, ``> 0``.
-        w_dense: Weight of the dense reward, in ``[0, w_sparse)``.
-
-    Returns:
-        ``(w_sparse, w_dense)`` as floats.
-
-    Raises:
-        ConfigError: if ``w_sparse <= 0`` or ``w_dense`` is outside ``[0, w_sparse)``.
-
-    >>> gated_weights(1, 0.5)
-    (1.0, 0.5)
-    """
-    w_s, w_d = float(w_sparse), float(w_dense)
-    if not (w_s > 0 and 0 <= w_d < w_s):
-        raise ConfigError(
-            f"reward.weights for gated must satisfy 0 <= w_dense < w_sparse (w_sparse > 0), got "
-            f"[{w_s:g}, {w_d:g}]: with the dense reward in [0, 1] this is what keeps every correct "
-            "completion above every incorrect one in its GRPO group; e.g. [1.0, 0.5]"
-        )
-    return w_s, w_d
+DEFAULT_REFERENCE_PROMPT = "answer_match"
+"""The verifier prompt every verifier reward reads by default (reference-guided)."""
 
 
 def build_reward_funcs(
@@ -231,6 +238,7 @@ def build_reward_funcs(
     tracker: RewardQualityTracker | None = None,
     checker: MathChecker | None = None,
     num_generations: int | None = None,
+    scale_rewards: str | None = None,
 ) -> tuple[list[Any], list[float] | None]:
     """Build TRL's ``reward_funcs`` and ``reward_weights`` for a reward configuration.
 
@@ -243,6 +251,12 @@ def build_reward_funcs(
             log; a warning says how to get ``reward_quality.jsonl`` and the plot too).
         checker: Math-Verify checker shared by the sparse reward and the tracker.
         num_generations: ``GRPOConfig.num_generations``.
+        scale_rewards: ``GRPOConfig.scale_rewards`` of the run (for the advantage audit);
+            ``None`` = :func:`~densereward.rewards.kinds.default_scale_rewards` of the kind,
+            what ``densereward train grpo`` sets. With ``config.audit`` and ``num_generations``
+            the reward functions report to one
+            :class:`~densereward.rewards.advantage.AdvantageAudit`, which logs
+            ``verifier/advantage/*``.
 
     Returns:
         ``(reward_funcs, reward_weights)`` from the builder registered under ``config.type``
@@ -274,4 +288,19 @@ def build_reward_funcs(
         tracker=tracker if config.track else None,
         num_generations=num_generations,
     )
-    return GRPO_REWARDS.load(config.type)(ctx)
+    funcs, weights = GRPO_REWARDS.load(config.type)(ctx)
+    if config.audit and num_generations and all(hasattr(f, "set_audit") for f in funcs):
+        from .math import MathCorrectnessReward as _Sparse
+
+        sparse_at = [i for i, f in enumerate(funcs) if type(f) is _Sparse]
+        audit = AdvantageAudit(
+            len(funcs),
+            weights=weights,
+            num_generations=num_generations,
+            scale_rewards=scale_rewards or default_scale_rewards(config.type),
+            correctness=sparse_at[0] if sparse_at else None,
+            checker=checker,
+        )
+        for i, f in enumerate(funcs):
+            f.set_audit(audit, i)
+    return funcs, weights

@@ -7,7 +7,8 @@ against the registry (an unknown kind is a ``ConfigError`` with a did-you-mean),
 ``--reward`` choices are the registry's names, and :func:`~densereward.rewards.build_reward_funcs`
 calls the builder.
 
-Built-in kinds: ``sparse``, ``dense``, ``group``, ``mixed``, ``gated`` (the functions below).
+Built-in kinds: ``sparse``, ``dense``, ``group``, ``mixed``, ``gated``, ``seed_recipe`` (the
+functions below).
 A kind of your own is one file plus one line, either at run time::
 
     from densereward.rewards import GRPO_REWARDS
@@ -29,12 +30,38 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..registry import Registry, entry_point_group
+from .gated import AsyncGatedVerifierReward, GatedVerifierReward
 from .group import AsyncGroupVerifierReward, GroupVerifierReward
-from .math import MathChecker, MathCorrectnessReward
+from .math import AnswerFormatReward, MathChecker, MathCorrectnessReward
 from .tracking import RewardQualityTracker
 from .verifier import AsyncVerifierMonitor, AsyncVerifierReward, VerifierMonitor, VerifierReward
 
-__all__ = ["GRPO_REWARDS", "RewardBuilder", "RewardContext"]
+__all__ = [
+    "GRPO_REWARDS",
+    "RewardBuilder",
+    "RewardContext",
+    "CONTINUOUS_KINDS",
+    "default_scale_rewards",
+]
+
+CONTINUOUS_KINDS = frozenset({"dense", "group", "mixed", "gated", "seed_recipe"})
+"""Built-in kinds whose reward carries a continuous judge term: ``densereward train grpo`` runs
+them with ``scale_rewards="none"`` unless the config sets it, and warns on ``"group"``."""
+
+
+def default_scale_rewards(kind: str) -> str:
+    """The ``GRPOConfig.scale_rewards`` the library runs a reward kind with.
+
+    ``"none"`` (Dr. GRPO, arXiv 2503.20783: advantages are centred, not divided by the group's
+    spread) for :data:`CONTINUOUS_KINDS`: dividing by the spread would blow a judge's small
+    differences in a group where every completion is equally correct up to unit size and cancel
+    every weight that bounds the judge. TRL's default ``"group"`` otherwise (``sparse``, plugin
+    kinds).
+
+    >>> default_scale_rewards("gated"), default_scale_rewards("sparse")
+    ('none', 'group')
+    """
+    return "none" if kind in CONTINUOUS_KINDS else "group"
 
 
 @dataclass(frozen=True)
@@ -108,10 +135,34 @@ def group(ctx: RewardContext) -> tuple[list[Any], list[float] | None]:
 
 
 def mixed(ctx: RewardContext) -> tuple[list[Any], list[float] | None]:
-    """``mixed`` / ``gated``: sparse + dense, weighted by ``RewardConfig.reward_weights``."""
+    """``mixed``: sparse + dense, weighted by ``RewardConfig.reward_weights``."""
     return [
         MathCorrectnessReward(checker=ctx.checker),
         _dense_reward(ctx),
+    ], ctx.config.reward_weights
+
+
+def gated(ctx: RewardContext) -> tuple[list[Any], list[float] | None]:
+    """``gated``: Math-Verify's verdict plus the judge inside correctness strata, one function
+    (:class:`~densereward.rewards.gated.GatedVerifierReward`)."""
+    c = ctx.config
+    cls = AsyncGatedVerifierReward if c.use_async else GatedVerifierReward
+    return [
+        cls(ctx.verifier, weights=c.judge_weights, spread_floor=c.spread_floor,
+            judge_only_steps=c.judge_only_steps, **ctx.verifier_kwargs())
+    ], None  # fmt: skip
+
+
+def seed_recipe(ctx: RewardContext) -> tuple[list[Any], list[float] | None]:
+    """``seed_recipe``: ``r_correct + r_format + beta * r_reasoning`` (Kwok et al. 2026's GRPO
+    recipe), ``r_reasoning`` the group's Probabilistic Pivot Tournament win rate
+    (``reward.group_method``, ``reward.pivots``); weights ``[w_correct, w_format, beta]``."""
+    c = ctx.config
+    cls = AsyncGroupVerifierReward if c.use_async else GroupVerifierReward
+    return [
+        MathCorrectnessReward(checker=ctx.checker),
+        AnswerFormatReward(checker=ctx.checker),
+        cls(ctx.verifier, method=c.group_method, pivots=c.pivots, **ctx.verifier_kwargs()),
     ], ctx.config.reward_weights
 
 
@@ -123,7 +174,8 @@ GRPO_REWARDS: Registry[RewardBuilder] = Registry(
         "dense": f"{__name__}:dense",
         "group": f"{__name__}:group",
         "mixed": f"{__name__}:mixed",
-        "gated": f"{__name__}:mixed",
+        "gated": f"{__name__}:gated",
+        "seed_recipe": f"{__name__}:seed_recipe",
     },
 )
 """``reward.type`` -> its :data:`RewardBuilder` (plugins: entry-point group

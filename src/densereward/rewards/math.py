@@ -51,6 +51,7 @@ __all__ = [
     "MathCheck",
     "MathChecker",
     "MathCorrectnessReward",
+    "AnswerFormatReward",
     "extract_boxed",
     "reference_answer",
 ]
@@ -391,6 +392,13 @@ class MathCorrectnessReward:
         self.answer_column = answer_column
         self.__name__ = name
         self.log_columns = log_columns
+        self._audit: Any = None
+        self._audit_index = 0
+
+    def set_audit(self, audit: Any, index: int) -> None:
+        """Report the verdicts to ``audit`` (:class:`~densereward.rewards.advantage.AdvantageAudit`)
+        as component ``index``; the completing call logs ``verifier/advantage/*``."""
+        self._audit, self._audit_index = audit, int(index)
 
     def __call__(
         self,
@@ -409,7 +417,44 @@ class MathCorrectnessReward:
         if log_extra is not None and self.log_columns:
             log_extra("gold_answer", [r if r is not None else "" for r in references])
             log_extra("predicted_answer", [c.predicted for c in results])
+        rewards = self._rewards(results)
+        if self._audit is not None:
+            audit = self._audit.report(self._audit_index, rewards)
+            if audit and log_metric is not None:
+                for k, v in audit.items():
+                    log_metric(f"verifier/{k}", v)
+        return rewards
+
+    def _rewards(self, results: Sequence[MathCheck]) -> list[float | None]:
+        """This function's reward of each check: the verdict."""
         return [c.reward for c in results]
+
+
+class AnswerFormatReward(MathCorrectnessReward):
+    """TRL reward function: 1 if the completion states a final answer in the expected format.
+
+    The format term of the seed paper's GRPO recipe, ``r = r_correct + r_format + beta *
+    r_reasoning`` (Kwok et al. 2026, reinforcement-learning guide): 1.0 where the checker's
+    answer policy (``answer_format``: a ``\\boxed{}`` or an answer line, after the last
+    ``</think>``) finds a final answer, whether or not it is right; 0.0 where none is found;
+    ``None`` for a completion that is not text. ``__name__`` ``"answer_format"``.
+
+    Example:
+        >>> reward = AnswerFormatReward(checker=MathChecker(executor="inline"))
+        >>> reward(prompts=["1+1?", "1+1?"], completions=["The answer is 3.", "two"], answer=["2", "2"])
+        [1.0, 0.0]
+    """
+
+    def __init__(self, *, checker: MathChecker | None = None, answer_column: str = "answer",
+                 name: str = "answer_format") -> None:  # fmt: skip
+        super().__init__(checker=checker, answer_column=answer_column, name=name, log_columns=False)
+
+    def _rewards(self, results: Sequence[MathCheck]) -> list[float | None]:
+        """1.0 where a final answer was found, 0.0 where none, ``None`` for non-text."""
+        return [
+            None if c.reason == "invalid_completion" else (1.0 if c.predicted else 0.0)
+            for c in results
+        ]
 
 
 def references_from_columns(

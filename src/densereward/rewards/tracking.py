@@ -79,6 +79,15 @@ PLOT_KEYS = (
 discrimination, rates at the accept threshold, the policy's pass rate and the verifier gain,
 GRPO-signal health."""
 
+AUDIT_PANEL = (
+    "advantage/wrong_up_share",
+    "advantage/constant_group_share",
+    "advantage/judge_only_step",
+)
+"""The advantage audit's panel (:mod:`densereward.rewards.advantage`), drawn when the records
+hold it: the share of each step's update that pushes wrong completions up, the share in groups
+with no sparse spread, and the steps the judge alone decided."""
+
 _NAN = float("nan")
 
 logger = logging.getLogger(__name__)
@@ -445,11 +454,14 @@ def plot_reward_quality(
         return vals
 
     windowed = any(prefix + "window/n" in r for r in records)
-    fig, axes = plt.subplots(1, len(PLOT_KEYS), figsize=(5 * len(PLOT_KEYS), 3.8), squeeze=False)
+    panels = PLOT_KEYS + (
+        (AUDIT_PANEL,) if any(prefix + AUDIT_PANEL[0] in r for r in records) else ()
+    )
+    fig, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 3.8), squeeze=False)
     # Series of one panel often coincide (AUROC and pairwise accuracy at 1.0): each gets its own
     # dash pattern and marker, drawn thinner in turn, so a line under another still shows.
     styles = [("-", "o", 2.4), ("--", "s", 1.9), (":", "^", 1.6), ("-.", "D", 1.3)]
-    for ax, keys in zip(axes[0], PLOT_KEYS, strict=True):
+    for ax, keys in zip(axes[0], panels, strict=True):
         for j, key in enumerate(keys):
             ls, mk, lw = styles[j % len(styles)]
             if windowed and key in WINDOW_KEYS:

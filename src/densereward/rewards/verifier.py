@@ -97,10 +97,10 @@ class _VerifierRewardBase(VerifierHolder):
         level_column: str = "level",
         num_generations: int | None = None,
         criteria: Any = None,
-        reference_guided: bool = False,
+        reference_guided: bool = True,
         verifier_input: Literal["final_answer", "full"] = "final_answer",
         reference_prompt: Literal["anchored", "answer_match"] = "answer_match",
-        injection_penalty: float | None = None,
+        injection_penalty: float | None = 1.0,
         guard_prompt: bool = False,
     ) -> None:
         check_verifier_options(
@@ -125,6 +125,30 @@ class _VerifierRewardBase(VerifierHolder):
         self.criteria = criteria
         self.reference_guided = reference_guided
         self._abstention_alarm = AbstentionAlarm("dense verifier reads", min_reads=1)
+        self._audit: Any = None
+        self._audit_index = 0
+
+    def set_audit(self, audit: Any, index: int) -> None:
+        """Report this function's rewards to ``audit`` (an
+        :class:`~densereward.rewards.advantage.AdvantageAudit`) as component ``index``."""
+        self._audit, self._audit_index = audit, int(index)
+
+    def _for_audit(self, values: list[float | None]) -> list[float | None]:
+        """What this function adds to TRL's reward sum (a monitor: nothing)."""
+        return values
+
+    def _audit_report(
+        self, values: list[float | None], texts: list[Any], columns: dict[str, Any]
+    ) -> dict[str, float] | None:
+        """Report to the advantage audit; its metrics if this call completed the batch."""
+        if self._audit is None:
+            return None
+
+        def verdicts() -> list[float | None]:
+            refs = references_from_columns(columns, len(texts), self.answer_column)
+            return [c.reward for c in (self.checker or default_checker()).check_batch(refs, texts)]
+
+        return self._audit.report(self._audit_index, values, verdicts=verdicts)
 
     def _watch_abstentions(self, results: Sequence[Any], trainer_state: Any) -> None:
         """Log one warning, the first time at least half of one call's reads abstained.
@@ -226,8 +250,17 @@ class _VerifierRewardBase(VerifierHolder):
         log_metric: Any,
         log_extra: Any,
         flags: list[bool] | None = None,
+        audit_values: list[float | None] | None = None,
     ) -> None:
+        """Report to the advantage audit (``audit_values``: this function's rewards, default
+        :meth:`_for_audit` of ``scores``), then log the reward-quality metrics of ``scores``."""
+        audit = self._audit_report(
+            self._for_audit(scores) if audit_values is None else audit_values, texts, columns
+        )
         if self.tracker is None:
+            if audit and log_metric is not None:
+                for k, v in audit.items():
+                    log_metric(f"verifier/{k}", v)
             return
         if columns.get(self.answer_column) is None and columns.get("solution") is None:
             logger.warning(
@@ -250,7 +283,11 @@ class _VerifierRewardBase(VerifierHolder):
             log_metric=log_metric,
             log_extra=log_extra,
             score_name=f"{self.__name__}_score",
-            extra_metrics={**self._verifier_counters(), **self._flag_metrics(flags)},
+            extra_metrics={
+                **self._verifier_counters(),
+                **self._flag_metrics(flags),
+                **(audit or {}),
+            },
             answer_reasons=[c.reason for c in checks],
         )
 
@@ -309,9 +346,9 @@ class VerifierReward(_VerifierRewardBase):
         level_column: Dataset column with the difficulty level (tracking only).
         num_generations: GRPO group size (tracking: groups for zero-spread / tie metrics).
         criteria: Criteria passed to ``score_batch`` (``None`` = the verifier config's).
-        reference_guided: Show the verifier the reference answer (a stronger but
-            answer-dependent reward); default off, so the verifier judges reference-free and
-            the tracker measures its quality against Math-Verify.
+        reference_guided: Show the verifier the reference answer (default on, as
+            :class:`~densereward.rewards.RewardConfig`: reference-free judging is what a small
+            verifier can be talked into a top score on, docs/reward_hacking.md).
         verifier_input: ``"final_answer"`` (default: the text after the last ``</think>``;
             unclosed thinking is shown as empty and scores 0) or ``"full"`` (the whole text).
         reference_prompt: With ``reference_guided``: ``"answer_match"`` (default: the
@@ -319,7 +356,8 @@ class VerifierReward(_VerifierRewardBase):
             the full solution on the correctness criterion, so the reasoning is still judged).
         injection_penalty: Pre-filter (:func:`densereward.injection.detect_injection`) on the
             shown text: a flagged completion gets ``max(0, score - injection_penalty)`` (0 at
-            1, even where the verifier abstained); ``None`` (default) = no pre-filter.
+            1, even where the verifier abstained; the default, as ``RewardConfig``); ``None``
+            = no pre-filter.
         guard_prompt: End every criterion with :data:`densereward.prompts.MANIPULATION_WARNING`
             (text addressed to the grader is evidence of manipulation). Not with the
             ``answer_match`` prompt, which does not show the response.
@@ -378,6 +416,15 @@ class VerifierReward(_VerifierRewardBase):
         answer_match = refs is not None and self.reference_prompt == "answer_match"
         return {"prompt": "answer_match" if answer_match else "pointwise"}
 
+    def _rewards(
+        self, prompts: Sequence[Any], texts: list[Any], values: list[float | None],
+        columns: dict[str, Any], trainer_state: Any,
+    ) -> list[float | None]:  # fmt: skip
+        """The rewards returned to TRL from the judge's ``values`` (here: the values; a
+        composition such as :class:`~densereward.rewards.gated.GatedVerifierReward` overrides
+        it). The tracker always measures ``values``, the judge's scores."""
+        return values
+
     def _collect(
         self, results: Sequence[Any], idx: list[int], n: int, flags: list[bool] | None
     ) -> tuple[list[float | None], list[float | None]]:
@@ -405,11 +452,13 @@ class VerifierReward(_VerifierRewardBase):
         results = self.verifier.score_batch(**request) if idx else []
         self._watch_abstentions(results, trainer_state)
         values, masses = self._collect(results, idx, len(texts), flags)
+        rewards = self._rewards(prompts, texts, values, kwargs, trainer_state)
         self._track(
             prompts=prompts, texts=texts, scores=values, masses=masses, columns=kwargs,
             trainer_state=trainer_state, log_metric=log_metric, log_extra=log_extra, flags=flags,
+            audit_values=self._for_audit(rewards),
         )  # fmt: skip
-        return values
+        return rewards
 
 
 class AsyncVerifierReward(VerifierReward):
@@ -431,12 +480,16 @@ class AsyncVerifierReward(VerifierReward):
         results = await self.verifier.ascore_batch(**request) if idx else []
         self._watch_abstentions(results, trainer_state)
         values, masses = self._collect(results, idx, len(texts), flags)
+        rewards = await asyncio.to_thread(
+            self._rewards, prompts, texts, values, kwargs, trainer_state
+        )
         await asyncio.to_thread(
             self._track,
             prompts=prompts, texts=texts, scores=values, masses=masses, columns=kwargs,
             trainer_state=trainer_state, log_metric=log_metric, log_extra=log_extra, flags=flags,
+            audit_values=self._for_audit(rewards),
         )  # fmt: skip
-        return values
+        return rewards
 
 
 class VerifierMonitor(VerifierReward):
@@ -449,6 +502,9 @@ class VerifierMonitor(VerifierReward):
 
     default_name = "verifier_monitor"
 
+    def _for_audit(self, values: list[float | None]) -> list[float | None]:
+        return [None] * len(values)
+
     def __call__(self, prompts, completions, **kwargs: Any) -> list[float | None]:  # type: ignore[override]
         super().__call__(prompts, completions, **kwargs)
         return [None] * len(completions)
@@ -458,6 +514,9 @@ class AsyncVerifierMonitor(AsyncVerifierReward):
     """Async :class:`VerifierMonitor`."""
 
     default_name = "verifier_monitor"
+
+    def _for_audit(self, values: list[float | None]) -> list[float | None]:
+        return [None] * len(values)
 
     async def __call__(self, prompts, completions, **kwargs: Any) -> list[float | None]:  # type: ignore[override]
         await super().__call__(prompts, completions, **kwargs)

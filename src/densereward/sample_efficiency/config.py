@@ -306,6 +306,12 @@ class CompareConfig:
     """Seed of the bootstrap (the report is reproducible from the result files)."""
     primary: Literal["auc", "final"] = "auc"
     """Score of the pairwise verdicts: ``auc`` (sample efficiency) or ``final`` (final performance)."""
+    keep_checkpoints: bool = False
+    """Keep each finished run's checkpoints (``checkpoint-*`` / ``checkpoints`` directories in
+    its run directory). Off: they are deleted once the run's ``result.json`` is written (a CPU
+    GRPO run's checkpoints took ~1.5 GB; a comparison of nine filled the disk); curves, logs,
+    ``result.json`` and the W&B files stay. A run interrupted before it finished keeps its
+    checkpoints until it is run again."""
     wandb: CompareWandbConfig = field(default_factory=CompareWandbConfig)
 
     def __post_init__(self) -> None:

@@ -13,6 +13,7 @@ import gc
 import json
 import logging
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -393,6 +394,11 @@ def _run_all(
                 "config": run_configs[cname][key],
             }
             atomic_write_json(seed_dir / "result.json", record)
+            if not cfg.keep_checkpoints:
+                freed = drop_checkpoints(Path(record["run_dir"]))
+                if freed:
+                    append_jsonl(events, {"event": "checkpoints_deleted", "condition": cname,
+                                          "seed": key, "bytes": freed, "time": time.time()})  # fmt: skip
             append_jsonl(
                 events,
                 {
@@ -414,6 +420,24 @@ def _run_all(
                 f"{format_number(final)} (mean of the last {min(cfg.final_window, values.size)} of "
                 f"{values.size} points) in {wall:.0f} s; ~{_hms(eta)} left"
             )
+
+
+def drop_checkpoints(run_dir: Path) -> int:
+    """Delete the checkpoint directories of a finished run; returns the bytes freed.
+
+    A checkpoint directory is one named ``checkpoint-<step>`` (transformers' Trainer) or
+    ``checkpoints`` anywhere under ``run_dir``; nothing else is touched.
+    """
+    if not run_dir.is_dir():
+        return 0
+    found = [p for p in run_dir.rglob("*") if p.is_dir()
+             and (p.name == "checkpoints" or re.fullmatch(r"checkpoint-\d+", p.name))]  # fmt: skip
+    freed = 0
+    for p in sorted(found, key=lambda q: len(q.parts)):
+        if p.exists():
+            freed += sum(f.stat().st_size for f in p.rglob("*") if f.is_file())
+            shutil.rmtree(p)
+    return freed
 
 
 def _yaml_dump(obj: Any) -> str:

@@ -226,6 +226,7 @@ def run(
         verifier,
         tracker=tracker,
         num_generations=args.num_generations,
+        scale_rewards=args.scale_rewards,
     )
     if main_process:  # keys never live in configs; masked anyway
         _create_run_dir(run_dir, resume)
@@ -377,11 +378,19 @@ def _dry_run(
         funcs, weights = build_reward_funcs(
             parts["reward"], VerifierFactory(parts["verifier"]),
             tracker=RewardQualityTracker(None), num_generations=args.num_generations,
+            scale_rewards=args.scale_rewards,
         )  # fmt: skip
     checks.append(
         f"training: trl.GRPOConfig ok (use_vllm={args.use_vllm}, vllm_mode={args.vllm_mode}, {bf16_note(parts, args)}, "
         f"num_generations={args.num_generations}, per_device_train_batch_size={args.per_device_train_batch_size}, "
-        f"max_completion_length={args.max_completion_length}, max_steps={args.max_steps}, report_to={args.report_to})"
+        f"max_completion_length={args.max_completion_length}, max_steps={args.max_steps}, report_to={args.report_to}, "
+        f"scale_rewards={args.scale_rewards}"
+        + (
+            " (set by densereward for a verifier reward)"
+            if "scale_rewards" not in parts["training"] and args.scale_rewards == "none"
+            else ""
+        )
+        + ")"
     )
     checks.append(
         f"reward: {parts['reward'].type} -> reward_funcs {[f.__name__ for f in funcs]}"
@@ -478,8 +487,16 @@ def config_from_args(args: argparse.Namespace) -> dict[str, Any]:
         sections("training")["output_dir"] = args.output_dir
     if args.reward:
         sections("reward")["type"] = args.reward
-        if args.reward != "mixed":
-            config["reward"].pop("weights", None)
+        # weights belong to the kinds that take them (mixed, gated, seed_recipe); a YAML's
+        # weights for another kind's shape are dropped with the kind they were written for
+        w = config["reward"].get("weights")
+        takes = {"mixed": 2, "gated": 2, "seed_recipe": 3}.get(args.reward)
+        if w is not None and (takes is None or len(w) != takes):
+            config["reward"].pop("weights")
+            logger.warning(
+                "--reward %s: the config's reward.weights %s do not fit it (it takes %s); dropped",
+                args.reward, w, f"{takes} weights" if takes else "none",
+            )  # fmt: skip
     return config
 
 

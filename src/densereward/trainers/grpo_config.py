@@ -161,6 +161,40 @@ def resolve_config(config: dict[str, Any]) -> dict[str, Any]:
     return parts
 
 
+_WARNED_SCALE: set[str] = set()
+
+
+def _scale_rewards(kind: str, kw: dict[str, Any]) -> None:
+    """Set ``scale_rewards`` for the library's verifier reward kinds; warn on a user-set ``group``.
+
+    A kind in :data:`~densereward.rewards.kinds.CONTINUOUS_KINDS` runs with ``"none"`` unless
+    ``training.scale_rewards`` is set (:func:`~densereward.rewards.kinds.default_scale_rewards`).
+    ``"group"`` with a continuous judge divides each group's rewards by its own spread: in a
+    group where every completion is wrong the judge's small differences become unit-size
+    advantages and the weight that bounds the judge cancels; that is warned about once, with
+    the reason (issue 36).
+    """
+    from densereward.rewards.kinds import CONTINUOUS_KINDS, default_scale_rewards
+
+    if kind not in CONTINUOUS_KINDS:
+        return
+    if kw.get("scale_rewards") is None:
+        kw["scale_rewards"] = default_scale_rewards(kind)
+    elif kw["scale_rewards"] == "group" and kind not in _WARNED_SCALE:
+        _WARNED_SCALE.add(kind)
+        import logging
+
+        logging.getLogger("densereward.trainers.grpo").warning(
+            "training.scale_rewards=group with reward.type=%s: TRL divides each group's rewards by "
+            "that group's spread, so in a group where every completion is equally correct the "
+            "judge's small differences become advantages as large as a correct answer's, and the "
+            "weight that bounds the judge cancels (the advantage audit logs it as "
+            "verifier/advantage/wrong_up_share). The library runs verifier rewards with "
+            "scale_rewards=none (Dr. GRPO); drop training.scale_rewards to use it",
+            kind,
+        )
+
+
 def build_grpo_args(parts: dict[str, Any], run_dir: Path, *, cpu_check: bool = False):
     """Build ``trl.GRPOConfig`` from ``training:`` plus what this script decides.
 
@@ -191,6 +225,7 @@ def build_grpo_args(parts: dict[str, Any], run_dir: Path, *, cpu_check: bool = F
             "normalising each reward separately lets the dense reward outweigh correctness "
             "(densereward.rewards.gated_weights)"
         )
+    _scale_rewards(parts["reward"].type, kw)
     model_init = dict(kw.get("model_init_kwargs") or {})
     dtype = parts["model"].dtype
     if dtype == "auto":
@@ -207,11 +242,11 @@ def build_grpo_args(parts: dict[str, Any], run_dir: Path, *, cpu_check: bool = F
         args = GRPOConfig(**kw)
     except (ValueError, TypeError) as exc:
         raise ConfigError(f"trl.GRPOConfig rejected the training section: {exc}") from exc
-    if parts["reward"].type == "group":
+    if parts["reward"].type in ("group", "seed_recipe", "gated"):
         per_proc = args.per_device_train_batch_size * args.steps_per_generation
         if per_proc % args.num_generations:
             raise ConfigError(
-                "reward.type=group ranks the num_generations completions of a prompt together, so each "
+                f"reward.type={parts['reward'].type} ranks the num_generations completions of a prompt together, so each "
                 f"process needs whole groups: per_device_train_batch_size * steps_per_generation ({per_proc}) "
                 f"must be a multiple of num_generations ({args.num_generations})"
             )
