@@ -687,3 +687,32 @@ def test_the_built_in_trainers_import_nothing_heavy_until_a_run():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip() == "[]"
+
+
+def test_finished_runs_keep_no_checkpoints_unless_asked(tmp_path):
+    """Issue 36 item 5: a CPU GRPO run's checkpoints took ~1.5 GB and nine filled the disk. A
+    finished run's checkpoint directories are deleted once its result.json is written (logged
+    in events.jsonl); its curve and other files stay; keep_checkpoints keeps them."""
+
+    def run(config, *, output_dir):
+        out = _toy_run(config, output_dir=output_dir)
+        for d in ("checkpoint-5", "checkpoint-10", "checkpoints/sub"):
+            (output_dir / d).mkdir(parents=True)
+            (output_dir / d / "optimizer.pt").write_bytes(b"x" * 1000)
+        (output_dir / "checkpoint-notes.txt").write_text("not a checkpoint directory")
+        return out
+
+    spec = C.TrainerSpec(run=run, dry_run=_toy_dry_run, budget_key=("training", "steps"))
+    for keep in (False, True):
+        out = tmp_path / f"keep{keep}"
+        cfg = {**_toy_config(out), "seeds": [0], "keep_checkpoints": keep}
+        C.run_comparison(cfg, trainers={"toy": spec}, progress=False)
+        run_dirs = [p for p in (out / "runs").glob("*/seed0/*") if p.is_dir()]
+        assert len(run_dirs) == 2 and all((d / "curve.jsonl").is_file() for d in run_dirs)
+        assert all((d / "checkpoint-notes.txt").is_file() for d in run_dirs)
+        left = [p for d in run_dirs for p in d.iterdir() if p.name.startswith("checkpoint")
+                and p.is_dir() or p.name == "checkpoints"]  # fmt: skip
+        assert bool(left) is keep
+        events = [json.loads(x) for x in (out / "events.jsonl").read_text().splitlines()]
+        deleted = [e for e in events if e["event"] == "checkpoints_deleted"]
+        assert len(deleted) == (0 if keep else 2) and all(e["bytes"] == 3000 for e in deleted)

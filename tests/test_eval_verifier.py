@@ -456,3 +456,43 @@ def test_most_reads_abstained_with_a_real_verifier(gsm8k, tmp_path, default_mode
     assert m["abstentions"]["reasons"] == {"low score-token mass": 4} and "overall" not in m
     recs = [json.loads(line) for line in (out / "scores.jsonl").read_text().splitlines()]
     assert all(r["reason"].startswith("low score-token mass: ") for r in recs)
+
+
+@pytest.mark.parametrize(
+    ("prompt", "expect"),
+    [
+        ("reference_free", (None, "pointwise", None)),
+        ("answer_match", (None, "answer_match", ["18"])),
+        ("anchored", ("criteria", "pointwise", ["18"])),
+    ],
+)
+def test_eval_verifier_reads_each_prompt_a_reward_can_read(prompt, expect, monkeypatch):
+    """Issue 36 item 4: --prompt measures the read a GRPO verifier reward of that kind makes
+    (the request is built by VerifierReward itself)."""
+    import densereward.verifier as V
+    from densereward.config import VerifierConfig
+    from densereward.eval_verifier.scoring import score_responses
+    from densereward.results import ScoreResult
+
+    seen = []
+
+    class Recording:
+        def __init__(self, config):
+            self.config = config
+            self.stats = type("S", (), {"as_dict": staticmethod(dict)})()
+
+        def score_batch(self, problems, responses, criteria=None, references=None, prompt=None):
+            seen.append((criteria, prompt, references))
+            return [ScoreResult(value=0.5, mass=1.0) for _ in responses]
+
+        def close(self):
+            pass
+
+    monkeypatch.setattr(V, "Verifier", Recording)
+    rows = [{"problem": "q", "response": "2 + 16 = 18\nA: 18", "reference": "2 + 16 = 18\nA: 18"}]
+    records, _ = score_responses(rows, VerifierConfig(), prompt=prompt)
+    criteria, kind, refs = seen[0]
+    assert (("criteria" if criteria else None), kind, refs) == expect
+    assert records[0]["score"] == 0.5
+    with pytest.raises(ConfigError, match="--prompt"):
+        score_responses(rows, VerifierConfig(), prompt="fuzzy")

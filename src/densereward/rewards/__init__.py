@@ -127,14 +127,24 @@ class RewardConfig:
     """Show the verifier the reference answer (dense / group; the ``answer`` column); off =
     reference-free judging, which a small verifier can be talked into a top score
     (docs/reward_hacking.md)."""
-    reference_prompt: Literal["anchored", "answer_match"] = "answer_match"
+    reference_prompt: Literal["anchored", "answer_match", "process"] = "answer_match"
     """With ``reference_guided``, the dense prompt: ``answer_match`` (default) = only the
     extracted final answer against the reference (immune to text in the reasoning, but it judges
     nothing else); ``anchored`` = the reference answer *and* the full solution, judged on the
     correctness criterion. Default chosen by measurement with the judge set-up installs
     (Qwen2.5-Coder-0.5B, 4-bit GGUF): on GSM8K model solutions the tests never read, AUROC
     correct vs wrong answer_match vs anchored in docs/grpo.md ("Which prompt the judge reads").
+    ``process`` = the full solution judged on progress along its steps
+    (:data:`~densereward.rewards.process.PROCESS_CRITERION`), for tasks whose path is checkable.
     The group reward always shows full solutions."""
+    judge: Literal["verifier", "process_oracle", "shuffled"] = "verifier"
+    """Who scores for the verifier reward kinds: ``verifier`` (the configured verifier),
+    ``process_oracle`` (the programmatic share of correct running totals,
+    :class:`~densereward.rewards.process.ProcessOracle`: ``chain_sum`` only, the oracle arm of a
+    comparison) or ``shuffled`` (the verifier's scores permuted within each group,
+    :class:`~densereward.rewards.process.ShuffledJudge`: the negative control)."""
+    judge_seed: int = 0
+    """Seed of the ``shuffled`` judge's permutations."""
     injection_penalty: float | None = 1.0
     """Pre-filter (:func:`densereward.injection.detect_injection`): a completion whose shown text
     addresses the grader gets ``max(0, dense - injection_penalty)`` (in ``[0, 1]``; 1 = the lowest
@@ -181,6 +191,10 @@ class RewardConfig:
         if self.answer_format not in ANSWER_FORMATS:
             raise ConfigError(
                 f"reward.answer_format={self.answer_format!r}; use auto | boxed | final_line"
+            )
+        if self.judge not in ("verifier", "process_oracle", "shuffled"):
+            raise ConfigError(
+                f"reward.judge={self.judge!r}; use verifier | process_oracle | shuffled"
             )
         if not 0.0 <= self.spread_floor < 1.0:
             raise ConfigError(f"reward.spread_floor must be in [0, 1), got {self.spread_floor}")
@@ -281,6 +295,14 @@ def build_reward_funcs(
             "add RewardQualityCallback(tracker) to GRPOTrainer(callbacks=[...]) (or "
             "RewardConfig(track=False) to track nothing)"
         )
+    if config.judge == "process_oracle":
+        from .process import ProcessOracle
+
+        verifier = ProcessOracle()
+    elif config.judge == "shuffled":
+        from .process import ShuffledJudge
+
+        verifier = ShuffledJudge(verifier, seed=config.judge_seed)
     ctx = RewardContext(
         config=config,
         verifier=verifier,

@@ -187,12 +187,13 @@ def check_prompt_settings(reward: Any, verifier: Any) -> None:
     if (
         uses_verifier
         and reward.reference_guided
-        and reward.reference_prompt == "answer_match"
+        and reward.reference_prompt in ("answer_match", "process")
         and verifier.criteria is not None
     ):
         raise ConfigError(
-            "reward.reference_prompt=answer_match grades the final answer against the reference "
-            f"with its own criterion, but verifier.criteria={verifier.criteria!r} is set: drop "
+            f"reward.reference_prompt={reward.reference_prompt} reads with its own criterion (the "
+            "final answer against the reference, or progress along the steps), but "
+            f"verifier.criteria={verifier.criteria!r} is set: drop "
             "verifier.criteria, or set reward.reference_prompt=anchored to grade the full "
             "solution on those criteria"
         )
@@ -214,7 +215,7 @@ def check_verifier_options(
 
     Args:
         reference_guided: show the verifier the reference answer.
-        reference_prompt: ``"anchored"`` or ``"answer_match"``.
+        reference_prompt: ``"anchored"``, ``"answer_match"`` or ``"process"``.
         injection_penalty: in ``[0, 1]``, or ``None`` (no pre-filter).
         guard_prompt: end the criterion with the manipulation warning; needs the response in
             the prompt, so not with a reference-guided ``answer_match`` prompt.
@@ -224,9 +225,9 @@ def check_verifier_options(
     Raises:
         ConfigError: naming the field and the fix.
     """
-    if reference_prompt not in ("anchored", "answer_match"):
+    if reference_prompt not in ("anchored", "answer_match", "process"):
         raise ConfigError(
-            f"{prefix}reference_prompt={reference_prompt!r}; use anchored | answer_match"
+            f"{prefix}reference_prompt={reference_prompt!r}; use anchored | answer_match | process"
         )
     if guard_prompt and reference_guided and reference_prompt == "answer_match":
         raise ConfigError(

@@ -99,7 +99,7 @@ class _VerifierRewardBase(VerifierHolder):
         criteria: Any = None,
         reference_guided: bool = True,
         verifier_input: Literal["final_answer", "full"] = "final_answer",
-        reference_prompt: Literal["anchored", "answer_match"] = "answer_match",
+        reference_prompt: Literal["anchored", "answer_match", "process"] = "answer_match",
         injection_penalty: float | None = 1.0,
         guard_prompt: bool = False,
     ) -> None:
@@ -188,6 +188,10 @@ class _VerifierRewardBase(VerifierHolder):
         from ..prompts import DEFAULT_CRITERIA, MANIPULATION_WARNING, normalize_criteria
 
         crit = self.criteria
+        if crit is None and self.reference_prompt == "process":
+            from .process import PROCESS_CRITERION
+
+            crit = {"process": PROCESS_CRITERION}
         anchored = references is not None and self.reference_prompt == "anchored"
         if crit is None and (anchored or self.guard_prompt):
             crit = getattr(getattr(self.verifier, "config", None), "criteria", None)
@@ -352,7 +356,9 @@ class VerifierReward(_VerifierRewardBase):
         verifier_input: ``"final_answer"`` (default: the text after the last ``</think>``;
             unclosed thinking is shown as empty and scores 0) or ``"full"`` (the whole text).
         reference_prompt: With ``reference_guided``: ``"answer_match"`` (default: the
-            extracted final answer against the reference) or ``"anchored"`` (the reference and
+            extracted final answer against the reference), ``"process"`` (the full solution
+            judged on :data:`~densereward.rewards.process.PROCESS_CRITERION`, progress along the
+            steps, with the reference when ``reference_guided``) or ``"anchored"`` (the reference and
             the full solution on the correctness criterion, so the reasoning is still judged).
         injection_penalty: Pre-filter (:func:`densereward.injection.detect_injection`) on the
             shown text: a flagged completion gets ``max(0, score - injection_penalty)`` (0 at

@@ -219,7 +219,8 @@ def run(
     # a picklable recipe (TRL's async rollout worker ships reward functions to a spawned
     # process; a closure would not go): built here to fail early, pickled as the recipe
     verifier = VerifierFactory(parts["verifier"])
-    if parts["reward"].type != "sparse" or parts["reward"].track:
+    reads_model = parts["reward"].judge != "process_oracle"  # the oracle reads no model
+    if reads_model and (parts["reward"].type != "sparse" or parts["reward"].track):
         verifier = verifier()
     reward_funcs, _ = build_reward_funcs(
         parts["reward"],
