@@ -254,3 +254,29 @@ def test_reward_gated_on_the_command_line_keeps_the_yaml_weights(tmp_path):
     assert cfg["reward"]["weights"] == [1.0, 0.2]
     cfg = config_from_args(parser.parse_args(["--config", str(p), "--reward", "dense"]))
     assert "weights" not in cfg["reward"]
+
+
+@pytest.mark.slow  # a real 2-step GRPO run of the demo config with the 0.5B judge (~1.5-3 min)
+def test_the_demo_config_with_the_gated_default_keeps_wrong_answers_down(
+    tmp_path, default_model_dir
+):
+    """Issue 36: ``configs/grpo_demo_cpu.yaml --reward gated`` logs the advantage audit to
+    reward_quality.jsonl, with the library's defaults (scale_rewards none, band 0.1, judge-only
+    batches skipped). With 2 groups of 4 a step, a ranked all-wrong group (|A| <= 0.2, of which
+    <= 0.1 upward) beside a mixed group (|A| >= 1.5) puts at most 0.1 / 1.7 < 0.06 of the step
+    on wrong answers pushed up; under TRL's group scaling the same group would take ~0.25-0.5."""
+    import json
+
+    from densereward.config import load_yaml
+    from densereward.trainers.grpo import run
+
+    config = load_yaml("configs/grpo_demo_cpu.yaml")
+    config["reward"]["type"] = "gated"
+    config["training"].update(max_steps=2, report_to=[], save_strategy="no")
+    run(config, output_dir=tmp_path / "run")
+    rows = [json.loads(x) for x in (tmp_path / "run/reward_quality.jsonl").read_text().splitlines()]
+    shares = [r["verifier/advantage/wrong_up_share"] for r in rows]
+    assert len(shares) == 2 and all(0.0 <= s < 0.06 for s in shares), shares
+    assert all(r["verifier/advantage/judge_only_step"] in (0.0, 1.0) for r in rows)
+    saved = json.loads((tmp_path / "run/config.json").read_text())
+    assert saved["reward"]["type"] == "gated"

@@ -614,6 +614,13 @@ def test_a_comparison_runs_a_run_function_given_to_it(tmp_path):
     written = [json.loads(x) for x in (calls[0][2] / "curve.jsonl").read_text().splitlines()]
     stored = json.loads((out / "runs" / "slow" / "seed0" / "result.json").read_text())
     assert stored["curve"] == written and stored["config"]["training"]["steps"] == 100
+    rows = json.loads((out / "curves.json").read_text())["rows"]  # every run's curve, flat
+    assert {(r["condition"], r["seed"]) for r in rows} == {
+        (c, s) for c in ("slow", "fast") for s in (0, 1, 2)
+    }
+    assert [r["value"] for r in rows if r["condition"] == "slow" and r["seed"] == 0] == [
+        p["value"] for p in written
+    ]
     fast, slow = res["conditions"]["fast"], res["conditions"]["slow"]
     assert fast["auc"]["value"] > slow["auc"]["value"] and res["x_label"] == "toy steps"
     assert (

@@ -80,7 +80,10 @@ def test_every_reward_function_computes_the_same_after_a_round_trip(kind, use_as
     after = [call(c, **kw) for c in copies]
     assert after == before
     # (gated: each correctness stratum of these groups has one member, so the judge ties)
-    assert any(v is not None and 0 < v < 1 for vals in before for v in vals) or kind in ("sparse", "gated")
+    assert any(v is not None and 0 < v < 1 for vals in before for v in vals) or kind in (
+        "sparse",
+        "gated",
+    )
     tracked = [c.tracker for c in copies if getattr(c, "tracker", None) is not None]
     assert all(t.records for t in tracked)  # the copy's tracker (and its new lock) works
 

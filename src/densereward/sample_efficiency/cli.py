@@ -22,7 +22,7 @@ examples:
   densereward compare --config configs/compare_fetchreach.yaml --report-only   # statistics of finished runs
 
 Re-running the same command resumes: finished runs (runs/<condition>/seed<k>/result.json) are
-skipped and an interrupted run starts again. Outputs: report.md, learning_curves.png, results.json.
+skipped and an interrupted run starts again. Outputs: report.md, learning_curves.png, results.json, curves.json.
 """
 
 

@@ -110,7 +110,9 @@ def run_comparison(
     report_only: bool = False,
     trainers: Trainers = TRAINERS,
 ) -> dict[str, Any]:
-    """Run (or resume) a comparison and write ``results.json``, ``report.md``, ``learning_curves.png``.
+    """Run (or resume) a comparison and write ``results.json``, ``report.md``, ``learning_curves.png``
+    and ``curves.json`` (every run's curve as rows ``{condition, seed, step, value}``, from which
+    the report's statistics can be recomputed).
 
     Runs go seed-major (seed 0 of every condition, then seed 1, ...), so a partial comparison
     stays balanced. Each run calls the trainer's ``run(config, output_dir=...)`` in this process
@@ -237,6 +239,15 @@ def run_comparison(
         confidence=cfg.confidence,
     )
     atomic_write_text(out / "report.md", report)
+    curves = [
+        {"condition": c, "seed": int(r["seed"]), "step": int(p["step"]), "value": float(p["value"])}
+        for c, rs in by_cond.items()
+        for r in rs
+        for p in r.get("curve") or []
+    ]
+    atomic_write_json(
+        out / "curves.json", {"metric": metric, "x_label": spec.x_label, "rows": curves}
+    )
     results_doc = {
         "name": cfg.name,
         "trainer": cfg.trainer,
