@@ -305,7 +305,13 @@ def test_tracker_logs_frac_no_answer_and_warns_once(caplog, tmp_path):
     with MisbehavingServer() as srv:
         v = scripted_verifier(srv.base_url, granularity=20)
         tracker = RewardQualityTracker(tmp_path)
-        reward = VerifierReward(v, tracker=tracker, checker=MathChecker(executor="inline"))
+        reward = VerifierReward(
+            v,
+            reference_guided=False,
+            injection_penalty=None,
+            tracker=tracker,
+            checker=MathChecker(executor="inline"),
+        )
         comps = [
             "<think>\nthe answer is surely 4 but",
             "I believe it is 4",
@@ -404,8 +410,9 @@ def test_low_mass_counted_in_grpo_and_sac_metrics(server):
     v = scripted_verifier(server.base_url, granularity=20)
     logged: dict[str, float] = {}
     reward = VerifierReward(
-        v, tracker=RewardQualityTracker(), checker=MathChecker(executor="inline")
-    )
+        v, tracker=RewardQualityTracker(), checker=MathChecker(executor="inline"),
+        reference_guided=False, injection_penalty=None,
+    )  # fmt: skip
     out = reward(prompts=["q", "q"], completions=["\\boxed{1}", "\\boxed{2}"], answer=["1", "1"],
                  log_metric=logged.__setitem__)  # fmt: skip
     assert out == [None, None] and logged["verifier/n_low_mass"] == 2.0
@@ -421,7 +428,9 @@ def test_group_reward_ranks_unclosed_thinking_last(server):
     from densereward.rewards import GroupVerifierReward
 
     v = scripted_verifier(server.base_url, granularity=20)
-    reward = GroupVerifierReward(v, num_generations=3, method="round_robin")
+    reward = GroupVerifierReward(
+        v, reference_guided=False, injection_penalty=None, num_generations=3, method="round_robin"
+    )
     comps = ["<think>\nit is 9, surely", "<think>\nok\n</think>\n\\boxed{9}", "\\boxed{9}"]
     out = reward(prompts=["3*3?"] * 3, completions=comps, problem=["3*3?"] * 3)
     v.close()

@@ -110,7 +110,14 @@ def mixed_call(verifier, checker, tmp_path_factory):
     assert len(LONG) > 200_000
     run_dir = tmp_path_factory.mktemp("bad_input_run")
     tracker = RewardQualityTracker(run_dir)
-    reward = VerifierReward(verifier, tracker=tracker, checker=checker, num_generations=len(BATCH))
+    reward = VerifierReward(
+        verifier,
+        reference_guided=False,
+        injection_penalty=None,
+        tracker=tracker,
+        checker=checker,
+        num_generations=len(BATCH),
+    )
     spy = _PromptSpy(verifier.backend)
     verifier.backend.next_token_logprobs = spy  # instance attribute shadows the method
     before = dict(verifier.stats.as_dict())
@@ -234,25 +241,42 @@ def _empty_call(reward, n: int = 2, **columns):
 
 def test_problem_column_shorter_than_completions_raises(verifier):
     with pytest.raises(ValueError, match="length mismatch.*'problem'"):
-        _empty_call(VerifierReward(verifier), problem=[PROBLEM])
+        _empty_call(
+            VerifierReward(verifier, reference_guided=False, injection_penalty=None),
+            problem=[PROBLEM],
+        )
 
 
 def test_prompts_shorter_than_completions_raises(verifier):
-    reward = VerifierReward(verifier)
+    reward = VerifierReward(verifier, reference_guided=False, injection_penalty=None)
     with pytest.raises(ValueError, match="length mismatch"):
         reward(prompts=[PROBLEM], completions=["a", "b"])
     with pytest.raises(ValueError, match="length mismatch"):
-        GroupVerifierReward(verifier)(prompts=[PROBLEM], completions=["a", "b"])
+        GroupVerifierReward(verifier, reference_guided=False, injection_penalty=None)(
+            prompts=[PROBLEM], completions=["a", "b"]
+        )
 
 
 def test_level_column_shorter_than_completions_raises(verifier, checker):
-    reward = VerifierReward(verifier, tracker=RewardQualityTracker(None), checker=checker)
+    reward = VerifierReward(
+        verifier,
+        reference_guided=False,
+        injection_penalty=None,
+        tracker=RewardQualityTracker(None),
+        checker=checker,
+    )
     with pytest.raises(ValueError, match="length mismatch.*'levels'"):
         _empty_call(reward, problem=[PROBLEM] * 2, answer=["42"] * 2, level=[1])
 
 
 def test_answer_column_shorter_than_completions_raises(verifier, checker):
-    reward = VerifierReward(verifier, tracker=RewardQualityTracker(None), checker=checker)
+    reward = VerifierReward(
+        verifier,
+        reference_guided=False,
+        injection_penalty=None,
+        tracker=RewardQualityTracker(None),
+        checker=checker,
+    )
     with pytest.raises(ValueError, match="length mismatch.*'answer'"):
         _empty_call(reward, problem=[PROBLEM] * 2, answer=["42"])
 
@@ -268,7 +292,13 @@ def test_reference_guided_answer_column_shorter_raises(verifier):
 
 def test_group_reward_with_bad_completions_returns_one_value_each(verifier):
     """Empty / non-string members of a group: N values, each ``None`` or in [0, 1], no crash."""
-    reward = GroupVerifierReward(verifier, num_generations=3, method="round_robin")
+    reward = GroupVerifierReward(
+        verifier,
+        reference_guided=False,
+        injection_penalty=None,
+        num_generations=3,
+        method="round_robin",
+    )
     out = reward(prompts=[PROBLEM] * 3, completions=["", None, " \n "], problem=[PROBLEM] * 3)
     assert len(out) == 3
     assert all(v is None or 0.0 <= v <= 1.0 for v in out)
@@ -304,7 +334,14 @@ def test_mid_run_faults_abstain_count_and_reach_the_tracker(server, checker, tmp
     v = _http_verifier(server.base_url)
     try:
         tracker = RewardQualityTracker(tmp_path)
-        reward = VerifierReward(v, tracker=tracker, checker=checker, num_generations=2)
+        reward = VerifierReward(
+            v,
+            reference_guided=False,
+            injection_penalty=None,
+            tracker=tracker,
+            checker=checker,
+            num_generations=2,
+        )
         cols = {"problem": [PROBLEM] * 2, "answer": ["42", "42"]}
         prompts = [PROBLEM] * 2
         # step 1: healthy server
@@ -334,7 +371,13 @@ def test_mid_run_faults_abstain_count_and_reach_the_tracker(server, checker, tmp
 def test_failure_counter_is_in_the_logged_metrics(server, checker):
     v = _http_verifier(server.base_url)
     try:
-        reward = VerifierReward(v, tracker=RewardQualityTracker(None), checker=checker)
+        reward = VerifierReward(
+            v,
+            reference_guided=False,
+            injection_penalty=None,
+            tracker=RewardQualityTracker(None),
+            checker=checker,
+        )
         server.default = Fault("status", status=500)
         logged: dict[str, float] = {}
         reward(prompts=[PROBLEM], completions=["42"], problem=[PROBLEM], answer=["42"],

@@ -111,7 +111,11 @@ def test_a_reward_rebuilds_its_http_verifier_after_a_round_trip(server):
     its VerifierFactory; the copy builds its own client at its first call and scores the same."""
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*cannot tokenize.*")
-        reward = VerifierReward(scripted_verifier(server.base_url, granularity=20))
+        reward = VerifierReward(
+            scripted_verifier(server.base_url, granularity=20),
+            reference_guided=False,
+            injection_penalty=None,
+        )
         kw = batch()
         before = reward(**kw)
         n_requests = len(server.chat_requests())
@@ -242,7 +246,9 @@ def test_a_reward_on_the_embedded_model_scores_the_same_after_a_round_trip():
     loads the model again from the recipe and gives the same expected scores."""
     from densereward import Verifier, VerifierConfig
 
-    reward = VerifierReward(Verifier(VerifierConfig(granularity=10)))
+    reward = VerifierReward(
+        Verifier(VerifierConfig(granularity=10)), reference_guided=False, injection_penalty=None
+    )
     kw = batch(1)
     before = reward(**kw)
     copy = round_trip(reward)
