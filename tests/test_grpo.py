@@ -59,7 +59,7 @@ def test_dry_run_qwen3_8b_config_validates_without_weights(capsys):
     rc = main(_parse(["--config", str(REPO / "configs/grpo_math_qwen3_8b.yaml"), "--dry-run"]))
     out = capsys.readouterr().out
     assert rc == 0, out
-    assert "weights NOT loaded" in out and "use_vllm=True" in out and "verifier_dense" in out
+    assert "weights NOT loaded" in out and "use_vllm=True" in out and "verifier_gated" in out
     assert "NOT downloaded" in out and "bf16=True" in out
 
 
@@ -83,7 +83,7 @@ def test_unknown_keys_are_errors_naming_the_fix():
 
 @pytest.mark.slow
 def test_real_two_step_grpo_run_dense_reward(tmp_path, data_dir, default_model_dir, monkeypatch):
-    """Real GRPO: SmolLM2 policy, SmolLM2 verifier, dense reward, W&B offline, 2 steps."""
+    """Real GRPO: SmolLM2 policy, SmolLM2 verifier, the config's gated reward, W&B offline, 2 steps."""
     from densereward.config import load_yaml
     from densereward.trainers.grpo import run
 
@@ -121,7 +121,7 @@ def test_real_two_step_grpo_run_dense_reward(tmp_path, data_dir, default_model_d
     offline = list((run_dir / "wandb").glob("offline-run-*"))
     assert len(offline) == 1 and list(offline[0].glob("*.wandb"))
     wandb_bytes = next(offline[0].glob("*.wandb")).read_bytes()
-    assert b"verifier/pass_rate" in wandb_bytes and b"rewards/verifier_dense/mean" in wandb_bytes
+    assert b"verifier/pass_rate" in wandb_bytes and b"rewards/verifier_gated/mean" in wandb_bytes
     assert (run_dir / "checkpoint-2").is_dir()
     assert result["metric"] == "verifier/pass_rate" and len(result["curve"]) == 2
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]  # exactly one run directory
