@@ -340,7 +340,8 @@ def test_grpo_two_processes_with_a_served_qwen3_verifier(
     n_requests = _served_requests(qwen3_server) - n_before
     assert all(r["verifier/n_abstained"] == 0 for r in rows)
     assert n_requests == 2 * (2 * per_step) + 2 * 2, n_requests
-    assert all("rewards/verifier_dense/mean" in h for h in logged)
+    assert all("rewards/verifier_gated/mean" in h for h in logged)
+    assert all("verifier/advantage/wrong_up_share" in h for h in logged)  # the audit, gathered
 
     # only the main process wrote: rank 1 has no reward-quality file to report
     assert '"reward_quality": "None"' in logs[1] and '"reward_quality": "None"' not in logs[0]
