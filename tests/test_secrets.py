@@ -126,6 +126,8 @@ def test_grpo_run_directory_never_contains_the_key(server, tmp_path, data_dir, m
     server.default = Fault(top_logprobs=[("E", -0.3), ("D", -1.5)])  # then healthy (G = 5: A..E)
     config = load_yaml(REPO / "configs/grpo_math_cpu.yaml")
     config["data"] = {"path": str(data_dir / "math500" / "test.jsonl"), "limit": 2, "levels": [1]}
+    # every completion is read (answer_match would skip these 4-token answers without a request)
+    config["reward"]["reference_prompt"] = "anchored"
     config["verifier"] = {
         "backend": "openai", "granularity": 5, "cache_dir": str(run_dir / "score_cache"),
         "backend_options": {"base_url": server.base_url, "max_retries": 1, "timeout_s": 5.0},

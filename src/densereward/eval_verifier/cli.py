@@ -23,7 +23,7 @@ from ..metrics.format import format_number
 from .data import align_scores, load_responses, load_scores
 from .evaluation import abstention_headline, abstention_summary, evaluate
 from .report import _prompt_description, write_outputs
-from .scoring import PROMPT_KINDS, label_with_sparse_reward, score_responses
+from .scoring import PROMPT_KINDS, label_with_sparse_reward, resolve_prompt_kind, score_responses
 
 __all__ = ["EXIT_MOST_ABSTAINED", "build_config", "add_arguments", "main"]
 
@@ -87,7 +87,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--reference-guided",
         action="store_true",
-        help="the same as --prompt answer_match",
+        help="the same as --prompt answer_match (anchored when verifier.criteria are set)",
     )
     parser.add_argument(
         "--seed", type=int, default=0, help="seed of sub-sampling, rejection sampling, bootstrap"
@@ -104,17 +104,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _prompt_kind(args: argparse.Namespace) -> str:
-    """``--prompt``, or ``answer_match`` for ``--reference-guided``; they must not disagree."""
+def _prompt_kind(args: argparse.Namespace, config: VerifierConfig) -> str:
+    """``--prompt``, or what ``--reference-guided`` reads (:func:`resolve_prompt_kind`); a
+    reference-free ``--prompt`` beside ``--reference-guided`` is a contradiction."""
     prompt = getattr(args, "prompt", None)
-    if getattr(args, "reference_guided", False):
-        if prompt not in (None, "answer_match"):
-            raise ConfigError(
-                f"--reference-guided means --prompt answer_match, but --prompt {prompt} was given: "
-                "pass one of them"
-            )
-        return "answer_match"
-    return prompt or "reference_free"
+    guided = bool(getattr(args, "reference_guided", False))
+    if guided and prompt == "reference_free":
+        raise ConfigError(
+            "--reference-guided and --prompt reference_free contradict: pass one of them"
+        )
+    return resolve_prompt_kind(prompt, guided, config)
 
 
 def main(args: argparse.Namespace) -> int:
@@ -163,7 +162,7 @@ def main(args: argparse.Namespace) -> int:
         records = align_scores(rows, load_scores(args.scores))
         meta["scores_from"] = str(args.scores)
     else:
-        prompt = _prompt_kind(args)
+        prompt = _prompt_kind(args, config)
         records, stats = score_responses(rows, config, prompt=prompt)
         meta["verifier_stats"] = stats
         meta["reference_guided"] = prompt != "reference_free"
@@ -194,7 +193,7 @@ def main(args: argparse.Namespace) -> int:
         "responses": meta["responses"],
         "scores": meta.get("scores_from", "scored now"),
         "verifier": f"{config.backend} {config.model or 'default (SmolLM2-135M-Instruct)'}, G={config.granularity}, K={config.n_repeats}",
-        "prompt": _prompt_description(config, _prompt_kind(args), scored=not args.scores),
+        "prompt": _prompt_description(config, _prompt_kind(args, config), scored=not args.scores),
     }
     if sparse_line:
         report_meta["sparse reward vs labels"] = sparse_line

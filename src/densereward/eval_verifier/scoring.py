@@ -10,13 +10,33 @@ from typing import Any
 from ..config import VerifierConfig
 from ..errors import ConfigError, DataError
 
-__all__ = ["PROMPT_KINDS", "score_responses", "label_with_sparse_reward"]
+__all__ = ["PROMPT_KINDS", "resolve_prompt_kind", "score_responses", "label_with_sparse_reward"]
 
 PROMPT_KINDS = ("reference_free", "answer_match", "anchored")
 """The prompts a GRPO verifier reward can read (``RewardConfig.reference_guided`` and
 ``reference_prompt``), each measurable with ``densereward eval-verifier --prompt``."""
 
 logger = logging.getLogger(__name__)
+
+
+def resolve_prompt_kind(prompt: str | None, reference_guided: bool, config: VerifierConfig) -> str:
+    """The prompt kind a scoring reads: ``prompt`` when given, else ``reference_free``, or with
+    the earlier ``reference_guided`` flag ``answer_match`` (``anchored`` when ``config.criteria``
+    are set: the configured criteria with the reference, as that flag always read them).
+
+    Raises:
+        ConfigError: for a kind not in :data:`PROMPT_KINDS`.
+
+    >>> resolve_prompt_kind(None, True, VerifierConfig()), resolve_prompt_kind("anchored", False, VerifierConfig())
+    ('answer_match', 'anchored')
+    """
+    if prompt is None:
+        if not reference_guided:
+            return "reference_free"
+        return "anchored" if config.criteria else "answer_match"
+    if prompt not in PROMPT_KINDS:
+        raise ConfigError(f"--prompt {prompt!r}; use one of {' | '.join(PROMPT_KINDS)}")
+    return prompt
 
 
 def score_responses(
@@ -36,7 +56,8 @@ def score_responses(
     or ``anchored`` (the reference answer and the full response on the correctness criterion).
     The request is built by :class:`~densereward.rewards.VerifierReward` itself, so the score is
     the one the reward would give (the injection pre-filter off, the whole response shown).
-    ``reference_guided=True`` without ``prompt`` means ``answer_match`` (the earlier flag).
+    ``reference_guided=True`` without ``prompt`` means ``answer_match``, or ``anchored`` when
+    ``config.criteria`` are set (the earlier flag; :func:`resolve_prompt_kind`).
 
     Raises:
         ConfigError: for an unknown ``prompt``.
@@ -53,9 +74,7 @@ def score_responses(
     from ..rewards.verifier import VerifierReward
     from ..verifier import Verifier
 
-    kind = prompt or ("answer_match" if reference_guided else "reference_free")
-    if kind not in PROMPT_KINDS:
-        raise ConfigError(f"--prompt {kind!r}; use one of {' | '.join(PROMPT_KINDS)}")
+    kind = resolve_prompt_kind(prompt, reference_guided, config)
     v = Verifier(config)
     reader = VerifierReward(
         v,
