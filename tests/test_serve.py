@@ -130,7 +130,7 @@ def test_slime_score_rank_health_and_verl(served):
 
     value = compute_score("openai/gsm8k", "The answer is 4.", "4",
                           {"question": "What is 2 + 2?"}, url=running.url)  # fmt: skip
-    assert value >= 1.0
+    assert value >= 0.95  # gated: a correct answer is in [0.95, 1.05]
     metrics = httpx.get(f"{running.url}/metrics").text
     assert 'densereward_requests_total{endpoint="get_reward",status="200"}' in metrics
     assert (
