@@ -199,7 +199,6 @@ class GatedVerifierReward(VerifierReward):
         self.spread_floor = float(spread_floor)
         self.judge_only_steps = judge_only_steps
         self._skipped = 0
-        self._batches = 0
         super().__init__(verifier, **kwargs)
 
     def _rewards(
@@ -224,7 +223,6 @@ class GatedVerifierReward(VerifierReward):
             verdicts, values, groups, w_sparse=self.weights[0], w_judge=self.weights[1],
             spread_floor=self.spread_floor, judge_only_steps=self.judge_only_steps,
         )  # fmt: skip
-        self._batches += 1
         if info["judge_skipped"]:
             self._skipped += 1
             if self._skipped == 1:
