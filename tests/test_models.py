@@ -60,6 +60,14 @@ def test_the_default_model_is_the_smollm2_name():
     assert models.resolve_model("SmolLM2-135M") == str(ensure_default_model())
 
 
+def test_a_local_path_under_home_is_expanded(tmp_path, monkeypatch):
+    # transformers' from_pretrained does not expand "~": a model.name under the home folder
+    # (e.g. the chain_sum warm start in ~/.cache/densereward/models) must reach it expanded.
+    monkeypatch.setenv("HOME", str(tmp_path))
+    (tmp_path / "ckpt").mkdir()
+    assert models.resolve_model("~/ckpt") == str(tmp_path / "ckpt")
+
+
 def test_an_unknown_name_suggests_the_close_one():
     with pytest.raises(ConfigError, match=r"Did you mean 'qwen2.5-coder-0.5b'"):
         models.resolve_model("qwen2.5-coder-0.5")

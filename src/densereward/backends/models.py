@@ -325,7 +325,7 @@ def resolve_model(model: str | os.PathLike | None, default: str = "smollm2-135m"
         return str(ensure_model(default))
     text = os.fspath(model)
     if Path(text).expanduser().exists():
-        return text
+        return str(Path(text).expanduser())  # transformers does not expand "~"
     if text.lower() in MODELS:
         return str(ensure_model(text))
     if "/" not in text and difflib.get_close_matches(text.lower(), MODELS.names(), n=1):
