@@ -7,13 +7,14 @@ Sub-commands::
     densereward train sac      SAC in a robot environment with a verifier reward (trainers/sac.py)
     densereward compare        sample-efficiency comparison: sparse vs dense over seeds (rliable)
     densereward eval-verifier  verification-dynamics metrics of a verifier on labelled responses
+    densereward eval-progress  can a verifier read robot progress? VOC and AUROC on scripted episodes
     densereward models         the offline model names, installed or not; --install NAME converts one
 
 Every sub-command has its own ``--help``.
 
 Exit codes: 0 done; 1 an unexpected error (a bug: one line, ``--verbose`` adds the traceback);
 2 a usage, configuration, data or backend error (the message names the fix); 3 the verifier
-abstained: ``score`` has no score (with ``--json`` too), ``eval-verifier``: most reads abstained
+abstained: ``score`` has no score (with ``--json`` too), ``eval-verifier`` and ``eval-progress``: most reads abstained
 (:data:`densereward.eval_verifier.cli.EXIT_MOST_ABSTAINED`); 130 interrupted.
 """
 
@@ -44,6 +45,7 @@ _EPILOG = """examples:
   densereward train sac --config configs/sac_fetchreach_verifier.yaml --total-timesteps 2000
   densereward compare --config configs/compare_fetchreach.yaml
   densereward eval-verifier --responses ../shared/data/gsm8k/model_solutions_dev.jsonl --out runs/eval-gsm8k
+  densereward eval-progress --config configs/eval_progress_fetchreach.yaml --episodes 6 --seed 7 --out runs/eval-progress
   densereward serve --config configs/grpo_math_cpu.yaml --port 5000
   densereward models --install qwen2.5-coder-0.5b
 """
@@ -196,6 +198,21 @@ def _add_eval(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=eval_verifier.main)
 
 
+def _add_eval_progress(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "eval-progress",
+        help="progress reads on scripted robot episodes: VOC, final-progress AUROC, closeness",
+        description="Roll out scripted FetchReach/FetchPush episodes (success, short, wrong, "
+        "random) and read progress along them with the verifier; writes scores.jsonl, "
+        "metrics.json, report.md and progress.png.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    from . import eval_progress
+
+    eval_progress.add_arguments(p)
+    p.set_defaults(func=eval_progress.main)
+
+
 def _add_serve(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "serve",
@@ -271,12 +288,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
     sub = parser.add_subparsers(
-        dest="command", metavar="{score,train,compare,eval-verifier,serve,models}", required=True
+        dest="command", metavar="{score,train,compare,eval-verifier,eval-progress,serve,models}", required=True
     )
     _add_score(sub)
     _add_train(sub)
     _add_compare(sub)
     _add_eval(sub)
+    _add_eval_progress(sub)
     _add_serve(sub)
     _add_models(sub)
     return parser
