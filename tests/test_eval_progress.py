@@ -54,6 +54,7 @@ def test_metrics_voc_auroc_and_closeness_are_what_the_reads_give():
     assert m["mean_final_progress"] == {"success": pytest.approx(0.6), "random": 0.2, "short": 0.5}
     assert m["n_reads"] == 12 and m["n_abstained"] == 0 and m["reads_per_second"] == 2.0
     assert -1.0 <= m["closeness_spearman"] <= 1.0
+    assert m["progress_range"] == [0.1, 0.9]
     # an abstained read is dropped from VOC and counted; constant reads give an undefined VOC
     rows[1]["progress"] = None
     rows[3:6] = [dict(r, progress=0.4) for r in rows[3:6]]
@@ -63,6 +64,23 @@ def test_metrics_voc_auroc_and_closeness_are_what_the_reads_give():
     # one class only: AUROC is undefined, never 0.5
     only_ok = [r for r in rows if r["success"]]
     assert progress_metrics(only_ok)["final_auroc"] is None
+
+
+def test_nearly_constant_reads_lead_the_report(tmp_path):
+    from densereward.eval_progress.cli import write_outputs
+
+    rows = _rows([[0.52, 0.521, 0.522], [0.52, 0.52, 0.519]], [True, False], ["success", "random"])
+    meta = {"env": "FetchReach-v4", "verifier": "v", "read": "pointwise", "episodes": "1",
+            "machine": "m"}  # fmt: skip
+    paths = write_outputs(tmp_path, rows, progress_metrics(rows), meta)
+    text = paths["report"].read_text()
+    assert "**The reads are nearly constant** (every read in [0.519, 0.522])" in text
+    assert (tmp_path / "progress.png").stat().st_size > 5000
+    rows = _rows([[0.1, 0.5, 0.9], [0.2, 0.2, 0.3]], [True, False], ["success", "random"])
+    assert (
+        "nearly constant"
+        not in write_outputs(tmp_path, rows, progress_metrics(rows), meta)["report"].read_text()
+    )
 
 
 def test_settings_errors_name_the_fix(tmp_path):

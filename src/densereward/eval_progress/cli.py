@@ -84,8 +84,8 @@ def _plot(rows: list[dict[str, Any]], path: Path, title: str) -> None:
         "wrong": "tab:red",
         "random": "tab:gray",
     }
-    fig, ax = plt.subplots(figsize=(7, 4))
-    seen = set()
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    seen: set[str] = set()
     for e in sorted({r["episode"] for r in rows}):
         rs = sorted((r for r in rows if r["episode"] == e), key=lambda r: r["t"])
         pts = [(r["t"], r["progress"]) for r in rs if r["progress"] is not None]
@@ -94,13 +94,17 @@ def _plot(rows: list[dict[str, Any]], path: Path, title: str) -> None:
         pol = rs[0]["policy"]
         label = f"{pol} ({'success' if rs[0]['success'] else 'fail'})" if pol not in seen else None
         seen.add(pol)
-        ax.plot(*zip(*pts, strict=True), marker="o", ms=3, alpha=0.8,
-                color=colors.get(pol, "tab:blue"), label=label)  # fmt: skip
-    ax.set_xlabel("environment step t")
-    ax.set_ylabel("progress read")
-    ax.set_ylim(-0.02, 1.02)
-    ax.set_title(title, fontsize=9)
-    ax.legend(fontsize=8, loc="best")
+        for ax in axes:
+            ax.plot(*zip(*pts, strict=True), marker="o", ms=3, alpha=0.8,
+                    color=colors.get(pol, "tab:blue"), label=label)  # fmt: skip
+    for ax in axes:
+        ax.set_xlabel("environment step t")
+        ax.set_ylabel("progress read")
+    axes[0].set_ylim(-0.02, 1.02)
+    axes[0].set_title("on [0, 1]", fontsize=9)
+    axes[1].set_title("zoomed to the reads' range", fontsize=9)
+    axes[0].legend(fontsize=8, loc="best")
+    fig.suptitle(title, fontsize=9)
     fig.tight_layout()
     tmp = path.with_suffix(".tmp.png")
     fig.savefig(tmp, dpi=110)
@@ -120,6 +124,15 @@ def _report(metrics: dict[str, Any], meta: dict[str, Any]) -> str:
             f"**Most reads abstained: {metrics['n_abstained']} of {metrics['n_reads']}** "
             f"(reasons: {reasons}); the numbers below rest on the rest. Fix: a model that puts "
             "mass on the score letters (verifier.min_mass, a larger model), or another read mode.",
+            "",
+        ]
+    lo_hi = metrics.get("progress_range")
+    if lo_hi is not None and lo_hi[1] - lo_hi[0] < 0.05:
+        lines += [
+            f"**The reads are nearly constant** (every read in [{f(lo_hi[0], 3)}, "
+            f"{f(lo_hi[1], 3)}]): this verifier does not read progress from this text, and the "
+            "correlations below rank differences of a few thousandths. Fix: another read mode "
+            "or state text (configs: read_mode, form), or a larger model.",
             "",
         ]
     lines += [
@@ -212,6 +225,14 @@ def main(args: argparse.Namespace) -> int:
         f"{metrics['n_abstained']} abstained)"
     )
     print(f"wrote {paths['report']}")
+    lo_hi = metrics["progress_range"]
+    if lo_hi is not None and lo_hi[1] - lo_hi[0] < 0.05:
+        print(
+            f"densereward eval-progress: every read is in [{lo_hi[0]:.3f}, {lo_hi[1]:.3f}]: this "
+            "verifier does not read progress from this text (try read_mode=..., form=..., or a "
+            "larger verifier.model)",
+            file=sys.stderr,
+        )
     if metrics["n_abstained"] * 2 > metrics["n_reads"]:
         print(
             f"densereward eval-progress: {metrics['n_abstained']} of {metrics['n_reads']} reads "

@@ -276,7 +276,8 @@ def progress_metrics(
         ``voc_per_episode`` (episode -> VOC or ``None``), ``voc_mean`` (over defined VOCs of
         successful episodes; ``None`` if none), ``n_voc_undefined``, ``final_auroc`` (``None``
         with one class only), ``closeness_spearman``, ``mean_final_progress`` per policy, counts
-        of reads and abstentions, ``reads_per_second``.
+        of reads and abstentions, ``progress_range`` (``[min, max]`` of the reads; ``None``
+        when every read abstained), ``reads_per_second``.
     """
     from sklearn.metrics import roc_auc_score
 
@@ -322,5 +323,10 @@ def progress_metrics(
             )
             for p, vs in per_policy.items()
         },
+        "progress_range": (
+            [min(float(r["progress"]) for r in scored), max(float(r["progress"]) for r in scored)]
+            if scored
+            else None
+        ),
         "reads_per_second": (n_reads / seconds) if seconds else None,
     }
