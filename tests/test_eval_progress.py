@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -11,6 +12,8 @@ from densereward.cli import main as cli_main
 from densereward.errors import ConfigError
 from densereward.eval_progress import EvalProgressConfig, progress_metrics, rollouts
 from densereward.eval_progress.cli import build_configs
+
+REPO = Path(__file__).resolve().parents[1]
 
 
 @pytest.mark.slow
@@ -103,7 +106,7 @@ def test_settings_errors_name_the_fix(tmp_path):
 @pytest.mark.parametrize("mode", ["pointwise", "pairwise"])
 def test_eval_progress_end_to_end_with_the_embedded_model(tmp_path, mode, capsys):
     out = tmp_path / mode
-    argv = ["eval-progress", "--config", "configs/eval_progress_fetchreach.yaml", "--episodes",
+    argv = ["eval-progress", "--config", str(REPO / "configs/eval_progress_fetchreach.yaml"), "--episodes",
             "1", "--seed", "3", "--stride", "25", "--out", str(out), "verifier.model=null",
             "policies=[success, random]", f"read_mode={mode}"]  # fmt: skip
     assert cli_main(argv) == 0
