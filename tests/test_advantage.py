@@ -104,7 +104,8 @@ def test_stratified_rewards_floor_skip_and_keep():
     r, info = stratified_rewards(
         [1, 0, 0, 0, 0, 0, 0, 0], [0.9, 0.1, 0.5, 0.3, 0.2, 0.6, 0.4, 0.3], groups
     )
-    assert info == {"judge_only": 0.0, "judge_skipped": 0.0, "tied_strata": 0.0}
+    assert info == {"judge_only": 0.0, "judge_skipped": 0.0, "tied_strata": 0.0, "n_strata": 2.0,
+                    "n_tied": 0.0}  # fmt: skip
     assert r[4:] == pytest.approx([-0.05, 0.05, 0.0, -0.025])
     # spreads below the floor are ties
     r, info = stratified_rewards([1, 0, 0, 0], [0.9, 0.30, 0.31, 0.30], [slice(0, 4)])

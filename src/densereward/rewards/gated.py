@@ -15,6 +15,8 @@ Two more guards:
 
 * **spread floor**: a stratum whose judge scores span less than ``spread_floor`` is a tie
   (``u = 1/2`` for all): min-max scaling would otherwise blow read noise up to the full band;
+  when half or more of the strata so far (at least :data:`TIE_WARN_MIN_STRATA`) were ties, one
+  warning says the judge is ranking nothing (its reads are nearly constant);
 * **judge-only steps**: a generation batch in which no group has a correct *and* an incorrect
   completion gives the sparse reward nothing to say, and the judge alone would decide the whole
   update; with ``judge_only_steps="skip"`` (default) its judge terms are 0 there (the batch
@@ -39,6 +41,7 @@ __all__ = [
     "stratified_rewards",
     "GatedVerifierReward",
     "AsyncGatedVerifierReward",
+    "TIE_WARN_MIN_STRATA",
 ]
 
 logger = logging.getLogger(__name__)
@@ -106,7 +109,8 @@ def stratified_rewards(
 
     Returns:
         ``(rewards, info)``: ``(n,)`` rewards (``None`` where both the verdict and the judge
-        abstained), and ``{"judge_only": 0/1, "judge_skipped": 0/1, "tied_strata": share of
+        abstained), and ``{"judge_only": 0/1, "judge_skipped": 0/1, "n_strata", "n_tied" (counts),
+        "tied_strata": share of
         strata with >= 2 members treated as ties}``.
 
     >>> r, info = stratified_rewards([1, 0, 0, 0], [0.5, 0.2, 0.4, 0.3], [slice(0, 4)])
@@ -149,8 +153,15 @@ def stratified_rewards(
         "judge_only": float(judge_only),
         "judge_skipped": float(skip),
         "tied_strata": n_tied / n_strata if n_strata else 0.0,
+        "n_strata": float(n_strata),
+        "n_tied": float(n_tied),
     }
     return rewards, info
+
+
+TIE_WARN_MIN_STRATA = 8
+""":class:`GatedVerifierReward` warns once when, after at least this many correctness strata of
+two or more judged completions, half or more were ties (judge spread under the floor)."""
 
 
 class GatedVerifierReward(VerifierReward):
@@ -199,6 +210,8 @@ class GatedVerifierReward(VerifierReward):
         self.spread_floor = float(spread_floor)
         self.judge_only_steps = judge_only_steps
         self._skipped = 0
+        self._strata = self._tied = 0
+        self._tie_warned = False
         super().__init__(verifier, **kwargs)
 
     def _rewards(
@@ -223,6 +236,23 @@ class GatedVerifierReward(VerifierReward):
             verdicts, values, groups, w_sparse=self.weights[0], w_judge=self.weights[1],
             spread_floor=self.spread_floor, judge_only_steps=self.judge_only_steps,
         )  # fmt: skip
+        self._strata += int(info["n_strata"])
+        self._tied += int(info["n_tied"])
+        if (
+            not self._tie_warned
+            and self._strata >= TIE_WARN_MIN_STRATA
+            and 2 * self._tied >= self._strata
+        ):
+            self._tie_warned = True
+            logger.warning(
+                "%s: in %d of the %d correctness strata so far the judge's scores spanned less than "
+                "reward.spread_floor=%g, so it ranked nothing there and those groups trained on "
+                "Math-Verify's verdict alone. Said once. The judge's reads are nearly constant on "
+                "these completions: it cannot tell them apart (measure what it reads with densereward "
+                "eval-verifier or benchmarks/process_judge.py; a larger verifier.model or another "
+                "reward.reference_prompt); lowering reward.spread_floor would only let read noise in",
+                self.__name__, self._tied, self._strata, self.spread_floor,
+            )  # fmt: skip
         if info["judge_skipped"]:
             self._skipped += 1
             if self._skipped == 1:
