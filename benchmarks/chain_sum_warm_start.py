@@ -47,18 +47,14 @@ DEFAULT_OUT = Path("~/.cache/densereward/models/SmolLM2-135M-chain-sum-sft-v1").
 
 
 def solution(problem: str) -> str:
-    """The exact running-total answer of a ``chain_sum`` problem."""
+    """The exact running-total answer of a ``chain_sum`` problem (process_judge's slip-free text)."""
+    from benchmarks.process_judge import chain_text
     from densereward.rewards.process import chain_terms
 
     terms = chain_terms(problem)
     if terms is None:
         raise ValueError(f"not a chain_sum problem: {problem!r}")
-    parts, total = [], terms[0]
-    for t in terms[1:]:
-        new = total + t
-        parts.append(f"{total}{'+' if t >= 0 else '-'}{abs(t)}={new}")
-        total = new
-    return "; ".join(parts) + f"; The answer is {total}."
+    return chain_text(terms, None, 0)
 
 
 def tasks(seed: int, size: int) -> list[dict[str, Any]]:

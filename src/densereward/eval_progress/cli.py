@@ -8,6 +8,7 @@ import json
 import platform
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +29,15 @@ __all__ = ["EXIT_MOST_ABSTAINED", "add_arguments", "build_configs", "main", "wri
 
 EXIT_MOST_ABSTAINED = 3
 """Most reads abstained: the outputs are written, but they measure too few reads."""
+
+NEARLY_CONSTANT_RANGE = 0.05
+"""Reads whose range (max - min) is below this are called nearly constant (report and stderr)."""
+
+
+def _nearly_constant(metrics: dict[str, Any]) -> bool:
+    lo_hi = metrics.get("progress_range")
+    return lo_hi is not None and lo_hi[1] - lo_hi[0] < NEARLY_CONSTANT_RANGE
+
 
 _FLAGS = {"env_id": "env", "episodes": "episodes", "seed": "seed", "stride": "stride"}
 
@@ -127,7 +137,7 @@ def _report(metrics: dict[str, Any], meta: dict[str, Any]) -> str:
             "",
         ]
     lo_hi = metrics.get("progress_range")
-    if lo_hi is not None and lo_hi[1] - lo_hi[0] < 0.05:
+    if _nearly_constant(metrics):
         lines += [
             f"**The reads are nearly constant** (every read in [{f(lo_hi[0], 3)}, "
             f"{f(lo_hi[1], 3)}]): this verifier does not read progress from this text, and the "
@@ -200,12 +210,7 @@ def main(args: argparse.Namespace) -> int:
     finally:
         verifier.close()
     metrics = progress_metrics(rows, seconds)
-    reasons: dict[str, int] = {}
-    for r in rows:
-        if r["progress"] is None:
-            reasons[r.get("reason") or "abstained"] = (
-                reasons.get(r.get("reason") or "abstained", 0) + 1
-            )
+    reasons = dict(Counter(r.get("reason") or "abstained" for r in rows if r["progress"] is None))
     meta = {
         "env": cfg.env_id,
         "verifier": f"{vcfg.backend} {vcfg.model or 'default (SmolLM2-135M-Instruct)'}, G={vcfg.granularity}",
@@ -225,8 +230,8 @@ def main(args: argparse.Namespace) -> int:
         f"{metrics['n_abstained']} abstained)"
     )
     print(f"wrote {paths['report']}")
-    lo_hi = metrics["progress_range"]
-    if lo_hi is not None and lo_hi[1] - lo_hi[0] < 0.05:
+    if _nearly_constant(metrics):
+        lo_hi = metrics["progress_range"]
         print(
             f"densereward eval-progress: every read is in [{lo_hi[0]:.3f}, {lo_hi[1]:.3f}]: this "
             "verifier does not read progress from this text (try read_mode=..., form=..., or a "

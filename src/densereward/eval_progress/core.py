@@ -218,7 +218,7 @@ def read_progress(
         texts = _texts(describer, ep, cfg.form)
         n = len(texts)
         if cfg.read_mode == "pairwise":
-            start = texts[0] if cfg.form == "state" else describer.describe(ep.observations[:1], [])
+            start = texts[0]  # reads start at t = 0: the start state's text in either form
             fwd = verifier.compare_batch(problems=[task] * n, a=texts, b=[start] * n,
                                          criteria=[PAIR_CRITERION])  # fmt: skip
             back = verifier.compare_batch(problems=[task] * n, a=[start] * n, b=texts,
