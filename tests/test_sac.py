@@ -6,7 +6,10 @@ import argparse
 import csv
 import json
 import logging
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -420,3 +423,94 @@ def test_sac_run_plots_its_curves_and_labels_the_evaluation_reward(tmp_path, cap
     assert summary["plot"] == str(out / "training_curves.png")
     assert (out / "training_curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert summary["threshold_source"] is None  # no verifier: no verifier panels
+
+
+# --------------------------------------------------------------------------------------------
+# a new user's own environment (issue 41): Gymnasium's "module:Id" form
+# --------------------------------------------------------------------------------------------
+
+
+def own_env_module(directory: Path) -> Path:
+    """docs/extending.md's ``myreach.py`` ("Bring your own environment"), written as it reads."""
+    text = (REPO / "docs" / "extending.md").read_text(encoding="utf-8")
+    section = text[text.index("## Bring your own environment") :]
+    block = re.search(r"^```python\n(.*?)^```", section, re.DOTALL | re.MULTILINE).group(1)
+    path = directory / "myreach.py"
+    path.write_text(block)
+    return path
+
+
+@pytest.fixture
+def myreach(tmp_path, monkeypatch):
+    import gymnasium as gym
+
+    own_env_module(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    yield tmp_path
+    sys.modules.pop("myreach", None)
+    gym.registry.pop("Reach1D-v0", None)
+
+
+def test_own_environment_by_its_module_id_in_the_api_dry_run_and_compare(myreach, tmp_path):
+    """env.id=myreach:Reach1D-v0 (gymnasium.make's own form: import myreach, which registers
+    Reach1D-v0) was refused by the dry run ("doesn't exist. Did you mean FetchReach?")."""
+    from densereward import envs
+    from densereward.sample_efficiency import dry_run_comparison
+
+    venv = envs.make_vec_env("myreach:Reach1D-v0", 2, seed=0, reward="sparse")
+    try:
+        obs = venv.reset()
+        _, rewards, _, _ = venv.step(np.ones((2, 1), dtype=np.float32))
+    finally:
+        venv.close()
+    assert obs.shape == (2, 1) and set(rewards) <= {0.0, 1.0}
+    assert venv.info_keywords == ("is_success",)  # the module's env reports success
+    config = load_yaml(REPO / "configs" / "sac_fetchreach_verifier.yaml")
+    config["env"].update(id="myreach:Reach1D-v0", describer="box", task="Reach x >= 0.5.")
+    lines = sac.dry_run(config, output_dir=tmp_path / "run")
+    assert lines[0].startswith("env: Reach1D-v0 (max_episode_steps 50)")
+    assert any(line.startswith("describer: BoxDescriber") for line in lines)
+    assert not (tmp_path / "run").exists()
+    compare = {
+        "name": "own", "trainer": "sac", "base": "configs/sac_fetchreach_sparse.yaml",
+        "common": ["env.id=myreach:Reach1D-v0"], "conditions": {"sparse": {}, "env": ["env.reward=env"]},
+        "seeds": [0], "budget": 100, "output_dir": str(tmp_path / "cmp"),
+    }  # fmt: skip
+    assert any("Reach1D-v0" in line for line in dry_run_comparison(compare, base_dir=REPO))
+    assert not (tmp_path / "cmp").exists()
+    # a module that is not there: one line naming it, from the API and from the dry run
+    with pytest.raises(ConfigError, match=r"no module named 'no_such_envs_41'"):
+        envs.make_vec_env("no_such_envs_41:Reach1D-v0", 1)
+    with pytest.raises(
+        ConfigError, match=r"^env\.id: environment id 'no_such_envs_41:Reach1D-v0': no module "
+    ):
+        sac.dry_run({**config, "env": {"id": "no_such_envs_41:Reach1D-v0"}}, output_dir=tmp_path)
+
+
+def test_train_sac_dry_run_takes_a_module_id_from_the_command_line(tmp_path):
+    """The CLI as a new user runs it: the module on PYTHONPATH, env.id=myreach:Reach1D-v0; and
+    an unknown module is one line and exit status 2, not a traceback."""
+    import densereward
+
+    own_env_module(tmp_path)
+    src = Path(densereward.__file__).parents[1]  # the densereward under test
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
+           "PYTHONPATH": os.pathsep.join([str(tmp_path), str(src),
+                                          os.environ.get("PYTHONPATH", "")])}  # fmt: skip
+    out = tmp_path / "run"
+    cmd = [sys.executable, "-m", "densereward.cli", "train", "sac", "--config",
+           str(REPO / "configs" / "sac_fetchreach_verifier.yaml"), "--dry-run", "--output-dir",
+           str(out), "env.id=myreach:Reach1D-v0", "env.describer=box",
+           "env.task=Move the point right until x >= 0.5."]  # fmt: skip
+    done = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "ok  env: Reach1D-v0" in done.stdout and "ok  describer: BoxDescriber" in done.stdout
+    assert not out.exists()
+    cmd[cmd.index("env.id=myreach:Reach1D-v0")] = "env.id=no_such_envs_41:Reach1D-v0"
+    done = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines() == [
+        "densereward: error: env.id: environment id 'no_such_envs_41:Reach1D-v0': no module "
+        "named 'no_such_envs_41' (the 'module:Id' form imports it to register 'Reach1D-v0'); "
+        "install it or put its directory on PYTHONPATH"
+    ]

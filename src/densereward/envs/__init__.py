@@ -40,10 +40,11 @@ from .kinds import (
     make_describer,
 )
 from .meta_world import MetaWorldDescriber
-from .registration import register_robotics
+from .registration import import_env_module, register_robotics
 
 __all__ = [
     "register_robotics",
+    "import_env_module",
     "make_env",
     "make_vec_env",
     "default_describer",
@@ -82,15 +83,18 @@ def _base_env(
 ) -> gym.Env:
     check_sac_reward(reward, base)
     register_robotics()
-    if env_id not in gym.registry:
+    name = import_env_module(env_id)  # "module:Id": import module (it registers Id), make Id
+    if name not in gym.registry:
         import difflib
 
-        close = difflib.get_close_matches(env_id, list(gym.registry), n=3)
+        close = difflib.get_close_matches(name, list(gym.registry), n=3)
         raise ConfigError(
             f"unknown environment {env_id!r}" + (f"; did you mean {close}?" if close else "")
         )
-    env = gym.make(env_id, render_mode=render_mode, **env_kwargs)
-    return SAC_REWARDS.load(reward)(env, SACRewardContext(env_id=env_id, base=base))
+    if render_mode is not None:  # passed only when asked for: an env may take no render_mode
+        env_kwargs = {"render_mode": render_mode, **env_kwargs}
+    env = gym.make(name, **env_kwargs)
+    return SAC_REWARDS.load(reward)(env, SACRewardContext(env_id=name, base=base))
 
 
 def make_env(
@@ -109,7 +113,9 @@ def make_env(
     """One environment with the requested reward, ``Monitor`` outermost.
 
     Args:
-        env_id: a registered id, e.g. ``"FetchReach-v4"``.
+        env_id: a registered id, e.g. ``"FetchReach-v4"``, or Gymnasium's ``"module:Id"`` form
+            (``"myreach:Reach1D-v0"``: ``module`` is imported first, which registers ``Id``;
+            docs/extending.md, "Bring your own environment").
         reward: a kind of :data:`SAC_REWARDS`: ``"env"`` | ``"sparse"`` | ``"verifier"`` | a
             plugin's.
         base: for ``"verifier"``: the kind under the verifier term (``"sparse"``, ``"env"``, ...).
@@ -122,7 +128,8 @@ def make_env(
         **env_kwargs: passed to ``gym.make``.
 
     Raises:
-        ConfigError: on an unknown id or reward, or ``"verifier"`` without ``progress_fn``.
+        ConfigError: on an unknown id or reward, a ``module`` of ``"module:Id"`` that cannot be
+            imported, or ``"verifier"`` without ``progress_fn``.
     """
     env = _base_env(env_id, reward=reward, base=base, render_mode=render_mode, **env_kwargs)
     if reward == VERIFIER_REWARD:

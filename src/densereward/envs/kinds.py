@@ -35,6 +35,7 @@ from typing import Any
 
 from ..errors import ConfigError
 from ..registry import Registry, entry_point_group
+from .registration import registered_id
 
 __all__ = [
     "DESCRIBERS",
@@ -134,7 +135,8 @@ def make_describer(env_id: str, task: str | None = None, *, name: str | None = N
     (by name) whose ``env_ids`` match, else ``box`` with ``task``.
 
     Args:
-        env_id: a Gymnasium id, e.g. ``"FetchReach-v4"``.
+        env_id: a Gymnasium id, e.g. ``"FetchReach-v4"``, or ``"module:Id"`` (matched and
+            built as ``Id``).
         task: ``env.task``, the task text of describers with ``needs_task`` (``box``).
         name: ``env.describer``: a name in :data:`DESCRIBERS`; ``None`` = chosen by ``env_id``.
 
@@ -145,6 +147,7 @@ def make_describer(env_id: str, task: str | None = None, *, name: str | None = N
         ConfigError: for an unknown ``name`` (did-you-mean), or an env id no describer lists
             when no ``task`` is given, naming both ways out.
     """
+    env_id = registered_id(env_id)  # "module:Id" is described as Id
     if name is None:
         for candidate in DESCRIBERS.names():
             if _matches(env_id, getattr(DESCRIBERS.load(candidate), "env_ids", ())):

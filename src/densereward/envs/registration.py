@@ -1,5 +1,6 @@
-"""Registration of the Gymnasium-Robotics environments (a leaf: both the environment factory
-and the describers' rendering probe import it)."""
+"""Registration of the Gymnasium-Robotics environments, and Gymnasium's ``"module:Id"`` form
+of an environment id (a leaf: both the environment factory and the describers' rendering probe
+import it)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,15 @@ import os
 
 import gymnasium as gym
 
-__all__ = ["register_robotics", "register_metaworld", "headless_gl"]
+from ..errors import ConfigError
+
+__all__ = [
+    "register_robotics",
+    "register_metaworld",
+    "headless_gl",
+    "registered_id",
+    "import_env_module",
+]
 
 
 def headless_gl() -> None:
@@ -86,3 +95,55 @@ def register_metaworld() -> list[str]:
             )
         ids.append(env_id)
     return sorted(ids)
+
+
+def registered_id(env_id: str) -> str:
+    """The registry id of ``env_id``: ``Id`` of Gymnasium's ``"module:Id"`` form, else ``env_id``.
+
+    Text only (nothing imported); :func:`import_env_module` imports the module.
+
+    >>> registered_id("myreach:Reach1D-v0"), registered_id("FetchReach-v4")
+    ('Reach1D-v0', 'FetchReach-v4')
+    """
+    return env_id.partition(":")[2] if ":" in env_id else env_id
+
+
+def import_env_module(env_id: str) -> str:
+    """Import the module of an id in Gymnasium's ``"module:Id"`` form and return ``Id``.
+
+    ``gymnasium.make("module:Id")`` imports ``module`` first (which registers ``Id`` with
+    ``gymnasium.register``) and then makes ``Id``; this does the import the same way, so that
+    an id of one's own environment (``myreach:Reach1D-v0``) is checked, described and made as a
+    registered one. An id without ``:`` is returned as is and imports nothing.
+
+    Raises:
+        ConfigError: naming the module when it cannot be imported (not installed, not on
+            ``PYTHONPATH``, or its import raised).
+    """
+    if ":" not in env_id:
+        return env_id
+    import importlib
+
+    module = env_id.partition(":")[0]
+    try:
+        importlib.import_module(module)
+    except ModuleNotFoundError as exc:
+        missing = exc.name or ""
+        if module == missing or module.startswith(missing + "."):
+            raise ConfigError(
+                f"environment id {env_id!r}: no module named {module!r} (the 'module:Id' form "
+                f"imports it to register {registered_id(env_id)!r}); install it or put its "
+                "directory on PYTHONPATH"
+            ) from None
+        raise _import_failed(env_id, module, exc) from None
+    except Exception as exc:  # noqa: BLE001 - the user's module: report it as the id's
+        raise _import_failed(env_id, module, exc) from None
+    return registered_id(env_id)
+
+
+def _import_failed(env_id: str, module: str, exc: BaseException) -> ConfigError:
+    first = (str(exc).strip().splitlines() or [""])[0]
+    return ConfigError(
+        f"environment id {env_id!r}: importing module {module!r} failed: "
+        f"{type(exc).__name__}: {first}"
+    )

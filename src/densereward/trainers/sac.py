@@ -205,7 +205,7 @@ def dry_run(config: dict[str, Any], *, output_dir: Path, resume: bool = False) -
             from densereward.progress_fn import load_triton_before_gl
 
             load_triton_before_gl()  # a later triton import would crash after rendering
-        env = gym.make(cfg.env.id, **render_kwargs(cfg))
+        env = gym.make(spec.id, **render_kwargs(cfg))  # Id of a "module:Id" env.id
         try:
             obs, _ = env.reset(seed=cfg.training.seed)
             task, text = describer.task(obs), describer.describe([obs], [])

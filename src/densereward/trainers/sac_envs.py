@@ -23,10 +23,13 @@ def eval_reward(cfg: SACRunConfig) -> str:
 
 
 def env_spec(env_id: str) -> Any:
-    """The registered spec of ``env_id`` (Gymnasium-Robotics registered first).
+    """The registered spec of ``env_id`` (Gymnasium-Robotics registered first). Gymnasium's
+    ``"module:Id"`` form (``myreach:Reach1D-v0``) imports ``module`` first, which registers
+    ``Id``, as ``gymnasium.make`` does; the spec is ``Id``'s.
 
     Raises:
-        ConfigError: for an id that is not registered (Gymnasium's message suggests close ids).
+        ConfigError: for a module that cannot be imported (naming it), or an id that is not
+            registered (Gymnasium's message suggests close ids).
     """
     import gymnasium as gym
 
@@ -34,7 +37,11 @@ def env_spec(env_id: str) -> Any:
 
     envs.register_robotics()
     try:
-        return gym.spec(env_id)
+        name = envs.import_env_module(env_id)
+    except ConfigError as exc:
+        raise ConfigError(f"env.id: {exc}") from None
+    try:
+        return gym.spec(name)
     except gym.error.Error as exc:
         raise ConfigError(f"env.id={env_id!r}: {exc}") from None
 
