@@ -137,6 +137,65 @@ def test_dynamics_auto_threshold_is_youdens_j_of_earlier_episodes(caplog):
     assert fixed.metrics()["verifier/tpr"] == 0.0 and fixed.threshold_source == "fixed 0.5"
 
 
+def test_dynamics_leaves_success_metrics_out_for_an_env_without_is_success(caplog):
+    """Issue 41: an environment whose step info has no is_success (Pendulum-v1) gives episodes
+    with is_success None; the metrics that need success are left out, not computed as if every
+    episode failed, and the auto threshold's fallback is not said (nothing to calibrate)."""
+    cb = VerifierDynamicsCallback(threshold="auto")
+    with caplog.at_level(logging.INFO, logger="densereward.callbacks"):
+        for final in (0.2, 0.9, None):
+            cb.add_episode(_episode(final, None))
+    m = cb.metrics()
+    needs_success = {"verifier/tpr", "verifier/tnr", "verifier/balanced_accuracy",
+                     "verifier/threshold", "verifier/threshold_fallback", "verifier/success_rate",
+                     "verifier/voc_success", "verifier/progress_success_mean",
+                     "verifier/progress_failure_mean"}  # fmt: skip
+    assert not needs_success & set(m), sorted(needs_success & set(m))
+    assert m["verifier/final_progress_mean"] == pytest.approx(0.55)
+    assert m["verifier/voc"] == pytest.approx(1.0) and "rollout/ep_verifier_rew_mean" in m
+    assert not caplog.records
+    # an episode whose environment does report success counts; the others stay out
+    cb.add_episode(_episode(0.8, True))
+    m = cb.metrics()
+    assert m["verifier/success_rate"] == 1.0 and m["verifier/progress_success_mean"] == 0.8
+
+
+def test_curves_of_an_env_without_is_success_are_returns_not_zero_success(tmp_path):
+    """Issue 41: densereward's make_vec_env on Pendulum-v1 (no info["is_success"]) no longer
+    dies at the first episode end (SB3's VecMonitor was told to record is_success); the
+    learning curve without success is the episode return, evaluation logs no success rate, and
+    a curve that expects success writes no point rather than a made-up 0."""
+    import csv
+
+    from stable_baselines3.common.logger import configure
+
+    from densereward import envs
+
+    def pendulum(seed):
+        return envs.make_vec_env("Pendulum-v1", 1, seed=seed, reward="env", max_episode_steps=10)
+
+    venv = pendulum(0)
+    assert venv.info_keywords == ()  # the success key only where a step reports it
+    returns = LearningCurveCallback(tmp_path / "train.jsonl", every=10, success=False)
+    expects_success = LearningCurveCallback(tmp_path / "success.jsonl", every=10)
+    evaluation = EvaluationCallback(pendulum(10_000), tmp_path / "eval.jsonl", every=20,
+                                    n_episodes=1, success=False)  # fmt: skip
+    model = _tiny_sac(venv, learning_starts=100, policy="MlpPolicy")
+    model.set_logger(configure(str(tmp_path / "log"), ["csv"]))
+    model.learn(40, callback=[returns, expects_success, evaluation])
+    sb3 = [float(ep["r"]) for ep in model.ep_info_buffer]  # 4 episodes of 10 steps
+    assert [p["step"] for p in returns.curve] == [10, 20, 30, 40]
+    assert returns.curve[-1]["value"] == pytest.approx(np.mean(sb3), abs=1e-4)
+    assert returns.curve[-1]["value"] < 0  # Pendulum's reward: a return, not a success rate
+    assert returns.metric == "rollout/ep_rew_mean" and evaluation.metric == "eval/mean_reward"
+    assert expects_success.curve == [] and not (tmp_path / "success.jsonl").exists()
+    assert [p["step"] for p in evaluation.curve] == [0, 20, 40]
+    assert all(p["value"] == p["mean_reward"] < 0 for p in evaluation.curve)
+    with open(tmp_path / "log" / "progress.csv") as f:
+        keys = set(next(csv.reader(f)))
+    assert "eval/mean_reward" in keys and not any("success" in k for k in keys), keys
+
+
 def test_dynamics_without_a_verifier_logs_the_true_return_of_sb3_episodes():
     """Through model.learn on a plain Gymnasium env: the true return is SB3's episode return."""
     venv = sb3_make_vec_env("Pendulum-v1", n_envs=2, seed=0, env_kwargs={"max_episode_steps": 10})

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from densereward.config import load_yaml
-from densereward.errors import ConfigError
+from densereward.errors import ConfigError, DataError
 from densereward.io import read_jsonl
 from densereward.trainers import sac
 
@@ -426,7 +426,7 @@ def test_sac_run_plots_its_curves_and_labels_the_evaluation_reward(tmp_path, cap
 
 
 # --------------------------------------------------------------------------------------------
-# a new user's own environment (issue 41): Gymnasium's "module:Id" form
+# a new user's own environment (issue 41): Gymnasium's "module:Id" form, and no is_success
 # --------------------------------------------------------------------------------------------
 
 
@@ -514,3 +514,45 @@ def test_train_sac_dry_run_takes_a_module_id_from_the_command_line(tmp_path):
         "named 'no_such_envs_41' (the 'module:Id' form imports it to register 'Reach1D-v0'); "
         "install it or put its directory on PYTHONPATH"
     ]
+
+
+def test_sac_on_an_env_without_is_success_trains_with_success_metrics_off(tmp_path, caplog):
+    """Issue 41: Pendulum-v1 with the env reward passed the dry run, then died at its first
+    episode end (KeyError: 'is_success' in SB3's VecMonitor) and left its run directory. Now it
+    trains; success rates are left out (never a made-up 0), said once, and the learning curve
+    is the evaluation's mean reward. A run refused before training leaves no directory."""
+    from densereward import envs
+
+    envs._NO_SUCCESS_SAID.discard("Pendulum-v1")
+    config = small_config("sac_fetchreach_dense.yaml", total_timesteps=400, checkpoint_every=0,
+                          eval_every=200, eval_episodes=1, curve_every=200)  # fmt: skip
+    config["env"].update(id="Pendulum-v1", n_envs=1)
+    config["sac"].update({"learning_starts": 300, "batch_size": 32,
+                          "policy_kwargs": {"net_arch": [16, 16]}})  # fmt: skip
+    lines = sac.dry_run(config, output_dir=tmp_path / "dry")
+    assert (
+        "no 'is_success': success-rate metrics off, the learning curve is eval/mean_reward"
+        in (lines[3])
+    )
+    with caplog.at_level(logging.WARNING, logger="densereward.envs"):
+        summary = sac.run(config, output_dir=tmp_path / "run")
+    said = [r.getMessage() for r in caplog.records if "is_success" in r.getMessage()]
+    assert said == [
+        "success-rate metrics are off for Pendulum-v1: its step info has no 'is_success', so "
+        "success rates (eval/success_rate, verifier/tpr, ...) are left out, not counted as "
+        "failures (said once)"
+    ]
+    assert summary["env_steps"] == 400 and summary["success_metrics"] is False
+    assert summary["metric"] == "eval/mean_reward" and "no success rate" in summary["curve_source"]
+    assert [p["step"] for p in summary["curve"]] == [0, 200, 400]
+    assert all(p["value"] == p["mean_reward"] < 0 for p in summary["curve"])
+    assert summary["train_curve"] and all(p["value"] < 0 for p in summary["train_curve"])
+    keys = logged_keys(tmp_path / "run")
+    assert "eval/mean_reward" in keys and not any("success" in k for k in keys), sorted(keys)
+    # the sparse reward needs is_success: refused before training, and nothing left behind
+    config["env"]["reward"] = "sparse"
+    with pytest.raises(
+        DataError, match=r"needs info\['is_success'\] from Pendulum-v1.*env\.reward=env"
+    ):
+        sac.run(config, output_dir=tmp_path / "refused")
+    assert not (tmp_path / "refused").exists()

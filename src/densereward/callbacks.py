@@ -117,6 +117,8 @@ class VerifierDynamicsCallback(BaseCallback):
       ``verifier/frames_per_step`` and ``verifier/render_seconds_per_step`` (frames rendered
       for the verifier and the seconds that took).
     * ``verifier/success_rate``, ``rollout/ep_true_rew_mean``, ``rollout/ep_verifier_rew_mean``.
+    * Without ``info["is_success"]`` (``Pendulum-v1``: the episodes' ``is_success`` is ``None``)
+      the metrics above that need success are left out, never computed as if all had failed.
     * with ``engine_stats``: ``verifier/n_low_mass`` (reads that abstained below
       ``VerifierConfig.min_mass``), ``verifier/mean_mass``, ``verifier/n_engine_abstained``
       (cumulative counters of the verifier engine).
@@ -199,6 +201,8 @@ class VerifierDynamicsCallback(BaseCallback):
         """Add a finished episode (``info["verifier_episode"]``) at the threshold in force,
         then recalibrate ``auto`` with it (so it only judges later episodes)."""
         self.episodes.append({**episode, "threshold": self.threshold})
+        if episode.get("is_success") is None:
+            return  # the environment reports no success: nothing to judge the progress against
         if self.threshold_fallback and not self._fallback_said:
             self._fallback_said = True
             logger.warning(
@@ -223,36 +227,34 @@ class VerifierDynamicsCallback(BaseCallback):
         """The current window's metrics (keys as logged; NaN where undefined)."""
         out: dict[str, float] = {"rollout/ep_true_rew_mean": _mean(self.true_returns)}
         eps = list(self.episodes)
+        vocs = [value_order_correlation(e["progress"], steps=e["scored_steps"]) for e in eps]
         if eps:
-            vocs = [value_order_correlation(e["progress"], steps=e["scored_steps"]) for e in eps]
             defined = [v for v in vocs if v is not None]
             out["verifier/voc"] = _mean(defined)
             out["verifier/voc_undefined_frac"] = 1.0 - len(defined) / len(vocs)
-            out["verifier/voc_success"] = _mean(
-                v for v, e in zip(vocs, eps, strict=True) if v is not None and e["is_success"]
-            )
             out["rollout/ep_verifier_rew_mean"] = _mean(e["verifier_return"] for e in eps)
-            out["verifier/success_rate"] = _mean(float(e["is_success"]) for e in eps)
-            judged = [
-                (e["final_progress"], e["is_success"])
-                for e in eps
-                if e["final_progress"] is not None
-            ]
-            pos = [p for p, s in judged if s]
-            neg = [p for p, s in judged if not s]
-            final = [p for p, _ in judged]
-            success = [float(s) for _, s in judged]
-            at = [
-                e.get("threshold", self.threshold) for e in eps if e["final_progress"] is not None
-            ]
+            finals = [e["final_progress"] for e in eps if e["final_progress"] is not None]
+            out["verifier/final_progress_mean"] = _mean(finals)
+        # what needs success: over episodes whose environment reports it (None: it does not)
+        known = [(v, e) for v, e in zip(vocs, eps, strict=True) if e["is_success"] is not None]
+        if known:
+            out["verifier/voc_success"] = _mean(
+                v for v, e in known if v is not None and e["is_success"]
+            )
+            out["verifier/success_rate"] = _mean(float(e["is_success"]) for _, e in known)
+            judged = [e for _, e in known if e["final_progress"] is not None]
+            final = [e["final_progress"] for e in judged]
+            success = [float(e["is_success"]) for e in judged]
+            at = [e.get("threshold", self.threshold) for e in judged]
             out["verifier/tpr"] = tpr(final, success, at)
             out["verifier/tnr"] = tnr(final, success, at)
             out["verifier/balanced_accuracy"] = balanced_accuracy(final, success, at)
             out["verifier/threshold"] = self.threshold
             out["verifier/threshold_fallback"] = float(self.threshold_fallback)
+            pos = [p for p, s in zip(final, success, strict=True) if s]
+            neg = [p for p, s in zip(final, success, strict=True) if not s]
             out["verifier/progress_success_mean"] = _mean(pos)
             out["verifier/progress_failure_mean"] = _mean(neg)
-            out["verifier/final_progress_mean"] = _mean(p for p, _ in judged)
         if self._stats:
             steps = sum(s.n_env_steps for s in self._stats)
             queries = sum(s.n_queries for s in self._stats)
@@ -365,33 +367,46 @@ class LearningCurveCallback(BaseCallback):
 
     The success rate is the mean ``is_success`` of the last ``window`` finished training
     episodes (SB3's ``rollout/success_rate``), written every ``every`` environment steps
-    once an episode has finished. ``densereward compare`` reads this file.
+    once an episode has finished (one without ``is_success`` is left out, not counted as a
+    failure); ``densereward compare`` reads this file. With ``success=False`` (no ``is_success``:
+    ``Pendulum-v1``) the value is their mean return (SB3's ``rollout/ep_rew_mean``) instead.
 
     Args:
         path: the JSONL file (appended to, so a resumed run continues the curve).
         every: environment steps between points (summed over vectorised environments).
         window: episodes in the success-rate window.
+        success: the environment reports ``info["is_success"]``.
 
     Raises:
         ConfigError: if ``every < 1`` or ``window < 1``.
     """
 
     def __init__(
-        self, path: str | Path, every: int = 1000, window: int = 100, verbose: int = 0
+        self,
+        path: str | Path,
+        every: int = 1000,
+        window: int = 100,
+        verbose: int = 0,
+        *,
+        success: bool = True,
     ) -> None:
         super().__init__(verbose)
         if every < 1 or window < 1:
             raise ConfigError(f"curve every/window must be >= 1, got {every}/{window}")
         self.path = Path(path)
         self.every = every
-        self.successes: deque[float] = deque(maxlen=window)
+        self.success = success
+        self.metric = "success_rate" if success else "rollout/ep_rew_mean"
+        self.successes: deque[float] = deque(maxlen=window)  # or returns, without success
         self.curve: list[dict[str, float]] = []
         self._next = None
 
     def _on_step(self) -> bool:
         for info, done in zip(self.locals["infos"], self.locals["dones"], strict=True):
-            if done:
-                self.successes.append(float(bool(info.get("is_success", False))))
+            if done and self.success and "is_success" in info:
+                self.successes.append(float(bool(info["is_success"])))
+            elif done and not self.success and "episode" in info:
+                self.successes.append(float(info["episode"]["r"]))
         if self._next is None:
             self._next = (self.num_timesteps // self.every + 1) * self.every
         if self.num_timesteps >= self._next and self.successes:
@@ -422,7 +437,8 @@ class EvaluationCallback(BaseCallback):
     (the keys of SB3's ``EvalCallback``) and ``eval/reward`` (``reward_label``: which reward
     ``eval/mean_reward`` sums) and appends
     ``{"step", "value", "n_episodes", "mean_reward", "reward"}`` (``value`` = success rate in
-    ``[0, 1]``) to ``path``.
+    ``[0, 1]``) to ``path``; with ``success=False`` (no ``is_success``: ``Pendulum-v1``) no
+    success rate is logged, never a made-up 0, and ``value`` is ``mean_reward``.
 
     The two measure different things: ``success_rate`` is the fraction of episodes whose *last*
     step is a success (Fetch's ``info["is_success"]``), ``mean_reward`` the evaluation
@@ -454,6 +470,7 @@ class EvaluationCallback(BaseCallback):
         deterministic: deterministic actions (the field's protocol; ``False`` only for study).
         reward_label: what the evaluation environment's reward is, in words (logged as
             ``eval/reward``, stored as ``reward`` in each point).
+        success: the environment reports ``info["is_success"]``.
 
     Raises:
         ConfigError: if ``every < 1`` or ``n_episodes < 1``; at training start if exactly one of
@@ -470,10 +487,13 @@ class EvaluationCallback(BaseCallback):
         deterministic: bool = True,
         reward_label: str = "the evaluation environment's reward",
         verbose: int = 0,
+        success: bool = True,
     ) -> None:
         super().__init__(verbose)
         if every < 1 or n_episodes < 1:
             raise ConfigError(f"evaluation every/n_episodes must be >= 1, got {every}/{n_episodes}")
+        self.success = success
+        self.metric = "eval/success_rate" if success else "eval/mean_reward"
         self.eval_env = eval_env
         self.path = Path(path)
         self.every = every
@@ -521,8 +541,9 @@ class EvaluationCallback(BaseCallback):
         successes: list[float] = []
 
         def on_step(locals_: dict[str, Any], _globals: dict[str, Any]) -> None:
-            if locals_["done"] and "episode" in locals_["info"]:  # a real end (VecMonitor)
-                successes.append(float(bool(locals_["info"].get("is_success", False))))
+            info = locals_["info"]
+            if locals_["done"] and "episode" in info and "is_success" in info:  # a real end
+                successes.append(float(bool(info["is_success"])))
 
         rewards, lengths = evaluate_policy(
             self.model,
@@ -533,16 +554,18 @@ class EvaluationCallback(BaseCallback):
             callback=on_step,
         )
         self.seconds += time.perf_counter() - t0
+        rate = float(np.mean(successes)) if successes else float("nan")
         point = {
             "step": int(self.num_timesteps),
-            "value": float(np.mean(successes)) if successes else float("nan"),
+            "value": rate if self.success else float(np.mean(rewards)),
             "n_episodes": len(rewards),
             "mean_reward": float(np.mean(rewards)),
             "reward": self.reward_label,
         }
         self.curve.append(point)
         append_jsonl(self.path, point)
-        self.logger.record("eval/success_rate", point["value"])
+        if self.success:
+            self.logger.record("eval/success_rate", point["value"])
         self.logger.record("eval/mean_reward", point["mean_reward"])
         self.logger.record("eval/reward", self.reward_label, exclude="tensorboard")
         self.logger.record("eval/mean_ep_length", float(np.mean(lengths)))

@@ -551,7 +551,8 @@ class ProgressRewardCore:
             "progress": [ep.scores[s] for s in sorted(ep.scores)],
             "final_progress": ep.scores.get(ep.t),
             "n_abstained": n_abstained,
-            "is_success": bool(info.get("is_success", False)),
+            # None: the environment reports no success (a success rate would be made up)
+            "is_success": bool(info["is_success"]) if "is_success" in info else None,
             "true_return": float(np.sum(ep.true_rewards)),
             "terminated": terminated,
         }

@@ -164,7 +164,9 @@ class SparseSuccessReward(gym.Wrapper):
         obs, r_env, terminated, truncated, info = self.env.step(action)
         if "is_success" not in info:
             raise DataError(
-                f"SparseSuccessReward needs info['is_success'] from {self.env.spec.id if self.env.spec else self.env}"
+                "SparseSuccessReward needs info['is_success'] from "
+                f"{self.env.spec.id if self.env.spec else self.env}, whose step info has none: "
+                "use its own reward (env.reward=env, or env.base=env under the verifier)"
             )
         info = dict(info)
         info.setdefault("true_reward", float(r_env))

@@ -20,6 +20,7 @@ describers (:data:`DESCRIBERS`): a plugin adds either through an entry point
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Callable
 from typing import Any
@@ -47,6 +48,8 @@ __all__ = [
     "import_env_module",
     "make_env",
     "make_vec_env",
+    "reports_success",
+    "SUCCESS_KEY",
     "default_describer",
     "make_describer",
     "DESCRIBERS",
@@ -61,6 +64,44 @@ __all__ = [
 
 RewardKind = str
 """A name in :data:`SAC_REWARDS`: ``"env"``, ``"sparse"``, ``"verifier"`` or a plugin's."""
+
+SUCCESS_KEY = "is_success"
+"""The ``info`` key of a successful step (Fetch, Meta-World). An environment without it (e.g.
+``Pendulum-v1``) trains as well; its success-rate metrics are left out, never counted as 0."""
+
+logger = logging.getLogger(__name__)
+_NO_SUCCESS_SAID: set[str] = set()
+
+
+def reports_success(env: gym.Env, env_id: str) -> bool:
+    """Whether a step of ``env`` reports ``info["is_success"]``: one reset and one random step.
+
+    The step's action is drawn from a copy of the action space (the space's own random state is
+    untouched); the next ``reset(seed=...)`` starts the environment afresh. When the key is
+    missing, one warning per id says that its success-rate metrics are off.
+
+    Args:
+        env: a freshly made environment (the reward kind's wrapper included).
+        env_id: its id, for the warning.
+
+    Returns:
+        ``True`` when the step's ``info`` holds ``is_success``.
+    """
+    import copy
+
+    env.reset()
+    info = env.step(copy.deepcopy(env.action_space).sample())[4]
+    if SUCCESS_KEY in info:
+        return True
+    if env_id not in _NO_SUCCESS_SAID:
+        _NO_SUCCESS_SAID.add(env_id)
+        logger.warning(
+            "success-rate metrics are off for %s: its step info has no 'is_success', so success "
+            "rates (eval/success_rate, verifier/tpr, ...) are left out, not counted as failures "
+            "(said once)",
+            env_id,
+        )
+    return False
 
 
 def default_describer(
@@ -123,7 +164,8 @@ def make_env(
         describer: trajectory describer; default from :func:`default_describer`.
         reward_config: :class:`ProgressRewardConfig`.
         gamma: the agent's discount (for shaping when ``reward_config.gamma`` is ``None``).
-        monitor: wrap in SB3's ``Monitor`` (records ``is_success`` too).
+        monitor: wrap in SB3's ``Monitor``; it records ``is_success`` too when a step reports it
+            (:func:`reports_success`: one reset and one step before it is returned).
         render_mode: ``None`` (default; no rendering) or ``"rgb_array"``.
         **env_kwargs: passed to ``gym.make``.
 
@@ -132,6 +174,7 @@ def make_env(
             imported, or ``"verifier"`` without ``progress_fn``.
     """
     env = _base_env(env_id, reward=reward, base=base, render_mode=render_mode, **env_kwargs)
+    success = monitor and reports_success(env, env_id)
     if reward == VERIFIER_REWARD:
         if progress_fn is None:
             raise ConfigError(
@@ -143,7 +186,7 @@ def make_env(
     if monitor:
         from stable_baselines3.common.monitor import Monitor
 
-        env = Monitor(env, info_keywords=("is_success",))
+        env = Monitor(env, info_keywords=(SUCCESS_KEY,) if success else ())
     return env
 
 
@@ -166,7 +209,11 @@ def make_vec_env(
 
     One batched verifier call per vector step serves all ``n_envs`` environments. ``env_id``,
     ``reward``, ``base``, ``progress_fn``, ``describer``, ``reward_config``, ``gamma``,
-    ``render_mode`` and ``env_kwargs`` are as in :func:`make_env`.
+    ``render_mode`` and ``env_kwargs`` are as in :func:`make_env`. ``VecMonitor`` records
+    ``is_success`` when a step of the environment reports it (:func:`reports_success` on the
+    first environment, before the seeded first reset), so ``"is_success" in
+    venv.info_keywords`` says whether success rates exist; an environment without it (e.g.
+    ``Pendulum-v1``) is said once and its success rates are left out.
 
     Args:
         n_envs: number of environments (>= 1), stepped in-process (``DummyVecEnv``).
@@ -191,10 +238,11 @@ def make_vec_env(
         )
 
     venv = DummyVecEnv([thunk(i) for i in range(n_envs)])
+    success = reports_success(venv.envs[0], env_id)  # before the seeded first reset
     venv.seed(seed)
     if reward == VERIFIER_REWARD:
         venv = VecVerifierProgressReward(
             venv, progress_fn, describer or default_describer(env_id), reward_config, gamma=gamma
         )
     filename = None if monitor_dir is None else os.path.join(os.fspath(monitor_dir), "monitor.csv")
-    return VecMonitor(venv, filename=filename, info_keywords=("is_success",))
+    return VecMonitor(venv, filename=filename, info_keywords=(SUCCESS_KEY,) if success else ())

@@ -42,6 +42,7 @@ import copy
 import logging
 import os
 import re
+import shutil
 import sys
 import time
 import uuid
@@ -77,7 +78,7 @@ from .sac_config import (  # noqa: F401  (re-exported: the config is part of thi
     eval_reward_label,
     parse_config,
 )
-from .sac_envs import build_envs, env_spec, render_kwargs
+from .sac_envs import build_envs, check_reward_kind, env_spec, render_kwargs
 from .sac_envs import eval_reward as _eval_reward
 
 logger = logging.getLogger(__name__)
@@ -109,7 +110,7 @@ def _learning_starts_problem(cfg: SACRunConfig) -> str | None:
     )
 
 
-def _plot(cfg: SACRunConfig, run_dir: Path, threshold_source: str) -> Path | None:
+def _plot(cfg: SACRunConfig, run_dir: Path, threshold_source: str, success: bool) -> Path | None:
     """Write ``training_curves.png`` (:func:`~densereward.trainers.sac_plots.plot_sac_run`)."""
     try:
         from .sac_plots import plot_sac_run
@@ -130,6 +131,7 @@ def _plot(cfg: SACRunConfig, run_dir: Path, threshold_source: str) -> Path | Non
         training_reward=training if verifier else None,
         threshold_source=threshold_source if verifier else None,
         title=f"SAC on {cfg.env.id}: reward {training if verifier else cfg.env.reward}",
+        success=success,
     )
 
 
@@ -197,7 +199,7 @@ def dry_run(config: dict[str, Any], *, output_dir: Path, resume: bool = False) -
         f"sac: stable_baselines3.SAC arguments ok {sorted(cfg.sac)}",
     ]
     unreachable = None  # an offline name not installed, a Hub id not reachable offline
-    lines.append(_check_reward_kind(cfg))
+    lines.append(check_reward_kind(cfg))
     if cfg.env.reward == "verifier":
         describer = envs.default_describer(cfg.env.id, cfg.env.task, name=cfg.env.describer)
         envs.register_robotics()  # MUJOCO_GL=egl on a headless machine, before MuJoCo loads
@@ -240,30 +242,6 @@ def dry_run(config: dict[str, Any], *, output_dir: Path, resume: bool = False) -
     return lines + [f"!! {p}" for p in problems if p]
 
 
-def _check_reward_kind(cfg: SACRunConfig) -> str:
-    """Build and step one environment with the reward kind(s) ``env.reward`` / ``env.base``
-    name (a plugin's builder is imported and called here, not at the run's first step)."""
-    from densereward import envs
-
-    kind = cfg.env.base if cfg.env.reward == "verifier" else cfg.env.reward
-    envs.SAC_REWARDS.load(cfg.env.reward)  # ConfigError naming the entry that cannot load
-    try:
-        env = envs.make_env(cfg.env.id, reward=kind, base=cfg.env.base, monitor=False)
-        try:
-            env.reset(seed=cfg.training.seed)
-            env.step(env.action_space.sample())
-        finally:
-            env.close()
-    except ConfigError:
-        raise
-    except Exception as e:  # noqa: BLE001 - a plugin's builder: report it as the config's
-        raise ConfigError(
-            f"env reward kind {kind!r} failed on {cfg.env.id}: {type(e).__name__}: {e}"
-        ) from e
-    on = f" on base {kind!r}" if cfg.env.reward == "verifier" else ""
-    return f"reward: {cfg.env.reward!r}{on} built and stepped once"
-
-
 def run(config: dict[str, Any], *, output_dir: Path, resume: bool = False) -> dict[str, Any]:
     """Train SAC with the configured reward; the trainer contract of ``densereward compare``.
 
@@ -301,6 +279,7 @@ def run(config: dict[str, Any], *, output_dir: Path, resume: bool = False) -> di
         VerifierDynamicsCallback,
         WandbOutputFormat,
     )
+    from densereward.envs import SUCCESS_KEY
     from densereward.wrappers import verifier_progress_fn
 
     cfg = parse_config(config)
@@ -321,6 +300,7 @@ def run(config: dict[str, Any], *, output_dir: Path, resume: bool = False) -> di
         verifier = Verifier(cfg.verifier)
         progress_fn = verifier_progress_fn(verifier)
     env_spec(cfg.env.id)
+    created = not run_dir.exists()
     run_dir.mkdir(parents=True, exist_ok=True)
     atomic_write_text(run_dir / "config.yaml", yaml.safe_dump(config, sort_keys=False))
 
@@ -329,8 +309,17 @@ def run(config: dict[str, Any], *, output_dir: Path, resume: bool = False) -> di
     # never renders and never calls the verifier (sac_envs.build_envs)
     sac_kwargs = dict(cfg.sac)
     gamma = float(sac_kwargs.get("gamma", 0.99))  # SB3's default; shaping uses the agent's
-    venv, eval_venv = build_envs(cfg, progress_fn=progress_fn, gamma=gamma, monitor_dir=run_dir)
+    try:
+        venv, eval_venv = build_envs(cfg, progress_fn=progress_fn, gamma=gamma, monitor_dir=run_dir)
+    except BaseException:  # refused before training: leave no half-made run directory
+        if created:
+            shutil.rmtree(run_dir, ignore_errors=True)
+        if verifier is not None and hasattr(verifier, "close"):
+            verifier.close()
+        raise
     reward_venv = venv  # VecMonitor(...): carries verifier_stats; VecNormalize goes on top
+    # success rates exist when the environment's step info reports is_success (not Pendulum)
+    success = SUCCESS_KEY in reward_venv.info_keywords
 
     # 3. SAC (fresh, or the latest checkpoint and its replay buffer)
     ckpt_dir = run_dir / "checkpoints"
@@ -404,7 +393,10 @@ def run(config: dict[str, Any], *, output_dir: Path, resume: bool = False) -> di
         path=run_dir / "verifier_dynamics.jsonl",
     )
     curve_cb = LearningCurveCallback(
-        run_dir / "train_curve.jsonl", every=tc.curve_every, window=tc.metrics_window
+        run_dir / "train_curve.jsonl",
+        every=tc.curve_every,
+        window=tc.metrics_window,
+        success=success,
     )
     callbacks = [dynamics, curve_cb]
     eval_cb = None
@@ -415,6 +407,7 @@ def run(config: dict[str, Any], *, output_dir: Path, resume: bool = False) -> di
             every=tc.eval_every,
             n_episodes=tc.eval_episodes,
             reward_label=eval_reward_label(_eval_reward(cfg)),
+            success=success,
         )
         callbacks.append(eval_cb)
     if cfg.env.reward == "verifier" and cfg.reward.timing == "episode_end":
@@ -455,19 +448,24 @@ def run(config: dict[str, Any], *, output_dir: Path, resume: bool = False) -> di
 
         train_curve = read_curve("train_curve.jsonl")
         if eval_cb is not None:
-            curve, metric = read_curve("eval_curve.jsonl"), "eval/success_rate"
+            curve, metric = read_curve("eval_curve.jsonl"), eval_cb.metric
             source = (
                 f"deterministic evaluation: {tc.eval_episodes} episodes every {tc.eval_every} "
                 "environment steps (and at 0 and the end) on a separate environment, "
                 "VecNormalize statistics frozen, no verifier calls"
             )
         else:
-            curve, metric = train_curve, "success_rate"
+            curve, metric = train_curve, curve_cb.metric
             source = f"training episodes: success rate of the last {tc.metrics_window}"
+        if not success:
+            what = "mean reward" if eval_cb is not None else "mean return (the training reward)"
+            source = source.replace("success rate", what) + (
+                f"; {cfg.env.id} reports no info['is_success'], so no success rate"
+            )
         metrics = dynamics.metrics()
         stats = reward_venv.venv.verifier_stats.as_dict() if cfg.env.reward == "verifier" else None
         steps = model.num_timesteps - start_steps
-        plot = _plot(cfg, run_dir, dynamics.threshold_source)
+        plot = _plot(cfg, run_dir, dynamics.threshold_source, success)
         summary = {
             "run_dir": str(run_dir),
             "curve": curve,
@@ -475,6 +473,7 @@ def run(config: dict[str, Any], *, output_dir: Path, resume: bool = False) -> di
             "curve_source": source,
             "train_curve": train_curve,
             "final": curve[-1]["value"] if curve else float("nan"),
+            "success_metrics": success,
             "metrics": metrics,
             "env_steps": model.num_timesteps,
             "seconds": seconds,
@@ -561,14 +560,21 @@ def main(args: argparse.Namespace) -> int:
     m = summary["metrics"]
     print(
         f"run_dir={summary['run_dir']} env_steps={summary['env_steps']} "
-        f"steps/s={summary['steps_per_second']:.1f} success_rate={summary['final']:.3f} "
+        f"steps/s={summary['steps_per_second']:.1f} "
+        f"{summary['metric'].split('/')[-1]}={summary['final']:.3f} "
         + " ".join(f"{k}={v:.3f}" for k, v in sorted(m.items()) if v == v)
     )
     if summary["eval_reward"] and summary["curve"]:
         last = summary["curve"][-1]
+        rate = (
+            f"success_rate {last['value']:.3f} (fraction of {last['n_episodes']} deterministic "
+            "episodes ending at the goal), "
+            if summary["success_metrics"]
+            else f"{last['n_episodes']} deterministic episodes (no success rate: the "
+            "environment reports no is_success), "
+        )
         print(
-            f"evaluation at step {last['step']}: success_rate {last['value']:.3f} (fraction of "
-            f"{last['n_episodes']} deterministic episodes ending at the goal), mean_reward "
+            f"evaluation at step {last['step']}: {rate}mean_reward "
             f"{last['mean_reward']:.3f} ({summary['eval_reward']} over an episode; not the "
             "verifier's shaped reward)"
         )

@@ -2,7 +2,8 @@
 the verifier when ``reward.render_frames``) and the evaluation one, which never renders.
 
 :func:`build_envs` is step 2 of :func:`densereward.trainers.sac.run`; :func:`env_spec` checks
-an id before anything is created.
+an id before anything is created, and :func:`check_reward_kind` (the dry run) builds and steps
+one environment with the configured reward kind.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from densereward.errors import ConfigError
 
 from .sac_config import EVAL_SEED_OFFSET, SACRunConfig
 
-__all__ = ["eval_reward", "env_spec", "render_kwargs", "build_envs"]
+__all__ = ["eval_reward", "env_spec", "check_reward_kind", "render_kwargs", "build_envs"]
 
 
 def eval_reward(cfg: SACRunConfig) -> str:
@@ -44,6 +45,46 @@ def env_spec(env_id: str) -> Any:
         return gym.spec(name)
     except gym.error.Error as exc:
         raise ConfigError(f"env.id={env_id!r}: {exc}") from None
+
+
+def check_reward_kind(cfg: SACRunConfig) -> str:
+    """Build and step one environment with the reward kind(s) ``env.reward`` / ``env.base``
+    name (a plugin's builder is imported and called here, not at the run's first step).
+
+    Returns:
+        The dry run's line; it says so when the step's ``info`` has no ``is_success`` (the
+        run's success-rate metrics are then off, and which curve it reports instead).
+
+    Raises:
+        ConfigError: for a kind that cannot load, or one whose builder or first step fails
+            (e.g. ``sparse`` on an environment without ``is_success``).
+    """
+    from densereward import envs
+
+    kind = cfg.env.base if cfg.env.reward == "verifier" else cfg.env.reward
+    envs.SAC_REWARDS.load(cfg.env.reward)  # ConfigError naming the entry that cannot load
+    try:
+        env = envs.make_env(cfg.env.id, reward=kind, base=cfg.env.base, monitor=False)
+        try:
+            env.reset(seed=cfg.training.seed)
+            info = env.step(env.action_space.sample())[4]
+        finally:
+            env.close()
+    except ConfigError:
+        raise
+    except Exception as e:  # noqa: BLE001 - a plugin's builder: report it as the config's
+        raise ConfigError(
+            f"env reward kind {kind!r} failed on {cfg.env.id}: {type(e).__name__}: {e}"
+        ) from e
+    on = f" on base {kind!r}" if cfg.env.reward == "verifier" else ""
+    line = f"reward: {cfg.env.reward!r}{on} built and stepped once"
+    if envs.SUCCESS_KEY not in info:
+        curve = "eval/mean_reward" if cfg.training.eval_every else "rollout/ep_rew_mean"
+        line += (
+            f"; its step info has no 'is_success': success-rate metrics off, the learning "
+            f"curve is {curve}"
+        )
+    return line
 
 
 def render_kwargs(cfg: SACRunConfig) -> dict[str, Any]:

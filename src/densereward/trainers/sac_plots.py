@@ -65,6 +65,7 @@ def plot_sac_run(
     training_reward: str | None,
     threshold_source: str | None,
     title: str,
+    success: bool = True,
 ) -> Path | None:
     """Draw ``<run_dir>/training_curves.png`` from the run's JSONL curves (Agg backend).
 
@@ -76,6 +77,10 @@ def plot_sac_run(
             the verifier reward: not drawn).
         threshold_source: how the accept threshold was chosen (``None`` without a verifier).
         title: the figure's first title line (environment and reward).
+        success: the environment reports ``info["is_success"]``; without it the panels of
+            success rates and of the progress as a success prediction are left out (a note
+            says why; the evaluation curve's ``value`` is then its mean reward, drawn in the
+            evaluation return panel).
 
     Returns:
         The PNG's path, or ``None`` when no curve has a defined point (nothing is written).
@@ -90,9 +95,9 @@ def plot_sac_run(
     train = _read(run_dir / "train_curve.jsonl")
     dyn = _read(run_dir / "verifier_dynamics.jsonl")
     panels: list[tuple[str, tuple[float, float] | None, list[tuple[Any, ...]]]] = [
-        ("success rate", (-0.05, 1.05), [
+        *([("success rate", (-0.05, 1.05), [
             (evals, "value", "evaluation (deterministic episodes)", "o-"),
-            (train, "value", "training episodes (last window)", ".-")]),
+            (train, "value", "training episodes (last window)", ".-")])] if success else []),
         ("evaluation episodes: return", None, [(evals, "mean_reward", eval_reward, "o-")]),
         ("training episodes: return", None, [
             (dyn, "rollout/ep_true_rew_mean", "true env reward (the environment's own)", ".-"),
@@ -101,17 +106,23 @@ def plot_sac_run(
     ]  # fmt: skip
     if threshold_source is not None:
         panels += [
-            ("verifier: final progress as success prediction", (-0.05, 1.05), [
+            *([("verifier: final progress as success prediction", (-0.05, 1.05), [
                 (dyn, "verifier/tpr", "TPR", ".-"), (dyn, "verifier/tnr", "TNR", ".-"),
                 (dyn, "verifier/balanced_accuracy", "balanced accuracy", ".-"),
-                (dyn, "verifier/threshold", "threshold", "--")]),
+                (dyn, "verifier/threshold", "threshold", "--")])] if success else []),
             ("verifier: progress", (-1.05, 1.05), [
                 (dyn, "verifier/voc", "VOC (progress vs step)", ".-"),
-                (dyn, "verifier/progress_success_mean", "final progress, successes", ".-"),
-                (dyn, "verifier/progress_failure_mean", "final progress, failures", ".-"),
+                *([(dyn, "verifier/progress_success_mean", "final progress, successes", ".-"),
+                   (dyn, "verifier/progress_failure_mean", "final progress, failures", ".-")]
+                  if success else
+                  [(dyn, "verifier/final_progress_mean", "final progress", ".-")]),
                 (dyn, "verifier/abstain_rate", "abstention rate", ".-")]),
         ]  # fmt: skip
-    notes: list[str] = []
+    notes: list[str] = (
+        []
+        if success
+        else ["no success-rate panels: the environment's step info has no 'is_success'"]
+    )
     drawn = []
     for name, ylim, series in panels:
         lines = []
@@ -148,7 +159,7 @@ def plot_sac_run(
             ax.set_ylim(*ylim)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7, framealpha=0.7)
-    if threshold_source is not None:
+    if threshold_source is not None and success:
         title += f"\naccept threshold: {threshold_source}"
         fallback = [r for r in dyn if r.get("verifier/threshold_fallback") == 1.0]
         if fallback:
