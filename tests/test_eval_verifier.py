@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import re
 
 import numpy as np
 import pytest
@@ -82,6 +83,77 @@ def test_generic_jsonl_loader_and_errors(tmp_path):
         E.load_responses(p)
     with pytest.raises(DataError):
         E.load_responses(tmp_path / "missing.jsonl")
+
+
+def _generic_lines(n=4):
+    return [
+        json.dumps(
+            {"problem": f"q{i}", "response": f"r{i}", "is_correct": i % 2 == 0, "generator": "g"}
+        )  # fmt: skip
+        for i in range(n)
+    ]
+
+
+def _cli(*argv: str) -> int:
+    from densereward.cli import main
+
+    return main(["eval-verifier", *argv])
+
+
+def test_a_broken_line_is_an_error_naming_file_and_line_and_no_row_vanishes(tmp_path, capsys):
+    """Issue 41 item 5: a malformed middle line was `internal error: JSONDecodeError` (exit 1, no
+    file, no line) and a cut-off last line was dropped without a word; both are now a DataError
+    naming file:line, exit 2, and nothing is written."""
+    lines = _generic_lines()
+    mid = tmp_path / "mid.jsonl"
+    mid.write_text("\n".join([lines[0], lines[1][:-5], *lines[2:]]) + "\n")
+    with pytest.raises(DataError, match=rf"^{re.escape(str(mid))}:2: not valid JSON \("):
+        E.load_responses(mid)
+    cut = tmp_path / "cut.jsonl"
+    cut.write_text("\n".join([*lines[:3], lines[3][:-7]]))  # a copy that stopped mid-line
+    with pytest.raises(DataError, match=rf"^{re.escape(str(cut))}:4: not valid JSON .*cut off"):
+        E.load_responses(cut)
+    not_a_row = tmp_path / "list.jsonl"
+    not_a_row.write_text(lines[0] + "\n[1, 2]\n")
+    with pytest.raises(DataError, match=r"list\.jsonl:2: a row must be a JSON object"):
+        E.load_responses(not_a_row)
+    scores = tmp_path / "scores.jsonl"
+    scores.write_text(
+        '{"problem_id": "p", "generator": "g", "score": 0.5}\n{"problem_id": "p", "ge'
+    )
+    with pytest.raises(DataError, match=r"scores\.jsonl:2: not valid JSON .*cut off"):
+        E.load_scores(scores)
+    # the command: one line, exit 2, no output directory
+    for path, line in ((mid, 2), (cut, 4)):
+        out = tmp_path / f"out-{path.stem}"
+        assert _cli("--responses", str(path), "--out", str(out), "--scores", str(scores)) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith(f"densereward: error: {path}:{line}: not valid")
+        assert not out.exists()
+
+
+def test_rows_of_another_shape_name_the_missing_fields_and_the_accepted_shapes(tmp_path):
+    """Issue 41 item 5: rows with other field names (a 'question' among them) got a message
+    about GSM8K generator objects; now the missing fields, the row's fields and both accepted
+    shapes are named."""
+    p = tmp_path / "other.jsonl"
+    p.write_text(json.dumps({"question": "1+1?", "answer": "2", "correct": True}) + "\n")
+    with pytest.raises(DataError) as err:
+        E.load_responses(p)
+    msg = str(err.value)
+    assert msg.startswith(
+        f"{p}:1: missing field(s) ['problem', 'response', 'generator', 'is_correct'] "
+        "(the row has ['answer', 'correct', 'question']); a row is either "
+        "{problem, response, is_correct, generator}"
+    )
+    assert "GSM8K model-solutions line {question, <generator>: {solution, is_correct}" in msg
+    assert "generator object" not in msg and "--label-with-sparse" not in msg
+    # only is_correct missing: the sparse reward's way out is named
+    p.write_text(json.dumps({"problem": "q", "response": "r", "generator": "g"}) + "\n")
+    with pytest.raises(
+        DataError, match=r"missing field\(s\) \['is_correct'\].*--label-with-sparse"
+    ):
+        E.load_responses(p)
 
 
 def test_build_config_from_yaml_and_overrides(tmp_path):

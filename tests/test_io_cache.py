@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -13,6 +14,7 @@ import time
 import pytest
 
 from densereward.cache import ScoreCache, cache_key
+from densereward.errors import DataError
 from densereward.io import append_jsonl, atomic_write_json, read_jsonl, redact
 
 
@@ -116,11 +118,27 @@ def test_jsonl_torn_last_line_is_skipped(tmp_path):
     assert rows[1]["verifier/tpr"] is None  # NaN stored as null, the file stays valid JSON
 
 
-def test_jsonl_corruption_in_the_middle_raises(tmp_path):
+def test_jsonl_corruption_in_the_middle_raises_naming_file_and_line(tmp_path):
     path = tmp_path / "x.jsonl"
     path.write_text('{"a": 1}\n{broken\n{"a": 2}\n')
-    with pytest.raises(json.JSONDecodeError):
+    with pytest.raises(DataError, match=rf"^{re.escape(str(path))}:2: not valid JSON \("):
         list(read_jsonl(path))
+
+
+def test_strict_jsonl_refuses_a_torn_last_line_and_a_non_object(tmp_path):
+    """A file a user hands over: a cut-off last line is an error (rows must not vanish)."""
+    path = tmp_path / "in.jsonl"
+    path.write_text('{"a": 1}\n\n{"a": 2')
+    assert list(read_jsonl(path)) == [{"a": 1}]  # a run file's torn line: skipped
+    with pytest.raises(
+        DataError, match=r"in\.jsonl:3: not valid JSON .*the last line looks cut off"
+    ):
+        list(read_jsonl(path, strict=True))
+    path.write_text('{"a": 1}\n"text"\n')
+    with pytest.raises(
+        DataError, match=r"in\.jsonl:2: a row must be a JSON object \{\.\.\.\}, got str"
+    ):
+        list(read_jsonl(path, strict=True))
 
 
 def test_redact_masks_secret_keys_and_values():

@@ -105,19 +105,41 @@ def append_jsonl(path: str | Path, record: Mapping[str, Any]) -> None:
         os.fsync(f.fileno())
 
 
-def read_jsonl(path: str | Path) -> Iterator[dict[str, Any]]:
-    """Yield the complete records of a JSONL file, skipping a torn (unparsable) last line."""
+def read_jsonl(path: str | Path, *, strict: bool = False) -> Iterator[dict[str, Any]]:
+    """Yield the records of a JSONL file (blank lines skipped).
+
+    A file this package appends to (:func:`append_jsonl`: curves, trackers) may end in a line
+    torn by a crash; by default that last line is skipped. ``strict=True`` is for a file a user
+    hands over (``eval-verifier --responses``): there a cut-off last line is an error too (rows
+    must not vanish), and every line must be a JSON object.
+
+    Raises:
+        DataError: naming the file and the line (1-based): a line that is not valid JSON (other
+            than a torn last line without ``strict``), or with ``strict`` one that is not an
+            object.
+    """
+    from .errors import DataError
+
     with open(path, encoding="utf-8") as f:
         lines = f.readlines()
     for i, line in enumerate(lines):
         if not line.strip():
             continue
         try:
-            yield json.loads(line)
-        except json.JSONDecodeError:
-            if i == len(lines) - 1:
+            record = json.loads(line.rstrip())  # error columns on this line, not the next
+        except json.JSONDecodeError as exc:
+            last = i == len(lines) - 1
+            if last and not strict:
                 return  # torn last line from a crash
-            raise
+            cut = " (the last line looks cut off: is the file complete?)" if last else ""
+            raise DataError(
+                f"{path}:{i + 1}: not valid JSON ({exc.msg}: column {exc.colno}){cut}"
+            ) from None
+        if strict and not isinstance(record, dict):
+            raise DataError(
+                f"{path}:{i + 1}: a row must be a JSON object {{...}}, got {type(record).__name__}"
+            )
+        yield record
 
 
 def make_run_dir(

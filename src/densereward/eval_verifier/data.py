@@ -13,6 +13,7 @@ from ..io import read_jsonl
 
 __all__ = [
     "GSM8K_GENERATORS",
+    "ROW_SHAPES",
     "load_gsm8k_model_solutions",
     "load_responses",
     "load_scores",
@@ -22,6 +23,21 @@ __all__ = [
 GSM8K_GENERATORS = ("6b_finetuning", "6b_verification", "175b_finetuning", "175b_verification")
 """Generators of the GSM8K example model solutions (Cobbe et al. 2021): 6B and 175B GPT-3,
 each fine-tuned ("finetuning") and the verification-trained variant ("verification")."""
+
+
+ROW_SHAPES = (
+    "a row is either {problem, response, is_correct, generator} (optional problem_id, family, "
+    "reference) or a GSM8K model-solutions line {question, <generator>: {solution, is_correct}, "
+    "...}"
+)
+"""The two row shapes :func:`load_responses` accepts, in words (its errors end with it)."""
+
+
+def _is_gsm8k(rec: Mapping[str, Any]) -> bool:
+    """A GSM8K model-solutions line: ``question`` and a generator object with ``solution``."""
+    return "question" in rec and any(
+        isinstance(v, Mapping) and "solution" in v for v in rec.values()
+    )
 
 
 def _sha1(text: str) -> str:
@@ -53,17 +69,25 @@ def load_gsm8k_model_solutions(
         limit: keep the first ``limit`` problems (``None`` = all).
 
     Raises:
-        DataError: if a line lacks ``question`` or a generator's ``solution``/``is_correct``.
+        DataError: naming the file and line: a line that is not a JSON object (a cut-off last
+            line included), or one that lacks ``question`` or a generator's
+            ``solution``/``is_correct``.
     """
     rows: list[dict[str, Any]] = []
-    for i, rec in enumerate(read_jsonl(path)):
+    for i, rec in enumerate(read_jsonl(path, strict=True)):
         if limit is not None and i >= limit:
             break
         if "question" not in rec:
-            raise DataError(f"{path}:{i + 1}: GSM8K model-solutions row lacks 'question'")
+            raise DataError(
+                f"{path}:{i + 1}: GSM8K model-solutions row lacks 'question' (has "
+                f"{sorted(rec)}); {ROW_SHAPES}"
+            )
         gens = [g for g in rec if isinstance(rec[g], Mapping) and "solution" in rec[g]]
         if not gens:
-            raise DataError(f"{path}:{i + 1}: no generator object with 'solution' and 'is_correct'")
+            raise DataError(
+                f"{path}:{i + 1}: no generator object with 'solution' and 'is_correct' (has "
+                f"{sorted(rec)}); {ROW_SHAPES}"
+            )
         for g in gens:
             sol = rec[g]
             if sol.get("is_correct") is None and not allow_unlabelled:
@@ -91,6 +115,8 @@ def load_responses(
 
     Generic rows need ``problem``, ``response``, ``is_correct``, ``generator``; ``problem_id``
     defaults to a hash of the problem text, ``family`` to ``None``, ``reference`` to ``None``.
+    The file is GSM8K model solutions when its first row has ``question`` and a generator
+    object with ``solution`` (:data:`ROW_SHAPES`); any other row is read as a generic one.
 
     Args:
         path: JSONL file.
@@ -102,26 +128,33 @@ def load_responses(
         Rows ``{problem_id, problem, response, is_correct, generator, family, reference}``.
 
     Raises:
-        DataError: if the file is missing, empty, or a row lacks a required field.
+        DataError: naming the file and line: the file is missing or empty, a line is not a
+            JSON object (a cut-off last line included: no row is dropped), or a row lacks a
+            required field (the message names the missing fields and the accepted shapes).
     """
     p = Path(path)
     if not p.is_file():
         raise DataError(f"response file not found: {p}")
-    first = next(read_jsonl(p), None)
+    first = next(read_jsonl(p, strict=True), None)
     if first is None:
         raise DataError(f"{p} holds no rows")
-    if "question" in first and "response" not in first:
+    if _is_gsm8k(first) and "response" not in first:
         return load_gsm8k_model_solutions(p, limit=limit, allow_unlabelled=allow_unlabelled)
     rows: list[dict[str, Any]] = []
     seen: set[str] = set()
     need = ("problem", "response", "generator") + (() if allow_unlabelled else ("is_correct",))
-    for i, rec in enumerate(read_jsonl(p)):
+    for i, rec in enumerate(read_jsonl(p, strict=True)):
         missing = [k for k in need if k not in rec]
         if missing:
+            sparse = (
+                "; rows with a 'reference' but no 'is_correct' can be labelled by the sparse "
+                "reward: pass --label-with-sparse"
+                if missing == ["is_correct"]
+                else ""
+            )
             raise DataError(
-                f"{p}:{i + 1}: missing field(s) {missing}; need problem, response, is_correct, "
-                "generator (rows with a 'reference' but no 'is_correct' can be labelled by the "
-                "sparse reward: pass --label-with-sparse)"
+                f"{p}:{i + 1}: missing field(s) {missing} (the row has {sorted(rec)}); "
+                f"{ROW_SHAPES}{sparse}"
             )
         pid = str(rec.get("problem_id") or _sha1(str(rec["problem"])))
         if pid not in seen:
@@ -159,12 +192,13 @@ def load_scores(path: str | Path) -> list[dict[str, Any]]:
     """Read a ``scores.jsonl`` (as written by this command).
 
     Raises:
-        DataError: if the file is missing or a row lacks ``problem_id``/``generator``/``score``.
+        DataError: naming the file and line: the file is missing, a line is not a JSON object,
+            or a row lacks ``problem_id``/``generator``/``score``.
     """
     p = Path(path)
     if not p.is_file():
         raise DataError(f"scores file not found: {p}")
-    recs = list(read_jsonl(p))
+    recs = list(read_jsonl(p, strict=True))  # written whole (atomically): no torn line
     for i, r in enumerate(recs):
         if not {"problem_id", "generator", "score"} <= set(r):
             raise DataError(f"{p}:{i + 1}: a score row needs problem_id, generator and score")
