@@ -311,3 +311,28 @@ def answer_options(options: Any, given: Mapping[str, Any]) -> dict[str, Any]:
     """
     transport = {f.name for f in dataclasses.fields(options) if f.metadata.get("transport")}
     return {k: v for k, v in given.items() if k not in transport}
+
+
+class FrozenOptions(dict):
+    """``verifier.backend_options`` as given: a read-only ``dict`` that hashes by its items, so a
+    :class:`~densereward.config.VerifierConfig` stays hashable (it keys caches). Equal to the
+    plain ``dict``."""
+
+    def __hash__(self) -> int:  # type: ignore[override]
+        return hash(_freeze(dict(self)))
+
+    def __reduce__(self) -> Any:
+        return (FrozenOptions, (dict(self),))
+
+    def _read_only(self, *args: Any, **kwargs: Any) -> Any:
+        raise TypeError("verifier.backend_options is read-only; use dataclasses.replace")
+
+    __setitem__ = __delitem__ = clear = pop = popitem = setdefault = update = _read_only  # type: ignore[assignment]
+
+
+def _freeze(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return tuple(sorted((str(k), _freeze(v)) for k, v in value.items()))
+    if isinstance(value, list | tuple | set | frozenset):
+        return tuple(_freeze(v) for v in value)
+    return value

@@ -17,7 +17,14 @@ from typing import Any, Literal
 
 import yaml
 
-from .backend_options import BACKEND_OPTIONS, BACKENDS, DTYPES, answer_options, options_class
+from .backend_options import (
+    BACKEND_OPTIONS,
+    BACKENDS,
+    DTYPES,
+    FrozenOptions,
+    answer_options,
+    options_class,
+)
 from .errors import ConfigError
 from .frames import FrameConfig
 
@@ -269,30 +276,6 @@ _MOVED_TO_OPTIONS = frozenset(
 )  # fmt: skip
 """Former ``verifier.<name>`` fields each backend owns now (``verifier.backend_options.<name>``):
 a config that still sets one gets a :class:`ConfigError` with the new spelling."""
-
-
-class FrozenOptions(dict):
-    """``verifier.backend_options`` as given: a read-only ``dict`` that hashes by its items, so a
-    :class:`VerifierConfig` stays hashable (it keys caches). Equal to the plain ``dict``."""
-
-    def __hash__(self) -> int:  # type: ignore[override]
-        return hash(_freeze(dict(self)))
-
-    def __reduce__(self) -> Any:
-        return (FrozenOptions, (dict(self),))
-
-    def _read_only(self, *args: Any, **kwargs: Any) -> Any:
-        raise TypeError("verifier.backend_options is read-only; use dataclasses.replace")
-
-    __setitem__ = __delitem__ = clear = pop = popitem = setdefault = update = _read_only  # type: ignore[assignment]
-
-
-def _freeze(value: Any) -> Any:
-    if isinstance(value, Mapping):
-        return tuple(sorted((str(k), _freeze(v)) for k, v in value.items()))
-    if isinstance(value, list | tuple | set | frozenset):
-        return tuple(_freeze(v) for v in value)
-    return value
 
 
 def resolve_threshold(threshold: float | str) -> tuple[float | None, str]:
