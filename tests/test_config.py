@@ -168,7 +168,10 @@ def test_from_dict_coerces_strings_from_the_command_line():
 @pytest.mark.parametrize(
     ("data", "match"),
     [
-        ({"flg": True}, r"unknown key\(s\) in the config \(_Outer\): 'flg' \(did you mean 'flag'\?\)"),
+        (
+            {"flg": True},
+            r"unknown key\(s\) in the config \(_Outer\): 'flg' \(did you mean 'flag'\?\)",
+        ),
         ({"flag": "maybe"}, r"flag: expected a boolean, got 'maybe'"),
         ({"n": "three"}, r"n: expected int, got 'three'"),
         ({"inner": {"kk": 1}}, r"'kk' \(did you mean 'k'\?\)"),
@@ -177,6 +180,28 @@ def test_from_dict_coerces_strings_from_the_command_line():
 def test_from_dict_rejects_unknown_keys_and_uncoercible_values(data, match):
     with pytest.raises(ConfigError, match=match):
         from_dict(_Outer, data)
+
+
+@pytest.mark.parametrize("value", [10.5, True, "10.5", float("nan")])
+def test_a_non_integer_granularity_is_refused_not_truncated(value):
+    """Issue 41: verifier.granularity=10.5 loaded as 10 (int(10.5)) and true as 1, with no word;
+    a granularity that is not a whole number is now a ConfigError naming the key, from YAML or
+    the command line (from_dict) and from the API (VerifierConfig(...))."""
+    with pytest.raises(ConfigError, match=r"^verifier\.granularity: expected int"):
+        from_dict(VerifierConfig, {"granularity": value}, prefix="verifier.")
+    with pytest.raises(ConfigError, match=r"^verifier\.granularity must be an integer, got "):
+        VerifierConfig(granularity=value)
+
+
+def test_whole_numbers_still_load_as_ints_and_an_optional_int_is_refused_too():
+    assert from_dict(VerifierConfig, {"granularity": 10.0}).granularity == 10  # YAML 10.0
+    assert from_dict(VerifierConfig, {"granularity": "10"}).granularity == 10  # --set ...=10
+    assert type(from_dict(VerifierConfig, {"granularity": 10.0}).granularity) is int
+    with pytest.raises(ConfigError, match=r"^maybe: expected int, got 2\.5"):
+        from_dict(_Outer, {"maybe": 2.5})  # int | None: refused, not passed on as 2.5
+    with pytest.raises(ConfigError, match=r"^x: expected float, got True"):
+        from_dict(_Outer, {"x": True})
+    assert from_dict(_Outer, {"maybe": None, "x": 3}) == _Outer(x=3.0)
 
 
 def test_from_dict_names_the_yaml_section_in_errors():

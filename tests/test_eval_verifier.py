@@ -156,6 +156,18 @@ def test_rows_of_another_shape_name_the_missing_fields_and_the_accepted_shapes(t
         E.load_responses(p)
 
 
+def test_a_fractional_granularity_is_refused_by_the_command(tmp_path, capsys):
+    """Issue 41 item 5: verifier.granularity=10.5 became 10 silently; now exit 2 naming the key."""
+    p = tmp_path / "r.jsonl"
+    p.write_text("\n".join(_generic_lines()) + "\n")
+    out = tmp_path / "out"
+    assert _cli("--responses", str(p), "--out", str(out), "verifier.granularity=10.5") == 2
+    assert capsys.readouterr().err.strip() == (
+        "densereward: error: verifier.granularity: expected int, got 10.5"
+    )
+    assert not out.exists()
+
+
 def test_build_config_from_yaml_and_overrides(tmp_path):
     y = tmp_path / "v.yaml"
     y.write_text("verifier:\n  granularity: 5\n  threshold: 0.6\n")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import numbers
 import types
 import typing
 from collections.abc import Callable, Iterable, Mapping
@@ -135,6 +136,10 @@ class VerifierConfig:
         given = self._checked_backend_options()
         if self.backend_options is not None:
             object.__setattr__(self, "backend_options", FrozenOptions(given))
+        for f in dataclasses.fields(self):  # from_dict coerces; VerifierConfig(...) is checked
+            v = getattr(self, f.name)
+            if f.type == "int" and (isinstance(v, bool) or not isinstance(v, numbers.Integral)):
+                raise ConfigError(f"verifier.{f.name} must be an integer, got {v!r}")
         if not 2 <= self.granularity <= 26:
             raise ConfigError(f"verifier.granularity must be in [2, 26], got {self.granularity}")
         if self.n_repeats < 1:
@@ -331,8 +336,10 @@ def _coerce(tp: Any, value: Any, name: str) -> Any:
         for a in non_none:
             try:
                 return _coerce(a, value, name)
-            except (ConfigError, TypeError, ValueError):
-                continue
+            except (ConfigError, TypeError, ValueError) as exc:
+                error = exc
+        if non_none and all(a in (int, float, bool) for a in non_none):
+            raise error  # ``int | None`` given 10.5: refused as ``int`` is, not passed on
         return value
     if dataclasses.is_dataclass(tp) and isinstance(value, Mapping):
         return from_dict(tp, value, prefix=f"{name}.")
@@ -345,9 +352,12 @@ def _coerce(tp: Any, value: Any, name: str) -> Any:
             raise ConfigError(f"{name}: expected a boolean, got {value!r}")
         return bool(value)
     if tp in (int, float):
+        fraction = tp is int and isinstance(value, float) and not value.is_integer()
+        if isinstance(value, bool) or fraction:  # int(True) == 1, int(10.5) == 10: never silently
+            raise ConfigError(f"{name}: expected {tp.__name__}, got {value!r}")
         try:
             return tp(value)
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, OverflowError):
             raise ConfigError(f"{name}: expected {tp.__name__}, got {value!r}") from None
     if tp is str:
         return str(value)
