@@ -226,6 +226,30 @@ def test_a_failed_start_leaves_no_run_directory_and_prints_no_known_noise(tmp_pa
     assert "Triton is installed, but doesn't include CPU backend" not in done.stderr
 
 
+@pytest.mark.slow  # a real one-step GRPO start with the embedded model (~1 min)
+def test_a_one_step_grpo_start_prints_each_known_notice_at_most_once(tmp_path):
+    """Issue 41 item 3: a new user's first ``train grpo`` printed TRL's vLLM-version warning
+    (five copies), vLLM's Triton notice and, at step 1, five near-identical "is undefined"
+    warnings, one per reward-quality metric. Each is now at most one line."""
+    import os
+    import subprocess
+    import sys
+
+    cmd = [sys.executable, "-m", "densereward.cli", "train", "grpo", "--config",
+           str(REPO / "configs/grpo_math_cpu.yaml"), "--max-steps", "1", "--output-dir",
+           str(tmp_path / "run"), "data.size=4", "data.limit=4", "training.num_generations=2",
+           "training.per_device_train_batch_size=2", "training.max_completion_length=16",
+           "training.report_to=[]"]  # fmt: skip
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    done = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = done.stderr.splitlines()
+    for notice in ("TRL currently supports vLLM versions", "Triton is installed", "undefined"):
+        assert sum(notice in line for line in lines) <= 1, (notice, done.stderr[-3000:])
+    undefined = [line for line in lines if "undefined" in line]
+    assert len(undefined) == 1 and "undefined at step 1" in undefined[0]  # still said, once
+
+
 # --------------------------------------------------------------------------------------------
 # Issue 28: the dry run names the field; bf16 follows the device; a resume keeps the tracker
 # --------------------------------------------------------------------------------------------

@@ -737,10 +737,13 @@ def test_an_undefined_metric_is_explained_once_in_the_log_and_on_the_plot(tmp_pa
     with caplog.at_level("WARNING", logger="densereward.rewards.tracking"):
         for _ in range(3):  # a weak policy: every completion wrong
             tracker.update(prompts=["p", "p"], scores=[0.2, 0.7], correct=[0, 0])
-    said = [r.getMessage() for r in caplog.records if " is undefined: " in r.getMessage()]
-    tpr = [m for m in said if "tpr is undefined" in m]
-    assert len(tpr) == 1 and "no correct completion (Math-Verify)" in tpr[0]  # once, not 3x
-    assert not any("tnr is undefined" in m for m in said)  # TNR is defined (0.5)
+    said = [r.getMessage() for r in caplog.records if "undefined at step" in r.getMessage()]
+    # one line for the step, not one per metric (issue 41: five near-identical lines at step 1),
+    # and not again at steps 2 and 3
+    assert len(said) == 1 and said[0].startswith("undefined at step 1"), said
+    assert "verifier/window/tpr (no correct completion (Math-Verify) in the window)" in said[0]
+    assert "verifier/window/auroc (" in said[0] and "window/balanced_accuracy (" in said[0]
+    assert "tnr" not in said[0]  # TNR is defined (0.5)
     reasons = undefined_reasons(tracker.records[-1])
     assert any(k.endswith("tpr") for k in reasons)
     note = _undefined_note(tracker.records, "verifier/")

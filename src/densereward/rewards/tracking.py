@@ -280,11 +280,12 @@ class RewardQualityTracker:
                 logger.warning(warn)
         metrics.update(extra_metrics or {})
         metrics = {self.prefix + k: v for k, v in metrics.items()}
-        for key, why in undefined_reasons(metrics, self.prefix).items():
-            if key not in self._explained:  # once per metric, not once per batch
-                self._explained.add(key)
-                logger.warning("%s%s is undefined: %s (said once; not logged while undefined)",
-                               self.prefix, key, why)  # fmt: skip
+        fresh = {k: why for k, why in undefined_reasons(metrics, self.prefix).items()
+                 if k not in self._explained}  # fmt: skip
+        if fresh:  # each metric once per run, and one line per step, not one per metric
+            self._explained.update(fresh)
+            logger.warning("undefined at step %d, not logged while undefined (each said once): %s",
+                           step, "; ".join(f"{self.prefix}{k} ({why})" for k, why in fresh.items()))  # fmt: skip
         if log_metric is not None:
             for k, v in metrics.items():
                 if not math.isnan(v):
