@@ -98,6 +98,34 @@ def test_unknown_key_message_names_the_section_plainly():
     assert "in section 'verifier': 'granularty' (did you mean 'granularity'?)" in msg
 
 
+@pytest.mark.parametrize(
+    ("argv", "says"),
+    [
+        (["train", "sac", "--config", GRPO_CPU, "--dry-run"],
+         "this is a `train grpo` config (it has model, data), not a `train sac` one: run "
+         "`densereward train grpo --config FILE`"),
+        (["train", "grpo", "--config", SAC_SPARSE, "--dry-run"],
+         "this is a `train sac` config (it has env"),
+        (["train", "sac", "--config", COMPARE, "--dry-run"], "this is a `compare` config"),
+        (["compare", "--config", GRPO_CPU, "--dry-run"],
+         "this is a `train grpo` config (it has model, data), not a `compare` one"),
+    ],
+)  # fmt: skip
+def test_a_config_of_another_command_is_named_as_such(argv, says, capsys):
+    """Issue 41 item 6c: ``train sac`` given a GRPO file listed its sections one by one and
+    suggested ``verifier.model`` for ``model``; the file's command is named instead."""
+    from densereward.cli import main
+
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert says in err and "did you mean" not in err and len(err.splitlines()) == 1, err
+
+
+def test_a_stray_section_in_a_file_of_the_right_command_is_still_a_typo(capsys):
+    with pytest.raises(ConfigError, match=r"unknown section\(s\) 'model' \(did you mean"):
+        _config(["train", "sac", "--config", SAC_SPARSE, "model.name=x"])
+
+
 def test_score_config_file_may_be_a_train_config():
     """``score --config`` reads the verifier section of a train config and ignores the rest."""
     c = _config(["score", "--problem", "p", "--response", "r", "--config", GRPO_CPU])

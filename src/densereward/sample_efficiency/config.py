@@ -28,6 +28,7 @@ from ..config import apply_overrides, from_dict, load_yaml, parse_override
 from ..errors import ConfigError, DataError, RegistryError
 from ..io import to_jsonable
 from ..registry import Registry, entry_point_group
+from ..sections import refuse_other_command
 
 __all__ = [
     "TRAINERS",
@@ -386,6 +387,7 @@ def parse_compare_config(
         ConfigError: on unknown keys or invalid values, or a trainer not in ``trainers``.
     """
     data = dict(config)
+    refuse_other_command(data, "compare")  # a train grpo / train sac file given to compare
     for required in ("trainer", "conditions"):
         if required not in data:
             raise ConfigError(f"comparison config needs {required!r}")

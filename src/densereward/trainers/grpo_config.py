@@ -147,7 +147,7 @@ def resolve_config(config: dict[str, Any]) -> dict[str, Any]:
     from densereward.rewards import RewardConfig
     from densereward.rewards._common import check_prompt_settings
 
-    check_sections(config, _section_fields())
+    check_sections(config, _section_fields(), command="train grpo")
     parts = {
         "model": from_dict(ModelConfig, config.get("model"), prefix="model."),
         "data": from_dict(DataConfig, config.get("data"), prefix="data."),

@@ -228,7 +228,7 @@ def parse_config(config: dict[str, Any]) -> SACRunConfig:
     Raises:
         ConfigError: on unknown sections/keys or invalid values.
     """
-    check_sections(config, _section_fields())
+    check_sections(config, _section_fields(), command="train sac")
     for name in ("sac", "her"):
         if config.get(name) is not None and not isinstance(config[name], dict):
             raise ConfigError(f"section {name!r} must be a mapping")
