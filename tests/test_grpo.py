@@ -287,8 +287,9 @@ def test_dry_run_fails_naming_the_model_dtype_and_batch_size_fields(tmp_path, ca
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
     assert main(_parse([*dry, "model.name=Qwen/Qwen3-8B", "verifier.model=Qwen/Qwen3-0.6B"])) == 0
     out = capsys.readouterr().out
-    assert "!!  the Hugging Face id 'Qwen/Qwen3-8B' (model.name) cannot be reached offline" in out
-    assert "!!  the Hugging Face id 'Qwen/Qwen3-0.6B' (verifier.model) cannot be reached" in out
+    assert ("!!  model.name='Qwen/Qwen3-8B' is not in the local Hugging Face cache and the Hub "
+            "cannot be reached (HF_HUB_OFFLINE is set): use an offline name") in out  # fmt: skip
+    assert "!!  verifier.model='Qwen/Qwen3-0.6B' is not in the local Hugging Face cache" in out
     # an offline model name, the embedded model and a served model's name pass
     names = ["model.name=smollm2-135m", "verifier.model=smollm2-135m"]
     assert main(_parse([*dry, *names])) == 0

@@ -68,17 +68,109 @@ def test_a_local_path_under_home_is_expanded(tmp_path, monkeypatch):
     assert models.resolve_model("~/ckpt") == str(tmp_path / "ckpt")
 
 
-def test_an_unknown_name_suggests_the_close_one():
+@pytest.fixture
+def hub(tmp_path, monkeypatch):
+    """An empty local Hugging Face cache, HF_HUB_OFFLINE unset, and a Hub endpoint on a closed
+    loopback port (nothing answers); the Hub's answers are asked afresh."""
+    from huggingface_hub import constants
+    from servers import free_port
+
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hf-hub"))
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(constants, "ENDPOINT", f"http://127.0.0.1:{free_port()}")
+    monkeypatch.setattr(models, "_HUB_ANSWERS", {})
+    return constants
+
+
+def test_an_unknown_name_suggests_the_close_one(hub, server):
     with pytest.raises(ConfigError, match=r"Did you mean 'qwen2.5-coder-0.5b'"):
         models.resolve_model("qwen2.5-coder-0.5")
     with pytest.raises(ConfigError, match=r"available: \['qwen2.5-coder-0.5b'"):
         models.ensure_model("llama")
-    # Not names: a Hugging Face id, or a bare word unlike any name, is passed on unchanged.
+    # Not names: a Hugging Face id, or a bare word unlike any name, is passed on unchanged
+    # where the Hub answers (here a loopback HTTP server stands for it).
+    hub.ENDPOINT = server.base_url.removesuffix("/v1")
     assert (
         models.resolve_model("Qwen/Qwen2.5-Coder-0.5B-Instruct")
         == "Qwen/Qwen2.5-Coder-0.5B-Instruct"
     )
     assert models.resolve_model("gpt2") == "gpt2"
+
+
+def _cache_snapshot(constants, repo_id: str) -> Path:
+    """A snapshot of ``repo_id`` in the local Hugging Face cache, as a download leaves it."""
+    repo = Path(constants.HF_HUB_CACHE) / f"models--{repo_id.replace('/', '--')}"
+    snapshot = repo / "snapshots" / ("0" * 40)
+    snapshot.mkdir(parents=True)
+    (snapshot / "config.json").write_text("{}")
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text("0" * 40)
+    return snapshot
+
+
+def test_a_hub_id_that_cannot_load_here_fails_at_once_naming_the_offline_names(hub):
+    """Issue 41 item 6a: an id neither in the local cache nor reachable spent ~31 s in
+    huggingface_hub's retries (ten warnings) and never named the offline names."""
+    import time
+
+    t0 = time.monotonic()
+    with pytest.raises(BackendUnavailableError) as err:
+        models.resolve_model("Qwen/Qwen3-8B", field="verifier.model")
+    message = str(err.value)
+    assert time.monotonic() - t0 < 5
+    assert message.startswith("verifier.model='Qwen/Qwen3-8B' is not in the local Hugging Face "
+                              f"cache and the Hub cannot be reached ({hub.ENDPOINT}: ")  # fmt: skip
+    assert "use an offline name (qwen2.5-coder-0.5b, qwen2.5-coder-1.5b, smollm2-135m" in message
+    assert "`hf download Qwen/Qwen3-8B`" in message and "set HF_HUB_OFFLINE=1" in message
+    hub.HF_HUB_OFFLINE = True  # offline: the same line, and nothing is asked
+    with pytest.raises(BackendUnavailableError, match=r"reached \(HF_HUB_OFFLINE is set\)"):
+        models.resolve_model("Qwen/Qwen3-8B")
+
+
+def test_a_cached_hub_id_loads_from_the_cache_when_the_hub_does_not_answer(hub, caplog):
+    snapshot = _cache_snapshot(hub, "acme/tiny")
+    with caplog.at_level("WARNING", logger="densereward.backends.models"):
+        assert models.resolve_model("acme/tiny") == str(snapshot)  # from disk, no retries
+    assert "the Hugging Face Hub cannot be reached" in caplog.text and str(snapshot) in caplog.text
+    hub.HF_HUB_OFFLINE = True  # transformers reads its cache itself
+    assert models.resolve_model("acme/tiny") == "acme/tiny"
+
+
+def test_the_dry_run_looks_a_hub_id_up_in_the_local_cache(hub, server):
+    from densereward.trainers.checks import check_model
+
+    line, problem = check_model("Qwen/Qwen3-8B", "model.name")
+    assert line.endswith("not in the local cache") and problem.startswith("model.name='Qwen/")
+    assert "offline name (qwen2.5-coder-0.5b" in problem
+    snapshot = _cache_snapshot(hub, "acme/tiny")
+    assert check_model("acme/tiny", "model.name") == (
+        f"model.name: Hugging Face id 'acme/tiny' -- NOT downloaded, found in the local cache "
+        f"({snapshot})",
+        None,
+    )
+    hub.ENDPOINT = server.base_url.removesuffix("/v1")  # the Hub answers: downloaded at start
+    line, problem = check_model("Qwen/Qwen3-8B", "model.name")
+    assert line.endswith("downloaded when the run starts") and problem is None
+
+
+@pytest.mark.slow  # a CLI process (~10 s)
+def test_score_with_a_hub_id_offline_is_one_line_in_seconds(tmp_path):
+    """The command a new user typed: one line naming the fix and exit 2, not 31 s of retries."""
+    import time
+
+    from servers import free_port
+
+    env = {
+        k: v for k, v in os.environ.items() if k not in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
+    }
+    env.update(HF_HOME=str(tmp_path / "hf"), HF_ENDPOINT=f"http://127.0.0.1:{free_port()}")
+    t0 = time.monotonic()
+    done = subprocess.run([sys.executable, "-m", "densereward.cli", "score", "--problem", "1+1?",
+                           "--response", "2", "verifier.model=Qwen/Qwen3-8B"], env=env,
+                          capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert done.returncode == 2 and time.monotonic() - t0 < 20, done.stderr
+    assert done.stderr.count("\n") == 1 and "Retrying" not in done.stderr, done.stderr
+    assert "offline name (qwen2.5-coder-0.5b" in done.stderr and "HF_HUB_OFFLINE=1" in done.stderr
 
 
 def test_an_existing_path_wins_over_a_name(tmp_path, monkeypatch, empty_cache):

@@ -139,7 +139,7 @@ def check_source(cfg: DataConfig) -> tuple[str, str | None]:
     from huggingface_hub import constants
 
     if not constants.HF_HUB_OFFLINE:
-        return line + ", not checked (a dry run uses no network)", None
+        return line + ", not checked (set HF_HUB_OFFLINE=1 to look it up in the local cache)", None
     try:
         import datasets
 

@@ -55,12 +55,13 @@ def resolve_model_path(config: VerifierConfig) -> str:
     :mod:`.models`) resolves to its converted local copy, ``None`` to the embedded default.
 
     Raises:
-        BackendUnavailableError: if a named model cannot be prepared.
+        BackendUnavailableError: if a named model cannot be prepared, or a Hub id is not in
+            the local cache while the Hub cannot be reached (one line, no retries).
         ConfigError: for a bare word that is close to an offline name (did-you-mean).
     """
     from .models import resolve_model
 
-    return str(resolve_model(config.model))
+    return str(resolve_model(config.model, field="verifier.model"))
 
 
 def render_prompt_ids(tokenizer: Any, prompt: ChatPrompt) -> list[int]:

@@ -18,8 +18,6 @@ is ``"mine"``), after which ``verifier.model: mine`` and ``densereward models`` 
 Example:
     >>> [m.name for m in available_models()]
     ['qwen2.5-coder-0.5b', 'qwen2.5-coder-1.5b', 'smollm2-135m']
-    >>> resolve_model("Qwen/Qwen2.5-Coder-0.5B-Instruct")  # not a name: passed on as it is
-    'Qwen/Qwen2.5-Coder-0.5B-Instruct'
     >>> resolve_model("smolm2-135m")
     Traceback (most recent call last):
     ...
@@ -54,6 +52,10 @@ __all__ = [
     "pip_command",
     "ensure_model",
     "resolve_model",
+    "resolve_hub_id",
+    "cached_snapshot",
+    "hub_unreachable",
+    "hub_id_problem",
 ]
 
 logger = logging.getLogger(__name__)
@@ -322,16 +324,25 @@ def ensure_model(name: str) -> Path:
     return target
 
 
-def resolve_model(model: str | os.PathLike | None, default: str = "smollm2-135m") -> str:
+def resolve_model(
+    model: str | os.PathLike | None, default: str = "smollm2-135m", *, field: str = "model"
+) -> str:
     """What ``from_pretrained`` should load for a configured model.
 
-    An existing path wins; then an offline name (converted on first use); anything else
-    (a Hugging Face id such as ``Qwen/Qwen3-8B``) is returned as it is. ``None`` means the
-    offline model ``default``.
+    An existing path wins; then an offline name (converted on first use); anything else is a
+    Hugging Face id such as ``Qwen/Qwen3-8B`` (:func:`resolve_hub_id`: returned as it is
+    where it can load, refused at once where it cannot). ``None`` means the offline model
+    ``default``.
+
+    Args:
+        model: The configured model.
+        default: The offline name ``None`` stands for.
+        field: The config field, for the messages (``"verifier.model"``, ``"model.name"``).
 
     Raises:
         ConfigError: for a bare word close to an offline name but not one (a typo).
-        BackendUnavailableError: as :func:`ensure_model`.
+        BackendUnavailableError: as :func:`ensure_model`; a Hub id that is not in the local
+            cache while the Hub cannot be reached (:func:`hub_id_problem`).
     """
     if model is None:
         return str(ensure_model(default))
@@ -342,4 +353,93 @@ def resolve_model(model: str | os.PathLike | None, default: str = "smollm2-135m"
         return str(ensure_model(text))
     if "/" not in text and difflib.get_close_matches(text.lower(), MODELS.names(), n=1):
         get_model(text)  # raises, with the suggestion
-    return text
+    return resolve_hub_id(text, field)
+
+
+# --------------------------------------------------------------------------------------------
+# Hugging Face ids: the local cache, and whether the Hub answers (asked once, no retries)
+# --------------------------------------------------------------------------------------------
+
+_HUB_ANSWERS: dict[str, str | None] = {}
+"""Hub endpoint -> ``None`` when it answered, else why not (:func:`hub_unreachable`)."""
+
+
+def hub_unreachable(timeout_s: float = 3.0) -> str | None:
+    """Why the Hugging Face Hub cannot be reached from here, or ``None`` when it can.
+
+    ``HF_HUB_OFFLINE`` set, or one ``HEAD`` request to the endpoint (``HF_ENDPOINT``) that
+    gets no answer within ``timeout_s`` seconds, asked once per process. Without this,
+    huggingface_hub retries an unreachable Hub five times with backoff (about 31 s) and
+    logs every try.
+    """
+    from huggingface_hub import constants
+
+    if constants.HF_HUB_OFFLINE:
+        return "HF_HUB_OFFLINE is set"
+    endpoint = constants.ENDPOINT
+    if endpoint not in _HUB_ANSWERS:
+        import httpx
+
+        try:
+            httpx.head(endpoint, timeout=timeout_s)  # any HTTP answer: the Hub is there
+            _HUB_ANSWERS[endpoint] = None
+        except httpx.HTTPError as exc:
+            _HUB_ANSWERS[endpoint] = f"{endpoint}: {str(exc) or type(exc).__name__}"
+    return _HUB_ANSWERS[endpoint]
+
+
+def cached_snapshot(repo_id: str) -> Path | None:
+    """The directory of ``repo_id`` in the local Hugging Face cache (its snapshot holding
+    ``config.json``), or ``None``; looked up on disk only (``try_to_load_from_cache``)."""
+    from huggingface_hub import try_to_load_from_cache
+
+    try:
+        found = try_to_load_from_cache(repo_id, "config.json")
+    except Exception:  # noqa: BLE001 - a malformed id (HFValidationError) is not cached either
+        return None
+    return Path(found).parent if isinstance(found, str) else None
+
+
+def hub_id_problem(repo_id: str, field: str = "model") -> str:
+    """One line: ``repo_id`` is not in the local cache and the Hub cannot be reached; the
+    ways out first (the offline names, a local directory, a download elsewhere)."""
+    from huggingface_hub import constants
+
+    names = ", ".join(m.name for m in available_models())
+    tail = (
+        " with HF_HUB_OFFLINE unset)"
+        if constants.HF_HUB_OFFLINE
+        else "); with no network, set HF_HUB_OFFLINE=1 so that nothing waits for the Hub"
+    )
+    return (
+        f"{field}={repo_id!r} is not in the local Hugging Face cache and the Hub cannot be "
+        f"reached ({hub_unreachable()}): use an offline name ({names}; `densereward models`) or "
+        f"a local model directory, or download it where the Hub is reachable (`hf download "
+        f"{repo_id}`{tail}"
+    )
+
+
+def resolve_hub_id(repo_id: str, field: str = "model") -> str:
+    """What loads for a Hugging Face id, decided without waiting on the network.
+
+    In the local cache: the id itself under ``HF_HUB_OFFLINE`` or while the Hub answers
+    (transformers reads the cache), else the cached snapshot directory (loaded from disk, no
+    retries; one warning says so). Not in the cache: the id while the Hub answers (it is
+    downloaded), else :class:`BackendUnavailableError` at once.
+
+    Raises:
+        BackendUnavailableError: :func:`hub_id_problem`'s line.
+    """
+    from huggingface_hub import constants
+
+    snapshot = cached_snapshot(repo_id)
+    if snapshot is not None and constants.HF_HUB_OFFLINE:
+        return repo_id
+    why = hub_unreachable()
+    if why is None:
+        return repo_id
+    if snapshot is None:
+        raise BackendUnavailableError(hub_id_problem(repo_id, field))
+    logger.warning("%s=%r: the Hugging Face Hub cannot be reached (%s); loading the cached copy "
+                   "%s (set HF_HUB_OFFLINE=1 to skip this check)", field, repo_id, why, snapshot)  # fmt: skip
+    return str(snapshot)

@@ -1,10 +1,10 @@
-"""The models a run loads: start-up checks without weights or network, and their names.
+"""The models a run loads: start-up checks without weights or downloads, and their names.
 
 :func:`check_model` is what ``--dry-run`` reports for ``model.name`` and ``verifier.model``, and
 what a run checks before it creates its run directory: a local path must exist, an offline
-model name (:mod:`densereward.backends.models`) must be one, and a Hugging Face id that cannot
-be reached offline (``HF_HUB_OFFLINE=1`` and not in the local cache) is reported the way a Hub
-data id is (:func:`densereward.data.check_source`). :func:`name_base_model` gives TRL's model
+model name (:mod:`densereward.backends.models`) must be one, and a Hugging Face id must be in
+the local cache or the Hub must answer (one request, none under ``HF_HUB_OFFLINE``); one that
+cannot load here is reported with the offline names. :func:`name_base_model` gives TRL's model
 card the name of a policy that was loaded from a local directory (the embedded model).
 """
 
@@ -37,8 +37,8 @@ def check_model(value: str | os.PathLike | None, field: str) -> tuple[str, str |
 
     Returns:
         ``(description, problem)``: ``problem`` is ``None``, or why the run would fail here
-        although the value is valid (a Hub id that cannot be reached offline, an offline name
-        whose packages are not installed).
+        although the value is valid (a Hub id not in the local cache while the Hub cannot be
+        reached, an offline name whose packages are not installed).
 
     Raises:
         ConfigError: naming ``field``, for an empty value, a path that does not exist (or a
@@ -206,21 +206,15 @@ def _refuse_name_typo(text: str, models) -> None:
 
 
 def _check_hub_id(repo_id: str, field: str) -> tuple[str, str | None]:
-    """A Hugging Face id: looked up in the local cache when ``HF_HUB_OFFLINE`` is set."""
-    from huggingface_hub import constants, try_to_load_from_cache
+    """A Hugging Face id: looked up in the local cache (on disk), and when it is not there,
+    whether the Hub answers (one request, :func:`~densereward.backends.models.hub_unreachable`;
+    none under ``HF_HUB_OFFLINE``)."""
+    from densereward.backends import models
 
     line = f"{field}: Hugging Face id {repo_id!r} -- NOT downloaded"
-    if not constants.HF_HUB_OFFLINE:
-        return line + ", not checked (a dry run uses no network)", None
-    try:
-        cached = try_to_load_from_cache(repo_id, "config.json")
-    except Exception:  # noqa: BLE001 - a malformed id is not in the cache either
-        cached = None
-    if isinstance(cached, str):
-        return line + ", found in the local cache", None
-    return line, (
-        f"the Hugging Face id {repo_id!r} ({field}) cannot be reached offline (HF_HUB_OFFLINE=1) "
-        "and is not in the local Hugging Face cache: the run would fail here. Run where the Hub "
-        f"is reachable (and unset HF_HUB_OFFLINE), or set {field} to a local model directory or "
-        "an offline model name (densereward models lists them)"
-    )
+    snapshot = models.cached_snapshot(repo_id)
+    if snapshot is not None:
+        return line + f", found in the local cache ({snapshot})", None
+    if models.hub_unreachable() is None:
+        return line + ", not in the local cache: downloaded when the run starts", None
+    return line + ", not in the local cache", models.hub_id_problem(repo_id, field)

@@ -235,7 +235,7 @@ def run(
 
     # W&B (offline without a key) and the policy.
     old_env = _wandb_env(parts, run_dir) if "wandb" in (args.report_to or []) else {}
-    policy = resolve_model(parts["model"].name)
+    policy = resolve_model(parts["model"].name, field="model.name")
     if parts["model"].torch_threads:
         torch.set_num_threads(parts["model"].torch_threads)
     torch.manual_seed(args.seed)
@@ -345,11 +345,13 @@ class _ConfigToWandb:
 def _dry_run(
     parts: dict[str, Any], config: dict[str, Any], output_dir: Any, resume: str | None
 ) -> dict[str, Any]:
-    """Validate the whole config without model weights or network; report what was checked.
+    """Validate the whole config without model weights or downloads; report what was checked.
 
-    Local data is loaded (a missing file is an error); a Hub id is not downloaded, and with
-    ``HF_HUB_OFFLINE`` set one missing from the local cache is reported under ``problems``;
-    the run directory is checked as the run would check it, and not created.
+    Local data is loaded (a missing file is an error); a Hub data id is not downloaded, and
+    with ``HF_HUB_OFFLINE`` set one missing from the local cache is reported under
+    ``problems``; a Hub model id is looked up in the local cache and, when it is not there,
+    reported under ``problems`` if the Hub does not answer (:func:`.checks.check_model`); the
+    run directory is checked as the run would check it, and not created.
     """
     import tempfile
 
@@ -458,7 +460,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--reward", choices=GRPO_REWARDS.names(), help="reward.type")
     parser.add_argument("--dry-run", action="store_true",
                         help="validate the whole config (GRPOConfig, VerifierConfig, reward functions) "
-                        "without loading weights or touching the network")  # fmt: skip
+                        "without loading weights or downloading anything")  # fmt: skip
     parser.add_argument("--resume", nargs="?", const="latest", default=None, metavar="CHECKPOINT",
                         help="continue from the newest checkpoint of --output-dir, or from CHECKPOINT")  # fmt: skip
 
@@ -512,7 +514,7 @@ def _print_dry_run(result: dict[str, Any]) -> int:
     """Print a dry run's checks (``ok``) and problems (``!!``); the exit code is 0 (valid)."""
     problems = result.get("problems") or []
     print(
-        "dry run: configuration valid; nothing created, no weights loaded, no network used"
+        "dry run: configuration valid; nothing created, no weights loaded, nothing downloaded"
         + (f"; {len(problems)} problem(s) the run would hit here:" if problems else "")
     )
     for c in result["checks"]:

@@ -552,7 +552,9 @@ def main(args: argparse.Namespace) -> int:
         run_dir = Path(cfg.training.output_dir) / name
     if args.dry_run:
         lines = dry_run(config, output_dir=run_dir, resume=args.resume)
-        print("dry run: configuration valid; nothing created, no weights loaded, no network used")
+        print(
+            "dry run: configuration valid; nothing created, no weights loaded, nothing downloaded"
+        )
         for line in lines:  # a problem the run would hit starts with "!! "
             print(f"  {line}" if line.startswith("!! ") else f"  ok  {line}")
         return 0
