@@ -683,6 +683,26 @@ def test_register_trainer_adds_a_name_and_never_overwrites_one(tmp_path):
         C.TRAINERS._entries.pop(name, None)  # a registry never drops a name; the test does
 
 
+def test_compare_dry_run_exits_2_when_a_condition_would_hit_a_problem(tmp_path, capsys):
+    """A ``!!`` line is a problem a run would hit here: the dry run says so with exit 2 (it
+    exited 0), as ``train grpo`` and ``train sac`` do; without one it exits 0."""
+    from densereward.cli import main
+
+    name = "toy-dry-exit"
+    C.register_trainer(name, _toy_spec([]))
+    try:
+        path = tmp_path / "toy.yaml"
+        path.write_text(yaml.safe_dump({**_toy_config(tmp_path / "cmp"), "trainer": name}))
+        assert main(["compare", "--config", str(path), "--dry-run"]) == 2
+        out = capsys.readouterr().out
+        assert "1 problem(s) the runs would hit" in out and "!! slow: a rate this low" in out
+        assert main(["compare", "--config", str(path), "--dry-run", "base.reward.rate=0.6",
+                     "conditions.slow=[reward.rate=0.6]"]) == 0  # fmt: skip
+        assert "!!" not in capsys.readouterr().out and not (tmp_path / "cmp").exists()
+    finally:
+        C.TRAINERS._entries.pop(name, None)
+
+
 def test_the_built_in_trainers_import_nothing_heavy_until_a_run():
     code = (
         "import sys, densereward.sample_efficiency as se; "

@@ -53,14 +53,26 @@ def test_overrides_and_shortcuts_compose():
 
 
 @pytest.mark.slow  # imports trl / transformers
-def test_dry_run_qwen3_8b_config_validates_without_weights(capsys):
+def test_dry_run_qwen3_8b_config_validates_without_weights(capsys, server, monkeypatch):
+    """The GPU config validates here; what this machine lacks (the Hub's model and data, as
+    under HF_HUB_OFFLINE) is listed under !! and makes the exit 2; its verifier server (a
+    scripted one here) is contacted."""
+    from huggingface_hub import constants
+
     from densereward.trainers.grpo import main
 
-    rc = main(_parse(["--config", str(REPO / "configs/grpo_math_qwen3_8b.yaml"), "--dry-run"]))
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    rc = main(_parse(["--config", str(REPO / "configs/grpo_math_qwen3_8b.yaml"), "--dry-run",
+                      f"verifier.backend_options.base_url={server.base_url}"]))  # fmt: skip
     out = capsys.readouterr().out
-    assert rc == 0, out
+    assert rc == 2, out
     assert "weights NOT loaded" in out and "use_vllm=True" in out and "verifier_gated" in out
     assert "NOT downloaded" in out and "bf16=True" in out
+    assert f"ok  verifier server: {server.base_url} -- contacted, model 'Qwen/Qwen3-8B'" in out
+    problems = [line for line in out.splitlines() if line.startswith("  !!  ")]
+    assert len(problems) == 2, out
+    assert "'DigitalLearningGmbH/MATH-lighteval' cannot be reached offline" in problems[0]
+    assert problems[1].startswith("  !!  model.name='Qwen/Qwen3-8B' is not in the local Hugging")
 
 
 @pytest.mark.slow
@@ -165,7 +177,7 @@ def test_dry_run_checks_local_data_and_says_when_a_hub_id_is_unreachable(
     assert "looks like a local path" in capsys.readouterr().err
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
     hub = ["--config", cpu, "--data", "HuggingFaceH4/MATH-500", "--output-dir", str(out)]
-    assert main(_parse([*hub, "--dry-run"])) == 0
+    assert main(_parse([*hub, "--dry-run"])) == 2  # the run would stop here: exit 2
     printed = capsys.readouterr().out
     assert "!!  the Hub id 'HuggingFaceH4/MATH-500' cannot be reached offline" in printed
     good = ["--config", cpu, "--data", str(data_dir / "math500" / "test.jsonl"), "--dry-run"]
@@ -283,9 +295,9 @@ def test_dry_run_fails_naming_the_model_dtype_and_batch_size_fields(tmp_path, ca
         assert main(_parse([*dry, override])) == 2, override
         captured = capsys.readouterr()
         assert field in captured.err and "ok  " not in captured.out, (override, captured)
-    # a Hub id that cannot be reached offline is reported as a data id is
+    # a Hub id that cannot load here is reported with the offline names, and the exit is 2
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
-    assert main(_parse([*dry, "model.name=Qwen/Qwen3-8B", "verifier.model=Qwen/Qwen3-0.6B"])) == 0
+    assert main(_parse([*dry, "model.name=Qwen/Qwen3-8B", "verifier.model=Qwen/Qwen3-0.6B"])) == 2
     out = capsys.readouterr().out
     assert ("!!  model.name='Qwen/Qwen3-8B' is not in the local Hugging Face cache and the Hub "
             "cannot be reached (HF_HUB_OFFLINE is set): use an offline name") in out  # fmt: skip
@@ -295,15 +307,38 @@ def test_dry_run_fails_naming_the_model_dtype_and_batch_size_fields(tmp_path, ca
     assert main(_parse([*dry, *names])) == 0
     out = capsys.readouterr().out
     assert "ok  model.name: offline model 'smollm2-135m'" in out and "!!" not in out
-    served = ["verifier.backend=openai", "verifier.model=my-served-name",
-              "verifier.backend_options={base_url: 'http://127.0.0.1:9/v1'}"]  # fmt: skip
-    assert main(_parse([*dry, *served])) == 0 and "!!" not in capsys.readouterr().out
     assert not (tmp_path / "run").exists()
 
 
 @pytest.mark.slow  # imports trl to validate GRPOConfig
+def test_the_dry_run_contacts_a_served_verifier(tmp_path, capsys, server):
+    """Issue 41 item 6b: with the verifier's server down the dry run said "not contacted" and
+    exited 0, and the run then stopped at its start; it now asks the server as the run's start
+    does (GET /models, a short timeout) and exits 2 naming the URL."""
+    import time
+
+    from servers import free_port
+
+    from densereward.cli import main as cli_main
+
+    dry = ["train", "grpo", "--config", DYNAMICS_CPU, "--output-dir", str(tmp_path / "run"),
+           "--dry-run", "verifier.backend=openai", "verifier.model=my-served-name"]  # fmt: skip
+    closed = f"http://127.0.0.1:{free_port()}/v1"
+    t0 = time.monotonic()
+    assert cli_main([*dry, f"verifier.backend_options={{base_url: '{closed}'}}"]) == 2
+    out = capsys.readouterr().out
+    assert time.monotonic() - t0 < 60  # imports TRL; the check itself is refused at once
+    assert f"!!  verifier server at {closed} is not reachable (ConnectError" in out, out
+    assert "start it or fix verifier.backend_options.base_url" in out and "not contacted" not in out
+    assert cli_main([*dry, f"verifier.backend_options={{base_url: '{server.base_url}'}}"]) == 0
+    out = capsys.readouterr().out
+    assert f"ok  verifier server: {server.base_url} -- contacted, model 'my-served-name'" in out
+    assert "!!" not in out and not (tmp_path / "run").exists()
+
+
+@pytest.mark.slow  # imports trl to validate GRPOConfig
 def test_dry_run_catches_a_misspelt_backend_option_a_bad_dtype_and_a_missing_base_url(
-    tmp_path, capsys
+    tmp_path, capsys, server
 ):
     """Issue 29 item 2: each backend owns a frozen options dataclass, validated at config load,
     so ``densereward train grpo --dry-run`` names the field and the fix."""
@@ -331,9 +366,9 @@ def test_dry_run_catches_a_misspelt_backend_option_a_bad_dtype_and_a_missing_bas
         captured = capsys.readouterr()
         assert message in captured.err and "ok  " not in captured.out, (overrides, captured)
     served = ["verifier.backend=openai", "verifier.model=served",
-              "verifier.backend_options={base_url: 'http://127.0.0.1:9/v1', timeout_s: 5}"]  # fmt: skip
+              f"verifier.backend_options={{base_url: '{server.base_url}', timeout_s: 5}}"]  # fmt: skip
     assert cli_main([*dry, *served]) == 0
-    assert "OpenAIOptions(base_url='http://127.0.0.1:9/v1'" in capsys.readouterr().out
+    assert f"OpenAIOptions(base_url='{server.base_url}'" in capsys.readouterr().out
     assert not (tmp_path / "run").exists()
 
 

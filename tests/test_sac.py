@@ -267,17 +267,37 @@ def _sac_args(*argv: str) -> argparse.Namespace:
 
 
 @pytest.mark.parametrize("path", CONFIGS, ids=lambda p: p.stem)
-def test_every_sac_config_passes_its_dry_run(path, tmp_path, capsys):
+def test_every_sac_config_passes_its_dry_run(path, tmp_path, capsys, server):
     """Each shipped config: env id made and reset, describer on a real first observation
-    (verifier configs), SAC arguments, run directory; nothing created, no weights loaded."""
+    (verifier configs), SAC arguments, run directory; nothing created, no weights loaded. A
+    served verifier is contacted: a scripted server stands in for the config's."""
     out = tmp_path / "run"
-    assert sac.main(_sac_args("--config", str(path), "--output-dir", str(out), "--dry-run")) == 0
+    argv = ["--config", str(path), "--output-dir", str(out), "--dry-run"]
+    served = (load_yaml(path).get("verifier") or {}).get("backend") == "openai"
+    if served:
+        argv.append(f"verifier.backend_options.base_url={server.base_url}")
+    assert sac.main(_sac_args(*argv)) == 0
     printed = capsys.readouterr().out
+    assert ("ok  verifier server: " in printed) == served, printed
     assert "configuration valid" in printed and "!!" not in printed and not out.exists()
     if load_yaml(path)["env"]["reward"] == "verifier":
         assert "ok  describer: " in printed
     if (load_yaml(path).get("reward") or {}).get("render_frames"):  # one frame rendered, offscreen
         assert re.search(r"ok  frames: \S+ renders \d+x\d+x3 uint8", printed), printed
+
+
+def test_sac_dry_run_exits_2_when_its_served_verifier_does_not_answer(tmp_path, capsys):
+    """Issue 41 item 6b on the SAC side: the frames config with its server down."""
+    from servers import free_port
+
+    closed = f"http://127.0.0.1:{free_port()}/v1"
+    argv = ["--config", str(REPO / "configs" / "sac_fetchreach_frames.yaml"), "--dry-run",
+            "--output-dir", str(tmp_path / "run"), f"verifier.backend_options.base_url={closed}"]  # fmt: skip
+    assert sac.main(_sac_args(*argv)) == 2
+    printed = capsys.readouterr().out
+    assert "1 problem(s) the run would hit here" in printed
+    assert f"  !!  verifier server at {closed} is not reachable" in printed
+    assert not (tmp_path / "run").exists()
 
 
 def test_sac_dry_run_builds_the_reward_kind_and_refuses_frames_for_a_text_only_verifier(

@@ -130,7 +130,7 @@ def main(args: argparse.Namespace) -> int:
               + (f"; {n_problems} problem(s) the runs would hit:" if n_problems else ""))  # fmt: skip
         for line in lines:
             print(f"  {line}" if line.startswith("!! ") else f"  ok  {line}")
-        return 0
+        return 2 if n_problems else 0  # a run would stop (or train nothing) on this machine
     res = run_comparison(
         config, output_dir=args.output_dir, base_dir=cfg_path.resolve().parent, name=cfg_path.stem,
         progress=not args.no_progress, report_only=args.report_only,

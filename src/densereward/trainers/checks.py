@@ -22,6 +22,8 @@ __all__ = [
     "base_model_id",
     "check_model",
     "check_models",
+    "check_verifier_server",
+    "print_dry_run",
     "name_base_model",
     "verifier_reads_images",
 ]
@@ -110,6 +112,76 @@ def check_models(
     if problems and refuse_problems:
         raise ConfigError("; ".join(problems))
     return lines, problems
+
+
+def print_dry_run(lines: list[str], problems: list[str] = ()) -> int:
+    """Print a dry run: the checks (``ok``), then the problems the run would hit here (``!!``;
+    a line of ``lines`` that starts with ``"!! "`` is one too).
+
+    Returns:
+        The exit status: 0, or 2 when there is a problem (a start that would fail here).
+    """
+    problems = [*(x[3:] for x in lines if x.startswith("!! ")), *problems]
+    print(
+        "dry run: configuration valid; nothing created, no weights loaded, nothing downloaded"
+        + (f"; {len(problems)} problem(s) the run would hit here:" if problems else "")
+    )
+    for line in lines:
+        if not line.startswith("!! "):
+            print("  ok  " + line)
+    for problem in problems:
+        print("  !!  " + problem)
+    return 2 if problems else 0
+
+
+def check_verifier_server(
+    verifier: Any, *, timeout_s: float = 3.0
+) -> tuple[str | None, str | None]:
+    """Contact a verifier served over HTTP as a run's start does, with a short timeout.
+
+    A backend whose options have ``base_url`` and ``health_timeout_s`` (``openai``,
+    ``sampled``, a plugin built on their options) is built as the run builds it (``GET
+    {base_url}/models`` on each replica, the model it lists, the server kind for
+    ``chat_template_kwargs``), with ``health_timeout_s`` at most ``timeout_s``, and closed. A dry
+    run said "not contacted" and exited 0 for a server that was down.
+
+    Args:
+        verifier: The :class:`~densereward.config.VerifierConfig`.
+        timeout_s: The longest wait for one server's answer, seconds.
+
+    Returns:
+        ``(line, problem)``: what was contacted and how it answered; ``problem`` is ``None``,
+        or the error the run's start would stop with (one line naming the URL and the fix).
+        ``(None, None)`` for a backend that loads its model in this process or has no URL.
+    """
+    import dataclasses
+
+    from densereward.backends import create_backend
+    from densereward.errors import BackendError
+
+    opts = verifier.options
+    if loads_model(verifier.backend) or not hasattr(opts, "base_url"):
+        return None, None
+    if not hasattr(opts, "health_timeout_s"):
+        return f"verifier server: {opts.base_url} -- not contacted (no health check)", None
+    given = {
+        **(verifier.backend_options or {}),
+        "health_timeout_s": min(opts.health_timeout_s, timeout_s),
+    }
+    try:
+        backend = create_backend(dataclasses.replace(verifier, backend_options=given))
+    except (BackendError, ConfigError) as exc:
+        return None, str(exc)
+    try:
+        replicas = getattr(backend, "replicas", None) or []
+        down = [r["url"] for r in replicas if not r.get("healthy", True)]
+        url = getattr(backend, "base_url", opts.base_url)
+        line = f"verifier server: {url} -- contacted, model {backend.model_id!r}"
+        if down:  # the run starts on the others and takes these back when they answer
+            line += f"; {len(down)} of {len(replicas)} replicas did not answer: {', '.join(down)}"
+    finally:
+        backend.close()
+    return line, None
 
 
 def verifier_reads_images(verifier: Any) -> tuple[bool | None, str]:

@@ -47,7 +47,7 @@ from densereward.io import (
 )
 from densereward.verifier import VerifierFactory
 
-from .checks import check_models, name_base_model
+from .checks import check_models, check_verifier_server, name_base_model, print_dry_run
 from .grpo_config import (  # noqa: F401  (re-exported: the config is part of this trainer's API)
     SECTIONS,
     ModelConfig,
@@ -219,8 +219,7 @@ def run(
     # a picklable recipe (TRL's async rollout worker ships reward functions to a spawned
     # process; a closure would not go): built here to fail early, pickled as the recipe
     verifier = VerifierFactory(parts["verifier"])
-    reads_model = parts["reward"].judge != "process_oracle"  # the oracle reads no model
-    if reads_model and (parts["reward"].type != "sparse" or parts["reward"].track):
+    if _builds_verifier(parts):
         verifier = verifier()
     reward_funcs, _ = build_reward_funcs(
         parts["reward"],
@@ -294,6 +293,13 @@ def run(
     return result
 
 
+def _builds_verifier(parts: dict[str, Any]) -> bool:
+    """Whether the run builds the verifier at its start (the oracle judge reads no model; a
+    sparse reward reads it only to track reward quality)."""
+    reward = parts["reward"]
+    return reward.judge != "process_oracle" and (reward.type != "sparse" or reward.track)
+
+
 def _curve(run_dir: Path, trainer: Any) -> list[dict[str, Any]]:
     path = run_dir / "reward_quality.jsonl"
     by_step: dict[int, list[float]] = {}
@@ -362,6 +368,9 @@ def _dry_run(
     (policy_line, *verifier_line), model_problems = check_models(
         parts["model"].name, parts["verifier"]
     )
+    server_line, server_problem = (
+        check_verifier_server(parts["verifier"]) if _builds_verifier(parts) else (None, None)
+    )  # a served verifier is contacted as the run's start contacts it
     run_dir = _run_dir(parts, output_dir, resume)
     state = "continues from its newest checkpoint" if resume else (
         "exists with no checkpoint and no result: reused" if run_dir.is_dir() and any(run_dir.iterdir())
@@ -373,8 +382,9 @@ def _dry_run(
         f"run directory: {run_dir} ({state})",
         f"verifier: VerifierConfig ok (backend {parts['verifier'].backend}, G={parts['verifier'].granularity}, "
         f"K={parts['verifier'].n_repeats}, style {parts['verifier'].style}, "
-        f"batch_size {parts['verifier'].batch_size}, options {parts['verifier'].options}) -- not contacted",
+        f"batch_size {parts['verifier'].batch_size}, options {parts['verifier'].options})",
         *verifier_line,
+        *([server_line] if server_line else []),
     ]
     with tempfile.TemporaryDirectory() as tmp:
         args = build_grpo_args(parts, Path(tmp) / "dry-run", cpu_check=True)
@@ -410,7 +420,7 @@ def _dry_run(
                 else "NOT installed (needed on the GPU machine)"
             )
         )
-    problems = ([data_problem] if data_problem else []) + model_problems
+    problems = [p for p in (data_problem, *model_problems, server_problem) if p]
     return {"dry_run": True, "checks": checks, "problems": problems, "config": redact(config)}
 
 
@@ -510,20 +520,6 @@ def dry_run(config: dict[str, Any], *, output_dir: Path, resume: str | None = No
     return list(result["checks"]) + ["!! " + p for p in result["problems"]]
 
 
-def _print_dry_run(result: dict[str, Any]) -> int:
-    """Print a dry run's checks (``ok``) and problems (``!!``); the exit code is 0 (valid)."""
-    problems = result.get("problems") or []
-    print(
-        "dry run: configuration valid; nothing created, no weights loaded, nothing downloaded"
-        + (f"; {len(problems)} problem(s) the run would hit here:" if problems else "")
-    )
-    for c in result["checks"]:
-        print("  ok  " + c)
-    for c in problems:
-        print("  !!  " + c)
-    return 0
-
-
 def main(args: argparse.Namespace) -> int:
     """CLI entry: run (or dry-run) and print a summary; returns the exit code."""
     import json
@@ -537,7 +533,7 @@ def main(args: argparse.Namespace) -> int:
         print(f"densereward: error: {exc}", file=sys.stderr)
         return 2
     if result.get("dry_run"):
-        return _print_dry_run(result)
+        return print_dry_run(result["checks"], result["problems"])
     print(json.dumps({k: v for k, v in result.items() if k != "curve"}, indent=2))
     run_dir = Path(result["run_dir"])
     wandb_runs = (

@@ -67,7 +67,7 @@ from densereward.io import (
 )
 
 from ..backend_options import loads_model
-from .checks import check_model, verifier_reads_images
+from .checks import check_model, check_verifier_server, print_dry_run, verifier_reads_images
 from .sac_config import (  # noqa: F401  (re-exported: the config is part of this trainer's API)
     EVAL_REWARD_LABELS,
     EVAL_SEED_OFFSET,
@@ -238,6 +238,9 @@ def dry_run(config: dict[str, Any], *, output_dir: Path, resume: bool = False) -
             f"verifier: VerifierConfig ok (backend {v.backend}, {model}, G={v.granularity}) -- NOT "
             f"loaded; reward.mode {cfg.reward.mode}, score_every {cfg.reward.score_every}"
         )
+        server, down = check_verifier_server(v)  # a served verifier: contacted as the run does
+        lines += [server] if server else []
+        unreachable = unreachable or down
     problems = [_learning_starts_problem(cfg), unreachable]
     return lines + [f"!! {p}" for p in problems if p]
 
@@ -551,13 +554,7 @@ def main(args: argparse.Namespace) -> int:
         name = cfg.training.run_name or time.strftime("run-%Y%m%d-%H%M%S")
         run_dir = Path(cfg.training.output_dir) / name
     if args.dry_run:
-        lines = dry_run(config, output_dir=run_dir, resume=args.resume)
-        print(
-            "dry run: configuration valid; nothing created, no weights loaded, nothing downloaded"
-        )
-        for line in lines:  # a problem the run would hit starts with "!! "
-            print(f"  {line}" if line.startswith("!! ") else f"  ok  {line}")
-        return 0
+        return print_dry_run(dry_run(config, output_dir=run_dir, resume=args.resume))
     summary = run(config, output_dir=run_dir, resume=args.resume)
     m = summary["metrics"]
     print(
