@@ -340,3 +340,38 @@ def test_a_section_that_is_not_a_mapping_and_a_nested_typo_name_their_yaml_path(
         ConfigError, match=r"in section 'verifier.frames': 'max_frame' \(did you mean 'max_frames'"
     ):
         from_dict(VerifierConfig, {"frames": {"max_frame": 4}}, prefix="verifier.")
+
+
+def test_switching_the_backend_drops_the_files_options_the_new_one_does_not_take(caplog):
+    """Issue 41 item 6e: a GRPO file's transformers options (device, dtype) made every
+    ``verifier.backend=openai`` override fail; they are dropped with one warning naming them.
+    Options an override sets are kept (and refused if the backend does not take them)."""
+    import copy
+
+    file = {"verifier": {"backend": "transformers", "model": None,
+                         "backend_options": {"device": "cpu", "dtype": "float32"}}}  # fmt: skip
+    with caplog.at_level("WARNING", logger="densereward.config"):
+        config = apply_overrides(copy.deepcopy(file), ["verifier.backend=openai",
+                                 "verifier.backend_options.base_url=http://h/v1"])  # fmt: skip
+    assert config["verifier"]["backend_options"] == {"base_url": "http://h/v1"}
+    assert VerifierConfig(**config["verifier"]).options.base_url == "http://h/v1"
+    assert [r.getMessage() for r in caplog.records] == [
+        "verifier.backend=openai: dropped verifier.backend_options device, dtype of the config "
+        "(options of 'transformers' that 'openai' does not take)"
+    ]
+    caplog.clear()
+    # the same backend again: nothing dropped; back from openai: its URL goes
+    same = apply_overrides(copy.deepcopy(file), ["verifier.backend=transformers"])
+    assert same == file and not caplog.records
+    back = apply_overrides(copy.deepcopy(config), ["verifier.backend=transformers"])
+    assert back["verifier"]["backend_options"] == {}
+    # an option the user typed stays, so the config still refuses it by name
+    typed = apply_overrides(copy.deepcopy(file), ["verifier.backend_options.device=cuda",
+                                                  "verifier.backend=openai"])  # fmt: skip
+    assert typed["verifier"]["backend_options"] == {"device": "cuda"}
+    with pytest.raises(ConfigError, match="verifier.backend_options.device"):
+        VerifierConfig(**typed["verifier"])
+    # an unknown backend keeps everything: the config names it with a did-you-mean
+    assert apply_overrides(copy.deepcopy(file), ["verifier.backend=opnai"])["verifier"][
+        "backend_options"
+    ] == {"device": "cpu", "dtype": "float32"}

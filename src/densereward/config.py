@@ -26,7 +26,7 @@ from .backend_options import (
     answer_options,
     options_class,
 )
-from .errors import ConfigError
+from .errors import ConfigError, DenseRewardError
 from .frames import FrameConfig
 from .sections import check_sections, field_names, unknown_key_hints
 
@@ -484,19 +484,63 @@ def parse_override(text: str) -> tuple[list[str], Any]:
 def apply_overrides(config: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
     """Apply ``key=value`` overrides (dotted keys) to a nested config dict, in place.
 
+    An override that switches ``verifier.backend`` drops the file's ``verifier.backend_options``
+    the new backend does not take (a GRPO file's ``device`` and ``dtype`` under
+    ``verifier.backend=openai``), with one warning naming them; options set by an override are
+    kept (the config refuses them if the backend does not take them).
+
     >>> apply_overrides({"a": {"b": 1}}, ["a.b=2", "c=x"])
     {'a': {'b': 2}, 'c': 'x'}
+    >>> apply_overrides({"verifier": {"backend_options": {"dtype": "float32"}}},
+    ...                 ["verifier.backend=openai", "verifier.backend_options.base_url=http://h/v1"])
+    {'verifier': {'backend_options': {'base_url': 'http://h/v1'}, 'backend': 'openai'}}
     """
+    switched: dict[int, tuple[dict[str, Any], str]] = {}  # id -> (verifier section, old backend)
+    given: set[tuple[int, str]] = set()  # (id of a verifier section, option set by an override)
     for text in overrides:
         keys, value = parse_override(text)
-        node = config
+        node, parents = config, [config]
         for k in keys[:-1]:
             nxt = node.setdefault(k, {})
             if not isinstance(nxt, dict):
                 raise ConfigError(f"override {text!r}: {k!r} is not a section")
             node = nxt
+            parents.append(node)
+        if keys[-2:] == ["verifier", "backend"]:
+            switched.setdefault(id(node), (node, node.get("backend", _DEFAULT_BACKEND)))
+        elif keys[-2:] == ["verifier", "backend_options"] and isinstance(value, dict):
+            given.update((id(node), k) for k in value)
+        elif keys[-3:-1] == ["verifier", "backend_options"]:
+            given.add((id(parents[-2]), keys[-1]))
         node[keys[-1]] = value
+    for key, (section, old) in switched.items():
+        _drop_foreign_options(section, old, {k for i, k in given if i == key})
     return config
+
+
+_DEFAULT_BACKEND = VerifierConfig.backend
+
+
+def _drop_foreign_options(section: dict[str, Any], old: str, given: set[str]) -> None:
+    """Drop the options of ``section["backend_options"]`` that its new backend does not take and
+    no override set (they were the file's, for backend ``old``), with one warning."""
+    import logging
+
+    new, options = section.get("backend", _DEFAULT_BACKEND), section.get("backend_options")
+    if new == old or not isinstance(options, dict):
+        return
+    try:
+        takes = set(field_names(options_class(new)))
+    except DenseRewardError:  # an unknown backend: the config names it with its did-you-mean
+        return
+    dropped = [k for k in options if k not in takes and k not in given]
+    for k in dropped:
+        del options[k]
+    if dropped:
+        logging.getLogger(__name__).warning(
+            "verifier.backend=%s: dropped verifier.backend_options %s of the config (options "
+            "of %r that %r does not take)", new, ", ".join(dropped), old, new,
+        )  # fmt: skip
 
 
 def add_override_arguments(parser: Any, example: str) -> None:
