@@ -245,3 +245,52 @@ def test_split_query_takes_the_response_after_the_prompt():
     p = chat("What is 2 + 2?")
     assert split_query(p + "It is 4.<|im_end|>", p) == ("What is 2 + 2?", "It is 4.")
     assert split_query("<s>[INST] hi [/INST] yes</s>", None) == ("", "hi  yes")
+
+
+def test_the_documented_multi_replica_command_passes_its_dry_run(monkeypatch, capsys, caplog):
+    """Issue 41 item 6e: docs/scaling.md's command switches verifier.backend to openai on a GRPO
+    file whose backend_options hold the transformers backend's device and dtype; it failed
+    ("unknown verifier.backend_options for backend 'openai': ... device; ... dtype"). The exact
+    command, in dry-run form, with two scripted replicas standing in for 10.0.0.1 and 10.0.0.2."""
+    import shlex
+    from pathlib import Path
+
+    from servers import MisbehavingServer
+
+    from densereward.cli import main
+
+    repo = Path(__file__).resolve().parents[1]
+    lines = (repo / "docs" / "scaling.md").read_text().splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("densereward serve --config"))
+    command = lines[start]
+    while command.endswith("\\"):
+        start += 1
+        command = command[:-1] + lines[start]
+    argv = shlex.split(command)
+    docs_urls = ["http://10.0.0.1:8000/v1", "http://10.0.0.2:8000/v1"]
+    assert argv[:2] == ["densereward", "serve"] and all(u in command for u in docs_urls)
+    monkeypatch.chdir(repo)  # the command's config path is relative to the repository root
+    with MisbehavingServer() as a, MisbehavingServer() as b:
+        for docs_url, url in zip(docs_urls, (a.base_url, b.base_url), strict=True):
+            argv = [x.replace(docs_url, url) for x in argv]
+        with caplog.at_level("WARNING", logger="densereward.config"):
+            rc = main([*argv[1:], "--dry-run"])
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    assert f"ok  verifier server: {a.base_url}, {b.base_url} -- contacted" in out, out
+    assert "ok  serve: http://0.0.0.0:5000" in out and "ok  reward: gated (use_async True)" in out
+    dropped = [r.getMessage() for r in caplog.records if "dropped" in r.getMessage()]
+    assert dropped == [
+        "verifier.backend=openai: dropped verifier.backend_options device, dtype of the config "
+        "(options of 'transformers' that 'openai' does not take)"
+    ]
+
+
+def test_serve_dry_run_exits_2_when_no_replica_answers(capsys):
+    from densereward.cli import main
+
+    closed = f"http://127.0.0.1:{free_port()}/v1"
+    argv = ["serve", "--dry-run", "verifier.backend=openai",
+            f"verifier.backend_options.base_url={closed}"]  # fmt: skip
+    assert main(argv) == 2
+    assert f"!!  verifier server at {closed} is not reachable" in capsys.readouterr().out

@@ -2,7 +2,8 @@
 
 The YAML holds the ``reward:`` and ``verifier:`` sections of ``train grpo`` (a GRPO config
 file works as it is: its other sections are not used) and an optional ``serve:`` section
-(:class:`~densereward.serve.app.ServeConfig`).
+(:class:`~densereward.serve.app.ServeConfig`). ``--dry-run`` checks them and contacts a served
+verifier without starting anything (:func:`dry_run`).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from ..config import (
 from ..errors import ConfigError
 from .app import RewardService, ServeConfig, make_app
 
-__all__ = ["add_arguments", "main", "build_service", "build_app"]
+__all__ = ["add_arguments", "main", "build_service", "build_app", "dry_run"]
 
 logger = logging.getLogger(__name__)
 
@@ -39,23 +40,10 @@ def build_service(config: dict[str, Any]) -> tuple[RewardService, Callable[[], N
             (a group reward needs whole GRPO groups in one call; OpenRLHF and slime send one
             sample per request).
     """
-    from ..rewards import RewardConfig, RewardQualityTracker, build_reward_funcs
-    from ..rewards._common import check_prompt_settings
+    from ..rewards import RewardQualityTracker, build_reward_funcs
     from ..verifier import Verifier
 
-    unknown = sorted(set(config) - {"reward", "verifier", "serve", *_GRPO_ONLY})
-    if unknown:
-        raise ConfigError(f"unknown section(s) {unknown}; serve reads reward, verifier and serve")
-    reward = from_dict(RewardConfig, config.get("reward"), prefix="reward.")
-    verifier_config = from_dict(VerifierConfig, config.get("verifier"), prefix="verifier.")
-    serve = from_dict(ServeConfig, config.get("serve"), prefix="serve.")
-    check_prompt_settings(reward, verifier_config)
-    if reward.type == "group":
-        raise ConfigError(
-            "reward.type=group needs whole GRPO groups in one call; the reward server scores "
-            "each sample on its own (OpenRLHF and slime send one per request): use dense, gated, "
-            "mixed or sparse"
-        )
+    reward, verifier_config, serve = _sections(config)
     verifier = Verifier(verifier_config)
     try:
         tracker = RewardQualityTracker() if reward.track else None
@@ -74,6 +62,63 @@ def build_service(config: dict[str, Any]) -> tuple[RewardService, Callable[[], N
     return RewardService(funcs, weights, verifier, serve), close
 
 
+def _sections(config: dict[str, Any]) -> tuple[Any, VerifierConfig, ServeConfig]:
+    """The ``reward``, ``verifier`` and ``serve`` sections, validated (no model, no server).
+
+    Raises:
+        ConfigError: as :func:`build_service`.
+    """
+    from ..rewards import RewardConfig
+    from ..rewards._common import check_prompt_settings
+
+    unknown = sorted(set(config) - {"reward", "verifier", "serve", *_GRPO_ONLY})
+    if unknown:
+        raise ConfigError(f"unknown section(s) {unknown}; serve reads reward, verifier and serve")
+    reward = from_dict(RewardConfig, config.get("reward"), prefix="reward.")
+    verifier_config = from_dict(VerifierConfig, config.get("verifier"), prefix="verifier.")
+    serve = from_dict(ServeConfig, config.get("serve"), prefix="serve.")
+    check_prompt_settings(reward, verifier_config)
+    if reward.type == "group":
+        raise ConfigError(
+            "reward.type=group needs whole GRPO groups in one call; the reward server scores "
+            "each sample on its own (OpenRLHF and slime send one per request): use dense, gated, "
+            "mixed or sparse"
+        )
+    return reward, verifier_config, serve
+
+
+def dry_run(config: dict[str, Any]) -> tuple[list[str], list[str]]:
+    """What ``densereward serve`` would start with, checked without starting it.
+
+    The sections are validated as :func:`build_service` validates them; a served verifier is
+    contacted as its start contacts it, a verifier model loaded here is checked on disk (a path,
+    an offline name, a Hugging Face id in the local cache or a Hub that answers); nothing is
+    bound, no weights are loaded.
+
+    Returns:
+        ``(checks, problems)``: a line per check; the problems the server's start would hit here.
+
+    Raises:
+        ConfigError: as :func:`build_service`.
+    """
+    from ..backend_options import loads_model
+    from ..trainers.checks import check_model, check_verifier_server
+
+    reward, v, serve = _sections(config)
+    checks = [
+        f"serve: http://{serve.host}:{serve.port} (max_batch {serve.max_batch}, batch_wait_ms "
+        f"{serve.batch_wait_ms}) -- not started",
+        f"reward: {reward.type} (use_async {reward.use_async})",
+        f"verifier: VerifierConfig ok (backend {v.backend}, G={v.granularity}, options {v.options})",
+    ]
+    line, problem = (
+        check_model(v.model, "verifier.model") if loads_model(v.backend) else (None, None)
+    )
+    server, down = check_verifier_server(v)
+    checks += [x for x in (line, server) if x]
+    return checks, [x for x in (problem, down) if x]
+
+
 def build_app(config: dict[str, Any]):
     """``(app, serve_config)``: the Starlette app of a config dict, closing its verifier at shutdown."""
     service, close = build_service(config)
@@ -84,20 +129,33 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", default=None, help="YAML with reward:, verifier: (and serve:)")
     p.add_argument("--host", default=None, help="overrides serve.host")
     p.add_argument("--port", type=int, default=None, help="overrides serve.port")
-    add_override_arguments(p, "verifier.backend=openai verifier.backend_options.base_url=http://127.0.0.1:8000/v1")
+    p.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="validate the sections and contact a served verifier (or check a local model); "
+        "start nothing, load no weights (exit 2 when the start would fail here)",
+    )
+    add_override_arguments(
+        p, "verifier.backend=openai verifier.backend_options.base_url=http://127.0.0.1:8000/v1"
+    )
 
 
 def main(args: argparse.Namespace) -> int:
-    """Run the server until SIGINT / SIGTERM (then requests in flight finish). Returns 0."""
+    """Run the server until SIGINT / SIGTERM (then requests in flight finish). Returns 0; with
+    ``--dry-run`` the checks' exit status (0, or 2 for a problem the start would hit)."""
     import signal
-
-    import uvicorn
 
     config = load_yaml(args.config) if args.config else {}
     apply_overrides(config, overrides_from(args))
     for key in ("host", "port"):
         if getattr(args, key, None) is not None:
             config.setdefault("serve", {})[key] = getattr(args, key)
+    if getattr(args, "dry_run", False):
+        from ..trainers.checks import print_dry_run
+
+        return print_dry_run(*dry_run(config))
+    import uvicorn
+
     app, serve = build_app(config)
     print(f"[serve] reward server on http://{serve.host}:{serve.port} "
           "(POST /get_reward /slime /score /rank; GET /health /metrics)", flush=True)  # fmt: skip
