@@ -403,25 +403,47 @@ def pairwise_prompt(
     return ChatPrompt(messages=tuple(messages), prefill=SCORE_PREFILL)
 
 
+_PROGRESS_TASK = "Move the robot gripper to the target. Success: gripper within 5 cm of the target."
 _PROGRESS_SHOTS = (
+    # The form of FetchDescriber.describe_state (distance, success radius, relation in words), so
+    # that a small verifier sees its input's form scored across the range.
     (
-        "Move the gripper to the red target.",
-        "step 1: distance to target 0.30 m\nstep 9: distance to target 0.01 m",
+        _PROGRESS_TASK,
+        "Gripper-target distance now 30 cm (success: at most 5 cm). The gripper is far from the target.",
+        0.0,
+    ),
+    (
+        _PROGRESS_TASK,
+        "Gripper-target distance now 3 cm (success: at most 5 cm). The gripper is at the target: "
+        "the success condition holds.",
         1.0,
     ),
     (
-        "Move the gripper to the red target.",
-        "step 1: distance to target 0.25 m\nstep 9: distance to target 0.26 m",
-        0.0,
+        _PROGRESS_TASK,
+        "Gripper-target distance now 15 cm (success: at most 5 cm). The gripper is closing in on "
+        "the target, not within the success radius yet.",
+        0.4,
+    ),
+    (
+        _PROGRESS_TASK,
+        "Gripper-target distance now 8 cm (success: at most 5 cm). The gripper is near the target, "
+        "not within the success radius yet.",
+        0.7,
     ),
 )
-_PROGRESS_USER = (
-    "Task:\n{a}\n\n<trajectory>\n{b}\n</trajectory>\n\nCriterion: How complete is the task?"
-)
+_PROGRESS_USER = "Task:\n{a}\n\n<trajectory>\n{b}\n</trajectory>\n\nCriterion: "
 
 
 def progress_prompt(scale: ScoreScale, task: str, trajectory: str, criterion: str) -> ChatPrompt:
-    """Prompt for the task progress of a trajectory so far (higher = closer to done)."""
+    """Prompt for the task progress of a trajectory so far (higher = closer to done).
+
+    The demonstrations are states in the Fetch describers' relational form scored across the
+    range (far 0.0, closing in 0.4, near 0.7, at the target 1.0), asked the same
+    ``criterion``; on a 2-level scale (``P(complete)`` reads) only the two end states are
+    shown, since an in-between state has no level there.
+    """
+    shots = [s for s in _PROGRESS_SHOTS if scale.granularity > 2 or s[2] in (0.0, 1.0)]
+    user = _PROGRESS_USER + criterion.replace("{", "{{").replace("}", "}}")
     messages = [
         _system(
             scale,
@@ -429,7 +451,7 @@ def progress_prompt(scale: ScoreScale, task: str, trajectory: str, criterion: st
             "no progress at all",
             "the task is complete",
         ),
-        *_demos(scale, _PROGRESS_USER, _PROGRESS_SHOTS),
+        *_demos(scale, user, shots),
         {
             "role": "user",
             "content": f"Task:\n{task}\n\n<trajectory>\n{trajectory}\n</trajectory>\n\nCriterion: {criterion}",

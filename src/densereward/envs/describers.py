@@ -6,12 +6,14 @@ trajectory, with history: read in reward modes ``progress`` and ``mixture``) and
 ``describe_state(observation) -> str`` (the current state alone, no history and no step
 count: read in mode ``shaping``, whose potential must be a function of the state). Texts
 stay short (well under 300 tokens) because the verifier reads one per scored step, and
-positions are rounded to centimetres so that revisited states give the same text and hit
+distances are rounded to centimetres so that revisited states give the same text and hit
 the progress cache.
 
 * :class:`FetchDescriber`: Gymnasium-Robotics Fetch tasks with dict observations
-  (``FetchReach``: gripper to goal; ``FetchPush``: block to goal). Positions in metres
-  (2 decimals = cm), distances in cm.
+  (``FetchReach``: gripper to goal; ``FetchPush``: block to goal). Distances in cm with the
+  success radius and the state's relation to success in words (for push: which stage), not
+  raw coordinates: the 0.5B/1.5B verifiers read no progress from positions
+  (``docs/robotics.md``, "Does the verifier read progress?").
 * :class:`BoxDescriber`: any ``Box`` observation, rounded vector of the current and a few
   recent states, with a task text supplied by the user.
 * :class:`RenderHook`: the image hook for multimodal verifiers (rendered ``rgb_array``
@@ -33,7 +35,7 @@ _FETCH_TASKS = ("reach", "push")
 
 
 def _xyz(v: np.ndarray) -> str:
-    """A position in metres rounded to cm: ``(1.34, 0.75, 0.53)``."""
+    """A position in metres rounded to cm: ``(1.34, 0.75, 0.53)`` (the Meta-World describer)."""
     return "(" + ", ".join(f"{float(x):.2f}" for x in np.asarray(v)[:3]) + ")"
 
 
@@ -67,11 +69,11 @@ class FetchDescriber:
     >>> o = {"observation": np.array([1.30, 0.70, 0.50] + [0.0] * 7),
     ...      "achieved_goal": np.array([1.30, 0.70, 0.50]), "desired_goal": np.array([1.30, 0.70, 0.40])}
     >>> d.task(o)
-    'Move the robot gripper to the target at (1.30, 0.70, 0.40) m. Success: gripper within 5 cm of the target.'
+    'Move the robot gripper to the target. Success: gripper within 5 cm of the target.'
     >>> d.describe([o, o], [np.zeros(4)])
-    'Step 1. Gripper-target distance: at start 10 cm; now 10 cm. Gripper (1.30, 0.70, 0.50) m, target (1.30, 0.70, 0.40) m.'
+    'Step 1. Gripper-target distance: at start 10 cm; now 10 cm (success: at most 5 cm). The gripper is near the target, not within the success radius yet.'
     >>> d.describe_state(o)
-    'Gripper-target distance now 10 cm. Gripper (1.30, 0.70, 0.50) m, target (1.30, 0.70, 0.40) m.'
+    'Gripper-target distance now 10 cm (success: at most 5 cm). The gripper is near the target, not within the success radius yet.'
     """
 
     env_ids: tuple[str, ...] = ("FetchReach*", "FetchPush*")
@@ -146,19 +148,18 @@ class FetchDescriber:
         )
 
     def task(self, observation: Any) -> str:
-        """Task text with the target position (from the first observation)."""
+        """Task text with the success radius (no coordinates: the state text gives distances)."""
         self._check(observation)
-        goal = _xyz(observation["desired_goal"])
         radius = _cm(self.distance_threshold)
         if self.kind == "reach":
-            return f"Move the robot gripper to the target at {goal} m. Success: gripper within {radius} cm of the target."
+            return f"Move the robot gripper to the target. Success: gripper within {radius} cm of the target."
         return (
-            f"Use the robot gripper to push the block on the table to the target at {goal} m. "
+            "Use the robot gripper to push the block on the table to the target. "
             f"Success: block within {radius} cm of the target."
         )
 
     def describe(self, observations: Sequence[Any], actions: Sequence[np.ndarray]) -> str:
-        """Trajectory text: distance at start, a few recent distances, current positions.
+        """Trajectory text: distance at start, a few recent distances, now, and the stage.
 
         Args:
             observations: ``s_0 .. s_t`` (``t + 1`` dict observations).
@@ -178,11 +179,11 @@ class FetchDescriber:
         if recent:
             dist += "; steps " + ", ".join(map(str, recent)) + ": "
             dist += ", ".join(_cm(self._goal_distance(observations[s])) for s in recent) + " cm"
-        dist += f"; now {_cm(self._goal_distance(now))} cm."
-        return f"Step {t}. {dist} {self._positions(now)}"
+        dist += f"; now {_cm(self._goal_distance(now))} cm (success: at most {_cm(self.distance_threshold)} cm)."
+        return f"Step {t}. {dist} {self._relation(now)}"
 
     def describe_state(self, observation: Any) -> str:
-        """The current state alone: goal distance, gripper (and block) and target positions.
+        """The current state alone: goal distance, the success radius and the stage in words.
 
         A function of ``observation`` only (no start distance, no recent distances, no step
         number), so a potential read from it is a potential of the state.
@@ -193,19 +194,57 @@ class FetchDescriber:
         self._check(observation)
         what = "Gripper" if self.kind == "reach" else "Block"
         return (
-            f"{what}-target distance now {_cm(self._goal_distance(observation))} cm. "
-            + self._positions(observation)
+            f"{what}-target distance now {_cm(self._goal_distance(observation))} cm "
+            f"(success: at most {_cm(self.distance_threshold)} cm). " + self._relation(observation)
         )
 
-    def _positions(self, obs: dict[str, Any]) -> str:
-        grip = np.asarray(obs["observation"])[:3]
+    def _relation(self, obs: dict[str, Any]) -> str:
+        """The state's relation to success in words (relational quantities, not coordinates).
+
+        Small verifiers do not derive progress from raw positions or compare two distances
+        (docs/robotics.md, "Does the verifier read progress?"); stated relations are the
+        form Text2Reward (arXiv 2309.11489) and Eureka give a model. Bands are multiples of
+        the success radius ``r``: within ``r`` the success condition holds, within ``2r`` near,
+        within ``4r`` closing in, beyond that far. Push has two stages: reach the block
+        (gripper more than :attr:`AT_BLOCK` from its centre), then push it.
+        """
+        r = self.distance_threshold
+        d = self._goal_distance(obs)
         if self.kind == "reach":
-            return f"Gripper {_xyz(grip)} m, target {_xyz(obs['desired_goal'])} m."
-        block = np.asarray(obs["observation"])[3:6]
+            return _band("The gripper", "the target", d, r)
+        grip = np.asarray(obs["observation"], dtype=np.float64)[:3]
+        block = np.asarray(obs["observation"], dtype=np.float64)[3:6]
+        gb = float(np.linalg.norm(grip - block))
+        if d <= r:
+            return "Stage done: the block is at the target: the success condition holds."
+        if gb <= self.AT_BLOCK:
+            return "Stage 2 of 2 (push the block): the gripper is at the block. " + _band(
+                "The block", "the target", d, r
+            )
         return (
-            f"Gripper {_xyz(grip)} m, block {_xyz(block)} m, target {_xyz(obs['desired_goal'])} m; "
-            f"gripper-block distance {_cm(np.linalg.norm(grip - block))} cm."
+            f"Stage 1 of 2 (reach the block): the gripper is {_cm(gb)} cm from the block, "
+            "not at it yet; the block has to be pushed next."
         )
+
+    AT_BLOCK = 0.06
+    """Gripper-block centre distance (m) within which a push state counts as "at the block"."""
+
+
+def _band(subject: str, place: str, d: float, r: float) -> str:
+    """``subject``'s relation to ``place`` at distance ``d`` with success radius ``r``.
+
+    >>> _band("The gripper", "the target", 0.03, 0.05)
+    'The gripper is at the target: the success condition holds.'
+    >>> _band("The gripper", "the target", 0.15, 0.05)
+    'The gripper is closing in on the target, not within the success radius yet.'
+    """
+    if d <= r:
+        return f"{subject} is at {place}: the success condition holds."
+    if d <= 2 * r:
+        return f"{subject} is near {place}, not within the success radius yet."
+    if d <= 4 * r:
+        return f"{subject} is closing in on {place}, not within the success radius yet."
+    return f"{subject} is far from {place}."
 
 
 class BoxDescriber:

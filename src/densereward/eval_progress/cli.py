@@ -102,10 +102,11 @@ def _plot(rows: list[dict[str, Any]], path: Path, title: str) -> None:
         if not pts:
             continue
         pol = rs[0]["policy"]
-        label = f"{pol} ({'success' if rs[0]['success'] else 'fail'})" if pol not in seen else None
+        label = pol if pol not in seen else None  # colour = policy; line style = outcome
         seen.add(pol)
+        style = "-" if rs[0]["success"] else "--"
         for ax in axes:
-            ax.plot(*zip(*pts, strict=True), marker="o", ms=3, alpha=0.8,
+            ax.plot(*zip(*pts, strict=True), marker="o", ms=3, alpha=0.8, linestyle=style,
                     color=colors.get(pol, "tab:blue"), label=label)  # fmt: skip
     for ax in axes:
         ax.set_xlabel("environment step t")
@@ -113,7 +114,12 @@ def _plot(rows: list[dict[str, Any]], path: Path, title: str) -> None:
     axes[0].set_ylim(-0.02, 1.02)
     axes[0].set_title("on [0, 1]", fontsize=9)
     axes[1].set_title("zoomed to the reads' range", fontsize=9)
-    axes[0].legend(fontsize=8, loc="best")
+    from matplotlib.lines import Line2D
+
+    handles, _ = axes[0].get_legend_handles_labels()
+    handles += [Line2D([], [], color="k", linestyle="-", label="successful episode"),
+                Line2D([], [], color="k", linestyle="--", label="failed episode")]  # fmt: skip
+    axes[0].legend(handles=handles, fontsize=8, loc="best")
     fig.suptitle(title, fontsize=9)
     fig.tight_layout()
     tmp = path.with_suffix(".tmp.png")
