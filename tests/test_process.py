@@ -51,6 +51,16 @@ def test_the_oracle_judges_inside_the_gated_reward():
     assert out[0].value is None and out[0].reason == "not a chain_sum problem"
 
 
+def _two_groups(funcs, completions):
+    """One call of the gated reward on two groups of ``P`` (4 completions each, answer 11)."""
+    funcs[0](
+        prompts=[P] * 4 + [P + " "] * 4,
+        completions=completions * 2,
+        answer=["11"] * 8,
+        problem=[P] * 8,
+    )
+
+
 def test_a_judge_that_ties_everywhere_is_said_once(caplog):
     """A judge whose scores never span the spread floor ranks nothing: the run must be told."""
     cfg = RewardConfig(type="gated", judge="process_oracle", judge_only_steps="keep", track=False)
@@ -59,20 +69,10 @@ def test_a_judge_that_ties_everywhere_is_said_once(caplog):
     wrong = ["The answer is 3.", "The answer is 4.", "The answer is 5.", "The answer is 6."]
     with caplog.at_level("WARNING", logger="densereward.rewards.gated"):
         for _ in range(3):  # 2 all-wrong groups per call, process score 0 everywhere: 6 ties
-            funcs[0](
-                prompts=[P] * 4 + [P + " "] * 4,
-                completions=wrong * 2,
-                answer=["11"] * 8,
-                problem=[P] * 8,
-            )
+            _two_groups(funcs, wrong)
         assert "spread_floor" not in caplog.text  # fewer than TIE_WARN_MIN_STRATA strata yet
         for _ in range(3):
-            funcs[0](
-                prompts=[P] * 4 + [P + " "] * 4,
-                completions=wrong * 2,
-                answer=["11"] * 8,
-                problem=[P] * 8,
-            )
+            _two_groups(funcs, wrong)
     assert caplog.text.count("spanned less than reward.spread_floor=0.02") == 1
     assert "in 8 of the 8 correctness strata" in caplog.text
     caplog.clear()
@@ -82,12 +82,7 @@ def test_a_judge_that_ties_everywhere_is_said_once(caplog):
               "4+3=7; 7-2=6; The answer is 6.", "The answer is 3."]  # fmt: skip
     with caplog.at_level("WARNING", logger="densereward.rewards.gated"):
         for _ in range(5):
-            funcs[0](
-                prompts=[P] * 4 + [P + " "] * 4,
-                completions=ranked * 2,
-                answer=["11"] * 8,
-                problem=[P] * 8,
-            )
+            _two_groups(funcs, ranked)
     assert "spread_floor" not in caplog.text  # the oracle ranks these: no warning
 
 

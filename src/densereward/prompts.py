@@ -452,10 +452,7 @@ def progress_prompt(scale: ScoreScale, task: str, trajectory: str, criterion: st
             "the task is complete",
         ),
         *_demos(scale, user, shots),
-        {
-            "role": "user",
-            "content": f"Task:\n{task}\n\n<trajectory>\n{trajectory}\n</trajectory>\n\nCriterion: {criterion}",
-        },
+        {"role": "user", "content": user.format(a=task, b=trajectory)},
     ]
     return ChatPrompt(messages=tuple(messages), prefill=SCORE_PREFILL)
 
