@@ -8,13 +8,15 @@ Sub-commands::
     densereward compare        sample-efficiency comparison: sparse vs dense over seeds (rliable)
     densereward eval-verifier  verification-dynamics metrics of a verifier on labelled responses
     densereward eval-progress  can a verifier read robot progress? VOC and AUROC on scripted episodes
+    densereward distill        pairwise verifier labels on robot states -> a reward model for SAC
     densereward models         the offline model names, installed or not; --install NAME converts one
 
 Every sub-command has its own ``--help``.
 
 Exit codes: 0 done; 1 an unexpected error (a bug: one line, ``--verbose`` adds the traceback);
 2 a usage, configuration, data or backend error (the message names the fix); 3 the verifier
-abstained: ``score`` has no score (with ``--json`` too), ``eval-verifier`` and ``eval-progress``: most reads abstained
+abstained: ``score`` has no score (with ``--json`` too), ``eval-verifier``, ``eval-progress`` and
+``distill``: most reads abstained
 (:data:`densereward.eval_verifier.cli.EXIT_MOST_ABSTAINED`); 130 interrupted.
 """
 
@@ -46,6 +48,7 @@ _EPILOG = """examples:
   densereward compare --config configs/compare_fetchreach.yaml
   densereward eval-verifier --responses ../shared/data/gsm8k/model_solutions_dev.jsonl --out runs/eval-gsm8k
   densereward eval-progress --config configs/eval_progress_fetchreach.yaml --episodes 6 --seed 7 --out runs/eval-progress
+  densereward distill --config configs/distill_fetchpush.yaml --out runs/rm-fetchpush
   densereward serve --config configs/grpo_math_cpu.yaml --port 5000
   densereward models --install qwen2.5-coder-0.5b
 """
@@ -213,6 +216,22 @@ def _add_eval_progress(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=eval_progress.main)
 
 
+def _add_distill(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "distill",
+        help="pairwise verifier labels on robot states -> a reward model (env.reward: distilled)",
+        description="Roll out scripted and noisy FetchReach/FetchPush episodes, ask the verifier "
+        "a bounded number of pairwise progress questions (both orders), fit a Bradley-Terry "
+        "reward network on the raw observation, and save it (reward_model.pt/.json, "
+        "labels.jsonl, summary.json, report.md).",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    from . import distill
+
+    distill.add_arguments(p)
+    p.set_defaults(func=distill.main)
+
+
 def _add_serve(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "serve",
@@ -288,13 +307,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
     sub = parser.add_subparsers(
-        dest="command", metavar="{score,train,compare,eval-verifier,eval-progress,serve,models}", required=True
+        dest="command", metavar="{score,train,compare,eval-verifier,eval-progress,distill,serve,models}", required=True
     )
     _add_score(sub)
     _add_train(sub)
     _add_compare(sub)
     _add_eval(sub)
     _add_eval_progress(sub)
+    _add_distill(sub)
     _add_serve(sub)
     _add_models(sub)
     return parser

@@ -8,6 +8,8 @@
   that batches the verifier calls of all environments; loaded on first use, so
   ``import densereward.wrappers`` does not need stable-baselines3.
 * :class:`SparseSuccessReward`: 1 on success else 0 (``compute_reward`` batched for HER).
+* :class:`RewardModelShaping`: potential-based shaping from a distilled reward model
+  (:mod:`densereward.reward_model`, ``densereward distill``), no verifier call at step time.
 
 Wrapper order: ``Monitor(VerifierProgressReward(env, progress_fn, describer, gamma=0.99))``
 (or ``VecMonitor`` around :class:`VecVerifierProgressReward`) so that SB3's
@@ -52,6 +54,7 @@ __all__ = [
     "VerifierProgressReward",
     "VecVerifierProgressReward",
     "SparseSuccessReward",
+    "RewardModelShaping",
     "potential_shaping",
     "held_potentials",
     "shaped_rewards",
@@ -214,3 +217,59 @@ class SparseSuccessReward(gym.Wrapper):
                 f"achieved_goal {a.shape} and desired_goal {d.shape} must both be (B, G) or (G,)"
             )
         return (np.linalg.norm(a - d, axis=-1) < float(threshold)).astype(np.float32)
+
+
+class RewardModelShaping(gym.Wrapper):
+    """``r + F`` with ``F = gamma * Phi(s') - Phi(s)``, ``Phi`` a distilled reward model's potential.
+
+    Potential-based shaping (Ng, Harada & Russell 1999, eq. 2; ``Phi(terminal) = 0``) with
+    ``Phi`` = :meth:`densereward.reward_model.RewardModel.potential` of the raw observation, in
+    ``[0, 1]``, read at every step (one small MLP forward, no verifier call). The base reward
+    ``r`` is the wrapped environment's (e.g. :class:`SparseSuccessReward`); the environment's
+    own reward stays in ``info["true_reward"]``, the shaping term is ``info["shaping"]``.
+
+    Attributes:
+        n_calls: potentials computed; ``seconds``: the time they took (the model's share of a
+            step).
+
+    Args:
+        env: the environment with its base reward.
+        model: a :class:`~densereward.reward_model.RewardModel` (``load_reward_model(dir)``).
+        gamma: the agent's discount, in ``[0, 1]``.
+
+    Raises:
+        ConfigError: if ``gamma`` is outside ``[0, 1]``.
+    """
+
+    def __init__(self, env: gym.Env, model: Any, gamma: float) -> None:
+        super().__init__(env)
+        if not 0.0 <= gamma <= 1.0:
+            raise ConfigError(f"gamma must be in [0, 1], got {gamma}")
+        self.model = model
+        self.gamma = float(gamma)
+        self.n_calls = 0
+        self.seconds = 0.0
+        self._phi = 0.0
+
+    def _potential(self, obs: Any) -> float:
+        t0 = time.perf_counter()
+        phi = float(self.model.potential(obs)[0])
+        self.seconds += time.perf_counter() - t0
+        self.n_calls += 1
+        return phi
+
+    def reset(self, **kwargs: Any) -> tuple[Any, dict[str, Any]]:
+        obs, info = self.env.reset(**kwargs)
+        self._phi = self._potential(obs)
+        return obs, info
+
+    def step(self, action: Any) -> tuple[Any, float, bool, bool, dict[str, Any]]:
+        obs, r, terminated, truncated, info = self.env.step(action)
+        phi_next = self._potential(obs)
+        f = potential_shaping(self._phi, phi_next, self.gamma, terminated=bool(terminated))
+        self._phi = phi_next
+        info = dict(info)
+        info.setdefault("true_reward", float(r))
+        info["shaping"] = f
+        info["potential"] = phi_next
+        return obs, float(r) + f, terminated, truncated, info

@@ -12,6 +12,8 @@ Reward variants (``reward=``):
 * ``"verifier"``: verifier progress (:class:`densereward.wrappers.VerifierProgressReward`),
   built on the sparse-success reward when ``base="sparse"`` (the default; shaping then adds
   ``F`` to the success indicator) or on the environment's own reward (``base="env"``).
+* ``"distilled"``: the base reward plus shaping from a distilled reward model
+  (:class:`densereward.wrappers.RewardModelShaping`, ``reward_model=`` its directory).
 
 The kinds are a registry, :data:`SAC_REWARDS` (:mod:`densereward.envs.kinds`), as are the
 describers (:data:`DESCRIBERS`): a plugin adds either through an entry point
@@ -120,7 +122,14 @@ def default_describer(
 
 
 def _base_env(
-    env_id: str, *, reward: RewardKind, base: str, render_mode: str | None, **env_kwargs: Any
+    env_id: str,
+    *,
+    reward: RewardKind,
+    base: str,
+    render_mode: str | None,
+    reward_model: str | None = None,
+    gamma: float | None = None,
+    **env_kwargs: Any,
 ) -> gym.Env:
     check_sac_reward(reward, base)
     register_robotics()
@@ -135,7 +144,8 @@ def _base_env(
     if render_mode is not None:  # passed only when asked for: an env may take no render_mode
         env_kwargs = {"render_mode": render_mode, **env_kwargs}
     env = gym.make(name, **env_kwargs)
-    return SAC_REWARDS.load(reward)(env, SACRewardContext(env_id=name, base=base))
+    ctx = SACRewardContext(env_id=name, base=base, reward_model=reward_model, gamma=gamma)
+    return SAC_REWARDS.load(reward)(env, ctx)
 
 
 def make_env(
@@ -149,6 +159,7 @@ def make_env(
     gamma: float | None = None,
     monitor: bool = True,
     render_mode: str | None = None,
+    reward_model: str | None = None,
     **env_kwargs: Any,
 ) -> gym.Env:
     """One environment with the requested reward, ``Monitor`` outermost.
@@ -167,13 +178,24 @@ def make_env(
         monitor: wrap in SB3's ``Monitor``; it records ``is_success`` too when a step reports it
             (:func:`reports_success`: one reset and one step before it is returned).
         render_mode: ``None`` (default; no rendering) or ``"rgb_array"``.
+        reward_model: for ``"distilled"``: the reward model directory (``densereward distill``);
+            its shaping uses ``gamma`` (0.99 when ``None``).
         **env_kwargs: passed to ``gym.make``.
 
     Raises:
         ConfigError: on an unknown id or reward, a ``module`` of ``"module:Id"`` that cannot be
-            imported, or ``"verifier"`` without ``progress_fn``.
+            imported, ``"verifier"`` without ``progress_fn``, or ``"distilled"`` without a
+            readable ``reward_model``.
     """
-    env = _base_env(env_id, reward=reward, base=base, render_mode=render_mode, **env_kwargs)
+    env = _base_env(
+        env_id,
+        reward=reward,
+        base=base,
+        render_mode=render_mode,
+        reward_model=reward_model,
+        gamma=gamma,
+        **env_kwargs,
+    )
     success = monitor and reports_success(env, env_id)
     if reward == VERIFIER_REWARD:
         if progress_fn is None:
@@ -203,13 +225,14 @@ def make_vec_env(
     gamma: float | None = None,
     monitor_dir: str | os.PathLike[str] | None = None,
     render_mode: str | None = None,
+    reward_model: str | None = None,
     **env_kwargs: Any,
 ) -> Any:
     """``VecMonitor(VecVerifierProgressReward(DummyVecEnv([...])))`` (verifier is skipped for other rewards).
 
     One batched verifier call per vector step serves all ``n_envs`` environments. ``env_id``,
     ``reward``, ``base``, ``progress_fn``, ``describer``, ``reward_config``, ``gamma``,
-    ``render_mode`` and ``env_kwargs`` are as in :func:`make_env`. ``VecMonitor`` records
+    ``render_mode``, ``reward_model`` and ``env_kwargs`` are as in :func:`make_env`. ``VecMonitor`` records
     ``is_success`` when a step of the environment reports it (:func:`reports_success` on the
     first environment, before the seeded first reset), so ``"is_success" in
     venv.info_keywords`` says whether success rates exist; an environment without it (e.g.
@@ -234,7 +257,13 @@ def make_vec_env(
 
     def thunk(i: int) -> Callable[[], gym.Env]:
         return lambda: _base_env(
-            env_id, reward=reward, base=base, render_mode=render_mode, **env_kwargs
+            env_id,
+            reward=reward,
+            base=base,
+            render_mode=render_mode,
+            reward_model=reward_model,
+            gamma=gamma,
+            **env_kwargs,
         )
 
     venv = DummyVecEnv([thunk(i) for i in range(n_envs)])

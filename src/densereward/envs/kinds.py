@@ -6,9 +6,10 @@ group (docs/extending.md):
 * :data:`SAC_REWARDS` (``densereward.sac_rewards``): ``env.reward`` / ``env.base`` -> a
   builder with the signature of :data:`SACRewardBuilder`, ``build(env, ctx) -> env``, which
   wraps one freshly made environment so that its reward is the kind's. Built in: ``env``
-  (the registered reward), ``sparse`` (1 on success else 0) and ``verifier`` (the base reward
+  (the registered reward), ``sparse`` (1 on success else 0), ``verifier`` (the base reward
   ``env.base``; the verifier progress term is added around it by :func:`~densereward.envs.make_env`
-  / :func:`~densereward.envs.make_vec_env`, batched over the vector environment).
+  / :func:`~densereward.envs.make_vec_env`, batched over the vector environment) and
+  ``distilled`` (the base reward plus shaping from the reward model in ``env.reward_model``).
 * :data:`DESCRIBERS` (``densereward.describers``): ``env.describer`` -> a describer class
   (``"module:Class"``). A class describes the env ids matching its ``env_ids`` (``fnmatch``
   patterns, case-insensitive, matched against the id with and without its namespace) and is
@@ -58,7 +59,11 @@ class SACRewardContext:
     env_id: str
     """The Gymnasium id the environment was made from."""
     base: str = "sparse"
-    """``env.base``: for the ``verifier`` kind, the kind under the verifier term."""
+    """``env.base``: for the ``verifier`` and ``distilled`` kinds, the kind under the shaping."""
+    reward_model: str | None = None
+    """``env.reward_model``: the directory of a distilled reward model (``distilled`` kind)."""
+    gamma: float | None = None
+    """The agent's discount, for the ``distilled`` kind's shaping (``None``: 0.99)."""
 
 
 SACRewardBuilder = Callable[[Any, SACRewardContext], Any]
@@ -85,6 +90,25 @@ def verifier_reward(env: Any, ctx: SACRewardContext) -> Any:
     return SAC_REWARDS.load(ctx.base)(env, ctx)
 
 
+DISTILLED_REWARD = "distilled"
+"""The kind whose reward is the base reward plus shaping from a distilled reward model."""
+
+
+def distilled_reward(env: Any, ctx: SACRewardContext) -> Any:
+    """``distilled``: the base reward ``ctx.base`` plus potential-based shaping from the reward
+    model in ``ctx.reward_model`` (:class:`~densereward.wrappers.RewardModelShaping`)."""
+    from ..reward_model import load_reward_model
+    from ..wrappers import RewardModelShaping
+
+    if not ctx.reward_model:
+        raise ConfigError(
+            "env.reward: distilled needs env.reward_model (a directory `densereward distill` wrote)"
+        )
+    base = SAC_REWARDS.load(ctx.base)(env, ctx)
+    gamma = 0.99 if ctx.gamma is None else ctx.gamma
+    return RewardModelShaping(base, load_reward_model(ctx.reward_model), gamma)
+
+
 SAC_REWARDS: Registry[SACRewardBuilder] = Registry(
     "SAC reward kind",
     group=entry_point_group("sac_rewards"),
@@ -92,6 +116,7 @@ SAC_REWARDS: Registry[SACRewardBuilder] = Registry(
         "env": f"{__name__}:env_reward",
         "sparse": f"{__name__}:sparse_reward",
         VERIFIER_REWARD: f"{__name__}:verifier_reward",
+        DISTILLED_REWARD: f"{__name__}:distilled_reward",
     },
 )
 """``env.reward`` -> its :data:`SACRewardBuilder` (plugins: ``densereward.sac_rewards``)."""
@@ -108,8 +133,10 @@ def check_sac_reward(reward: str, base: str, *, prefix: str = "env.") -> None:
             SAC_REWARDS.check(name)
         except ConfigError as e:
             raise ConfigError(f"{prefix}{field}: {e}") from None
-    if base == VERIFIER_REWARD:
-        raise ConfigError(f"{prefix}base is the reward under the verifier term; not 'verifier'")
+    if base in (VERIFIER_REWARD, DISTILLED_REWARD):
+        raise ConfigError(
+            f"{prefix}base is the reward under the shaping term; not {base!r} (use sparse or env)"
+        )
 
 
 DESCRIBERS: Registry[Any] = Registry(

@@ -23,7 +23,13 @@ from ..config import (
 from ..errors import ConfigError
 from ..io import atomic_write_json, atomic_write_text, to_jsonable
 from ..metrics.format import format_number
-from .core import EvalProgressConfig, progress_metrics, read_progress, rollouts
+from .core import (
+    EvalProgressConfig,
+    progress_metrics,
+    read_progress,
+    read_reward_model,
+    rollouts,
+)
 
 __all__ = ["EXIT_MOST_ABSTAINED", "add_arguments", "build_configs", "main", "write_outputs"]
 
@@ -56,6 +62,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--stride", type=int, default=None, help="read every N-th state")
     parser.add_argument(
         "--out", default="outputs/eval-progress", help="output directory (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--reward-model",
+        default=None,
+        metavar="DIR",
+        help="read progress with a distilled reward model (densereward distill) instead of the "
+        "verifier (the verifier: section is then unused)",
     )
     parser.add_argument("--no-plots", action="store_true", help="skip progress.png")
     add_override_arguments(parser, "read_mode=pairwise verifier.model=qwen2.5-coder-0.5b")
@@ -210,22 +223,34 @@ def main(args: argparse.Namespace) -> int:
     n_ok = sum(e.success for e in episodes)
     if cfg.policies == ("success",) and n_ok == 0:
         raise ConfigError("no scripted episode succeeded: nothing to measure VOC on")
-    verifier = Verifier(vcfg)
-    try:
-        rows, seconds = read_progress(verifier, episodes, cfg)
-    finally:
-        verifier.close()
+    if args.reward_model:
+        from ..reward_model import load_reward_model
+
+        model = load_reward_model(args.reward_model)
+        rows, seconds = read_reward_model(model, episodes, cfg)
+        lab = model.meta.get("verifier", "unknown labeller")
+        who = f"reward model {args.reward_model} (distilled from {lab})"
+        read = f"reward model potential, every {cfg.stride} steps"
+    else:
+        verifier = Verifier(vcfg)
+        try:
+            rows, seconds = read_progress(verifier, episodes, cfg)
+        finally:
+            verifier.close()
+        who = f"{vcfg.backend} {vcfg.model or 'default (SmolLM2-135M-Instruct)'}, G={vcfg.granularity}"
+        read = f"{cfg.read_mode}, {cfg.form} text, every {cfg.stride} steps"
     metrics = progress_metrics(rows, seconds)
     reasons = dict(Counter(r.get("reason") or "abstained" for r in rows if r["progress"] is None))
     meta = {
         "env": cfg.env_id,
-        "verifier": f"{vcfg.backend} {vcfg.model or 'default (SmolLM2-135M-Instruct)'}, G={vcfg.granularity}",
-        "read": f"{cfg.read_mode}, {cfg.form} text, every {cfg.stride} steps",
+        "verifier": who,
+        "read": read,
         "episodes": f"{cfg.episodes} per policy ({', '.join(cfg.policies)}), seeds {cfg.seed}.."
         f"{cfg.seed + cfg.episodes - 1}; {n_ok} of {len(episodes)} successful",
         "machine": f"{platform.machine()}, {time.strftime('%Y-%m-%d')}",
         "config": to_jsonable(cfg),
-        "verifier_config": to_jsonable(vcfg),
+        "verifier_config": None if args.reward_model else to_jsonable(vcfg),
+        "reward_model": args.reward_model,
         "abstention_reasons": reasons,
     }
     paths = write_outputs(args.out, rows, metrics, meta, plots=not args.no_plots)

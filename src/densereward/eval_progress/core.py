@@ -53,6 +53,7 @@ __all__ = [
     "rollout",
     "rollouts",
     "read_progress",
+    "read_reward_model",
     "progress_metrics",
 ]
 
@@ -136,7 +137,12 @@ def rollout(env: Any, env_id: str, policy: str, seed: int, cfg: EvalProgressConf
     obs, _ = env.reset(seed=seed)
     env.action_space.seed(seed)
     act = make_policy(
-        env_id, policy, obs, action_space=env.action_space, stop_fraction=cfg.stop_fraction
+        env_id,
+        policy,
+        obs,
+        action_space=env.action_space,
+        stop_fraction=cfg.stop_fraction,
+        seed=seed,
     )
     observations, actions, info = [obs], [], {}
     for _ in range(cfg.max_steps):
@@ -252,6 +258,47 @@ def read_progress(
                 row["reason"] = reason
             rows.append(row)
     return rows, time.perf_counter() - t0
+
+
+def read_reward_model(
+    model: Any, episodes: Sequence[Episode], cfg: EvalProgressConfig
+) -> tuple[list[dict[str, Any]], float]:
+    """Progress from a distilled reward model (:class:`densereward.reward_model.RewardModel`):
+    its potential ``Phi(s)`` in ``[0, 1]`` at every read step, one batched call per episode.
+
+    Returns:
+        ``(rows, seconds)`` as :func:`read_progress`; ``text`` is the state text the verifier
+        would have read (the model reads the raw observation).
+    """
+    from ..envs import default_describer
+
+    describer = default_describer(cfg.env_id)
+    rows: list[dict[str, Any]] = []
+    seconds = 0.0
+    for ep in episodes:
+        obs = [ep.observations[t] for t in ep.reads]
+        batch = (
+            {k: np.stack([o[k] for o in obs]) for k in obs[0]}
+            if isinstance(obs[0], dict)
+            else np.stack(obs)
+        )
+        t0 = time.perf_counter()
+        values = model.potential(batch)
+        seconds += time.perf_counter() - t0
+        for t, o, value in zip(ep.reads, obs, values.tolist(), strict=True):
+            rows.append(
+                {
+                    "episode": ep.index,
+                    "policy": ep.policy,
+                    "seed": ep.seed,
+                    "t": t,
+                    "progress": round(float(value), 6),
+                    "success": ep.success,
+                    **distances(cfg.env_id, o),
+                    "text": describer.describe_state(o),
+                }
+            )
+    return rows, seconds
 
 
 def _spearman(x: Sequence[float], y: Sequence[float]) -> float | None:

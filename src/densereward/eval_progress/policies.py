@@ -16,6 +16,8 @@ Policies (``kind``):
 * ``wrong``: FetchReach: moves away from the target; FetchPush: pushes the block away from the
   target (behind it on the target's side).
 * ``random``: uniform actions from the action space (seeded).
+* ``noisy``: ``success`` with Gaussian action noise (:data:`NOISE_STD`, seeded by the
+  episode's seed), clipped: a stand-in for an early policy; it succeeds or fails by chance.
 """
 
 from __future__ import annotations
@@ -29,8 +31,9 @@ from ..errors import ConfigError
 
 __all__ = ["POLICY_KINDS", "make_policy"]
 
-POLICY_KINDS = ("success", "short", "wrong", "random")
-"""Scripted policy kinds (``success`` succeeds; ``short``, ``wrong``, ``random`` fail)."""
+POLICY_KINDS = ("success", "short", "wrong", "random", "noisy")
+"""Scripted policy kinds (``success`` succeeds; ``short``, ``wrong``, ``random`` fail;
+``noisy`` either)."""
 
 _GAIN = 1.0 / 0.05  # action per metre of displacement (Fetch: ~5 cm per unit action)
 
@@ -107,6 +110,20 @@ def _push(kind: str, first: dict[str, Any], stop_fraction: float) -> Callable[[A
     return act
 
 
+NOISE_STD = 0.5
+"""Standard deviation of the ``noisy`` policy's Gaussian action noise (actions are in [-1, 1])."""
+
+
+def _noisy(act: Callable[[Any], np.ndarray], seed: int) -> Callable[[Any], np.ndarray]:
+    rng = np.random.default_rng(seed)
+
+    def noisy(obs: Any) -> np.ndarray:
+        a = act(obs) + rng.normal(0.0, NOISE_STD, size=4)
+        return np.clip(a, -1.0, 1.0).astype(np.float32)
+
+    return noisy
+
+
 def make_policy(
     env_id: str,
     kind: str,
@@ -114,6 +131,7 @@ def make_policy(
     *,
     action_space: Any = None,
     stop_fraction: float = 0.5,
+    seed: int = 0,
 ) -> Callable[[Any], np.ndarray]:
     """A scripted policy for one episode of a Fetch environment.
 
@@ -123,6 +141,7 @@ def make_policy(
         first_observation: the episode's reset observation (dict).
         action_space: the environment's action space (``random`` samples it; seed it first).
         stop_fraction: where ``short`` stops, in ``(0, 1)`` of the way to the target.
+        seed: seed of the ``noisy`` policy's action noise.
 
     Returns:
         ``policy(obs) -> (4,) float32`` action.
@@ -139,10 +158,17 @@ def make_policy(
             raise ConfigError("the random policy needs the environment's action_space")
         return lambda obs: np.asarray(action_space.sample(), dtype=np.float32)
     name = env_id.split("/")[-1].lower()
+    script = "success" if kind == "noisy" else kind
     if name.startswith("fetchreach"):
-        return _reach(kind, first_observation, stop_fraction)
-    if name.startswith("fetchpush"):
-        return _push(kind, first_observation, stop_fraction)
+        act = _reach(script, first_observation, stop_fraction)
+    elif name.startswith("fetchpush"):
+        act = _push(script, first_observation, stop_fraction)
+    else:
+        act = None
+    if act is not None and kind == "noisy":
+        return _noisy(act, seed)
+    if act is not None:
+        return act
     raise ConfigError(
         f"no scripted policies for {env_id!r}; eval-progress supports FetchReach-* and FetchPush-*"
     )

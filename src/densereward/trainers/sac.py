@@ -78,7 +78,7 @@ from .sac_config import (  # noqa: F401  (re-exported: the config is part of thi
     eval_reward_label,
     parse_config,
 )
-from .sac_envs import build_envs, check_reward_kind, env_spec, render_kwargs
+from .sac_envs import build_envs, check_reward_kind, env_spec, render_kwargs, reward_model_stats
 from .sac_envs import eval_reward as _eval_reward
 
 logger = logging.getLogger(__name__)
@@ -467,6 +467,8 @@ def run(config: dict[str, Any], *, output_dir: Path, resume: bool = False) -> di
             )
         metrics = dynamics.metrics()
         stats = reward_venv.venv.verifier_stats.as_dict() if cfg.env.reward == "verifier" else None
+        if cfg.env.reward == "distilled":
+            stats = reward_model_stats(reward_venv, steps=model.num_timesteps - start_steps)
         steps = model.num_timesteps - start_steps
         plot = _plot(cfg, run_dir, dynamics.threshold_source, success)
         summary = {
@@ -485,7 +487,7 @@ def run(config: dict[str, Any], *, output_dir: Path, resume: bool = False) -> di
             "eval_reward": eval_reward_label(_eval_reward(cfg)) if eval_cb is not None else None,
             "threshold_source": dynamics.threshold_source if verifier is not None else None,
             "plot": str(plot) if plot is not None else None,
-            "verifier_stats": stats,
+            "verifier_stats": stats,  # distilled: the reward model's calls and seconds
             "verifier_engine_stats": verifier.stats.as_dict()
             if verifier is not None and hasattr(verifier, "stats")
             else None,

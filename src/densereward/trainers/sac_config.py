@@ -60,8 +60,12 @@ class EnvConfig:
     """A kind of :data:`densereward.envs.SAC_REWARDS` (a plugin may add more): ``env``: the
     registered reward; ``sparse``: 1 on success else 0; ``verifier``: verifier progress."""
     base: str = "sparse"
-    """For ``reward: verifier``: the kind the verifier term is added to / mixed with
-    (``sparse``, ``env`` or a plugin's)."""
+    """For ``reward: verifier`` / ``distilled``: the kind the shaping term is added to / mixed
+    with (``sparse``, ``env`` or a plugin's)."""
+    reward_model: str | None = None
+    """For ``reward: distilled``: the reward model directory ``densereward distill`` wrote; its
+    potential shapes the base reward (``F = gamma * Phi(s') - Phi(s)``, gamma = ``sac.gamma``)
+    at every step, with no verifier call."""
     n_envs: int = 2
     """Environments stepped together; the verifier scores all due ones in one batched call."""
     task: str | None = None
@@ -88,6 +92,11 @@ class EnvConfig:
         from densereward.envs.kinds import DESCRIBERS, check_sac_reward
 
         check_sac_reward(self.reward, self.base)
+        if self.reward == "distilled" and not self.reward_model:
+            raise ConfigError(
+                "env.reward: distilled needs env.reward_model, the directory `densereward "
+                "distill` wrote (e.g. env.reward_model=runs/rm-fetchpush)"
+            )
         if self.describer is not None:
             try:
                 DESCRIBERS.check(self.describer)

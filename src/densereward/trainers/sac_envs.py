@@ -15,12 +15,19 @@ from densereward.errors import ConfigError
 
 from .sac_config import EVAL_SEED_OFFSET, SACRunConfig
 
-__all__ = ["eval_reward", "env_spec", "check_reward_kind", "render_kwargs", "build_envs"]
+__all__ = [
+    "eval_reward",
+    "env_spec",
+    "check_reward_kind",
+    "render_kwargs",
+    "build_envs",
+    "reward_model_stats",
+]
 
 
 def eval_reward(cfg: SACRunConfig) -> str:
     """The evaluation environment's reward kind: the run's base reward for the verifier reward."""
-    return cfg.env.base if cfg.env.reward == "verifier" else cfg.env.reward
+    return cfg.env.base if cfg.env.reward in ("verifier", "distilled") else cfg.env.reward
 
 
 def env_spec(env_id: str) -> Any:
@@ -64,7 +71,16 @@ def check_reward_kind(cfg: SACRunConfig) -> str:
     kind = cfg.env.base if cfg.env.reward == "verifier" else cfg.env.reward
     envs.SAC_REWARDS.load(cfg.env.reward)  # ConfigError naming the entry that cannot load
     try:
-        env = envs.make_env(cfg.env.id, reward=kind, base=cfg.env.base, monitor=False)
+        if cfg.env.reward == "distilled":
+            kind = "distilled"
+        env = envs.make_env(
+            cfg.env.id,
+            reward=kind,
+            base=cfg.env.base,
+            monitor=False,
+            reward_model=cfg.env.reward_model,
+            gamma=float(cfg.sac.get("gamma", 0.99)),
+        )
         try:
             env.reset(seed=cfg.training.seed)
             info = env.step(env.action_space.sample())[4]
@@ -148,6 +164,7 @@ def build_envs(
         reward_config=cfg.reward,
         gamma=gamma,
         monitor_dir=monitor_dir,
+        reward_model=cfg.env.reward_model,
         **render_kwargs(cfg),
     )
     if not cfg.training.eval_every:
@@ -168,3 +185,21 @@ def build_envs(
             gamma=gamma,
         )
     return venv, eval_venv
+
+
+def reward_model_stats(venv: Any, steps: int) -> dict[str, Any]:
+    """Calls and seconds of the distilled reward model over the training environments."""
+    from densereward.wrappers import RewardModelShaping
+
+    calls = seconds = 0.0
+    for env in getattr(venv.unwrapped, "envs", []):
+        while env is not None:
+            if isinstance(env, RewardModelShaping):
+                calls, seconds = calls + env.n_calls, seconds + env.seconds
+                break
+            env = getattr(env, "env", None)
+    return {
+        "reward_model_calls": int(calls),
+        "reward_model_seconds": seconds,
+        "reward_model_seconds_per_step": seconds / steps if steps else None,
+    }
