@@ -13,7 +13,10 @@
   token among the alternatives, the same token in two spellings. :meth:`MisbehavingServer.kill`
   makes it die mid-run (listening socket closed, connections in flight dropped); ``capacity``
   makes it serve at most that many requests at once (a fixed-throughput stand-in for a model
-  server, for routing tests and benchmarks).
+  server, for routing tests and benchmarks). A request that grades a demonstration shown
+  graded earlier in it (the verifier's start-up calibration read) gets the letter shown there,
+  as a model that follows the format answers, unless a fault is scripted or ``default`` or
+  ``answer`` is set.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -231,6 +235,7 @@ class Fault:
             body (as some proxies do), to test that clients redact secrets.
         no_logprobs: answer without a ``logprobs`` field even when asked (as endpoints
             without log-probability support do).
+        message: for ``status``: the error message (default ``"scripted <status>"``).
     """
 
     kind: str = "ok"
@@ -241,6 +246,7 @@ class Fault:
     text: str | Sequence[str] = "T"
     echo_auth: bool = False
     no_logprobs: bool = False
+    message: str | None = None
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -314,7 +320,7 @@ class _Handler(BaseHTTPRequestHandler):
         owner = self.server.owner
         if fault.kind == "status":
             headers = {} if fault.retry_after is None else {"Retry-After": f"{fault.retry_after:g}"}
-            message = f"scripted {fault.status}"
+            message = fault.message or f"scripted {fault.status}"
             if fault.echo_auth:
                 message += f"; you sent Authorization: {self.headers.get('Authorization')}"
             self._send_json(fault.status, {"error": {"message": message}}, headers)
@@ -374,6 +380,7 @@ class MisbehavingServer:
         self.model = model
         self.owned_by = owned_by
         self.default = default or Fault("ok")
+        self._follows_format = default is None and answer is None  # see _demonstrated_letter
         # body -> top_logprobs, overriding the fault's (scores that depend on the request)
         self.answer = answer
         self.requests: list[dict[str, Any]] = []
@@ -422,9 +429,14 @@ class MisbehavingServer:
         with self._lock:
             self._faults = list(faults)
 
-    def chat_requests(self) -> list[dict[str, Any]]:
-        """The recorded chat-completions requests."""
-        return [r for r in self.requests if r["path"].rstrip("/").endswith("/chat/completions")]
+    def chat_requests(self, *, calibration: bool = False) -> list[dict[str, Any]]:
+        """The recorded chat-completions requests; the verifiers' start-up calibration reads
+        (a demonstration graded again, :func:`_demonstrated_letter`) only with ``calibration``."""
+        return [
+            r for r in self.requests
+            if r["path"].rstrip("/").endswith("/chat/completions")
+            and (calibration or _demonstrated_letter(r["body"] or {}) is None)
+        ]  # fmt: skip
 
     def _record(self, method: str, path: str, headers: dict[str, str], body: Any) -> None:
         with self._lock:
@@ -443,6 +455,11 @@ class MisbehavingServer:
             return self._faults.pop(0) if self._faults else self.default
 
     def _completion(self, fault: Fault, body: Mapping[str, Any]) -> dict[str, Any]:
+        shown = (
+            _demonstrated_letter(body) if fault is self.default and self._follows_format else None
+        )
+        if shown is not None:
+            fault = Fault("ok", top_logprobs=((shown, -0.05),), text=shown)
         n = int(body.get("n") or 1)
         texts = [fault.text] if isinstance(fault.text, str) else list(fault.text)
         want_logprobs = bool(body.get("logprobs"))
@@ -466,6 +483,22 @@ class MisbehavingServer:
             "choices": choices,
             "usage": {"prompt_tokens": 10, "completion_tokens": n, "total_tokens": 10 + n},
         }
+
+
+def _demonstrated_letter(body: Mapping[str, Any]) -> str | None:
+    """The score shown for the request's last user turn where the same turn came earlier
+    (the calibration read grades its own first demonstration), else ``None``."""
+    msgs = [m for m in body.get("messages") or [] if isinstance(m, Mapping)]
+    users = [i for i, m in enumerate(msgs) if m.get("role") == "user"]
+    if len(users) < 2:
+        return None
+    last = msgs[users[-1]].get("content")
+    for i in users[:-1]:
+        if msgs[i].get("content") == last and i + 1 < len(msgs):
+            found = re.search(r"<score>\s*([^<\s]+)", str(msgs[i + 1].get("content", "")))
+            if found:
+                return found.group(1)
+    return None
 
 
 def scripted_verifier(base_url: str, **config):

@@ -105,8 +105,9 @@ def test_openrlhf_request_as_openrlhf_sends_it_gets_one_reward_per_query(served)
     # gated (w = [1, 0.1], one sample per prompt): a correct answer is >= 0.95, a wrong one <= 0.05
     assert r[0] >= 0.95 and r[2] >= 0.95 and r[1] <= 0.05 and r[3] <= 0.05
     assert service.n_calls - calls_before < 4  # the four concurrent requests were batched
-    # several queries in one request, without prompts and labels: one reward each
-    many = {"query": [chat(q) + "The answer is 4.<|im_end|>"] * 3}
+    # several queries in one request, without prompts: one reward each (labels are required
+    # for the gated reward: serve.require_labels, tests/test_serve_refusals.py)
+    many = {"query": [chat(q) + "The answer is 4.<|im_end|>"] * 3, "labels": ["4"] * 3}
     got = httpx.post(f"{running.url}/get_reward", json=many, timeout=120).json()
     assert len(got["rewards"]) == 3 and all(isinstance(x, float) for x in got["rewards"])
 
@@ -168,7 +169,8 @@ def test_bad_requests_get_a_4xx_with_a_message(served, path, content, status, me
 def test_shutdown_finishes_requests_in_flight(served):
     service, _ = served
     running = Running(make_app(service))  # a second server on the same service
-    body = {"problems": ["What is 2 + 2?"] * 12, "responses": [f"It is {k}." for k in range(12)]}
+    body = {"problems": ["What is 2 + 2?"] * 12, "responses": [f"It is {k}." for k in range(12)],
+            "references": ["4"] * 12}  # fmt: skip
     out: dict = {}
 
     def send():
@@ -244,7 +246,8 @@ def test_densereward_serve_command_answers_and_exits_cleanly_on_sigterm(tmp_path
 def test_split_query_takes_the_response_after_the_prompt():
     p = chat("What is 2 + 2?")
     assert split_query(p + "It is 4.<|im_end|>", p) == ("What is 2 + 2?", "It is 4.")
-    assert split_query("<s>[INST] hi [/INST] yes</s>", None) == ("", "hi  yes")
+    # without prompts: after the last assistant header of the template (issue 40 item 1)
+    assert split_query("<s>[INST] hi [/INST] yes</s>", None) == ("hi", "yes")
 
 
 def test_the_documented_multi_replica_command_passes_its_dry_run(monkeypatch, capsys, caplog):

@@ -113,8 +113,13 @@ class VerifierConfig:
     """At start-up, read the score once on the prompt's own first demonstration and refuse to
     start (:class:`~densereward.errors.ScoreTokenError` naming the model, the mass and where the
     score is read) when that read puts less than ``min_mass`` on the score letters: every later
-    read would abstain. Skipped when ``min_mass`` is 0 or the backend cannot tokenize. Costs one
-    read."""
+    read would abstain. Runs whenever the mass can be measured: on backends that cannot tokenize
+    too (an OpenAI-compatible server without ``/tokenize``), skipped only when ``min_mass`` is 0
+    or the read is restricted (``restrict_to_candidates``). A server that refuses the read (a
+    4xx: more ``top_logprobs`` than it allows, a parameter it does not take) is a
+    :class:`~densereward.errors.ConfigError` naming its message and the setting to change; so is
+    a refusal of the first read when this is off. A transient failure (5xx, timeout) is logged
+    and the start goes on. Costs one read."""
     threshold: float | str = "auto"
     """Accept threshold on the [0, 1] score for TPR / TNR / precision (:func:`resolve_threshold`):
     ``auto`` (Youden's J on the labelled scores seen so far in training, or on the file's scores in

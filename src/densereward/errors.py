@@ -16,6 +16,7 @@ __all__ = [
     "ScoreTokenError",
     "BackendError",
     "BackendUnavailableError",
+    "BackendRefusedError",
     "AbstentionError",
     "DataError",
     "StateError",
@@ -41,6 +42,28 @@ class BackendError(DenseRewardError, RuntimeError):
 
 class BackendUnavailableError(BackendError):
     """A verifier backend could not be reached or loaded at start-up."""
+
+
+class BackendRefusedError(BackendError):
+    """A verifier server refused a request (HTTP 4xx other than 408/409/425/429): the request is
+    wrong for that server, and retrying it will not help.
+
+    Attributes:
+        status: the HTTP status.
+        detail: the server's message.
+        setting: the setting to change (e.g. ``verifier.backend_options.top_logprobs``), or
+            ``None`` when the server's message names none.
+        item_dependent: the refusal depends on the item (a prompt longer than the model's
+            context), not on the configuration.
+    """
+
+    def __init__(self, message: str, *, status: int, detail: str = "", setting: str | None = None,
+                 item_dependent: bool = False):  # fmt: skip
+        super().__init__(message)
+        self.status = status
+        self.detail = detail
+        self.setting = setting
+        self.item_dependent = item_dependent
 
 
 class AbstentionError(DenseRewardError, RuntimeError):

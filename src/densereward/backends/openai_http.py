@@ -45,20 +45,61 @@ from typing import Any, TypeVar
 
 from ..backend_options import OpenAIOptions
 from ..config import VerifierConfig
-from ..errors import BackendError, BackendUnavailableError, ConfigError
+from ..errors import BackendError, BackendRefusedError, BackendUnavailableError, ConfigError
 from ..io import get_api_key, redact
 from .base import BackendUsage, ChatPrompt, TokenLogprobs
 from .images import chat_messages, frames_of, image_url_part
 from .replicas import Router, affinity_key, replica_urls
 from .transport import LoopThread, Secret
 
-__all__ = ["OpenAIBackend"]
+__all__ = ["OpenAIBackend", "refusal_setting"]
 
 logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
 _EXTENSION_OWNERS = frozenset({"vllm", "sglang", "sglang-team", "lmsys"})
+
+
+def refusal_setting(
+    status: int, detail: str, payload: Mapping[str, Any], options: Any
+) -> tuple[str | None, bool]:
+    """``(setting, item_dependent)``: what to change for a server's 4xx, from its message.
+
+    ``item_dependent`` is True for a prompt longer than the model's context: that item's read
+    abstains; the others' go on.
+
+    >>> refusal_setting(400, "Requested top logprobs of 40 exceeds maximum of 20",
+    ...                 {"top_logprobs": 40}, None)[0]
+    "verifier.backend_options.top_logprobs (sent 40; at most what the server allows, vLLM's --max-logprobs)"
+    """
+    text = detail.lower()
+    if status in (401, 403):
+        env = getattr(options, "api_key_env", None)
+        return f"the API key in ${env} (verifier.backend_options.api_key_env)", False
+    if "context length" in text or "maximum context" in text or "too long" in text:
+        return "verifier.max_response_chars (or the server's --max-model-len)", True
+    if "logprob" in text:
+        sent = payload.get("top_logprobs")
+        return (
+            f"verifier.backend_options.top_logprobs (sent {sent}; at most what the server "
+            "allows, vLLM's --max-logprobs)"
+        ), False
+    if "allowed_token_ids" in text:
+        return "verifier.backend_options.restrict_to_candidates=false", False
+    if any(k in text for k in ("continue_final_message", "add_generation_prompt", "chat_template")):
+        return "verifier.backend_options.server_extensions=false (or a vLLM / SGLang server)", False
+    if "model" in text and any(k in text for k in ("not found", "does not exist", "unknown")):
+        return (
+            f"verifier.model (sent {payload.get('model')!r}; the server's /v1/models lists its names)",
+            False,
+        )
+    if status in (404, 405):
+        return (
+            "verifier.backend_options.base_url (it must end in /v1 of an OpenAI-compatible server)",
+            False,
+        )
+    return None, False
 
 
 class OpenAIBackend:
@@ -85,6 +126,12 @@ class OpenAIBackend:
     name = "openai"
     supports_images = True  # the served model must take images (vLLM answers 400 otherwise)
     options_class: type[OpenAIOptions] = OpenAIOptions
+    calibration_hint = (
+        "Over HTTP the score is read where the model continues the assistant's prefill: a "
+        "server that does not continue it (continue_final_message dropped by SGLang, a proxy or "
+        "a router; a plain OpenAI endpoint) opens a new turn there instead. "
+    )
+    """Added to the start-up calibration's refusal (:func:`~densereward.verifier.boundary.check_calibration`)."""
 
     def __init__(self, config: VerifierConfig, **overrides: Any):
         self.options = opts = config.options_as(self.options_class, **overrides)
@@ -200,9 +247,19 @@ class OpenAIBackend:
         failover (:meth:`Router.post`); ``key`` is the read's affinity key.
 
         Raises:
-            BackendError: on a non-retryable HTTP error, or when retries are exhausted.
+            BackendRefusedError: on a 4xx the server will answer again (the message names the
+                setting to change, :func:`refusal_setting`).
+            BackendError: when retries are exhausted.
         """
-        return await self._router.post(path, payload, key)
+        try:
+            return await self._router.post(path, payload, key)
+        except BackendRefusedError as e:
+            setting, item_dependent = refusal_setting(e.status, e.detail, payload, self.options)
+            fix = f"; change {setting}" if setting else ""
+            raise BackendRefusedError(
+                f"{e}{fix}", status=e.status, detail=e.detail, setting=setting,
+                item_dependent=item_dependent,
+            ) from None  # fmt: skip
 
     def _messages(self, prompt: ChatPrompt) -> list[dict[str, Any]]:
         """The request's turns; frames become ``image_url`` parts (base64 PNG data URLs) before

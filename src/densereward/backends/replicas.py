@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..backend_options import OpenAIOptions
-from ..errors import BackendError, BackendUnavailableError
+from ..errors import BackendError, BackendRefusedError, BackendUnavailableError
 from .base import BackendUsage, ChatPrompt
 from .transport import RateLimiter, RetryableError, parse_retry_after
 
@@ -387,7 +387,7 @@ class Router:
                 raise RetryableError(msg, parse_retry_after(resp.headers.get("Retry-After")))
             if resp.status_code in (401, 403):
                 msg += f" (check the key in ${self.options.api_key_env})"
-            raise BackendError(msg)
+            raise BackendRefusedError(msg, status=resp.status_code, detail=detail)
         try:
             data = json.loads(resp.content)
         except ValueError:

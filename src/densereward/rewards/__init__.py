@@ -11,7 +11,7 @@ from typing import Any, Literal
 
 from ..answers import ANSWER_FORMATS
 from ..errors import ConfigError
-from ._common import check_group_options, check_verifier_options
+from ._common import check_group_options, check_verifier_options, check_weights
 from .advantage import AdvantageAudit, advantage_audit, grpo_advantages
 from .gated import (
     GATED_WEIGHTS,
@@ -203,6 +203,7 @@ class RewardConfig:
         if self.weights is not None:
             w = tuple(float(x) for x in self.weights)
             object.__setattr__(self, "weights", w)
+            check_weights(w, "reward.weights")
             if self.type in ("sparse", "dense", "group"):
                 raise ConfigError(
                     "reward.weights only applies to reward.type=mixed, gated or seed_recipe (set "

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import math
 import re
 import sys
 from collections.abc import Sequence
@@ -18,6 +19,7 @@ __all__ = [
     "group_slices",
     "check_verifier_options",
     "check_group_options",
+    "check_weights",
     "check_trl",
     "TRL_MIN_VERSION",
 ]
@@ -27,6 +29,36 @@ TRL_MIN_VERSION = (1, 6)
 returned ``None`` out of its group's mean and std and gives it advantage 0 (huggingface/trl#5902,
 in 1.6.0). Older releases ``nansum`` that row to a reward of 0, which counts in the group's
 baseline as if the completion had earned 0."""
+
+
+MAX_REWARD = 1e6
+"""A bound on one reward function's magnitude that :func:`check_weights` keeps the weighted
+sum finite under (the built-in rewards are in ``[0, 1]``, the gated one in ``[0, w_s + w_j]``)."""
+
+
+def check_weights(weights: Sequence[float], key: str) -> None:
+    """Refuse reward weights that are not finite or whose weighted sum could overflow.
+
+    The sum ``sum_i w_i r_i`` stays finite for rewards up to :data:`MAX_REWARD` in magnitude
+    when ``sum_i |w_i| * MAX_REWARD`` is finite; a server would otherwise start and then fail to
+    serialise every affected answer.
+
+    Raises:
+        ConfigError: naming ``key`` and the weights.
+
+    >>> check_weights([1.0, 0.1], "reward.weights")
+    >>> check_weights([1.0, float("inf")], "reward.weights")
+    Traceback (most recent call last):
+    densereward.errors.ConfigError: reward.weights must be finite numbers, got [1.0, inf]
+    """
+    w = [float(x) for x in weights]
+    if not all(math.isfinite(x) for x in w):
+        raise ConfigError(f"{key} must be finite numbers, got {w}")
+    if not math.isfinite(sum(abs(x) for x in w) * MAX_REWARD):
+        raise ConfigError(
+            f"{key} {w} overflow: the weighted sum of rewards up to {MAX_REWARD:g} in magnitude "
+            "is not a finite number; use weights of a sensible size"
+        )
 
 
 def _message_text(content: Any) -> str | None:

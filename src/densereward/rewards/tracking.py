@@ -124,6 +124,11 @@ class RewardQualityTracker:
             :func:`densereward.config.resolve_threshold`).
         window: W, the number of most recent labelled completions of the
             ``verifier/window/*`` metrics (>= 1).
+        history: the auto threshold is chosen on the last ``history`` labelled completions
+            (``None``: all earlier ones, as a training run does); a bound keeps a long-running
+            reward server's memory and per-batch cost flat.
+        max_records: keep the last ``max_records`` batch records in :attr:`records`
+            (``None``: all; the JSONL file always gets every record).
         tie_eps: Scores within ``tie_eps`` count as tied.
         prefix: Metric-key prefix.
         alarm: Reward-hacking alarm (:class:`~densereward.rewards.hacking.HackingAlarm`, logged
@@ -144,6 +149,8 @@ class RewardQualityTracker:
         *,
         threshold: float | str = "auto",
         window: int = 256,
+        history: int | None = None,
+        max_records: int | None = None,
         tie_eps: float = 1e-3,
         prefix: str = "verifier/",
         alarm: Any = True,
@@ -156,6 +163,9 @@ class RewardQualityTracker:
 
         if window < 1:
             raise ConfigError(f"reward-quality window must be >= 1, got {window}")
+        for name, value in (("history", history), ("max_records", max_records)):
+            if value is not None and value < 1:
+                raise ConfigError(f"reward-quality {name} must be >= 1 or None, got {value}")
         self.run_dir = Path(run_dir) if run_dir is not None else None
         self._fixed_threshold, self.threshold_source = resolve_threshold(threshold)
         self.threshold: float | None = self._fixed_threshold
@@ -163,12 +173,19 @@ class RewardQualityTracker:
         self.window = window
         self.tie_eps = tie_eps
         self.prefix = prefix
+        self.history = history
+        self.max_records = max_records
         self.records: list[dict[str, Any]] = []
+        self._n_updates = 0
         self._lock = threading.Lock()
         self._explained: set[str] = set()  # undefined metrics already explained in the log
         self._format_warned = False  # the format warning of format_metrics is said once
         self._t0 = time.monotonic()
-        self._seen: tuple[list[float], list[float]] = ([], [])  # every labelled (score, label)
+        # the labelled (score, label) pairs the auto threshold is chosen on (the last `history`)
+        self._seen: tuple[deque[float], deque[float]] = (
+            deque(maxlen=history),
+            deque(maxlen=history),
+        )
         self._recent: deque[tuple[float, float, str, float]] = deque(maxlen=window)
 
     def __getstate__(self) -> dict[str, Any]:
@@ -256,7 +273,7 @@ class RewardQualityTracker:
             gather_across_processes(prompts, scores, correct, levels, masses, answer_reasons)
         )
         groups = group_slices(all_prompts, num_generations)
-        step = int(getattr(trainer_state, "global_step", len(self.records))) + 1
+        step = int(getattr(trainer_state, "global_step", self._n_updates)) + 1
         with self._lock:
             windowed = self._update_window(all_prompts, all_scores, all_correct, groups)
             if self.alarm is not None:
@@ -297,6 +314,9 @@ class RewardQualityTracker:
                   "threshold_source": self.threshold_source, "window": self.window, **metrics}  # fmt: skip
         with self._lock:
             self.records.append(record)
+            self._n_updates += 1
+            if self.max_records is not None and len(self.records) > self.max_records:
+                del self.records[: len(self.records) - self.max_records]
             if self.jsonl_path is not None:
                 append_jsonl(self.jsonl_path, record)
         return metrics
@@ -359,8 +379,8 @@ class RewardQualityTracker:
             if self._fixed_threshold is None:
                 self.threshold = state["threshold"]
             self._seen = (
-                [float(x) for x in state["seen"][0]],
-                [float(x) for x in state["seen"][1]],
+                deque((float(x) for x in state["seen"][0]), maxlen=self.history),
+                deque((float(x) for x in state["seen"][1]), maxlen=self.history),
             )
             self._recent = deque(
                 ((float(s), float(y), str(k), _NAN if t is None else float(t))

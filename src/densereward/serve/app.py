@@ -16,7 +16,11 @@ Endpoints (contracts in :mod:`densereward.serve.contracts`):
 * ``POST /slime``: slime's ``--rm-url`` (the answer is the reward, a JSON number);
 * ``POST /score``, ``POST /rank``: the plain JSON API;
 * ``GET /health``; ``GET /metrics``: Prometheus text (requests, latency, items, abstentions,
-  batch sizes, and the ``verifier/*`` quality metrics when labels come).
+  refusals by reason, batch sizes, and the ``verifier/*`` quality metrics when labels come).
+
+Every refusal is a 4xx with a message, counted by reason (:mod:`densereward.serve.contracts`);
+a client that leaves mid-body is counted as 499; an item whose weighted reward is not finite
+is sent as abstained. With ``serve.require_labels`` an item without a label is refused.
 
 OpenRLHF and slime take numbers only: an abstained item is sent as ``serve.abstain_reward``
 (default 0.0), flagged in OpenRLHF's ``extra_logs`` (``densereward_abstained``) and counted in
@@ -29,8 +33,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import inspect
-import json
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -38,10 +42,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import ConfigError
+from ..rewards._common import check_weights
 from .contracts import (
     Item,
     RequestError,
     as_floats,
+    check_labels,
+    parse_body,
     parse_openrlhf,
     parse_rank,
     parse_score,
@@ -75,11 +82,27 @@ class ServeConfig:
     """What an abstained item is sent as where the contract takes only numbers (OpenRLHF, slime)."""
     shutdown_timeout_s: float = 30.0
     """On SIGTERM / SIGINT: stop accepting, then wait this long for requests in flight (seconds)."""
+    require_labels: bool | None = None
+    """Refuse (422, naming this setting) a request with an item that has no label / reference
+    instead of scoring it without one. ``None`` (default) = on when the reward uses references
+    (``reward.reference_guided``, or a Math-Verify term: ``sparse``, ``mixed``, ``gated``,
+    ``seed_recipe``): without them the reward is the reference-free judge, which
+    docs/reward_hacking.md measures as easy to game."""
+    quality_history: int = 4096
+    """The reward-quality tracker inside the server keeps the last this many labelled items
+    (its auto threshold is chosen on them) and as many batch records: memory and the cost per
+    batch stay flat however long it runs."""
 
     def __post_init__(self) -> None:
-        for name in ("max_batch", "max_items", "max_body_bytes", "max_concurrent_batches"):
+        for name in ("max_batch", "max_items", "max_body_bytes", "max_concurrent_batches",
+                     "quality_history"):  # fmt: skip
             if getattr(self, name) < 1:
                 raise ConfigError(f"serve.{name} must be >= 1, got {getattr(self, name)}")
+        for name in ("batch_wait_ms", "shutdown_timeout_s", "abstain_reward"):
+            if not math.isfinite(getattr(self, name)):
+                raise ConfigError(
+                    f"serve.{name} must be a finite number, got {getattr(self, name)!r}"
+                )
         if self.batch_wait_ms < 0 or self.shutdown_timeout_s < 0:
             raise ConfigError("serve.batch_wait_ms and serve.shutdown_timeout_s must be >= 0")
 
@@ -98,6 +121,8 @@ class _Metrics:
                                buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024))  # fmt: skip
         self.in_flight = Gauge("densereward_in_flight", "requests being served", registry=r)
         self.quality = Gauge("densereward_verifier_metric", "verifier/* reward-quality metrics", ["name"], registry=r)  # fmt: skip
+        self.refusals = Counter("densereward_refusals", "requests refused with a 4xx, by reason", ["endpoint", "reason"], registry=r)  # fmt: skip
+        self.non_finite = Counter("densereward_non_finite", "items whose weighted reward was not finite (sent as abstained)", registry=r)  # fmt: skip
 
     def log_metric(self, name: str, value: float) -> None:
         with contextlib.suppress(TypeError, ValueError):
@@ -121,8 +146,11 @@ class RewardService:
         self.weights = list(weights) if weights is not None else [1.0] * len(self.funcs)
         if len(self.weights) != len(self.funcs):
             raise ConfigError(f"{len(self.weights)} weights for {len(self.funcs)} reward functions")
+        check_weights(self.weights, "reward.weights (the weights of the reward functions)")
         self.verifier = verifier
         self.config = config
+        self.labels_why = "serve.require_labels=true"
+        """Why labels are required, for the refusal's message (set by the CLI's build)."""
         self.metrics = _Metrics()
         self.n_calls = 0
         self._lock = threading.Lock()
@@ -154,8 +182,16 @@ class RewardService:
         out: list[float | None] = []
         for i in range(len(items)):
             parts = [(w, col[i]) for w, col in zip(self.weights, columns, strict=True)]
-            got = [w * float(v) for w, v in parts if v is not None]
-            out.append(sum(got) if got else None)
+            # TRL's nansum: None and NaN are abstentions of that function
+            got = [w * float(v) for w, v in parts if v is not None and not math.isnan(float(v))]
+            total = sum(got) if got else None
+            if total is not None and not math.isfinite(total):
+                self.metrics.non_finite.inc()
+                logger.warning(
+                    "serve: item %d's weighted reward is %s; sent as abstained", i, total
+                )
+                total = None
+            out.append(total)
         self.metrics.items.inc(len(items))
         self.metrics.abstentions.inc(sum(v is None for v in out))
         self.metrics.batch.observe(len(items))
@@ -247,7 +283,7 @@ def make_app(service: RewardService, *, on_close: Callable[[], None] | None = No
     verifier).
     """
     from starlette.applications import Starlette
-    from starlette.requests import Request
+    from starlette.requests import ClientDisconnect, Request
     from starlette.responses import JSONResponse, Response
     from starlette.routing import Route
 
@@ -257,16 +293,20 @@ def make_app(service: RewardService, *, on_close: Callable[[], None] | None = No
     async def body_of(request: Request) -> Any:
         length = request.headers.get("content-length")
         if length is not None and length.isdigit() and int(length) > cfg.max_body_bytes:
-            raise RequestError(f"body of {length} bytes; at most {cfg.max_body_bytes}", 413)
+            raise RequestError(
+                f"body of {length} bytes; at most {cfg.max_body_bytes}", 413, "too_large"
+            )
         raw = bytearray()
         async for chunk in request.stream():
             raw += chunk
             if len(raw) > cfg.max_body_bytes:
-                raise RequestError(f"body over {cfg.max_body_bytes} bytes", 413)
-        try:
-            return json.loads(raw)
-        except ValueError as e:
-            raise RequestError(f"the body is not JSON: {e}", 400) from None
+                raise RequestError(f"body over {cfg.max_body_bytes} bytes", 413, "too_large")
+        return parse_body(bytes(raw))
+
+    def labelled(items: list[Item], field: str) -> list[Item]:
+        if cfg.require_labels:
+            check_labels(items, field, service.labels_why)
+        return items
 
     def endpoint(name: str, handler: Callable[[Any], Any]):
         async def route(request: Request) -> Response:
@@ -278,7 +318,11 @@ def make_app(service: RewardService, *, on_close: Callable[[], None] | None = No
                 return JSONResponse(result)
             except RequestError as e:
                 status = e.status
+                m.refusals.labels(endpoint=name, reason=e.reason).inc()
                 return JSONResponse({"error": str(e)}, status_code=e.status)
+            except ClientDisconnect:  # the client left mid-body: nobody to answer, not our fault
+                status = 499
+                return Response(status_code=499)
             except Exception as e:  # noqa: BLE001 - the client gets a message, the log the trace
                 status = 500
                 logger.exception("serve: %s failed", name)
@@ -291,7 +335,7 @@ def make_app(service: RewardService, *, on_close: Callable[[], None] | None = No
         return route
 
     async def openrlhf(body: Any) -> dict[str, Any]:
-        items = parse_openrlhf(body, cfg.max_items)
+        items = labelled(parse_openrlhf(body, cfg.max_items), "labels")
         values = await service.submit(items)
         rewards = as_floats(values, cfg.abstain_reward)
         abstained = [float(v is None) for v in values]
@@ -299,11 +343,11 @@ def make_app(service: RewardService, *, on_close: Callable[[], None] | None = No
                 "extra_logs": {"densereward_abstained": abstained}}  # fmt: skip
 
     async def slime(body: Any) -> float:
-        (value,) = await service.submit([parse_slime(body)])
+        (value,) = await service.submit(labelled([parse_slime(body)], "label"))
         return cfg.abstain_reward if value is None else float(value)
 
     async def score(body: Any) -> dict[str, Any]:
-        values = await service.submit(parse_score(body, cfg.max_items))
+        values = await service.submit(labelled(parse_score(body, cfg.max_items), "references"))
         return {"rewards": values, "abstained": [v is None for v in values]}
 
     async def rank(body: Any) -> dict[str, Any]:

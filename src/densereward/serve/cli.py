@@ -9,6 +9,7 @@ verifier without starting anything (:func:`dry_run`).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
 from collections.abc import Callable
 from typing import Any
@@ -46,11 +47,19 @@ def build_service(config: dict[str, Any]) -> tuple[RewardService, Callable[[], N
     reward, verifier_config, serve = _sections(config)
     verifier = Verifier(verifier_config)
     try:
-        tracker = RewardQualityTracker() if reward.track else None
+        # bounded: the auto threshold on the last quality_history labelled items, as many records
+        tracker = (
+            RewardQualityTracker(window=reward.track_window, history=serve.quality_history,
+                                 max_records=serve.quality_history)
+            if reward.track else None
+        )  # fmt: skip
         funcs, weights = build_reward_funcs(reward, verifier, tracker=tracker)
+        service = RewardService(funcs, weights, verifier, serve)
     except BaseException:
         verifier.close()
         raise
+    if (config.get("serve") or {}).get("require_labels") is None:
+        service.labels_why = f"the default for reward.type={reward.type} with reference answers"
 
     def close() -> None:
         for f in funcs:
@@ -59,7 +68,19 @@ def build_service(config: dict[str, Any]) -> tuple[RewardService, Callable[[], N
                 checker.close()
         verifier.close()
 
-    return RewardService(funcs, weights, verifier, serve), close
+    return service, close
+
+
+_MATH_VERIFY_KINDS = ("sparse", "mixed", "gated", "seed_recipe")
+"""Built-in reward kinds with a Math-Verify term: without a label it has nothing to check."""
+
+
+def _resolve_require_labels(reward: Any, serve: ServeConfig) -> ServeConfig:
+    """``serve`` with ``require_labels`` decided: ``None`` = on when the reward uses references."""
+    if serve.require_labels is not None:
+        return serve
+    uses = reward.reference_guided or reward.type in _MATH_VERIFY_KINDS
+    return dataclasses.replace(serve, require_labels=bool(uses))
 
 
 def _sections(config: dict[str, Any]) -> tuple[Any, VerifierConfig, ServeConfig]:
@@ -76,7 +97,9 @@ def _sections(config: dict[str, Any]) -> tuple[Any, VerifierConfig, ServeConfig]
         raise ConfigError(f"unknown section(s) {unknown}; serve reads reward, verifier and serve")
     reward = from_dict(RewardConfig, config.get("reward"), prefix="reward.")
     verifier_config = from_dict(VerifierConfig, config.get("verifier"), prefix="verifier.")
-    serve = from_dict(ServeConfig, config.get("serve"), prefix="serve.")
+    serve = _resolve_require_labels(
+        reward, from_dict(ServeConfig, config.get("serve"), prefix="serve.")
+    )
     check_prompt_settings(reward, verifier_config)
     if reward.type == "group":
         raise ConfigError(
@@ -107,7 +130,7 @@ def dry_run(config: dict[str, Any]) -> tuple[list[str], list[str]]:
     reward, v, serve = _sections(config)
     checks = [
         f"serve: http://{serve.host}:{serve.port} (max_batch {serve.max_batch}, batch_wait_ms "
-        f"{serve.batch_wait_ms}) -- not started",
+        f"{serve.batch_wait_ms}, require_labels {serve.require_labels}) -- not started",
         f"reward: {reward.type} (use_async {reward.use_async})",
         f"verifier: VerifierConfig ok (backend {v.backend}, G={v.granularity}, options {v.options})",
     ]

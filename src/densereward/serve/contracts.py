@@ -19,11 +19,15 @@ message). Sources of the external contracts (read at the commits named):
 * the plain API: ``/score`` ``{"problems": [str], "responses": [str], "references":
   [str | null]}`` -> ``{"rewards": [float | null], ...}`` and ``/rank`` ``{"problem": str,
   "candidates": [str]}``.
+
+The body itself (:func:`parse_body`) must be UTF-8 JSON nested at most :data:`MAX_DEPTH` deep,
+with no lone surrogate in a string (400 otherwise). Every refusal carries a ``reason`` the
+server counts it under (``densereward_refusals_total{endpoint,reason}``).
 """
 
 from __future__ import annotations
 
-import re
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -35,19 +39,83 @@ __all__ = [
     "parse_slime",
     "parse_score",
     "parse_rank",
+    "parse_body",
+    "check_labels",
     "split_query",
+    "strip_end_markers",
 ]
 
-_SPECIAL = re.compile(r"<\|[^|<>]{1,40}\|>|</?s>|\[/?INST\]")
-_ROLE_LINE = re.compile(r"^\s*(system|user|assistant)\s*\n", re.MULTILINE)
+from .split import SplitError, clean_prompt, split_query, strip_end_markers
+
+MAX_DEPTH = 32
+"""Deepest nesting of arrays and objects a body may have (the contracts need 4)."""
 
 
 class RequestError(ValueError):
-    """A request the server refuses; ``status`` is the HTTP status (4xx)."""
+    """A request the server refuses; ``status`` is the HTTP status (4xx), ``reason`` the
+    label it is counted under (``body``, ``too_large``, ``invalid``, ``split``, ``labels``)."""
 
-    def __init__(self, message: str, status: int = 422):
+    def __init__(self, message: str, status: int = 422, reason: str = "invalid"):
         super().__init__(message)
         self.status = status
+        self.reason = reason
+
+
+def parse_body(raw: bytes) -> Any:
+    """The decoded JSON body.
+
+    Raises:
+        RequestError: 400 (reason ``body``) for a body that is not UTF-8 JSON, is nested
+            deeper than :data:`MAX_DEPTH`, or holds a string with a lone surrogate (it could
+            not be sent on to the verifier).
+    """
+    try:
+        body = json.loads(raw)
+    except RecursionError:
+        raise RequestError(
+            f"the body is nested too deeply to parse; at most {MAX_DEPTH} levels", 400, "body"
+        ) from None
+    except ValueError as e:
+        raise RequestError(f"the body is not JSON: {e}", 400, "body") from None
+    stack = [(body, 1)]
+    while stack:
+        value, depth = stack.pop()
+        if isinstance(value, str):
+            try:
+                value.encode("utf-8")
+            except UnicodeEncodeError:
+                raise RequestError(
+                    "the body holds a string with a lone surrogate (\\ud800-\\udfff), not text",
+                    400, "body",
+                ) from None  # fmt: skip
+        elif isinstance(value, (list, dict)):
+            if depth > MAX_DEPTH:
+                raise RequestError(
+                    f"the body is nested more than {MAX_DEPTH} levels deep", 400, "body"
+                )
+            items = value.values() if isinstance(value, dict) else value
+            stack.extend((v, depth + 1) for v in items)
+            if isinstance(value, dict):
+                stack.extend((k, depth + 1) for k in value)
+    return body
+
+
+def check_labels(items: Sequence[Item], field: str, why: str) -> None:
+    """Refuse ``items`` when one has no label (``serve.require_labels``).
+
+    Raises:
+        RequestError: 422 (reason ``labels``) naming the first item without one.
+    """
+    missing = [i for i, it in enumerate(items) if it.label is None]
+    if missing:
+        raise RequestError(
+            f"{len(missing)} of {len(items)} items have no {field!r} (first: item {missing[0]}): "
+            f"serve.require_labels is on ({why}), so the reward is not computed without the "
+            "reference answer (the reference-free judge is the mode docs/reward_hacking.md "
+            f"measures as easy to game); send {field!r}, or start the server with "
+            "serve.require_labels=false to score without it",
+            422, "labels",
+        )  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -81,32 +149,6 @@ def _labels(body: Mapping[str, Any], key: str, n: int, like: str) -> list[str | 
     return [None if v is None else str(v) for v in value]
 
 
-def clean_prompt(text: str) -> str:
-    """The prompt text without chat-template markup (``<|im_start|>``, role lines, ``</s>``)."""
-    return _ROLE_LINE.sub("", _SPECIAL.sub("", text)).strip()
-
-
-def split_query(query: str, prompt: str | None) -> tuple[str, str]:
-    """``(problem, response)`` of an OpenRLHF ``query`` (prompt + response, markup kept).
-
-    The response is what follows the prompt when the query starts with it (as OpenRLHF's
-    ``math_reward_func`` example splits it), else the whole query; special tokens
-    (``<|im_end|>``, ``<|endoftext|>``, ``</s>``) are removed from both, and the role lines
-    of the template from the problem.
-
-    >>> split_query("<|im_start|>user\\n1+1?<|im_end|>\\n<|im_start|>assistant\\n2<|im_end|>",
-    ...             "<|im_start|>user\\n1+1?<|im_end|>\\n<|im_start|>assistant\\n")
-    ('1+1?', '2')
-    """
-    if prompt and query.startswith(prompt):
-        response = query[len(prompt) :]
-    elif prompt and prompt in query:
-        response = query[query.index(prompt) + len(prompt) :]
-    else:
-        response = query
-    return clean_prompt(prompt or ""), _SPECIAL.sub("", response).strip()
-
-
 def parse_openrlhf(body: Any, max_items: int) -> list[Item]:
     """Items of an OpenRLHF ``{"query", "prompts", "labels"}`` request (``prompts``, ``labels`` optional)."""
     body = _mapping(body)
@@ -118,7 +160,10 @@ def parse_openrlhf(body: Any, max_items: int) -> list[Item]:
     labels = _labels(body, "labels", len(queries), "'query'")
     items = []
     for i, q in enumerate(queries):
-        problem, response = split_query(q, prompts[i] if prompts else None)
+        try:
+            problem, response = split_query(q, prompts[i] if prompts else None)
+        except SplitError as e:
+            raise RequestError(f"query[{i}]: {e}", 422, "split") from None
         items.append(Item(problem, response, labels[i]))
     return items
 
@@ -141,7 +186,9 @@ def parse_slime(body: Any) -> Item:
         raise RequestError("field 'response' must be a string")
     label = body.get("label")
     return Item(
-        _prompt_text(body.get("prompt", "")), response, None if label is None else str(label)
+        _prompt_text(body.get("prompt", "")),
+        strip_end_markers(response),
+        None if label is None else str(label),
     )
 
 
@@ -156,7 +203,10 @@ def parse_score(body: Any, max_items: int) -> list[Item]:
         )
     _check_count(len(problems), max_items, "responses")
     refs = _labels(body, "references", len(problems), "'responses'")
-    return [Item(p, r, ref) for p, r, ref in zip(problems, responses, refs, strict=True)]
+    return [
+        Item(p, strip_end_markers(r), ref)
+        for p, r, ref in zip(problems, responses, refs, strict=True)
+    ]
 
 
 def parse_rank(body: Any, max_items: int) -> tuple[str, list[str], int]:
@@ -185,7 +235,9 @@ def _check_count(n: int, max_items: int, key: str) -> None:
     if n == 0:
         raise RequestError(f"field {key!r} is empty")
     if n > max_items:
-        raise RequestError(f"{n} items in {key!r}; at most {max_items} per request", status=413)
+        raise RequestError(
+            f"{n} items in {key!r}; at most {max_items} per request", 413, "too_large"
+        )
 
 
 def as_floats(values: Sequence[float | None], fallback: float) -> list[float]:

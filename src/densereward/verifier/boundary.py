@@ -356,7 +356,9 @@ def build_read_plan(
     )
 
 
-def check_calibration(mass: float, plan: ReadPlan, *, model: str, min_mass: float) -> float:
+def check_calibration(
+    mass: float, plan: ReadPlan, *, model: str, min_mass: float, hint: str = ""
+) -> float:
     """The score-letter mass of the start-up calibration read; refuse a model that misses them.
 
     The read is the pointwise prompt grading its own first demonstration
@@ -372,6 +374,7 @@ def check_calibration(mass: float, plan: ReadPlan, *, model: str, min_mass: floa
         plan: the read plan (named in the error).
         model: the model's name (named in the error).
         min_mass: the floor (``VerifierConfig.min_mass``).
+        hint: a cause the backend knows of, added to the message.
 
     Returns:
         ``mass``.
@@ -384,7 +387,7 @@ def check_calibration(mass: float, plan: ReadPlan, *, model: str, min_mass: floa
             f"calibration read failed: asked to grade its own demonstration, {model!r} puts "
             f"{mass:.3g} of its next-token probability on the score letters (min_mass "
             f"{min_mass:g}); the score is read {plan.describe()}. Every read would abstain. "
-            "Check that the model follows the prompt's score format with its chat template, or "
-            "use another model; verifier.calibrate=false skips this check"
+            f"{hint}Check that the model follows the prompt's score format with its chat "
+            "template, or use another model; verifier.calibrate=false skips this check"
         )
     return mass

@@ -22,13 +22,23 @@ from .. import prompts as P
 from ..backends.base import ChatPrompt, TokenLogprobs, VerifierBackend
 from ..cache import ScoreCache, cache_key
 from ..config import VerifierConfig
-from ..errors import BackendError
+from ..errors import BackendError, BackendRefusedError, ConfigError
 from .boundary import ReadPlan
 from .reads import VerifierStats
 
-__all__ = ["PlanDriver"]
+__all__ = ["PlanDriver", "refusal_error"]
 
 logger = logging.getLogger("densereward.verifier")
+
+
+def refusal_error(err: BackendRefusedError, what: str) -> ConfigError:
+    """The configuration error of a verifier server that refused ``what`` (a 4xx): it would
+    refuse every read alike, so a verifier that abstained on each would read nothing."""
+    fix = f"change {err.setting}" if err.setting else "check the verifier settings against it"
+    return ConfigError(
+        f"the verifier server refused the {what} (HTTP {err.status}): {err.detail!r}; every read "
+        f"would be refused alike: {fix} ({err})"
+    )
 
 
 class PlanDriver:
@@ -63,6 +73,9 @@ class PlanDriver:
         self.plan = plan
         self.candidates = [s for forms in plan.spellings for s in forms]
         self.thinking = thinking
+        self.answered = False
+        """Whether the backend has answered a read: a refusal (4xx) before that is a
+        configuration error (:func:`refusal_error`), after it the item's abstention."""
 
     # -------------------------------------------------------------- the reads
     def read(self, prompts: list[ChatPrompt]) -> list[TokenLogprobs]:
@@ -142,6 +155,8 @@ class PlanDriver:
         return _by_length(prompts)
 
     def _on_failure(self, err: Exception, n: int) -> list[Exception]:
+        if isinstance(err, BackendRefusedError) and not (err.item_dependent or self.answered):
+            raise refusal_error(err, "first read") from None
         self.stats.n_failures += n
         if self.config.on_error == "raise":
             raise err
@@ -164,6 +179,7 @@ class PlanDriver:
                     out.extend(
                         self._generate_sync(list(chunk), extra[len(out) : len(out) + len(chunk)])
                     )
+                self.answered = True
             except BackendError as err:
                 out.extend(self._on_failure(err, len(chunk)))
         self.stats.seconds += time.perf_counter() - t0
@@ -182,12 +198,15 @@ class PlanDriver:
             self.stats.n_backend_calls += 1
             try:
                 if kind == "logprobs":
-                    return list(await self.aread(list(chunk)))
-                seeds = extra[start : start + len(chunk)]
-                return [
-                    (await self.backend.agenerate([p], **self.gen_kwargs(s)))[0]
-                    for p, s in zip(chunk, seeds, strict=False)
-                ]
+                    got = list(await self.aread(list(chunk)))
+                else:
+                    seeds = extra[start : start + len(chunk)]
+                    got = [
+                        (await self.backend.agenerate([p], **self.gen_kwargs(s)))[0]
+                        for p, s in zip(chunk, seeds, strict=False)
+                    ]
+                self.answered = True
+                return got
             except BackendError as err:
                 return self._on_failure(err, len(chunk))
 

@@ -18,12 +18,12 @@ from ..backends.base import ChatPrompt, VerifierBackend
 from ..backends.images import FramePrep
 from ..cache import ScoreCache
 from ..config import VerifierConfig
-from ..errors import AbstentionError, BackendError, ConfigError, DataError
+from ..errors import AbstentionError, BackendError, BackendRefusedError, ConfigError, DataError
 from ..results import PairwiseResult, RankResult, ScoreResult
 from ..scale import ScoreScale
 from ..tournament import bradley_terry_preference, ppt_schedule, round_robin_schedule
 from .boundary import ReadPlan, build_read_plan, check_calibration
-from .driver import PlanDriver
+from .driver import PlanDriver, refusal_error
 from .reads import (
     Read,
     VerifierStats,
@@ -129,25 +129,30 @@ class Verifier(OneItemVerbs):
     def _calibrate(self) -> None:
         """One read on the prompt's own demonstration (:func:`~.boundary.check_calibration`).
 
-        Skipped when the backend cannot tokenize or ``min_mass`` is 0; a backend error here
-        is logged, not raised (the reads report their own failures).
+        Runs whenever the mass can be measured: ``min_mass`` > 0 and an unrestricted read, on
+        a backend that cannot tokenize too. A refusal (4xx) is a ``ConfigError`` naming the
+        server's message and the setting to change; a transient failure is logged.
         """
-        if not self.read_plan.tokenized or self.config.min_mass <= 0:
+        if self.config.min_mass <= 0:
             return
         prompt = dataclasses.replace(
             P.calibration_prompt(self.scale), chat_template_kwargs=self.chat_template_kwargs
         )
         try:
             answer = self._driver.read([prompt])[0]
+        except BackendRefusedError as e:
+            raise refusal_error(e, "start-up calibration read") from None
         except BackendError as e:
             logger.warning("calibration read skipped: the backend failed (%s)", e)
             return
+        self._driver.answered = True
         if answer.restricted:
             return  # a restricted read reports no mass to check
         mass = distribution_from_logprobs(answer, self.scale, self.spellings)[1]
         self.calibration_mass = check_calibration(
-            mass, self.read_plan, model=str(self.backend.model_id), min_mass=self.config.min_mass
-        )
+            mass, self.read_plan, model=str(self.backend.model_id), min_mass=self.config.min_mass,
+            hint=getattr(self.backend, "calibration_hint", ""),
+        )  # fmt: skip
 
     def _native_thinking(self) -> bool:
         """Whether the reasoning style lets the model think in its own ``<think>`` block.
