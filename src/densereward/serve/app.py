@@ -47,6 +47,7 @@ from .contracts import (
     parse_score,
     parse_slime,
 )
+from .lifecycle import DaemonThreads, Drain
 
 __all__ = ["ServeConfig", "RewardService", "make_app"]
 
@@ -74,7 +75,12 @@ class ServeConfig:
     abstain_reward: float = 0.0
     """What an abstained item is sent as where the contract takes only numbers (OpenRLHF, slime)."""
     shutdown_timeout_s: float = 30.0
-    """On SIGTERM / SIGINT: stop accepting, then wait this long for requests in flight (seconds)."""
+    """On SIGTERM / SIGINT: stop accepting, then wait this long for requests in flight (seconds);
+    one still running then is answered 503 (:mod:`densereward.serve.lifecycle`)."""
+    keep_alive_s: float = 75.0
+    """How long an idle client connection is kept open (seconds): longer than the client pools'
+    own idle timeouts (aiohttp 15 s, httpx 5 s), so the client closes first, never the server
+    under a request being sent."""
 
     def __post_init__(self) -> None:
         for name in ("max_batch", "max_items", "max_body_bytes", "max_concurrent_batches"):
@@ -82,6 +88,8 @@ class ServeConfig:
                 raise ConfigError(f"serve.{name} must be >= 1, got {getattr(self, name)}")
         if self.batch_wait_ms < 0 or self.shutdown_timeout_s < 0:
             raise ConfigError("serve.batch_wait_ms and serve.shutdown_timeout_s must be >= 0")
+        if not self.keep_alive_s > 0:
+            raise ConfigError(f"serve.keep_alive_s must be > 0 seconds, got {self.keep_alive_s}")
 
 
 class _Metrics:
@@ -124,6 +132,7 @@ class RewardService:
         self.verifier = verifier
         self.config = config
         self.metrics = _Metrics()
+        self.drain = Drain(config.shutdown_timeout_s)
         self.n_calls = 0
         self._lock = threading.Lock()
         self._queue: asyncio.Queue | None = None
@@ -174,18 +183,29 @@ class RewardService:
     # -------------------------------------------------------------- micro-batching
 
     async def start(self) -> None:
+        loop = asyncio.get_running_loop()
+        loop.set_default_executor(DaemonThreads())  # a hung call never holds the exit
+        self.drain.bind(loop)
         self._queue = asyncio.Queue()
         self._slots = asyncio.Semaphore(self.config.max_concurrent_batches)
         self._worker = asyncio.get_running_loop().create_task(self._work())
 
     async def stop(self) -> None:
-        """Finish what is queued, then stop the worker."""
+        """Finish what is queued within the drain's deadline, then stop the worker; reward calls
+        still running then are abandoned (their requests were answered 503)."""
         if self._queue is not None:
-            await self._queue.join()
-        if self._worker is not None:
-            self._worker.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._worker
+            try:
+                await asyncio.wait_for(self._queue.join(), self.drain.left())
+            except asyncio.TimeoutError:
+                logger.warning(
+                    "serve: %d reward call(s) still running after serve.shutdown_timeout_s=%g s; "
+                    "abandoned", len(self._tasks), self.config.shutdown_timeout_s,
+                )  # fmt: skip
+        for task in [self._worker, *self._tasks]:
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
 
     async def submit(self, items: list[Item]) -> list[float | None]:
         """Queue ``items`` for the next micro-batch; their rewards, in order."""
@@ -240,6 +260,29 @@ class RewardService:
                 self._queue.task_done()  # type: ignore[union-attr]
 
 
+def model_name(verifier: Any) -> str:
+    """The verifier model's name for ``/health``: ``verifier.model`` as configured, a served
+    model's name, or the embedded default's name -- never the cache directory it loads from.
+
+    >>> from types import SimpleNamespace as NS
+    >>> model_name(NS(config=NS(model=None), backend=NS(model_id="/root/.cache/x/smollm2-135m")))
+    'SmolLM2-135M-Instruct'
+    >>> model_name(NS(config=NS(model=None), backend=NS(model_id="Qwen/Qwen3-8B")))
+    'Qwen/Qwen3-8B'
+    """
+    import os
+
+    from ..backends.default_model import DEFAULT_MODEL_NAME
+
+    configured = getattr(getattr(verifier, "config", None), "model", None)
+    if configured:
+        return str(configured)
+    served = getattr(getattr(verifier, "backend", None), "model_id", None)
+    if served and not os.path.isabs(str(served)):  # an OpenAI-compatible server's model name
+        return str(served)
+    return DEFAULT_MODEL_NAME
+
+
 def make_app(service: RewardService, *, on_close: Callable[[], None] | None = None):
     """The Starlette application around ``service``.
 
@@ -257,25 +300,48 @@ def make_app(service: RewardService, *, on_close: Callable[[], None] | None = No
     async def body_of(request: Request) -> Any:
         length = request.headers.get("content-length")
         if length is not None and length.isdigit() and int(length) > cfg.max_body_bytes:
-            raise RequestError(f"body of {length} bytes; at most {cfg.max_body_bytes}", 413)
+            raise RequestError(
+                f"body of {length} bytes; at most {cfg.max_body_bytes} (serve.max_body_bytes)", 413
+            )
         raw = bytearray()
         async for chunk in request.stream():
             raw += chunk
             if len(raw) > cfg.max_body_bytes:
-                raise RequestError(f"body over {cfg.max_body_bytes} bytes", 413)
+                raise RequestError(
+                    f"body over {cfg.max_body_bytes} bytes; at most {cfg.max_body_bytes} "
+                    "(serve.max_body_bytes)",
+                    413,
+                )
         try:
             return json.loads(raw)
         except ValueError as e:
             raise RequestError(f"the body is not JSON: {e}", 400) from None
 
+    def draining() -> Response:
+        return JSONResponse(
+            {"error": "the server is shutting down and stopped waiting for this request (the drain "
+                      f"lasts serve.shutdown_timeout_s={cfg.shutdown_timeout_s:g} s; a second Ctrl-C "
+                      "ends it at once); send it again"},
+            status_code=503, headers={"Retry-After": "1", "Connection": "close"},
+        )  # fmt: skip
+
     def endpoint(name: str, handler: Callable[[Any], Any]):
+        async def answer(request: Request) -> Any:
+            return await handler(await body_of(request))
+
         async def route(request: Request) -> Response:
             t0 = time.perf_counter()
             m.in_flight.inc()
             status = 200
             try:
-                result = await handler(await body_of(request))
+                finished, result = await service.drain.within(answer(request))
+                if not finished:
+                    status = 503
+                    return draining()
                 return JSONResponse(result)
+            except asyncio.CancelledError:  # uvicorn's force exit: still an answer, not a bare 500
+                status = 503
+                return draining()
             except RequestError as e:
                 status = e.status
                 return JSONResponse({"error": str(e)}, status_code=e.status)
@@ -311,9 +377,8 @@ def make_app(service: RewardService, *, on_close: Callable[[], None] | None = No
         return await asyncio.to_thread(service.rank, problem, candidates, pivots)
 
     async def health(request: Request) -> Response:
-        v = service.verifier
-        model = getattr(getattr(v, "backend", None), "model_id", None)
-        return JSONResponse({"status": "ok", "model": str(model), "reward_calls": service.n_calls})
+        return JSONResponse({"status": "ok", "model": model_name(service.verifier),
+                             "reward_calls": service.n_calls})  # fmt: skip
 
     async def metrics(request: Request) -> Response:
         from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
@@ -327,8 +392,13 @@ def make_app(service: RewardService, *, on_close: Callable[[], None] | None = No
             yield
         finally:
             await service.stop()
-            if on_close is not None:
-                await asyncio.to_thread(on_close)
+            if on_close is not None:  # bounded too: closing waits for nothing that hangs
+                try:
+                    await asyncio.wait_for(
+                        asyncio.to_thread(on_close), max(service.drain.left(), 5.0)
+                    )
+                except asyncio.TimeoutError:
+                    logger.warning("serve: closing the verifier did not finish; left behind")
 
     routes = [
         Route("/get_reward", endpoint("get_reward", openrlhf), methods=["POST"]),
@@ -339,4 +409,6 @@ def make_app(service: RewardService, *, on_close: Callable[[], None] | None = No
         Route("/health", health, methods=["GET"]),
         Route("/metrics", metrics, methods=["GET"]),
     ]
-    return Starlette(routes=routes, lifespan=lifespan)
+    app = Starlette(routes=routes, lifespan=lifespan)
+    app.state.service = service
+    return app
