@@ -63,7 +63,7 @@ class Served:
     """A real uvicorn server (this module's lifecycle) in a thread, on a free loopback port."""
 
     def __init__(self, funcs, service=None, **serve):
-        self.config = ServeConfig(port=free_port(), batch_wait_ms=1, **serve)
+        self.config = ServeConfig(**{"port": free_port(), "batch_wait_ms": 1, **serve})
         if service is not None:
             self.config = service.config = ServeConfig(
                 **{**vars(service.config), "port": self.config.port}
@@ -310,3 +310,78 @@ def test_serve_prints_the_verl_module_path(capsys):
     assert path.endswith(os.path.join("densereward", "serve", "verl_reward.py")) and os.path.isfile(
         path
     )
+
+
+# ---------------------------------------------------------------------------------------- verl
+
+
+def _load_as_verl_does(path: str):
+    """verl's ``get_custom_reward_fn`` (verl/trainer/ppo/reward.py): the file by path, as
+    ``custom_module``."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("custom_module", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["custom_module"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_verl_functions_pickle_however_the_file_is_loaded(monkeypatch):
+    """Issue 40 item 6: loaded by path twice (as verl does), the first load's functions no longer
+    pickled ("not the same object as custom_module.compute_score"), and a worker without
+    ``custom_module`` could not load any. Both loads' functions now pickle, with pickle and
+    cloudpickle, and load in a fresh interpreter."""
+    import pickle
+
+    import densereward.serve.verl_reward as installed
+
+    monkeypatch.delitem(sys.modules, "custom_module", raising=False)
+    first = _load_as_verl_does(installed.__file__)
+    second = _load_as_verl_does(installed.__file__)
+    dumps = [pickle.dumps(m.compute_score) for m in (first, second)]
+    dumps += [pickle.dumps(m.compute_score_batch) for m in (first, second)]
+    cloudpickle = pytest.importorskip("cloudpickle")
+    dumps.append(cloudpickle.dumps(first.compute_score))
+    code = (
+        "import pickle, sys; fns = [pickle.loads(bytes.fromhex(h)) for h in sys.argv[1:]]; "
+        "assert 'custom_module' not in sys.modules; print(sorted({f.__name__ for f in fns}))"
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    got = subprocess.run([sys.executable, "-c", code, *(d.hex() for d in dumps)],
+                         capture_output=True, text=True, env=env, timeout=120)  # fmt: skip
+    assert got.returncode == 0, got.stderr
+    assert got.stdout.strip() == "['compute_score', 'compute_score_batch']"
+
+
+def test_verl_reward_retries_through_a_restart_and_refuses_at_once_on_a_4xx():
+    """Issue 40 item 6: verl_reward made one attempt, so a rolling restart of the server crashed
+    the verl worker. A server that comes up 1.5 s after the call starts now answers it; a 422
+    (too many items) is raised at once with the server's message."""
+    from densereward.serve.verl_reward import compute_score
+
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    out: dict = {}
+
+    def call() -> None:
+        t0 = time.monotonic()
+        out["value"] = compute_score("gsm8k", "hello", "5", {"question": "q"}, url=url,
+                                     retry_base_s=0.2, retry_max_s=0.5, max_retries=20)  # fmt: skip
+        out["took"] = time.monotonic() - t0
+
+    t = threading.Thread(target=call, daemon=True)
+    t.start()
+    time.sleep(1.5)  # the server is down: connections are refused
+    served = Served([Hangs()], port=port)
+    try:
+        t.join(timeout=30)
+        assert out.get("value") == 5.0 and out["took"] >= 1.4, out  # len("hello"): Hangs' reward
+        t0 = time.monotonic()
+        with pytest.raises(RuntimeError, match=r"refused the request: HTTP 413 .*serve.max_items"):
+            from densereward.serve.verl_reward import compute_score_batch
+
+            compute_score_batch(["d"] * 2000, ["x"] * 2000, ["1"] * 2000, url=url, retry_base_s=5)
+        assert time.monotonic() - t0 < 3
+    finally:
+        served.stop()
