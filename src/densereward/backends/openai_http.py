@@ -118,7 +118,7 @@ class OpenAIBackend:
         )  # fmt: skip
         try:
             self._router = self._loop.submit(self._open(router_options)).result()
-            models = self._loop.submit(self._router.start(health_timeout_s)).result()
+            models = self._loop.submit(self._router.start(health_timeout_s, config.model)).result()
         except BaseException:
             self.close()
             raise
