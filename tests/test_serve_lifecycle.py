@@ -385,3 +385,73 @@ def test_verl_reward_retries_through_a_restart_and_refuses_at_once_on_a_4xx():
         assert time.monotonic() - t0 < 3
     finally:
         served.stop()
+
+
+# ------------------------------------------------------------------------------ Math-Verify
+
+
+def test_an_answer_that_hangs_math_verify_does_not_stall_other_requests():
+    """Issue 40 item 6: one completion whose answer hangs SymPy (9^9^9^9) held every other
+    request until its Math-Verify deadline: one worker behind one lock, and the server's lock
+    around every sync reward function. Now the checks of concurrent requests run on
+    serve.math_workers workers, each with its own deadline (reward.math_timeout_s)."""
+    from densereward.serve.cli import build_service
+
+    with MisbehavingServer() as verifier:
+        service, close = build_service({
+            "reward": {"type": "sparse", "track": False, "math_timeout_s": 6.0},
+            "verifier": {"backend": "openai", "granularity": 20, "calibrate": False,
+                         "backend_options": {"base_url": verifier.base_url}},
+            "serve": {"math_workers": 2},
+        })  # fmt: skip
+        served = Served([], service=service)
+        try:
+            warm = {**score_body(r"\boxed{1}", r"\boxed{2}"), "references": ["1", "2"]}
+            assert httpx.post(f"{served.url}/score", json=warm, timeout=60).json()["rewards"] == [
+                1.0,
+                1.0,
+            ]
+            hung = served.post_in_thread(
+                "/score", {**score_body(r"\boxed{9^{9^{9^{9}}}}"), "references": ["5"]}
+            )
+            time.sleep(0.5)
+            t0 = time.monotonic()
+            fine = httpx.post(f"{served.url}/score", timeout=60,
+                              json={**score_body(r"\boxed{4}"), "references": ["4"]})  # fmt: skip
+            took = time.monotonic() - t0
+            hung["thread"].join(timeout=60)
+        finally:
+            served.stop()
+            close()
+    assert fine.json()["rewards"] == [1.0] and took < 3.0, took  # was: after the hung check's 6 s
+    assert hung["resp"].json() == {"rewards": [None], "abstained": [True]}  # its deadline passed
+
+
+def test_a_long_rank_on_a_served_verifier_does_not_hold_the_reward_calls():
+    """Issue 40 item 6: /rank held the server's model lock for its whole run, so every sync
+    reward call of every other client waited for it. A served verifier (the openai backend)
+    takes concurrent reads: the lock is for an in-process model only."""
+    from densereward.backends.openai_http import OpenAIBackend
+
+    ranking = threading.Event()
+
+    def rank(problem, candidates, pivots):
+        ranking.set()
+        time.sleep(3.0)
+        return SimpleNamespace(winner=0, order=list(range(len(candidates))),
+                               win_rate=[0.5] * len(candidates), n_comparisons=1)  # fmt: skip
+
+    verifier = SimpleNamespace(config=SimpleNamespace(model="judge"), rank=rank,
+                               backend=SimpleNamespace(thread_safe=OpenAIBackend.thread_safe))  # fmt: skip
+    served = Served([], service=RewardService([SyncHangs()], None, verifier, ServeConfig()))
+    try:
+        ranked = served.post_in_thread("/rank", {"problem": "p", "candidates": ["a", "b"]})
+        assert ranking.wait(10)
+        t0 = time.monotonic()
+        resp = httpx.post(f"{served.url}/score", json=score_body("fine"), timeout=30)
+        took = time.monotonic() - t0
+        ranked["thread"].join(timeout=30)
+    finally:
+        served.stop()
+    assert resp.json()["rewards"] == [4.0] and took < 1.5, took  # was: after the rank's 3 s
+    assert ranked["resp"].json()["order"] == [0, 1]

@@ -83,6 +83,7 @@ class OpenAIBackend:
     """
 
     name = "openai"
+    thread_safe = True  # reads from any thread go to one private event loop
     supports_images = True  # the served model must take images (vLLM answers 400 otherwise)
     options_class: type[OpenAIOptions] = OpenAIOptions
 

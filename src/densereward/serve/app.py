@@ -77,13 +77,18 @@ class ServeConfig:
     shutdown_timeout_s: float = 30.0
     """On SIGTERM / SIGINT: stop accepting, then wait this long for requests in flight (seconds);
     one still running then is answered 503 (:mod:`densereward.serve.lifecycle`)."""
+    math_workers: int = 4
+    """Math-Verify worker processes: the checks of concurrent requests run side by side, each
+    with its own deadline (``reward.math_timeout_s``), so an answer that hangs SymPy holds one
+    worker, not every request."""
     keep_alive_s: float = 75.0
     """How long an idle client connection is kept open (seconds): longer than the client pools'
     own idle timeouts (aiohttp 15 s, httpx 5 s), so the client closes first, never the server
     under a request being sent."""
 
     def __post_init__(self) -> None:
-        for name in ("max_batch", "max_items", "max_body_bytes", "max_concurrent_batches"):
+        for name in ("max_batch", "max_items", "max_body_bytes", "max_concurrent_batches",
+                     "math_workers"):  # fmt: skip
             if getattr(self, name) < 1:
                 raise ConfigError(f"serve.{name} must be >= 1, got {getattr(self, name)}")
         if self.batch_wait_ms < 0 or self.shutdown_timeout_s < 0:
@@ -152,6 +157,8 @@ class RewardService:
         self.n_calls += 1
 
         def locked(f: Any) -> Any:
+            if getattr(f, "thread_safe", False):  # e.g. Math-Verify alone: no model to share
+                return f(**kwargs)
             with self._lock:
                 return f(**kwargs)
 
@@ -171,7 +178,9 @@ class RewardService:
         return out
 
     def rank(self, problem: str, candidates: list[str], pivots: int) -> dict[str, Any]:
-        with self._lock:
+        # a served verifier takes concurrent reads: a long /rank does not hold the reward calls
+        shared = getattr(getattr(self.verifier, "backend", None), "thread_safe", False)
+        with contextlib.nullcontext() if shared else self._lock:
             r = self.verifier.rank(problem=problem, candidates=candidates, pivots=pivots)
         return {
             "winner": int(r.winner),

@@ -46,7 +46,7 @@ def build_service(config: dict[str, Any]) -> tuple[RewardService, Callable[[], N
             (a group reward needs whole GRPO groups in one call; OpenRLHF and slime send one
             sample per request).
     """
-    from ..rewards import RewardQualityTracker, build_reward_funcs
+    from ..rewards import MathChecker, RewardQualityTracker, build_reward_funcs
     from ..verifier import Verifier
 
     reward, verifier_config, serve = _sections(config)
@@ -55,16 +55,19 @@ def build_service(config: dict[str, Any]) -> tuple[RewardService, Callable[[], N
         tracker = (
             RewardQualityTracker(length_setting=CLIENT_LENGTH_SETTINGS) if reward.track else None
         )
-        funcs, weights = build_reward_funcs(reward, verifier, tracker=tracker)
+        checker = MathChecker(timeout_s=reward.math_timeout_s, answer_format=reward.answer_format,
+                              workers=serve.math_workers)  # fmt: skip
+        funcs, weights = build_reward_funcs(reward, verifier, tracker=tracker, checker=checker)
     except BaseException:
         verifier.close()
         raise
 
     def close() -> None:
+        checker.close()
         for f in funcs:
-            checker = getattr(f, "checker", None)
-            if checker is not None and hasattr(checker, "close"):
-                checker.close()
+            other = getattr(f, "checker", None)
+            if other is not None and other is not checker and hasattr(other, "close"):
+                other.close()
         verifier.close()
 
     return RewardService(funcs, weights, verifier, serve), close
