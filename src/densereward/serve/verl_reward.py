@@ -168,7 +168,7 @@ def _share_the_installed_functions() -> None:
     here = sys.modules.get(__name__)
     try:
         from densereward.serve import verl_reward as installed
-    except ImportError:
+    except Exception:  # noqa: BLE001 - any failure to import the package: stay standalone
         installed = None
     if installed is not None and installed is not here:
         for name in __all__:
