@@ -54,6 +54,10 @@ SPARSE_CASES = [
     ("**Final Answer**: $\\frac{1}{2}$", "0.5", 1.0, None),
     ("Final answer: 12 apples", "12", 1.0, None),
     ("work...\n#### 1,018", "1018", 1.0, None),
+    # issue 40 item 7: verl's GSM8K scorer takes "#### N" anywhere in the last 300 characters
+    ("23 + 45 = 68. #### 68", "68", 1.0, None),
+    ("She pays 5 + 3 = 8 dollars. #### 8 dollars", "8", 1.0, None),
+    ("It is 5. #### 5" + " and some more words" * 16, "5", 0.0, "no_answer"),
     ("The final answer is 7. I hope it is correct.", "7", 1.0, None),
     # a number merely mentioned in prose is not an answer
     ("I think it is 5 or maybe 7", "7", 0.0, "no_answer"),

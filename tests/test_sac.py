@@ -69,7 +69,7 @@ def test_all_sac_configs_parse():
         ({"sac": {"tua": 0.05}}, r"unknown key 'sac.tua' \(did you mean 'sac.tau'\?\)"),
         ({"sac": {"seed": 3}}, "sac.seed is set by the trainer; use training.seed"),
         ({"env": {"reward": "sprase"}}, r"env.reward: unknown SAC reward kind .*'sparse'"),
-        ({"env": {"base": "verifier"}}, "env.base is the reward under the verifier term"),
+        ({"env": {"base": "verifier"}}, "env.base is the reward under the shaping term"),
         ({"env": {"describer": "fetchh"}}, r"env.describer: .*Did you mean 'fetch'"),
     ],
 )

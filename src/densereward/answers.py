@@ -19,7 +19,8 @@ The policy, in order:
 3. **Final-answer line** (``answer_format="auto"`` or ``"final_line"``): else the last explicit
    final-answer statement: ``The answer is X``, ``The final answer is X``, ``Final answer: X``,
    ``Answer: X``, ``**Answer:** X``, ``A: X`` (at the start of a line, GSM8K's form) or
-   ``#### X``. A number merely mentioned in prose (``I think it is 5 or maybe 7``) is not an
+   ``#### X`` (at the start of a line, or anywhere in the last 300 characters, as verl's GSM8K
+   scorer takes it: ``23 + 45 = 68. #### 68`` states 68). A number merely mentioned in prose (``I think it is 5 or maybe 7``) is not an
    answer.
 4. **Bare answer** (``answer_format="auto"`` only): else a final-answer part that is nothing
    but one number or math expression (``12``, ``$\frac{1}{2}$``, ``1 1/4``, ``-3.5.``) is its
@@ -105,6 +106,10 @@ _LINE_RES = (
         r"(?:is\b[*_ \t:]*|[:=][*_ \t]*)(?P<a>[^\n]+)"
     ),
 )
+# verl's GSM8K scorer (``verl/utils/reward_score/gsm8k.py``, strict) takes ``#### N`` anywhere
+# in the last 300 characters (``_SOLUTION_CLIP_CHARS``): "23 + 45 = 68. #### 68" states 68.
+_INLINE_GSM8K_RE = re.compile(r"####[ \t]*(?P<a>[^\n]+)")
+_INLINE_GSM8K_CHARS = 300
 _NUMBER_WITH_WORDS_RE = re.compile(
     r"(?:\\\$|\$)?\s*(?P<n>-?\d[\d,]*(?:\.\d+)?)\s*(?:%|\\%)?\s*(?:[A-Za-z][A-Za-z .'/-]*)?"
 )
@@ -250,7 +255,9 @@ def extract_final_line(text: str) -> str | None:
     """The value of the last explicit final-answer statement of ``text``.
 
     Recognised: ``The answer is X``, ``The final answer is X``, ``Final answer: X``,
-    ``Answer: X``, ``**Answer:** X``, ``A: X`` and ``#### X`` (the last two at a line start).
+    ``Answer: X``, ``**Answer:** X``, ``A: X`` (at a line start) and ``#### X`` (at a line
+    start, or anywhere in the last 300 characters, as verl's GSM8K
+    scorer reads it: ``23 + 45 = 68. #### 68`` states 68).
     Currency signs, thousands separators, trailing units words and a final period around a
     number are dropped (``$1,018 dollars.`` -> ``1018``); other values are kept as written.
 
@@ -274,6 +281,9 @@ def extract_final_line(text: str) -> str | None:
         for m in rx.finditer(text):
             if best is None or m.start("a") > best[0]:
                 best = (m.start("a"), m.group("a"))
+    for m in _INLINE_GSM8K_RE.finditer(text, max(0, len(text) - _INLINE_GSM8K_CHARS)):
+        if best is None or m.start("a") > best[0]:
+            best = (m.start("a"), m.group("a"))
     if best is None:
         return None
     return _clean_line_answer(best[1])

@@ -124,6 +124,7 @@ class OpenAIBackend:
     """
 
     name = "openai"
+    thread_safe = True  # reads from any thread go to one private event loop
     supports_images = True  # the served model must take images (vLLM answers 400 otherwise)
     options_class: type[OpenAIOptions] = OpenAIOptions
     calibration_hint = (
@@ -165,7 +166,7 @@ class OpenAIBackend:
         )  # fmt: skip
         try:
             self._router = self._loop.submit(self._open(router_options)).result()
-            models = self._loop.submit(self._router.start(health_timeout_s)).result()
+            models = self._loop.submit(self._router.start(health_timeout_s, config.model)).result()
         except BaseException:
             self.close()
             raise

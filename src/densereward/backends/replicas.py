@@ -14,9 +14,16 @@ serving the same model. Over a list, :class:`Router` sends each read to one repl
   more than the least-loaded healthy one, the read goes to the least loaded (the
   ``balance_abs_threshold`` rule of SGLang's cache-aware router). Reads without a key go
   to the least loaded.
-* **Health.** Every replica has its own check (``GET {url}/models``) every
-  ``health_interval_s`` seconds. A read whose connection to a replica is lost takes the
-  replica out at once; a check that passes puts it back.
+* **Health.** Every replica has its own check (``GET {url}/models``, which must list the
+  verifier's model) every ``health_interval_s`` seconds. A read whose connection to a replica
+  is lost takes the replica out at once; a check that passes puts it back. An engine can hang
+  while its API server still lists models, so reads count too: :data:`TIMEOUTS_TO_TAKE_OUT`
+  consecutive read timeouts take a replica out, and it rejoins only when a probe read (one
+  token) answers within ``timeout_s``.
+* **Model.** At start every replica must list the model (``verifier.model``, or the model the
+  first replica that answers serves): one serving another model starts taken out (a warning
+  names both), none serving it is an error; a read answered 404 (the model is gone: a replica
+  restarted with another) fails over to another replica.
 * **Failover.** A read that fails on a replica with a retryable error (connection lost,
   timeout, 408/429/5xx, malformed answer) is sent at once to a healthy replica it has not
   tried, counted in ``usage.n_failovers`` (and ``usage.n_retries``); when none is left it
@@ -47,6 +54,8 @@ __all__ = ["Replica", "ReplicaSet", "Router", "affinity_key", "replica_urls"]
 logger = logging.getLogger(__name__)
 
 RETRY_STATUS = frozenset({408, 409, 425, 429, 500, 502, 503, 504})
+TIMEOUTS_TO_TAKE_OUT = 2
+"""Consecutive read timeouts on one replica that take it out until a probe read answers."""
 _CANDIDATE_MARKERS = ("<response", "<trajectory", "Answer:")
 
 
@@ -100,6 +109,8 @@ class Replica:
         n_requests: requests sent to it.
         n_failures: requests that failed on it (any retryable or fatal error).
         n_taken_out: times it was taken out.
+        n_timeouts: consecutive reads that timed out on it (0 after a read answers).
+        probe: True while it is out for timeouts: only a read that answers puts it back.
     """
 
     url: str
@@ -108,10 +119,12 @@ class Replica:
     n_requests: int = 0
     n_failures: int = 0
     n_taken_out: int = 0
+    n_timeouts: int = 0
+    probe: bool = False
     slots: asyncio.Semaphore | None = field(default=None, repr=False)
 
     def as_dict(self) -> dict[str, Any]:
-        keys = ("url", "healthy", "load", "n_requests", "n_failures", "n_taken_out")
+        keys = ("url", "healthy", "load", "n_requests", "n_failures", "n_taken_out", "n_timeouts")
         return {k: getattr(self, k) for k in keys}
 
 
@@ -217,6 +230,7 @@ class Router:
         for r in self.set.replicas:
             r.slots = asyncio.Semaphore(options.max_concurrency)
         self.limiter = RateLimiter(options.requests_per_minute)
+        self.model: str | None = None  # the served model every replica must list (start())
         self._health_task: asyncio.Task | None = None
 
     @property
@@ -256,31 +270,84 @@ class Router:
             raise BackendUnavailableError(
                 f"verifier server at {replica.url}: GET {url} did not return JSON"
             ) from None
-        return list(data.get("data") or []) if isinstance(data, Mapping) else []
+        models = list(data.get("data") or []) if isinstance(data, Mapping) else []
+        if not _serves(models, self.model):
+            raise BackendUnavailableError(
+                f"verifier server at {replica.url} serves {_ids(models) or 'no model'}, not "
+                f"{self.model!r}"
+            )
+        return models
 
-    async def start(self, timeout_s: float) -> list[Any]:
-        """Check every replica once; the models of the first healthy one.
-
-        Replicas that fail start taken out (with a warning) and rejoin when a later check
-        passes. Starts the periodic checks when there is more than one replica.
+    async def probe(self, replica: Replica) -> None:
+        """One read of one token within ``timeout_s``: does the engine behind the API answer?
 
         Raises:
-            BackendUnavailableError: when no replica answers (the first replica's error).
+            BackendUnavailableError: naming the URL, when it does not.
+        """
+        import httpx
+
+        payload = {"model": self.model, "messages": [{"role": "user", "content": "Say 1."}],
+                   "max_tokens": 1, "temperature": 0.0}  # fmt: skip
+        try:
+            resp = await self.client.post(f"{replica.url}/chat/completions", json=payload)
+        except httpx.HTTPError as e:
+            raise BackendUnavailableError(
+                f"probe read on {replica.url} failed ({type(e).__name__})"
+            ) from None
+        if resp.status_code != 200:
+            raise BackendUnavailableError(f"probe read on {replica.url}: HTTP {resp.status_code}")
+
+    async def start(self, timeout_s: float, model: str | None = None) -> list[Any]:
+        """Check every replica once; the models of the first healthy one.
+
+        Replicas that fail, or do not list ``model`` (``None``: the first model of the first
+        replica that answers, which every replica that answers must list), start taken out
+        (with a warning) and rejoin when a later check passes. Starts the periodic checks
+        when there is more than one replica.
+
+        Raises:
+            BackendUnavailableError: when no replica answers, none serves the model, or
+                ``model`` is ``None`` and the replicas serve different models (naming what each
+                serves).
         """
         results = await asyncio.gather(
             *(self.check(r, timeout_s) for r in self.replicas), return_exceptions=True
         )
-        for r, res in zip(self.replicas, results, strict=True):
+        for res in results:
             if isinstance(res, BaseException) and not isinstance(res, BackendUnavailableError):
                 raise res
-            if isinstance(res, BackendUnavailableError):
-                self.set.take_out(r, str(res))
-        models = [res for res in results if not isinstance(res, BaseException)]
-        if not models:
+        answered = [res for res in results if not isinstance(res, BaseException)]
+        if not answered:
             raise results[0]  # type: ignore[misc]
+        listed = [ids for ids in map(_ids, answered) if ids]
+        if model is None and listed and not all(listed[0][0] in ids for ids in listed):
+            raise BackendUnavailableError(
+                "the verifier replicas serve different models ("
+                + "; ".join(f"{r.url}: {_ids(res)}" for r, res in zip(self.replicas, results, strict=True)
+                            if not isinstance(res, BaseException))
+                + "); set verifier.model to the one to read, or list only its replicas"
+            )  # fmt: skip
+        self.model = model or (listed[0][0] if listed else None)
+        serving: list[Any] | None = None
+        why: list[str] = []
+        for r, res in zip(self.replicas, results, strict=True):
+            if not isinstance(res, BaseException) and not _serves(res, self.model):
+                res = BackendUnavailableError(
+                    f"verifier server at {r.url} serves {_ids(res)}, not {self.model!r}"
+                )
+            if isinstance(res, BaseException):
+                self.set.take_out(r, str(res))
+                why.append(str(res))
+            elif serving is None:
+                serving = res
+        if serving is None:
+            raise BackendUnavailableError(
+                f"no verifier server serves {self.model!r}: {'; '.join(why)} (set verifier.model "
+                "to the served name, or fix verifier.backend_options.base_url)"
+            )
         if len(self.replicas) > 1:
             self._health_task = asyncio.get_running_loop().create_task(self._health_loop())
-        return models[0]
+        return serving
 
     async def _health_loop(self) -> None:
         while True:
@@ -292,6 +359,14 @@ class Router:
             for r, res in zip(self.replicas, results, strict=True):
                 if isinstance(res, BaseException):
                     self.set.take_out(r, f"health check failed: {res}")
+                elif r.probe:  # out for read timeouts: the engine must answer a read
+                    try:
+                        await self.probe(r)
+                    except BackendUnavailableError as e:
+                        logger.info("%s: %s; stays out", self.name, e)
+                        continue
+                    r.probe, r.n_timeouts = False, 0
+                    self.set.put_back(r)
                 else:
                     self.set.put_back(r)
 
@@ -324,8 +399,13 @@ class Router:
                 continue
             except RetryableError as e:
                 replica.n_failures += 1
+                replica.n_timeouts = replica.n_timeouts + 1 if e.timed_out else 0
                 if e.lost:
                     self.set.take_out(replica, self.redact(str(e)))
+                elif replica.n_timeouts >= TIMEOUTS_TO_TAKE_OUT and len(self.replicas) > 1:
+                    replica.probe = True
+                    self.set.take_out(replica, f"{replica.n_timeouts} reads in a row timed "
+                                      "out (its engine may hang while its API answers)")  # fmt: skip
                 tried.append(replica)
                 if attempt == self.options.max_retries:
                     self.usage.n_failures += 1
@@ -372,7 +452,8 @@ class Router:
                     resp = await self.client.post(url, json=payload)
                 except httpx.TimeoutException as e:
                     raise RetryableError(
-                        f"timed out after {self.options.timeout_s:g} s ({type(e).__name__})"
+                        f"timed out after {self.options.timeout_s:g} s ({type(e).__name__})",
+                        timed_out=True,
                     ) from None
                 except httpx.TransportError as e:
                     raise RetryableError(
@@ -380,9 +461,13 @@ class Router:
                     ) from None
         finally:
             replica.load -= 1
+        replica.n_timeouts = 0  # it answered
         if resp.status_code != 200:
             detail = self.redact(resp.text)[:300]
             msg = f"HTTP {resp.status_code} from {url}: {detail}"
+            if resp.status_code == 404 and self.set.has_other([replica]):
+                # the model is gone from this replica (restarted with another): the others serve it
+                raise RetryableError(msg, lost=True)
             if resp.status_code in RETRY_STATUS:
                 raise RetryableError(msg, parse_retry_after(resp.headers.get("Retry-After")))
             if resp.status_code in (401, 403):
@@ -413,6 +498,17 @@ class Router:
             with _suppress_cancel():
                 await self._health_task
         await self.client.aclose()
+
+
+def _ids(models: Sequence[Any]) -> list[str]:
+    """The ``id`` of each model a ``/models`` answer lists."""
+    return [str(m.get("id")) for m in models if isinstance(m, Mapping) and m.get("id")]
+
+
+def _serves(models: Sequence[Any], model: str | None) -> bool:
+    """Whether a ``/models`` answer lists ``model`` (a server that lists none cannot be checked)."""
+    ids = _ids(models)
+    return model is None or not ids or model in ids
 
 
 class _TakenOut(Exception):

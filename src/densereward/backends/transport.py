@@ -35,13 +35,17 @@ class RetryableError(BackendError):
     """A transient failure worth retrying; ``retry_after`` (s) from the server, if given.
 
     ``lost`` is True when the connection itself failed (refused, reset, dropped): the
-    replica is taken out until its health check passes (:mod:`.replicas`).
+    replica is taken out until its health check passes (:mod:`.replicas`). ``timed_out`` is
+    True when the read got no answer within the timeout (consecutive ones take the replica out
+    until a read answers again).
     """
 
-    def __init__(self, message: str, retry_after: float | None = None, *, lost: bool = False):
+    def __init__(self, message: str, retry_after: float | None = None, *, lost: bool = False,
+                 timed_out: bool = False):  # fmt: skip
         super().__init__(message)
         self.retry_after = retry_after
         self.lost = lost
+        self.timed_out = timed_out
 
 
 def parse_retry_after(value: str | None) -> float | None:

@@ -25,8 +25,11 @@ Reward semantics:
 
 from __future__ import annotations
 
+import concurrent.futures
+import contextlib
 import logging
 import os
+import queue
 import re
 import subprocess
 import sys
@@ -116,14 +119,69 @@ class MathCheck:
 # ---------------------------------------------------------------------------------------------
 
 
+class _Worker:
+    """One Math-Verify worker process and its pipes (see :meth:`MathChecker._remote`).
+
+    A fresh interpreter (``python -m densereward.rewards._math_worker``) rather than fork (which
+    would copy torch / CUDA / thread state) or multiprocessing's spawn (which re-imports the
+    caller's ``__main__`` and fails for stdin scripts and some launchers).
+
+    Raises:
+        BackendUnavailableError: when it does not say "ready" within ``startup_timeout_s``.
+    """
+
+    def __init__(self, startup_timeout_s: float):
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "densereward.rewards._math_worker"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            close_fds=True,
+        )
+        self.send = Connection(os.dup(self.proc.stdin.fileno()), readable=False)
+        self.recv = Connection(os.dup(self.proc.stdout.fileno()), writable=False)
+        self.proc.stdin.close()
+        self.proc.stdout.close()
+        # The worker imports SymPy / Math-Verify before it says "ready"; only then does the
+        # per-check deadline start, so a slow start never counts as a timeout.
+        if not self.recv.poll(startup_timeout_s) or self.recv.recv() != "ready":
+            self.stop()
+            raise BackendUnavailableError(
+                f"the math-verify worker did not start within {startup_timeout_s:.0f} s "
+                "(is math-verify installed? try MathChecker(executor='inline') to debug)"
+            )
+
+    def ask(self, request: tuple[str, str], timeout_s: float) -> Any:
+        """The worker's answer to ``request``, or ``None`` when it took longer than ``timeout_s``."""
+        self.send.send(request)
+        return self.recv.recv() if self.recv.poll(timeout_s) else None
+
+    def stop(self, graceful: bool = False) -> None:
+        """End the process (asked first when ``graceful``, else killed) and close the pipes."""
+        if graceful and self.proc.poll() is None:
+            try:
+                self.send.send(None)
+                self.proc.wait(timeout=2)
+            except (OSError, subprocess.TimeoutExpired):
+                pass
+        if self.proc.poll() is None:
+            self.proc.kill()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.proc.wait(timeout=5)
+        for conn in (self.send, self.recv):
+            conn.close()
+
+
 class MathChecker:
     """Thread-safe Math-Verify correctness checks with a real (signal-free) timeout.
 
-    Checks run one at a time in a single worker process (``python -m
-    densereward.rewards._math_worker``, started on first use); a check that
-    exceeds ``timeout_s`` gets its worker killed and restarted and returns ``None``. Results
-    are memoised in an LRU cache keyed by ``(reference, completion)`` so the sparse reward and
-    the reward-quality tracker share the work.
+    Checks run in ``workers`` worker processes (``python -m densereward.rewards._math_worker``,
+    each started on first use), each check with its own deadline: one that exceeds
+    ``timeout_s`` gets its worker killed (restarted on the next check) and returns ``None``.
+    With several workers the checks of a batch, and of concurrent callers (a reward server's
+    requests), run side by side, so an answer that hangs SymPy holds one worker for
+    ``timeout_s``, not every other check. Results are memoised in an LRU cache keyed by
+    ``(reference, completion)`` so the sparse reward and the reward-quality tracker share the
+    work.
 
     Args:
         timeout_s: Wall-clock seconds per check (parse + verify), > 0.
@@ -131,13 +189,15 @@ class MathChecker:
             calling thread with no timeout at all; for debugging or where processes cannot
             be spawned).
         cache_size: Entries kept in the result cache (0 disables it).
+        workers: Worker processes, >= 1 (each ~100 MB; a check waits for a free one).
         answer_format: Where the final answer may be (:mod:`densereward.answers`): ``"auto"``
             (the last complete ``\\boxed{}``, else an explicit final-answer line),
             ``"boxed"`` (only a box; TRL ``accuracy_reward``'s strict convention) or
             ``"final_line"``.
 
     Raises:
-        ConfigError: for a non-positive timeout, an unknown executor or answer format.
+        ConfigError: for a non-positive timeout or worker count, an unknown executor or answer
+            format.
 
     Example:
         >>> checker = MathChecker(executor="inline")
@@ -154,6 +214,7 @@ class MathChecker:
         executor: Literal["process", "inline"] = "process",
         cache_size: int = 65536,
         answer_format: AnswerFormat = "auto",
+        workers: int = 1,
     ) -> None:
         try:
             self.answer_format = check_answer_format(answer_format)
@@ -165,103 +226,113 @@ class MathChecker:
             raise ConfigError(
                 f"MathChecker executor must be 'process' or 'inline', got {executor!r}"
             )
+        if int(workers) < 1:
+            raise ConfigError(f"MathChecker workers must be >= 1, got {workers}")
         self.timeout_s = float(timeout_s)
         self.startup_timeout_s = 120.0
         self.executor = executor
         self.cache_size = int(cache_size)
+        self.workers = int(workers)
         self._cache: OrderedDict[tuple[str, str], MathCheck] = OrderedDict()
         self._gold_cache: dict[str, Any] = {}
-        self._lock = threading.Lock()
-        self._proc: Any = None
-        self._conn: Any = None
-        self._send_conn: Any = None
         self.n_timeouts = 0
         self.n_checks = 0
+        self._fresh()
+
+    def _fresh(self) -> None:
+        """The lock, the worker slots (``None`` = not started) and the thread pool, all new."""
+        self._lock = threading.Lock()
+        self._slots: queue.SimpleQueue[_Worker | None] = queue.SimpleQueue()
+        for _ in range(self.workers):
+            self._slots.put(None)
+        self._live: set[_Worker] = set()
+        self._threads: concurrent.futures.ThreadPoolExecutor | None = None
 
     # -- worker management -------------------------------------------------------------------
-    def _start(self) -> None:
-        # A fresh interpreter (``python -m densereward.rewards.math``) rather than fork (which
-        # would copy torch / CUDA / thread state) or multiprocessing's spawn (which re-imports
-        # the caller's ``__main__`` and fails for stdin scripts and some launchers).
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "densereward.rewards._math_worker"],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            close_fds=True,
-        )
-        self._proc = proc
-        self._send_conn = Connection(os.dup(proc.stdin.fileno()), readable=False)
-        self._conn = Connection(os.dup(proc.stdout.fileno()), writable=False)
-        proc.stdin.close()
-        proc.stdout.close()
-        # The worker imports SymPy / Math-Verify before it says "ready"; only then does the
-        # per-check deadline start, so a slow start never counts as a timeout.
-        if not self._conn.poll(self.startup_timeout_s) or self._conn.recv() != "ready":
-            self._kill()
-            raise BackendUnavailableError(
-                f"the math-verify worker did not start within {self.startup_timeout_s:.0f} s "
-                "(is math-verify installed? try MathChecker(executor='inline') to debug)"
-            )
-
-    def _kill(self) -> None:
-        if self._proc is not None:
-            if self._proc.poll() is None:
-                self._proc.kill()
-            self._proc.wait(timeout=5)
-        for conn in (self._conn, getattr(self, "_send_conn", None)):
-            if conn is not None:
-                conn.close()
-        self._proc = self._conn = self._send_conn = None
+    @property
+    def _proc(self) -> Any:
+        """A running worker's process (``None`` when none runs)."""
+        return next((w.proc for w in list(self._live) if w.proc.poll() is None), None)
 
     def close(self) -> None:
-        """Stop the worker process (it is restarted on the next check)."""
-        with self._lock:
-            if self._proc is not None:
-                try:
-                    self._send_conn.send(None)
-                    self._proc.wait(timeout=2)
-                except (OSError, subprocess.TimeoutExpired):
-                    pass
-            self._kill()
+        """Stop the worker processes (they are restarted on the next check)."""
+        for w in list(self._live):
+            w.stop(graceful=True)
+            self._live.discard(w)
 
     def __getstate__(self) -> dict[str, Any]:
         # picklable (a reward shipped to another process): the settings and the verdicts
-        # cached so far; not the lock, the worker process or its pipes, which the copy
-        # creates afresh (its worker starts at its first check)
+        # cached so far; not the lock, the workers or the threads, which the copy creates
+        # afresh (its workers start at its first check)
         state = self.__dict__.copy()
-        for name in ("_lock", "_proc", "_conn", "_send_conn"):
+        for name in ("_lock", "_slots", "_live", "_threads"):
             state.pop(name, None)
         state["_gold_cache"] = {}  # parsed gold answers: rebuilt on demand
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
-        self._lock = threading.Lock()
-        self._proc = self._conn = self._send_conn = None
+        self.workers = int(state.get("workers", 1))
+        self._fresh()
 
     def __del__(self) -> None:  # best effort; an orphaned worker also exits on stdin EOF
         try:  # noqa: SIM105 (module globals such as contextlib may be gone at interpreter exit)
-            self._kill()
+            for w in list(self._live):
+                w.stop()
         except Exception:
             pass
 
     def _remote(self, gold: str, completion: str) -> tuple[float | None, str, str | None]:
-        if self._proc is None or self._proc.poll() is not None:
-            self._kill()
-            self._start()
+        """One check on a free worker, with its own deadline (waits for a free worker)."""
+        worker = self._slots.get()
         try:
-            self._send_conn.send((gold, completion))
-            if self._conn.poll(self.timeout_s):
-                return self._conn.recv()
-        except (EOFError, OSError, ValueError) as exc:
-            self._kill()
-            return None, "", f"worker_error: {type(exc).__name__}"
-        self.n_timeouts += 1
-        logger.warning(
-            "math-verify check exceeded %.1f s; worker restarted, reward abstains", self.timeout_s
-        )
-        self._kill()
-        return None, "", "timeout"
+            if worker is None or worker.proc.poll() is not None:
+                if worker is not None:
+                    worker.stop()
+                    self._live.discard(worker)
+                worker = None
+                worker = _Worker(self.startup_timeout_s)
+                self._live.add(worker)
+            try:
+                out = worker.ask((gold, completion), self.timeout_s)
+            except (EOFError, OSError, ValueError) as exc:
+                worker.stop()
+                return None, "", f"worker_error: {type(exc).__name__}"
+            if out is not None:
+                return out
+            with self._lock:
+                self.n_timeouts += 1
+            logger.warning(
+                "math-verify check exceeded %.1f s; worker restarted, reward abstains",
+                self.timeout_s,
+            )
+            worker.stop()
+            return None, "", "timeout"
+        finally:
+            self._slots.put(worker)
+
+    def _run(self, keys: list[tuple[str, str]]) -> list[tuple[float | None, str, str | None]]:
+        """Check each ``(reference, answer)`` key: inline, or on the workers side by side."""
+        if self.executor == "inline":
+            from ._math_worker import check_one
+
+            out = []
+            with self._lock:  # the parsed-gold cache is shared
+                for gold, answer in keys:
+                    try:
+                        out.append(check_one(gold, answer, self._gold_cache))
+                    except Exception as exc:
+                        out.append((None, "", f"worker_error: {type(exc).__name__}"))
+            return out
+        if self.workers == 1 or len(keys) == 1:
+            return [self._remote(*k) for k in keys]
+        with self._lock:
+            if self._threads is None:
+                self._threads = concurrent.futures.ThreadPoolExecutor(
+                    self.workers, thread_name_prefix="math-verify"
+                )
+            pool = self._threads
+        return list(pool.map(lambda k: self._remote(*k), keys))
 
     # -- public API ----------------------------------------------------------------------------
     def check(self, reference: str | None, completion: str) -> MathCheck:
@@ -296,35 +367,32 @@ class MathChecker:
             DataError: if the two sequences differ in length.
         """
         check_lengths(completions=completions, references=references)
-        out: list[MathCheck] = []
+        out: list[MathCheck | None] = []
+        misses: dict[tuple[str, str], list[int]] = {}
         with self._lock:
-            for ref, comp in zip(references, completions, strict=True):
+            for i, (ref, comp) in enumerate(zip(references, completions, strict=True)):
                 self.n_checks += 1
+                out.append(None)
                 if ref is None or not str(ref).strip():
-                    out.append(MathCheck(None, "", "gold_unparseable"))
+                    out[i] = MathCheck(None, "", "gold_unparseable")
                     continue
                 if not isinstance(comp, str):
-                    out.append(MathCheck(None, "", "invalid_completion"))
+                    out[i] = MathCheck(None, "", "invalid_completion")
                     continue
                 extracted = extract_answer(comp, self.answer_format)
                 if extracted.answer is None:
-                    out.append(MathCheck(0.0, "", extracted.reason))
+                    out[i] = MathCheck(0.0, "", extracted.reason)
                     continue
                 key = (str(ref), extracted.answer)
                 hit = self._cache.get(key)
                 if hit is not None:
                     self._cache.move_to_end(key)
-                    out.append(hit)
-                    continue
-                if self.executor == "inline":
-                    from ._math_worker import check_one
-
-                    try:
-                        res = check_one(key[0], key[1], self._gold_cache)
-                    except Exception as exc:
-                        res = (None, "", f"worker_error: {type(exc).__name__}")
+                    out[i] = hit
                 else:
-                    res = self._remote(key[0], key[1])
+                    misses.setdefault(key, []).append(i)
+        results = self._run(list(misses))  # outside the lock: other callers' checks go on
+        with self._lock:
+            for key, res in zip(misses, results, strict=True):
                 result = MathCheck(*res)
                 if (
                     self.cache_size > 0
@@ -334,8 +402,9 @@ class MathChecker:
                     self._cache[key] = result
                     if len(self._cache) > self.cache_size:
                         self._cache.popitem(last=False)
-                out.append(result)
-        return out
+                for i in misses[key]:
+                    out[i] = result
+        return out  # type: ignore[return-value]
 
 
 _DEFAULT_CHECKER: MathChecker | None = None
@@ -379,6 +448,10 @@ class MathCorrectnessReward:
         >>> reward(prompts=["1+1?", "1+1?"], completions=[r"\\boxed{2}", r"\\boxed{3}"], answer=["2", "2"])
         [1.0, 0.0]
     """
+
+    thread_safe = True
+    """Callable from several threads at once (the checker is): a reward server runs it
+    without the lock its in-process model needs."""
 
     def __init__(
         self,

@@ -243,7 +243,9 @@ def reward_quality_metrics(
 
 
 def format_metrics(
-    reasons: Sequence[str | None], scores: Sequence[float | None]
+    reasons: Sequence[str | None],
+    scores: Sequence[float | None],
+    length_setting: str = "training.max_completion_length",
 ) -> tuple[dict[str, float], str | None]:
     """Share of completions with no extractable final answer, and a warning when it is a format problem.
 
@@ -251,6 +253,8 @@ def format_metrics(
         reasons: ``(n,)`` the sparse check's reason (``"no_answer"``, ``"unclosed_thinking"``,
             anything else or ``None`` = an answer was found).
         scores: ``(n,)`` verifier scores (``None`` = abstained).
+        length_setting: the setting that bounds the completions' length, named by the
+            warning (a reward server names its clients' settings: it has no ``training:``).
 
     Returns:
         ``({"frac_no_answer", "frac_unclosed_thinking"}, warning)``. ``warning`` is a message
@@ -278,7 +282,7 @@ def format_metrics(
         f"({100 * out['frac_unclosed_thinking']:.0f}% unclosed thinking) while the verifier "
         f"scores them {np.mean(none_vals):.3f} on average (batch mean {np.mean(vals):.3f}): the "
         "likely cause is the answer *format* (no \\boxed{} or final-answer line, or thinking cut "
-        "by max_completion_length), not correctness; the sparse reward and every verifier/* "
-        "metric count these as wrong. Check the system prompt, reward.answer_format and "
-        "training.max_completion_length. (Said once.)"
+        "by the completion length limit), not correctness; the sparse reward and every "
+        "verifier/* metric count these as wrong. Check the system prompt, reward.answer_format "
+        f"and {length_setting}. (Said once.)"
     )

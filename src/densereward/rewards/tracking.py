@@ -134,6 +134,8 @@ class RewardQualityTracker:
         alarm: Reward-hacking alarm (:class:`~densereward.rewards.hacking.HackingAlarm`, logged
             as ``verifier/hacking_alarm`` and ``verifier/hacking/*``): ``True`` = one with the
             default settings, ``False`` = none, or an instance.
+        length_setting: the completion-length setting the format warning names (a reward
+            server's completions are bounded by its clients' settings).
 
     The window, the auto threshold and the alarm live in memory; :meth:`state_dict` and
     :meth:`load_state_dict` carry them across a resume (the TRL callback saves them in each
@@ -154,6 +156,7 @@ class RewardQualityTracker:
         tie_eps: float = 1e-3,
         prefix: str = "verifier/",
         alarm: Any = True,
+        length_setting: str = "training.max_completion_length",
     ) -> None:
         from ..config import resolve_threshold
         from ..errors import ConfigError
@@ -180,6 +183,7 @@ class RewardQualityTracker:
         self._lock = threading.Lock()
         self._explained: set[str] = set()  # undefined metrics already explained in the log
         self._format_warned = False  # the format warning of format_metrics is said once
+        self.length_setting = length_setting
         self._t0 = time.monotonic()
         # the labelled (score, label) pairs the auto threshold is chosen on (the last `history`)
         self._seen: tuple[deque[float], deque[float]] = (
@@ -290,7 +294,11 @@ class RewardQualityTracker:
         )
         metrics.update(windowed)
         if all_reasons is not None:
-            fmt, warn = format_metrics(all_reasons, all_scores)
+            fmt, warn = format_metrics(
+                all_reasons,
+                all_scores,
+                getattr(self, "length_setting", "training.max_completion_length"),
+            )
             metrics.update(fmt)
             if warn and not self._format_warned:
                 self._format_warned = True

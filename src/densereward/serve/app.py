@@ -54,6 +54,7 @@ from .contracts import (
     parse_score,
     parse_slime,
 )
+from .lifecycle import DaemonThreads, Drain
 
 __all__ = ["ServeConfig", "RewardService", "make_app"]
 
@@ -81,7 +82,8 @@ class ServeConfig:
     abstain_reward: float = 0.0
     """What an abstained item is sent as where the contract takes only numbers (OpenRLHF, slime)."""
     shutdown_timeout_s: float = 30.0
-    """On SIGTERM / SIGINT: stop accepting, then wait this long for requests in flight (seconds)."""
+    """On SIGTERM / SIGINT: stop accepting, then wait this long for requests in flight (seconds);
+    one still running then is answered 503 (:mod:`densereward.serve.lifecycle`)."""
     require_labels: bool | None = None
     """Refuse (422, naming this setting) a request with an item that has no label / reference
     instead of scoring it without one. ``None`` (default) = on when the reward uses references
@@ -92,10 +94,18 @@ class ServeConfig:
     """The reward-quality tracker inside the server keeps the last this many labelled items
     (its auto threshold is chosen on them) and as many batch records: memory and the cost per
     batch stay flat however long it runs."""
+    math_workers: int = 4
+    """Math-Verify worker processes: the checks of concurrent requests run side by side, each
+    with its own deadline (``reward.math_timeout_s``), so an answer that hangs SymPy holds one
+    worker, not every request."""
+    keep_alive_s: float = 75.0
+    """How long an idle client connection is kept open (seconds): longer than the client pools'
+    own idle timeouts (aiohttp 15 s, httpx 5 s), so the client closes first, never the server
+    under a request being sent."""
 
     def __post_init__(self) -> None:
         for name in ("max_batch", "max_items", "max_body_bytes", "max_concurrent_batches",
-                     "quality_history"):  # fmt: skip
+                     "quality_history", "math_workers"):  # fmt: skip
             if getattr(self, name) < 1:
                 raise ConfigError(f"serve.{name} must be >= 1, got {getattr(self, name)}")
         for name in ("batch_wait_ms", "shutdown_timeout_s", "abstain_reward"):
@@ -105,6 +115,8 @@ class ServeConfig:
                 )
         if self.batch_wait_ms < 0 or self.shutdown_timeout_s < 0:
             raise ConfigError("serve.batch_wait_ms and serve.shutdown_timeout_s must be >= 0")
+        if not self.keep_alive_s > 0:
+            raise ConfigError(f"serve.keep_alive_s must be > 0 seconds, got {self.keep_alive_s}")
 
 
 class _Metrics:
@@ -152,6 +164,7 @@ class RewardService:
         self.labels_why = "serve.require_labels=true"
         """Why labels are required, for the refusal's message (set by the CLI's build)."""
         self.metrics = _Metrics()
+        self.drain = Drain(config.shutdown_timeout_s)
         self.n_calls = 0
         self._lock = threading.Lock()
         self._queue: asyncio.Queue | None = None
@@ -171,6 +184,8 @@ class RewardService:
         self.n_calls += 1
 
         def locked(f: Any) -> Any:
+            if getattr(f, "thread_safe", False):  # e.g. Math-Verify alone: no model to share
+                return f(**kwargs)
             with self._lock:
                 return f(**kwargs)
 
@@ -198,7 +213,9 @@ class RewardService:
         return out
 
     def rank(self, problem: str, candidates: list[str], pivots: int) -> dict[str, Any]:
-        with self._lock:
+        # a served verifier takes concurrent reads: a long /rank does not hold the reward calls
+        shared = getattr(getattr(self.verifier, "backend", None), "thread_safe", False)
+        with contextlib.nullcontext() if shared else self._lock:
             r = self.verifier.rank(problem=problem, candidates=candidates, pivots=pivots)
         return {
             "winner": int(r.winner),
@@ -210,18 +227,29 @@ class RewardService:
     # -------------------------------------------------------------- micro-batching
 
     async def start(self) -> None:
+        loop = asyncio.get_running_loop()
+        loop.set_default_executor(DaemonThreads())  # a hung call never holds the exit
+        self.drain.bind(loop)
         self._queue = asyncio.Queue()
         self._slots = asyncio.Semaphore(self.config.max_concurrent_batches)
         self._worker = asyncio.get_running_loop().create_task(self._work())
 
     async def stop(self) -> None:
-        """Finish what is queued, then stop the worker."""
+        """Finish what is queued within the drain's deadline, then stop the worker; reward calls
+        still running then are abandoned (their requests were answered 503)."""
         if self._queue is not None:
-            await self._queue.join()
-        if self._worker is not None:
-            self._worker.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._worker
+            try:
+                await asyncio.wait_for(self._queue.join(), self.drain.left())
+            except asyncio.TimeoutError:
+                logger.warning(
+                    "serve: %d reward call(s) still running after serve.shutdown_timeout_s=%g s; "
+                    "abandoned", len(self._tasks), self.config.shutdown_timeout_s,
+                )  # fmt: skip
+        for task in [self._worker, *self._tasks]:
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
 
     async def submit(self, items: list[Item]) -> list[float | None]:
         """Queue ``items`` for the next micro-batch; their rewards, in order."""
@@ -276,6 +304,29 @@ class RewardService:
                 self._queue.task_done()  # type: ignore[union-attr]
 
 
+def model_name(verifier: Any) -> str:
+    """The verifier model's name for ``/health``: ``verifier.model`` as configured, a served
+    model's name, or the embedded default's name -- never the cache directory it loads from.
+
+    >>> from types import SimpleNamespace as NS
+    >>> model_name(NS(config=NS(model=None), backend=NS(model_id="/root/.cache/x/smollm2-135m")))
+    'SmolLM2-135M-Instruct'
+    >>> model_name(NS(config=NS(model=None), backend=NS(model_id="Qwen/Qwen3-8B")))
+    'Qwen/Qwen3-8B'
+    """
+    import os
+
+    from ..backends.default_model import DEFAULT_MODEL_NAME
+
+    configured = getattr(getattr(verifier, "config", None), "model", None)
+    if configured:
+        return str(configured)
+    served = getattr(getattr(verifier, "backend", None), "model_id", None)
+    if served and not os.path.isabs(str(served)):  # an OpenAI-compatible server's model name
+        return str(served)
+    return DEFAULT_MODEL_NAME
+
+
 def make_app(service: RewardService, *, on_close: Callable[[], None] | None = None):
     """The Starlette application around ``service``.
 
@@ -294,13 +345,20 @@ def make_app(service: RewardService, *, on_close: Callable[[], None] | None = No
         length = request.headers.get("content-length")
         if length is not None and length.isdigit() and int(length) > cfg.max_body_bytes:
             raise RequestError(
-                f"body of {length} bytes; at most {cfg.max_body_bytes}", 413, "too_large"
+                f"body of {length} bytes; at most {cfg.max_body_bytes} (serve.max_body_bytes)",
+                413,
+                "too_large",
             )
         raw = bytearray()
         async for chunk in request.stream():
             raw += chunk
             if len(raw) > cfg.max_body_bytes:
-                raise RequestError(f"body over {cfg.max_body_bytes} bytes", 413, "too_large")
+                raise RequestError(
+                    f"body over {cfg.max_body_bytes} bytes; at most {cfg.max_body_bytes} "
+                    "(serve.max_body_bytes)",
+                    413,
+                    "too_large",
+                )
         return parse_body(bytes(raw))
 
     def labelled(items: list[Item], field: str) -> list[Item]:
@@ -308,14 +366,31 @@ def make_app(service: RewardService, *, on_close: Callable[[], None] | None = No
             check_labels(items, field, service.labels_why)
         return items
 
+    def draining() -> Response:
+        return JSONResponse(
+            {"error": "the server is shutting down and stopped waiting for this request (the drain "
+                      f"lasts serve.shutdown_timeout_s={cfg.shutdown_timeout_s:g} s; a second Ctrl-C "
+                      "ends it at once); send it again"},
+            status_code=503, headers={"Retry-After": "1", "Connection": "close"},
+        )  # fmt: skip
+
     def endpoint(name: str, handler: Callable[[Any], Any]):
+        async def answer(request: Request) -> Any:
+            return await handler(await body_of(request))
+
         async def route(request: Request) -> Response:
             t0 = time.perf_counter()
             m.in_flight.inc()
             status = 200
             try:
-                result = await handler(await body_of(request))
+                finished, result = await service.drain.within(answer(request))
+                if not finished:
+                    status = 503
+                    return draining()
                 return JSONResponse(result)
+            except asyncio.CancelledError:  # uvicorn's force exit: still an answer, not a bare 500
+                status = 503
+                return draining()
             except RequestError as e:
                 status = e.status
                 m.refusals.labels(endpoint=name, reason=e.reason).inc()
@@ -355,9 +430,8 @@ def make_app(service: RewardService, *, on_close: Callable[[], None] | None = No
         return await asyncio.to_thread(service.rank, problem, candidates, pivots)
 
     async def health(request: Request) -> Response:
-        v = service.verifier
-        model = getattr(getattr(v, "backend", None), "model_id", None)
-        return JSONResponse({"status": "ok", "model": str(model), "reward_calls": service.n_calls})
+        return JSONResponse({"status": "ok", "model": model_name(service.verifier),
+                             "reward_calls": service.n_calls})  # fmt: skip
 
     async def metrics(request: Request) -> Response:
         from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
@@ -371,8 +445,13 @@ def make_app(service: RewardService, *, on_close: Callable[[], None] | None = No
             yield
         finally:
             await service.stop()
-            if on_close is not None:
-                await asyncio.to_thread(on_close)
+            if on_close is not None:  # bounded too: closing waits for nothing that hangs
+                try:
+                    await asyncio.wait_for(
+                        asyncio.to_thread(on_close), max(service.drain.left(), 5.0)
+                    )
+                except asyncio.TimeoutError:
+                    logger.warning("serve: closing the verifier did not finish; left behind")
 
     routes = [
         Route("/get_reward", endpoint("get_reward", openrlhf), methods=["POST"]),
@@ -383,4 +462,6 @@ def make_app(service: RewardService, *, on_close: Callable[[], None] | None = No
         Route("/health", health, methods=["GET"]),
         Route("/metrics", metrics, methods=["GET"]),
     ]
-    return Starlette(routes=routes, lifespan=lifespan)
+    app = Starlette(routes=routes, lifespan=lifespan)
+    app.state.service = service
+    return app

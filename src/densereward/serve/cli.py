@@ -31,6 +31,12 @@ logger = logging.getLogger(__name__)
 
 _GRPO_ONLY = ("model", "data", "training", "wandb", "heldout")
 
+CLIENT_LENGTH_SETTINGS = (
+    "the trainer's response length limit (OpenRLHF --generate_max_len, slime "
+    "--rollout-max-response-len, verl data.max_response_length)"
+)
+"""What bounds a served completion's length: the client's setting (the format warning names it)."""
+
 
 def build_service(config: dict[str, Any]) -> tuple[RewardService, Callable[[], None]]:
     """The reward service of a config dict (``reward``, ``verifier``, ``serve`` sections) and
@@ -41,7 +47,7 @@ def build_service(config: dict[str, Any]) -> tuple[RewardService, Callable[[], N
             (a group reward needs whole GRPO groups in one call; OpenRLHF and slime send one
             sample per request).
     """
-    from ..rewards import RewardQualityTracker, build_reward_funcs
+    from ..rewards import MathChecker, RewardQualityTracker, build_reward_funcs
     from ..verifier import Verifier
 
     reward, verifier_config, serve = _sections(config)
@@ -50,10 +56,13 @@ def build_service(config: dict[str, Any]) -> tuple[RewardService, Callable[[], N
         # bounded: the auto threshold on the last quality_history labelled items, as many records
         tracker = (
             RewardQualityTracker(window=reward.track_window, history=serve.quality_history,
-                                 max_records=serve.quality_history)
+                                 max_records=serve.quality_history,
+                                 length_setting=CLIENT_LENGTH_SETTINGS)
             if reward.track else None
         )  # fmt: skip
-        funcs, weights = build_reward_funcs(reward, verifier, tracker=tracker)
+        checker = MathChecker(timeout_s=reward.math_timeout_s, answer_format=reward.answer_format,
+                              workers=serve.math_workers)  # fmt: skip
+        funcs, weights = build_reward_funcs(reward, verifier, tracker=tracker, checker=checker)
         service = RewardService(funcs, weights, verifier, serve)
     except BaseException:
         verifier.close()
@@ -62,10 +71,11 @@ def build_service(config: dict[str, Any]) -> tuple[RewardService, Callable[[], N
         service.labels_why = f"the default for reward.type={reward.type} with reference answers"
 
     def close() -> None:
+        checker.close()
         for f in funcs:
-            checker = getattr(f, "checker", None)
-            if checker is not None and hasattr(checker, "close"):
-                checker.close()
+            other = getattr(f, "checker", None)
+            if other is not None and other is not checker and hasattr(other, "close"):
+                other.close()
         verifier.close()
 
     return service, close
@@ -158,16 +168,25 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="validate the sections and contact a served verifier (or check a local model); "
         "start nothing, load no weights (exit 2 when the start would fail here)",
     )
+    p.add_argument(
+        "--verl-path",
+        action="store_true",
+        help="print the path of verl_reward.py (verl's custom_reward_function.path) and exit",
+    )
     add_override_arguments(
         p, "verifier.backend=openai verifier.backend_options.base_url=http://127.0.0.1:8000/v1"
     )
 
 
 def main(args: argparse.Namespace) -> int:
-    """Run the server until SIGINT / SIGTERM (then requests in flight finish). Returns 0; with
-    ``--dry-run`` the checks' exit status (0, or 2 for a problem the start would hit)."""
-    import signal
+    """Run the server until SIGINT / SIGTERM, then drain (:mod:`.lifecycle`). Returns 0 after
+    SIGTERM, 130 after Ctrl-C; with ``--dry-run`` the checks' exit status (0, or 2 for a problem
+    the start would hit); with ``--verl-path`` 0 after printing the path of ``verl_reward.py``."""
+    if getattr(args, "verl_path", False):
+        from . import verl_reward
 
+        print(verl_reward.__file__)
+        return 0
     config = load_yaml(args.config) if args.config else {}
     apply_overrides(config, overrides_from(args))
     for key in ("host", "port"):
@@ -177,19 +196,9 @@ def main(args: argparse.Namespace) -> int:
         from ..trainers.checks import print_dry_run
 
         return print_dry_run(*dry_run(config))
-    import uvicorn
+    from .lifecycle import run_server
 
     app, serve = build_app(config)
     print(f"[serve] reward server on http://{serve.host}:{serve.port} "
           "(POST /get_reward /slime /score /rank; GET /health /metrics)", flush=True)  # fmt: skip
-    # uvicorn finishes the requests in flight, then re-raises the signal it caught: with this
-    # handler in place the re-raised SIGTERM ends main() normally (exit status 0), not the process.
-    signal.signal(signal.SIGTERM, lambda signum, frame: None)
-    uvicorn.run(
-        app,
-        host=serve.host,
-        port=serve.port,
-        timeout_graceful_shutdown=serve.shutdown_timeout_s,
-        log_level="warning",
-    )
-    return 0
+    return run_server(app, serve, app.state.service.drain)

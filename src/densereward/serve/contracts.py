@@ -133,9 +133,21 @@ def _list_of_str(body: Mapping[str, Any], key: str, *, required: bool = True) ->
         if required:
             raise RequestError(f"field {key!r} is missing: a list of strings")
         return None
-    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+    if not isinstance(value, list):
         raise RequestError(f"field {key!r} must be a list of strings, got {type(value).__name__}")
+    for i, v in enumerate(value):
+        if not isinstance(v, str):
+            raise RequestError(
+                f"field {key!r} must be a list of strings; item {i} is {type(v).__name__} "
+                f"({_short(v)})"
+            )
     return value
+
+
+def _short(value: Any, limit: int = 40) -> str:
+    """``repr(value)``, cut to ``limit`` characters (a message never echoes a whole body)."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _labels(body: Mapping[str, Any], key: str, n: int, like: str) -> list[str | None]:
@@ -236,7 +248,9 @@ def _check_count(n: int, max_items: int, key: str) -> None:
         raise RequestError(f"field {key!r} is empty")
     if n > max_items:
         raise RequestError(
-            f"{n} items in {key!r}; at most {max_items} per request", 413, "too_large"
+            f"{n} items in {key!r}; at most {max_items} per request (serve.max_items)",
+            413,
+            "too_large",
         )
 
 

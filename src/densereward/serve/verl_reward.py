@@ -4,7 +4,7 @@ Standalone on purpose (standard library only, no relative import): verl loads th
 path. In the verl config::
 
     custom_reward_function:
-      path: /path/to/site-packages/densereward/serve/verl_reward.py   # python -c "import densereward.serve.verl_reward as m; print(m.__file__)"
+      path: /path/to/site-packages/densereward/serve/verl_reward.py   # densereward serve --verl-path prints it
       name: compute_score            # or compute_score_batch with reward_model.reward_manager=batch
       reward_kwargs:
         url: http://127.0.0.1:5000   # or set DENSEREWARD_SERVE_URL
@@ -20,12 +20,31 @@ preprocessing put it there), else ``extra_info["prompt"]``, else is empty.
 
 An abstained reward comes back as ``abstain_reward`` (default 0.0): verl's reward tensor
 takes numbers only.
+
+**Retries.** A server that is restarting (a rolling restart: connection refused or reset, 502,
+503 from a draining server, 504, 408, 429) is retried ``max_retries`` times (default 8) with
+exponential backoff from ``retry_base_s`` (1 s, doubling, at most ``retry_max_s`` = 30 s, with
+jitter; a ``Retry-After`` is honoured), about two minutes in all, each attempt bounded by
+``timeout_s``; any other 4xx is raised at once with the server's message. All three are
+``reward_kwargs``.
+
+**Pickling.** verl loads this file by path under the module name ``custom_module`` and Ray
+pickles the function to its workers; a second load replaces that module. When the
+``densereward`` package is importable, the functions loaded by path *are* the package's
+(``densereward.serve.verl_reward.compute_score``), so they pickle by reference however often
+and under whatever name the file was loaded; without the package (the file copied alone),
+cloudpickle, when present, is told to pickle them by value.
 """
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
+import random
+import sys
+import time
+import urllib.error
 import urllib.request
 from typing import Any
 
@@ -43,15 +62,58 @@ def _problem(extra_info: Any) -> str:
     return ""
 
 
-def _post(url: str, payload: dict[str, Any], timeout_s: float) -> dict[str, Any]:
-    req = urllib.request.Request(
-        url.rstrip("/") + "/score",
-        data=json.dumps(payload).encode(),
-        headers={"Content-Type": "application/json"},
-        method="POST",
+RETRY_STATUS = frozenset({408, 429, 500, 502, 503, 504})
+"""HTTP statuses worth another attempt (a server restarting, draining or overloaded)."""
+
+
+def _retry_after(value: str | None) -> float | None:
+    """A ``Retry-After`` of delta-seconds (what ``densereward serve`` sends), else ``None``."""
+    try:
+        return max(0.0, float(value)) if value else None
+    except ValueError:
+        return None
+
+
+def _post(
+    url: str,
+    payload: dict[str, Any],
+    timeout_s: float,
+    max_retries: int = 8,
+    retry_base_s: float = 1.0,
+    retry_max_s: float = 30.0,
+) -> dict[str, Any]:
+    """POST ``payload`` to ``{url}/score``, retrying as the module docstring says.
+
+    Raises:
+        RuntimeError: naming the URL and the last error, when the retries are spent or the
+            server refused the request (a 4xx other than 408 / 429).
+    """
+    body = json.dumps(payload).encode()
+    target = url.rstrip("/") + "/score"
+    for attempt in range(int(max_retries) + 1):
+        req = urllib.request.Request(
+            target, data=body, headers={"Content-Type": "application/json"}, method="POST"
+        )
+        wait: float | None = None
+        try:
+            with urllib.request.urlopen(req, timeout=timeout_s) as resp:  # noqa: S310 - the user's URL
+                return json.loads(resp.read())
+        except urllib.error.HTTPError as e:
+            detail = e.read().decode("utf-8", "replace")[:300]
+            error = f"HTTP {e.code} from {target}: {detail}"
+            if e.code not in RETRY_STATUS:
+                raise RuntimeError(f"densereward serve refused the request: {error}") from None
+            wait = _retry_after(e.headers.get("Retry-After"))
+        except (urllib.error.URLError, http.client.HTTPException, OSError, ValueError) as e:
+            error = f"{type(e).__name__}: {e} ({target})"
+        if attempt == int(max_retries):
+            break
+        backoff = min(retry_base_s * 2**attempt * (1 + 0.25 * random.random()), retry_max_s)
+        time.sleep(min(wait, retry_max_s) if wait is not None else backoff)
+    raise RuntimeError(
+        f"densereward serve did not answer after {int(max_retries)} retries: {error} "
+        "(is it running? reward_kwargs.url / DENSEREWARD_SERVE_URL)"
     )
-    with urllib.request.urlopen(req, timeout=timeout_s) as resp:  # noqa: S310 - the user's URL
-        return json.loads(resp.read())
 
 
 def compute_score_batch(
@@ -63,12 +125,18 @@ def compute_score_batch(
     url: str | None = None,
     abstain_reward: float = 0.0,
     timeout_s: float = 300.0,
+    max_retries: int = 8,
+    retry_base_s: float = 1.0,
+    retry_max_s: float = 30.0,
     **kwargs: Any,
 ) -> list[float]:
     """Rewards of ``solution_strs`` from ``densereward serve`` (verl's batch reward manager).
 
     Returns:
         ``(B,)`` floats: the served reward, ``abstain_reward`` where it abstained.
+
+    Raises:
+        RuntimeError: when the server refused the request or did not answer after the retries.
     """
     url = url or os.environ.get("DENSEREWARD_SERVE_URL", "http://127.0.0.1:5000")
     extras = list(extra_infos) if extra_infos is not None else [None] * len(solution_strs)
@@ -77,7 +145,7 @@ def compute_score_batch(
         "responses": [str(s) for s in solution_strs],
         "references": [None if g is None else str(g) for g in ground_truths],
     }
-    rewards = _post(url, payload, timeout_s)["rewards"]
+    rewards = _post(url, payload, timeout_s, max_retries, retry_base_s, retry_max_s)["rewards"]
     return [float(abstain_reward) if r is None else float(r) for r in rewards]
 
 
@@ -92,3 +160,27 @@ def compute_score(
     return compute_score_batch(
         [data_source], [solution_str], [ground_truth], [extra_info], **kwargs
     )[0]
+
+
+def _share_the_installed_functions() -> None:
+    """Loaded by path (``custom_module``), use the installed package's functions, so they pickle
+    by reference to ``densereward.serve.verl_reward`` (see the module docstring)."""
+    here = sys.modules.get(__name__)
+    try:
+        from densereward.serve import verl_reward as installed
+    except Exception:  # noqa: BLE001 - any failure to import the package: stay standalone
+        installed = None
+    if installed is not None and installed is not here:
+        for name in __all__:
+            globals()[name] = getattr(installed, name)
+        return
+    if installed is None and here is not None:
+        try:
+            import cloudpickle
+        except ImportError:
+            return
+        cloudpickle.register_pickle_by_value(here)
+
+
+if __name__ != "densereward.serve.verl_reward":
+    _share_the_installed_functions()
