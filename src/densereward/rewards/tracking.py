@@ -243,7 +243,7 @@ class RewardQualityTracker:
                 verifier's cumulative ``n_failures``, ``n_truncated``, ``n_invalid_input``).
             answer_reasons: ``(n,)`` why the sparse check found no final answer
                 (``"no_answer"``, ``"unclosed_thinking"``) or ``None``; gives
-                ``frac_no_answer`` and ``frac_unclosed_thinking`` (gathered like the scores)
+                ``frac_no_answer_sparse`` and ``frac_unclosed_thinking_sparse`` (gathered like the scores)
                 and the once-per-run format warning (:func:`format_metrics`).
 
         Returns:

@@ -256,7 +256,7 @@ class Verifier(OneItemVerbs):
                 if final is None:
                     # No final answer (none stated, an unfinished last box, or unclosed
                     # thinking): it cannot match the reference -- the lowest score, no call.
-                    self.stats.n_no_answer += 1
+                    self.stats.n_unread_no_answer += 1
                     self.stats.n_scored += 1
                     results[i] = ScoreResult(value=0.0, mass=None, reason="no final answer")
                     continue
