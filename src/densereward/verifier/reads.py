@@ -23,7 +23,7 @@ import numpy as np
 from .. import prompts as P
 from ..backends.base import TokenLogprobs
 from ..errors import AbstentionError
-from ..results import PairwiseResult, ScoreResult
+from ..results import EMPTY_RESPONSE, PairwiseResult, ScoreResult
 from ..scale import ScoreScale
 
 __all__ = [
@@ -320,7 +320,7 @@ def prepare_candidate(
     if not text.strip():
         stats.n_empty += 1
         stats.n_scored += 1
-        return None, ScoreResult(value=0.0, mass=None, reason="empty response"), False
+        return None, ScoreResult(value=0.0, mass=None, reason=EMPTY_RESPONSE), False
     clean, cut = P.truncate_middle(P.sanitize_candidate(text), max_chars)
     stats.n_truncated += int(cut)
     return clean, None, cut
