@@ -443,6 +443,24 @@ def _empty_panel_reason(records: Sequence[dict[str, Any]], keys: Sequence[str], 
     return "no record holds these metrics"
 
 
+def _window_counts(record: dict[str, Any], prefix: str = "verifier/") -> str | None:
+    """The labelled completions one record's window metrics rest on, by class, and how far one
+    completion moves TPR / TNR (``None`` without window counts).
+
+    >>> _window_counts({"verifier/window/n": 40.0, "verifier/window/pass_rate": 0.1})
+    '40 completions, 4 correct / 36 incorrect (one moves TPR by 0.25, TNR by 0.03)'
+    """
+    n, rate = record.get(prefix + "window/n"), record.get(prefix + "window/pass_rate")
+    if not n or rate is None or (isinstance(rate, float) and math.isnan(rate)):
+        return None
+    pos = round(n * rate)
+    neg = round(n) - pos
+    text = f"{round(n)} completions, {pos} correct / {neg} incorrect"
+    if pos and neg:
+        text += f" (one moves TPR by {1 / pos:.2f}, TNR by {1 / neg:.2f})"
+    return text
+
+
 def _reward_quality_figure(records: Sequence[dict[str, Any]], prefix: str) -> Any:
     """The matplotlib figure of :func:`plot_reward_quality` (not saved, not closed)."""
     import matplotlib
@@ -522,6 +540,9 @@ def _reward_quality_figure(records: Sequence[dict[str, Any]], prefix: str) -> An
         title += f" (lines: the last {size} labelled completions; dots: each batch)"
     if sources:
         title += f"\naccept threshold: {', '.join(sources)}"
+    counts = _window_counts(by_step[steps[-1]][-1], prefix) if windowed and steps else None
+    if counts is not None:  # what the last window's rates rest on
+        title += f"\nwindow at step {steps[-1]}: {counts}"
     fig.suptitle(title, fontsize=10)
     axes[0][0].set_ylabel("value")
     note = _undefined_note(records, prefix)
@@ -539,8 +560,8 @@ def plot_reward_quality(
     Records of the same step (several generation batches per logging step) are averaged.
     Where the records hold window metrics (``<prefix>window/<metric>``) those are the lines
     and the per-batch values faint dots; the accept threshold (``<prefix>threshold``) is drawn
-    dashed in the rates panel, and the title says how it was chosen (``threshold_source``).
-    A panel none of whose metrics has a point at any step draws no axis around nothing: it
+    dashed in the rates panel, and the title says how it was chosen (``threshold_source``)
+    and what the last window rests on (its correct / incorrect completions). A panel none of whose metrics has a point at any step draws no axis around nothing: it
     says "no data" and why (the most frequent reason its metrics are undefined). Every panel's
     x axis spans the records' steps.
 
