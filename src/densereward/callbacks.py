@@ -6,8 +6,8 @@
   thresholded final progress against ``is_success`` (threshold ``auto``: Youden's J on the
   earlier episodes, as GRPO's tracker and eval-verifier calibrate it), mean progress of
   successful and failed episodes, verifier calls and seconds per environment step, and the
-  environment and verifier returns side by side (``rollout/ep_env_rew_mean``,
-  ``rollout/ep_verifier_rew_mean``).
+  returns side by side (``rollout/ep_verifier_rew_mean``; ``rollout/ep_env_rew_mean``, the
+  environment's own reward per training episode, which ``eval/mean_reward`` need not be).
 * :class:`ReplayRelabelCallback`: writes episode-end verifier rewards over the placeholder
   rewards in ``model.replay_buffer`` (``reward.timing="episode_end"``, as VLM-RM does).
 * :class:`LearningCurveCallback`: appends ``{"step", "value"}`` (success rate of the
@@ -89,10 +89,10 @@ def _mean(xs: Iterable[float]) -> float:
 class VerifierDynamicsCallback(BaseCallback):
     """Track the verifier's reward quality and the environment vs verifier returns during training.
 
-    Reads ``info["verifier_episode"]`` (set by the verifier wrappers at each episode end)
-    and ``info["true_reward"]``; works without a verifier too (then only the environment return and
-    success are logged). Metrics are means over the last ``window`` episodes and are
-    recorded whenever an episode ends (SB3 writes them at its next log dump):
+    Reads ``info["verifier_episode"]`` (set by the verifier wrappers at each episode end) and
+    ``info["true_reward"]``; without a verifier only the environment return and success are
+    logged. Metrics are means over the last ``window`` episodes, recorded whenever an episode
+    ends (SB3 writes them at its next log dump):
 
     * ``verifier/voc``: mean per-episode VOC over all episodes
       (:func:`densereward.metrics.value_order_correlation` of the progress against the scored
@@ -116,10 +116,7 @@ class VerifierDynamicsCallback(BaseCallback):
       environment step (cumulative); with ``reward.render_frames`` also
       ``verifier/frames_per_step`` and ``verifier/render_seconds_per_step`` (frames rendered
       for the verifier and the seconds that took).
-    * ``verifier/success_rate``, ``rollout/ep_env_rew_mean`` (the environment's own reward,
-      ``info["true_reward"]``, summed over a training episode: FetchReach's -1 per step away
-      from the goal, not the sparse success reward of ``eval/mean_reward``),
-      ``rollout/ep_verifier_rew_mean``.
+    * ``verifier/success_rate``, ``rollout/ep_verifier_rew_mean``, ``rollout/ep_env_rew_mean``.
     * Without ``info["is_success"]`` (``Pendulum-v1``: the episodes' ``is_success`` is ``None``)
       the metrics above that need success are left out, never computed as if all had failed.
     * with ``engine_stats``: ``verifier/n_low_mass`` (reads that abstained below
