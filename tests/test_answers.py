@@ -301,7 +301,7 @@ def test_reasoning_gym_agreement_with_the_task_scorer(task, checker):
 # ---- the tracker and eval-verifier see the policy (issue 22, items 3-4) -----------------------
 
 
-def test_tracker_logs_frac_no_answer_and_warns_once(caplog, tmp_path):
+def test_tracker_logs_frac_no_answer_sparse_and_warns_once(caplog, tmp_path):
     from servers import MisbehavingServer, scripted_verifier
 
     from densereward.rewards import RewardQualityTracker, VerifierReward
@@ -333,12 +333,41 @@ def test_tracker_logs_frac_no_answer_and_warns_once(caplog, tmp_path):
         assert out[0] == 0.0 and len(srv.chat_requests()) == 2 * 3
         shown = [json.dumps(r["body"]["messages"]) for r in srv.chat_requests()]
         assert not any("surely" in s for s in shown)
-    assert logged["verifier/frac_no_answer"] == pytest.approx(0.75)
-    assert logged["verifier/frac_unclosed_thinking"] == pytest.approx(0.25)
+    assert logged["verifier/frac_no_answer_sparse"] == pytest.approx(0.75)
+    assert logged["verifier/frac_unclosed_thinking_sparse"] == pytest.approx(0.25)
     warnings = [r for r in caplog.records if "no extractable final answer" in r.getMessage()]
     assert len(warnings) == 1 and "format" in warnings[0].getMessage()
     rec = json.loads((tmp_path / "reward_quality.jsonl").read_text().splitlines()[0])
-    assert rec["verifier/frac_no_answer"] == pytest.approx(0.75)
+    assert rec["verifier/frac_no_answer_sparse"] == pytest.approx(0.75)
+
+
+@pytest.mark.parametrize(("reference_guided", "unread"), [(False, 0), (True, 2)])
+def test_no_answer_counts_have_names_that_say_what_they_count(tmp_path, reference_guided, unread):
+    """Issue 41 item 4: one record held ``verifier/frac_no_answer: 1`` beside
+    ``verifier/n_no_answer: 0`` -- the sparse check's share of this batch without a final answer,
+    and the verifier's running count of answer_match candidates it scored 0 unread (0 under the
+    reference-free prompt). Each name now says which: ``frac_no_answer_sparse`` and
+    ``n_unread_no_answer``; neither old name is logged."""
+    from servers import MisbehavingServer, scripted_verifier
+
+    from densereward.rewards import RewardQualityTracker, VerifierReward
+
+    comps = ["I believe it is 4", "4, I guess", "\\boxed{4}", "The answer is 5."]
+    with MisbehavingServer() as srv:
+        v = scripted_verifier(srv.base_url, granularity=5)
+        reward = VerifierReward(v, reference_guided=reference_guided, injection_penalty=None,
+                                tracker=RewardQualityTracker(tmp_path),
+                                checker=MathChecker(executor="inline"))  # fmt: skip
+        logged: dict[str, float] = {}
+        reward(prompts=["2+2?"] * 4, completions=comps, problem=["2+2?"] * 4, answer=["4"] * 4,
+               log_metric=logged.__setitem__)  # fmt: skip
+        assert v.stats.n_unread_no_answer == unread
+        v.close()
+    rec = json.loads((tmp_path / "reward_quality.jsonl").read_text().splitlines()[0])
+    for got in (logged, rec):
+        assert got["verifier/frac_no_answer_sparse"] == pytest.approx(0.5)  # 2 of 4, either prompt
+        assert got["verifier/n_unread_no_answer"] == unread
+        assert "verifier/frac_no_answer" not in got and "verifier/n_no_answer" not in got
 
 
 def test_eval_verifier_reports_agreement_and_labels_unlabelled(data_dir: Path, tmp_path, capsys):

@@ -3,6 +3,7 @@ reward-quality metrics, learning and evaluation curves, replay relabelling."""
 
 from __future__ import annotations
 
+import json
 import logging
 
 import gymnasium as gym
@@ -205,7 +206,7 @@ def test_dynamics_without_a_verifier_logs_the_true_return_of_sb3_episodes():
     m = cb.metrics()
     assert cb.n_episodes == 4 and len(cb.true_returns) == 4
     sb3 = [ep["r"] for ep in model.ep_info_buffer]
-    assert m["rollout/ep_true_rew_mean"] == pytest.approx(np.mean(sb3), abs=1e-4)
+    assert m["rollout/ep_env_rew_mean"] == pytest.approx(np.mean(sb3), abs=1e-4)
     assert not any(k.startswith("verifier/") for k in m)  # nothing to judge without a verifier
     assert find_verifier_stats(venv) == []
 
@@ -327,7 +328,7 @@ def test_evaluation_says_which_reward_its_mean_reward_sums(tmp_path):
 
     from stable_baselines3.common.logger import configure
 
-    label = "true sparse success reward (1 per step at the goal), summed"
+    label = "sparse success reward (1 per step at the goal, else 0), summed"
     cb = EvaluationCallback(_fetch(1, seed=10_000, reward="sparse"), tmp_path / "eval.jsonl",
                             every=30, n_episodes=1, reward_label=label)  # fmt: skip
     model = _tiny_sac(_fetch(1, reward="sparse"), learning_starts=200)
@@ -395,3 +396,24 @@ def test_replay_relabel_rejects_a_wrong_reward_count_her_and_on_policy_models():
     her = _tiny_sac(_fetch(1, reward="sparse"), replay_buffer_class=HerReplayBuffer)
     with pytest.raises(ConfigError, match="incompatible with HER"):
         her.learn(10, callback=ReplayRelabelCallback())
+
+
+def test_the_training_and_evaluation_returns_are_named_apart(tmp_path):
+    """Issue 41 item 4: a SAC run printed ``rollout/ep_true_rew_mean=-50.0`` (FetchReach's own
+    reward, -1 per step away from the goal) beside an evaluation "true sparse success reward"
+    of 1.600: two "true" rewards on two scales. Each name now says which reward it sums, and an
+    older run's file still plots under the new name."""
+    from densereward.trainers import sac_plots
+    from densereward.trainers.sac_config import EVAL_REWARD_LABELS, eval_reward_label
+
+    keys = set(VerifierDynamicsCallback(window=4).metrics())
+    assert "rollout/ep_env_rew_mean" in keys and not any("true" in k for k in keys)
+    assert (
+        eval_reward_label("sparse")
+        == "sparse success reward (1 per step at the goal, else 0), summed"
+    )
+    assert eval_reward_label("env") == "the environment's own reward, summed"
+    assert not any("true" in label for label in EVAL_REWARD_LABELS.values())
+    old = tmp_path / "verifier_dynamics.jsonl"
+    old.write_text(json.dumps({"step": 50, "rollout/ep_true_rew_mean": -50.0}) + "\n")
+    assert sac_plots._read(old) == [{"step": 50, "rollout/ep_env_rew_mean": -50.0}]

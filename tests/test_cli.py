@@ -3,6 +3,7 @@ a quiet start, what ``score`` prints."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -208,6 +209,40 @@ def test_score_without_a_model_read_prints_its_score(server, capsys):
         out = capsys.readouterr().out
         assert "expected score : 0.0000" in out and "argmax score   : n/a" in out
         assert "no read:" in out
+
+
+def test_score_names_its_verifier_and_prompt_and_reads_its_grade(server, capsys):
+    """Issue 41 item 4: with a named model, ``score`` printed ``argmax score: A = 0.0000`` for a
+    correct answer with no word on what it means, never named the model (only the embedded
+    one's legend did), and ``--json`` had no model or prompt field. The scripted verifier puts
+    its mass on A, the lowest grade, for the correct answer 12."""
+    from servers import Fault
+
+    from densereward.cli import main
+
+    server.default = Fault("ok", top_logprobs=[("A", -0.05), ("B", -3.5)], text="A")
+    argv = _score_against(server, "--response", "The answer is 12.", "--reference", "12",
+                          "verifier.model=misbehaving-model", "verifier.granularity=5")  # fmt: skip
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert ("verifier       : openai misbehaving-model (G = 5, K = 1), prompt answer_match: only "
+            "the response's final answer, matched against --reference") in out  # fmt: skip
+    assert ("argmax score   : A = 0.0000   (of A..E: the lowest grade: the verifier most likely "
+            "judges that the response fails the criterion)") in out  # fmt: skip
+    assert ("sparse check   : correct (Math-Verify: its final answer matches --reference); the "
+            "verifier disagrees: its most likely grade is in the lower half") in out  # fmt: skip
+    assert main([*argv, "--json"]) == 0
+    got = json.loads(capsys.readouterr().out)
+    assert got["prompt"] == "answer_match" and got["argmax"] == 0
+    assert (
+        got["verifier"]["model"] == "misbehaving-model" and got["verifier"]["backend"] == "openai"
+    )
+    assert got["verifier"]["granularity"] == 5
+    assert got["sparse_check"] == {"reward": 1.0, "predicted": "12", "reason": None}
+    # no reference: the full response under the criteria, and no sparse check
+    assert main([*argv[:3], "--response", "12", *argv[7:], "--json"]) == 0
+    got = json.loads(capsys.readouterr().out)
+    assert got["prompt"] == "pointwise" and "sparse_check" not in got
 
 
 def test_score_exit_code_3_when_the_verifier_abstains_json_too(server, capsys):

@@ -743,3 +743,41 @@ def test_finished_runs_keep_no_checkpoints_unless_asked(tmp_path):
         events = [json.loads(x) for x in (out / "events.jsonl").read_text().splitlines()]
         deleted = [e for e in events if e["event"] == "checkpoints_deleted"]
         assert len(deleted) == (0 if keep else 2) and all(e["bytes"] == 3000 for e in deleted)
+
+
+def test_one_run_each_gives_no_probability_and_one_final_value(tmp_path, monkeypatch):
+    """Issue 41 item 4: from one run each, compare printed "too few runs for a verdict ...:
+    P(sparse > dense) = 1.00 [1.00, 1.00]"; the report's final value (mean of the last
+    final_window points) differed from result.json's (the curve's last point); the title was
+    the config's name, naming conditions that never ran. Now no probability without enough
+    runs, one computation of "final", and a title of the conditions that ran."""
+    titles: list[str] = []
+    real_plot = C.runner.plot_curves
+    monkeypatch.setattr(C.runner, "plot_curves",
+                        lambda *a, **k: titles.append(k["title"]) or real_plot(*a, **k))  # fmt: skip
+    out = tmp_path / "cmp"
+    config = {**_toy_config(out), "name": "toy-slow-fast-never", "seeds": [0], "final_window": 3}
+    res = C.run_comparison(config, trainers={"toy": _toy_spec([])}, progress=False)
+    pair = res["pairs"][0]
+    assert pair["verdict"] == ("too few runs for a verdict between fast and slow (AUC): 1 and 1 "
+                               "finished, >= 2 each needed")  # fmt: skip
+    assert pair["enough_runs"] is False
+    report = (out / "report.md").read_text()
+    verdicts = report[report.index("## Verdicts") : report.index("![learning curves]")]
+    assert "P(" not in verdicts
+    # one "final": result.json, results.json and the report's table agree
+    for cond in ("slow", "fast"):
+        stored = json.loads((out / "runs" / cond / "seed0" / "result.json").read_text())
+        values = [p["value"] for p in stored["curve"]]
+        assert stored["final"] == pytest.approx(np.mean(values[-3:]))
+        assert stored["final"] != pytest.approx(values[-1]) and "final" not in stored["summary"]
+        assert res["conditions"][cond]["runs"][0]["final"] == pytest.approx(stored["final"])
+        assert f"| {cond} | 1 | {stored['final']:.3f} [" in report
+    # the title names the conditions that ran; one configured without a finished run is said
+    assert report.startswith("# Comparison: slow vs fast\n") and titles == ["slow vs fast"]
+    never = {**config, "conditions": {**config["conditions"], "never": ["reward.rate=2.0"]}}
+    C.run_comparison(never, trainers={"toy": _toy_spec([])}, progress=False, report_only=True)
+    report = (out / "report.md").read_text()
+    assert report.startswith("# Comparison: slow vs fast\n")
+    assert "Comparison `toy-slow-fast-never`; no finished run of never." in report
+    assert titles[-1] == "slow vs fast"

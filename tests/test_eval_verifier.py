@@ -580,3 +580,80 @@ def test_eval_verifier_reads_each_prompt_a_reward_can_read(prompt, expect, monke
     assert records[0]["score"] == 0.5
     with pytest.raises(ConfigError, match="--prompt"):
         score_responses(rows, VerifierConfig(), prompt="fuzzy")
+
+
+def _hand_made_file(tmp_path):
+    """A hand-made labelled file as a new user writes one (issue 41): 6 problems, 1-3 responses
+    each from one generator and one from another, and a scores.jsonl as the command writes it,
+    in which 3 responses were scored 0 without a read (2 with no final answer, 1 empty) and one
+    read abstained. Problems 0-3 are all correct or all wrong (tied d(x))."""
+    spec = [  # (problem, generator, is_correct, score, reason)
+        (0, "small", True, 0.9, None), (0, "small", True, 0.8, None), (0, "big", True, 0.7, None),
+        (1, "small", False, 0.0, "no final answer"), (1, "big", False, 0.6, None),
+        (2, "small", True, 0.4, None), (2, "small", True, 0.65, None), (2, "small", True, 0.75, None),
+        (2, "big", True, 0.55, None),
+        (3, "small", False, 0.0, "empty response"), (3, "big", False, 0.5, None),
+        (4, "small", True, 0.0, "no final answer"), (4, "big", False, 0.3, None),
+        (5, "small", False, 0.35, None), (5, "big", True, None, "backend error: TimeoutError"),
+    ]  # fmt: skip
+    rows = [{"problem_id": f"p{p}", "problem": f"What is {p}+1?", "generator": g,
+             "response": "" if why == "empty response" else f"{g} #{i}: wait, let me check: {p + 1}",
+             "is_correct": ok} for i, (p, g, ok, _, why) in enumerate(spec)]  # fmt: skip
+    responses = tmp_path / "mine.jsonl"
+    responses.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    loaded = E.load_responses(responses)
+    scores = tmp_path / "scores.jsonl"
+    scores.write_text("".join(
+        json.dumps({"problem_id": key[0], "generator": key[1], "response_index": key[2],
+                    "is_correct": ok, "score": s, "reason": why}) + "\n"
+        for key, (_, _, ok, s, why) in zip(row_keys(loaded), spec, strict=True)
+    ))  # fmt: skip
+    return responses, scores
+
+
+def test_the_report_counts_unread_zeros_and_shows_no_filler(tmp_path, capsys):
+    """Issue 41 item 4: responses scored 0 without a read (no final answer, empty) were
+    counted as "15 scored, 1 abstained" and fed to AUROC unsaid; the threshold table repeated
+    the auto threshold's row; empty quartiles were rows of n/a; K was 2.5; a column was headed
+    "self-verif. kw" with no word on what it counts."""
+    responses, scores = _hand_made_file(tmp_path)
+    out = tmp_path / "out"
+    assert run_cli("--responses", str(responses), "--scores", str(scores), "--out", str(out),
+                   "--bootstrap", "20", "--no-plots") == 0  # fmt: skip
+    printed = capsys.readouterr().out
+    m = json.loads((out / "metrics.json").read_text())
+    assert m["counts"]["n_scored"] == 14 and m["counts"]["n_scored_unread"] == 3
+    assert m["unread"] == {"n": 3, "reasons": {"no final answer": 2, "empty response": 1},
+                           "n_correct": 1, "n_incorrect": 2}  # fmt: skip
+    read = [(s, ok) for *_, ok, s, why in _spec_of(scores) if s is not None and why is None]
+    assert m["overall"]["auroc_read_only"] == pytest.approx(
+        M.auroc([s for s, _ in read], [ok for _, ok in read])
+    )
+    assert m["overall"]["auroc_read_only"] != pytest.approx(m["overall"]["auroc"])
+    report = (out / "report.md").read_text()
+    assert ("responses: 15 (14 scored: 11 read by the verifier, 3 scored 0 without a read "
+            "(no final answer 2, empty response 1); 1 abstained") in report  # fmt: skip
+    assert "over the 11 read response(s) alone AUROC is " in report
+    assert "(3 of them 0 without a read; AUROC " in printed
+    # the accept threshold: auto chose the in-sample best, so one row says both
+    table = report[report.index("## Accept threshold") : report.index("## Per generator")]
+    assert table.count(f"| {m['threshold']:.3f} |") == 1
+    assert (
+        "best on these data (in-sample, optimistic); the accept threshold of this report" in table
+    )
+    # no empty bin as a row of n/a, and said which were left out
+    difficulty = report[report.index("## By difficulty") : report.index("## Verification at test")]
+    assert not re.search(r"\| 0 \| n/a \|", difficulty)
+    assert "Left out, no problem in them: " in difficulty
+    # K: whole numbers or a range with its mean, never a bare fraction
+    tts = report[report.index("## Verification at test") :]
+    assert "K = 2-4 (mean 2.5)" in tts and not re.search(r"K = \d+\.\d+ candidates", tts)
+    assert "| small | 1-3 (mean 1.5) |" in tts and "| big | 1 |" in tts
+    assert "self-verif. kw" not in report and "| self-verification rate |" in report
+    assert "Self-verification rate: the share of the generator's scored responses" in report
+
+
+def _spec_of(scores):
+    """(problem_id, generator, is_correct, score, reason) of a scores.jsonl."""
+    return [(r["problem_id"], r["generator"], r["is_correct"], r["score"], r["reason"])
+            for r in map(json.loads, scores.read_text().splitlines())]  # fmt: skip

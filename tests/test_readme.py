@@ -85,3 +85,17 @@ def test_python_api_section_runs_as_written(tmp_path, default_model_dir):
     assert (tmp_path / "runs" / "my-grpo" / "reward_quality.png").stat().st_size > 5000
     assert "runs/my-grpo/reward_quality.png" in done.stdout
     assert "'verifier/voc'" in done.stdout and "'verifier/seconds_per_step'" in done.stdout
+
+
+def test_the_demo_numbers_come_with_their_counts():
+    """Issue 41 item 4: the README said `make demo`'s step-5 window has "AUROC 1.00, TPR 1.00,
+    TNR 1.00"; other machines got AUROC 0.75 from 2 correct completions. Every window rate of
+    the demo's Results bullet now stands in a clause with its counts (correct / incorrect), and
+    the bullet says it is no verdict."""
+    start = README.index("- **`make demo`**")
+    bullet = README[start : README.index("\n- **", start + 1)]
+    clauses = [c for c in re.split(r"[;(]", bullet) if re.search(r"\b(AUROC|TPR|TNR) \d", c)]
+    assert clauses, bullet
+    for clause in clauses:
+        assert re.search(r"\d+ / \d+", clause), f"a demo number without its counts: {clause!r}"
+    assert "not a verdict" in bullet and "TPR 1.00, TNR 1.00" not in bullet

@@ -769,3 +769,60 @@ def test_reward_quality_callback_sets_the_run_dir_and_plots_at_train_end(tmp_pat
     assert cb.plot_path == tmp_path / "reward_quality.png" and cb.plot_path.stat().st_size > 5000
     with pytest.raises(TypeError, match="RewardQualityTracker"):
         RewardQualityCallback(tmp_path)
+
+
+def test_a_panel_with_no_point_says_no_data_and_why(tmp_path):
+    """Issue 41 item 4: a panel whose metrics are undefined at every step (a weak policy: no
+    correct completion, so no AUROC, pairwise accuracy or score gap) got an x axis of
+    -0.04..0.04 and a legend of lines that are not there; it now says "no data" and why, and
+    spans the run's steps like the others."""
+    import matplotlib.pyplot as plt
+
+    from densereward.rewards.tracking import _reward_quality_figure
+
+    tracker = RewardQualityTracker(tmp_path, threshold=0.5)
+    for _ in range(3):  # every completion wrong: the threshold-free panel has no point
+        tracker.update(prompts=["p", "p"], scores=[0.2, 0.7], correct=[0, 0])
+    fig = _reward_quality_figure(tracker.records, "verifier/")
+    try:
+        first, rates, passes = fig.axes[:3]
+        texts = [" ".join(t.get_text().split()) for t in first.texts]  # wrapped in the panel
+        assert texts == [
+            "no data: auroc, pairwise_accuracy, score_gap "
+            "it needs both correct and incorrect completions in the window"
+        ], texts
+        assert first.get_legend() is None and not first.get_lines()
+        assert all(ax.get_xlim() == (0.5, 3.5) for ax in fig.axes)  # steps 1..3, not +-0.04
+        # a panel with points draws them and no "no data"; tpr is undefined, so not in the legend
+        assert not passes.texts and not rates.texts
+        assert [t.get_text() for t in rates.get_legend().get_texts()] == [
+            "tnr",
+            "precision",
+            "threshold",
+        ]
+    finally:
+        plt.close(fig)
+    assert tracker.plot().stat().st_size > 5000
+
+
+def test_the_plot_title_says_what_the_last_window_rests_on():
+    """Issue 41 item 4: the demo's plot showed window AUROC/TPR/TNR 1.00 at step 5 with no word
+    that they rest on 4 correct completions (another machine: 2, AUROC 0.75). The title now
+    gives the last window's counts by class and the step one completion moves TPR and TNR by;
+    checked on the measured demo run's own records."""
+    import matplotlib.pyplot as plt
+
+    from densereward.io import read_jsonl
+    from densereward.rewards.tracking import _reward_quality_figure
+
+    figures = Path(__file__).resolve().parents[1] / "docs" / "figures"
+    records = list(read_jsonl(figures / "grpo_demo.reward_quality.jsonl"))
+    fig = _reward_quality_figure(records, "verifier/")
+    try:
+        title = fig._suptitle.get_text()
+    finally:
+        plt.close(fig)
+    assert title.endswith(
+        "\nwindow at step 5: 40 completions, 4 correct / 36 incorrect "
+        "(one moves TPR by 0.25, TNR by 0.03)"
+    ), title

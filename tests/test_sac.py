@@ -152,7 +152,7 @@ def test_sac_200_steps_with_the_real_verifier(tmp_path, default_model_dir, capsy
         "verifier/seconds_per_step",
         "verifier/final_progress_mean",
         "rollout/success_rate",
-        "rollout/ep_true_rew_mean",
+        "rollout/ep_env_rew_mean",
         "rollout/ep_verifier_rew_mean",
         "rollout/ep_rew_mean",
         "train/actor_loss",
@@ -434,11 +434,11 @@ def test_sac_run_plots_its_curves_and_labels_the_evaluation_reward(tmp_path, cap
     assert sac.main(args) == 0
     printed = capsys.readouterr().out
     summary = json.loads((out / "summary.json").read_text())
-    label = "true sparse success reward (1 per step at the goal), summed"
+    label = "sparse success reward (1 per step at the goal, else 0), summed"
     assert summary["eval_reward"] == label and summary["curve"][-1]["reward"] == label
     assert re.search(r"evaluation at step 100: success_rate [01]\.\d{3} \(fraction of 2 "
                      r"deterministic episodes ending at the goal\), mean_reward \d+\.\d{3} "
-                     r"\(true sparse success reward \(1 per step at the goal\), summed over an "
+                     r"\(sparse success reward \(1 per step at the goal, else 0\), summed over an "
                      r"episode; not the verifier's shaped reward\)", printed)  # fmt: skip
     assert summary["plot"] == str(out / "training_curves.png")
     assert (out / "training_curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -6,8 +6,8 @@
   thresholded final progress against ``is_success`` (threshold ``auto``: Youden's J on the
   earlier episodes, as GRPO's tracker and eval-verifier calibrate it), mean progress of
   successful and failed episodes, verifier calls and seconds per environment step, and the
-  true and verifier returns side by side (``rollout/ep_true_rew_mean``,
-  ``rollout/ep_verifier_rew_mean``).
+  returns side by side (``rollout/ep_verifier_rew_mean``; ``rollout/ep_env_rew_mean``, the
+  environment's own reward per training episode, which ``eval/mean_reward`` need not be).
 * :class:`ReplayRelabelCallback`: writes episode-end verifier rewards over the placeholder
   rewards in ``model.replay_buffer`` (``reward.timing="episode_end"``, as VLM-RM does).
 * :class:`LearningCurveCallback`: appends ``{"step", "value"}`` (success rate of the
@@ -87,12 +87,12 @@ def _mean(xs: Iterable[float]) -> float:
 
 
 class VerifierDynamicsCallback(BaseCallback):
-    """Track the verifier's reward quality and the true vs verifier returns during training.
+    """Track the verifier's reward quality and the environment vs verifier returns during training.
 
-    Reads ``info["verifier_episode"]`` (set by the verifier wrappers at each episode end)
-    and ``info["true_reward"]``; works without a verifier too (then only the true return and
-    success are logged). Metrics are means over the last ``window`` episodes and are
-    recorded whenever an episode ends (SB3 writes them at its next log dump):
+    Reads ``info["verifier_episode"]`` (set by the verifier wrappers at each episode end) and
+    ``info["true_reward"]``; without a verifier only the environment return and success are
+    logged. Metrics are means over the last ``window`` episodes, recorded whenever an episode
+    ends (SB3 writes them at its next log dump):
 
     * ``verifier/voc``: mean per-episode VOC over all episodes
       (:func:`densereward.metrics.value_order_correlation` of the progress against the scored
@@ -116,7 +116,7 @@ class VerifierDynamicsCallback(BaseCallback):
       environment step (cumulative); with ``reward.render_frames`` also
       ``verifier/frames_per_step`` and ``verifier/render_seconds_per_step`` (frames rendered
       for the verifier and the seconds that took).
-    * ``verifier/success_rate``, ``rollout/ep_true_rew_mean``, ``rollout/ep_verifier_rew_mean``.
+    * ``verifier/success_rate``, ``rollout/ep_verifier_rew_mean``, ``rollout/ep_env_rew_mean``.
     * Without ``info["is_success"]`` (``Pendulum-v1``: the episodes' ``is_success`` is ``None``)
       the metrics above that need success are left out, never computed as if all had failed.
     * with ``engine_stats``: ``verifier/n_low_mass`` (reads that abstained below
@@ -225,7 +225,7 @@ class VerifierDynamicsCallback(BaseCallback):
 
     def metrics(self) -> dict[str, float]:
         """The current window's metrics (keys as logged; NaN where undefined)."""
-        out: dict[str, float] = {"rollout/ep_true_rew_mean": _mean(self.true_returns)}
+        out: dict[str, float] = {"rollout/ep_env_rew_mean": _mean(self.true_returns)}
         eps = list(self.episodes)
         vocs = [value_order_correlation(e["progress"], steps=e["scored_steps"]) for e in eps]
         if eps:

@@ -103,11 +103,19 @@ def _run_score(args: argparse.Namespace) -> int:
             criteria=args.criteria,
             reference=args.reference,
         )
+        who = _score_who(v, args)
+        sparse = _sparse_check(args) if args.reference is not None else None
         if args.json:
             from .io import to_jsonable
 
-            print(json.dumps(to_jsonable({**r.__dict__, "scale": list(v.scale.tokens)}), indent=2))
+            out = {**r.__dict__, "scale": list(v.scale.tokens), **who}
+            if sparse is not None:
+                out["sparse_check"] = sparse
+            print(json.dumps(to_jsonable(out), indent=2))
             return EXIT_ABSTAINED if r.value is None else 0
+        v_ = who["verifier"]
+        print(f"verifier       : {v_['backend']} {v_['model']} (G = {v_['granularity']}, "
+              f"K = {v_['n_repeats']}), prompt {who['prompt']}: {_PROMPT_WORDS[who['prompt']]}")  # fmt: skip
         if r.value is None:
             print(f"abstained: {r.reason}")
             return EXIT_ABSTAINED
@@ -120,11 +128,87 @@ def _run_score(args: argparse.Namespace) -> int:
             mass = "n/a (restricted by backend)" if r.mass is None else f"{r.mass:.4f}"
             print(f"score mass     : {mass}")
             print(f"argmax score   : {v.scale.tokens[r.argmax]} = {r.argmax_value:.4f}   "
-                  f"(of {worst}..{best})")  # fmt: skip
+                  f"(of {worst}..{best}: {_grade_words(r.argmax, len(v.scale.tokens))})")  # fmt: skip
         for name, val in r.per_criterion.items():
             print(f"  {name:<13}: {val if val is None else round(val, 4)}")
+        if sparse is not None:
+            print(f"sparse check   : {_sparse_words(sparse, r)}")
         print(_score_legend(v))
     return 0
+
+
+_PROMPT_WORDS = {
+    "pointwise": "the problem and the full response, judged on the criteria",
+    "anchored": "the reference answer beside the problem and the full response",
+    "answer_match": "only the response's final answer, matched against --reference",
+}
+"""What each prompt of ``densereward score`` shows the verifier."""
+
+
+def _score_who(v, args: argparse.Namespace) -> dict:
+    """The verifier and the prompt that produced a ``densereward score`` result (``--json`` too)."""
+    from .backends.default_model import DEFAULT_MODEL_NAME
+    from .prompts import resolve_prompt_kind
+
+    cfg = v.config
+    kind = resolve_prompt_kind(
+        "auto", args.criteria or cfg.criteria or None, args.reference is not None
+    )
+    if kind == "pointwise" and args.reference is not None:
+        kind = "anchored"
+    model = cfg.model or f"{DEFAULT_MODEL_NAME} (embedded)"
+    return {
+        "verifier": {"backend": cfg.backend, "model": model, "model_path": str(v.backend.model_id),
+                     "granularity": cfg.granularity, "n_repeats": cfg.n_repeats, "style": cfg.style},
+        "prompt": kind,
+    }  # fmt: skip
+
+
+def _grade_words(argmax: int, n_levels: int) -> str:
+    """What the most likely grade says, in words.
+
+    >>> _grade_words(0, 20), _grade_words(19, 20), _grade_words(2, 5)
+    ('the lowest grade: the verifier most likely judges that the response fails the criterion', 'the highest grade: the verifier most likely judges that the response meets the criterion', 'grade 3 of 5, between failing (lowest) and meeting (highest) the criterion')
+    """
+    if argmax == 0:
+        return "the lowest grade: the verifier most likely judges that the response fails the criterion"
+    if argmax == n_levels - 1:
+        return "the highest grade: the verifier most likely judges that the response meets the criterion"
+    return f"grade {argmax + 1} of {n_levels}, between failing (lowest) and meeting (highest) the criterion"
+
+
+def _sparse_check(args: argparse.Namespace) -> dict:
+    """The sparse reward's check of the response against ``--reference`` (Math-Verify)."""
+    from .rewards.math import MathChecker
+
+    checker = MathChecker(executor="inline")
+    try:
+        c = checker.check(args.reference, args.response)
+    finally:
+        checker.close()
+    return {"reward": c.reward, "predicted": c.predicted, "reason": c.reason}
+
+
+def _sparse_words(sparse: dict, r) -> str:
+    """The sparse check's verdict and whether the verifier's most likely grade agrees with it.
+
+    >>> from densereward.results import ScoreResult
+    >>> _sparse_words({"reward": 1.0, "reason": None}, ScoreResult(value=0.1, argmax=0, argmax_value=0.0))
+    'correct (Math-Verify: its final answer matches --reference); the verifier disagrees: its most likely grade is in the lower half'
+    """
+    if sparse["reward"] is None:
+        return f"not decided ({sparse['reason'] or 'Math-Verify gave no verdict'})"
+    correct = sparse["reward"] == 1.0
+    why = {"no_answer": "no final answer found", "unclosed_thinking": "its thinking is not closed"}
+    wrong = why.get(sparse["reason"], sparse["reason"]) or (
+        f"its final answer {sparse.get('predicted')!r} does not match --reference"
+    )
+    verdict = ("correct (Math-Verify: its final answer matches --reference)" if correct
+               else f"incorrect (Math-Verify: {wrong})")  # fmt: skip
+    high = (r.argmax_value if r.argmax_value is not None else r.value) >= 0.5
+    half = "upper" if high else "lower"
+    agree = "agrees" if high == correct else "disagrees"
+    return f"{verdict}; the verifier {agree}: its most likely grade is in the {half} half"
 
 
 def _score_legend(v) -> str:
@@ -307,7 +391,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
     sub = parser.add_subparsers(
-        dest="command", metavar="{score,train,compare,eval-verifier,eval-progress,distill,serve,models}", required=True
+        dest="command",
+        metavar="{score,train,compare,eval-verifier,eval-progress,distill,serve,models}",
+        required=True,
     )
     _add_score(sub)
     _add_train(sub)

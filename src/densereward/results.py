@@ -10,7 +10,14 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-__all__ = ["ScoreResult", "PairwiseResult", "RankResult"]
+__all__ = ["ScoreResult", "PairwiseResult", "RankResult", "UNREAD_REASONS"]
+
+EMPTY_RESPONSE = "empty response"
+NO_FINAL_ANSWER = "no final answer"
+UNREAD_REASONS = (EMPTY_RESPONSE, NO_FINAL_ANSWER)
+"""``ScoreResult.reason`` of a score given without a model read: ``value`` 0.0, the lowest
+score (an empty candidate; a reference-guided ``answer_match`` candidate with no final answer
+to match). Such a score is not an abstention; :attr:`ScoreResult.unread` tells it apart."""
 
 
 @dataclass
@@ -51,6 +58,15 @@ class ScoreResult:
     def abstained(self) -> bool:
         """True when ``value`` is ``None``."""
         return self.value is None
+
+    @property
+    def unread(self) -> bool:
+        """True when ``value`` was given without a model read (``reason`` in :data:`UNREAD_REASONS`).
+
+        >>> ScoreResult(value=0.0, reason="no final answer").unread, ScoreResult(value=0.3).unread
+        (True, False)
+        """
+        return self.value is not None and self.reason in UNREAD_REASONS
 
 
 @dataclass

@@ -9,7 +9,11 @@ built from ``--config``/``--set``, or from a ``scores.jsonl`` written by an earl
 
 Outputs in ``--out``: ``metrics.json`` (every metric), ``report.md``, ``scores.jsonl`` (one
 row per response: ``problem_id, generator, is_correct, score, mass, abstained``, plus
-``response_index``, ``response_sha1`` to align a reuse, and ``reason``) and PNG plots.
+``response_index``, ``response_sha1`` to align a reuse, and ``reason`` where known) and PNG
+plots. Responses scored 0 without a model read (``reason`` in
+:data:`densereward.results.UNREAD_REASONS`: empty, or no final answer to match) count as scored
+in every metric and are counted apart (``counts.n_scored_unread``, ``unread``), with the AUROC of
+the read responses alone (``overall.auroc_read_only``).
 Abstained responses (score ``None``) are counted with their reasons; they are excluded from
 the classification metrics and are rejects in the test-time-scaling and rejection-sampling
 figures (as in deployment). When most reads abstain (more than half) the report and plots

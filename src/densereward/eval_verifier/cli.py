@@ -215,10 +215,16 @@ def main(args: argparse.Namespace) -> int:
     if "overall" not in metrics:
         print(f"wrote {paths['report']}")
         return _most_abstained(abst)
-    o = metrics["overall"]
+    o, c = metrics["overall"], metrics["counts"]
+    unread = (
+        f" ({c['n_scored_unread']} of them 0 without a read; AUROC {format_number(o['auroc_read_only'])} "
+        "over the read ones)"
+        if c.get("n_scored_unread")
+        else ""
+    )
     print(
         f"TPR {format_number(o['tpr'])}  TNR {format_number(o['tnr'])}  balanced accuracy {format_number(o['balanced_accuracy'])}  "
-        f"AUROC {format_number(o['auroc'])}  ({metrics['counts']['n_scored']} scored, {metrics['counts']['n_abstained']} abstained)"
+        f"AUROC {format_number(o['auroc'])}  ({c['n_scored']} scored{unread}, {c['n_abstained']} abstained)"
     )
     cal = metrics["threshold_calibration"]
     print(

@@ -17,8 +17,16 @@ from ..abstentions import count_reasons
 from ..config import resolve_threshold
 from ..errors import DataError
 from ..io import to_jsonable
+from ..results import UNREAD_REASONS
 
-__all__ = ["HEADLINE", "MOST_ABSTAINED", "abstention_headline", "abstention_summary", "evaluate"]
+__all__ = [
+    "HEADLINE",
+    "MOST_ABSTAINED",
+    "abstention_headline",
+    "abstention_summary",
+    "evaluate",
+    "unread_summary",
+]
 
 MOST_ABSTAINED = 0.5
 """Above this share of abstained reads the report and plots lead with the abstentions and the
@@ -39,14 +47,13 @@ def _family_gap(scores, labels, pids, fams, threshold) -> dict[str, Any]:
     per = {}
     for f, ix in M.group_indices(fams).items():
         sub_p = [pids[i] for i in ix]
-        k = len(ix) / len(set(sub_p))
         per[f] = {
             "mean_problem_pass_rate": M.mean_problem_pass_rate(labels[ix], sub_p),
             "tts_pass_rate": M.tts_pass_rate(scores[ix], labels[ix], sub_p, threshold),
             "tts_verification_gain": M.tts_verification_gain(
                 scores[ix], labels[ix], sub_p, threshold
             ),
-            "k_mean": k,
+            **_candidates_per_problem(sub_p),
         }
     out: dict[str, Any] = {"groups": per}
     if len(per) >= 2:
@@ -62,6 +69,53 @@ def _family_gap(scores, labels, pids, fams, threshold) -> dict[str, Any]:
             ),
         )
     return out
+
+
+def _candidates_per_problem(pids: Sequence[str]) -> dict[str, float]:
+    """K, the responses per problem: ``k_mean`` and its range ``k_min``..``k_max``.
+
+    >>> _candidates_per_problem(["a", "a", "b", "c", "c", "c"])
+    {'k_mean': 2.0, 'k_min': 1, 'k_max': 3}
+    """
+    from collections import Counter
+
+    counts = Counter(pids).values()
+    return {"k_mean": len(pids) / len(counts), "k_min": min(counts), "k_max": max(counts)}
+
+
+def unread_summary(
+    rows: Sequence[Mapping[str, Any]],
+    scores: Sequence[float | None],
+    reasons: Sequence[str | None] | None,
+) -> dict[str, Any] | None:
+    """The responses scored without a model read (0.0: empty, or no final answer to match).
+
+    They are scored, not abstained (a reward gives them the same 0), so every metric counts
+    them; this says how many, why, and of which class.
+
+    Args:
+        rows: ``(n,)`` rows with ``is_correct``.
+        scores: ``(n,)`` scores (``None`` = abstained).
+        reasons: ``(n,)`` the verifier's reasons, or ``None`` when unknown.
+
+    Returns:
+        ``None`` when the reasons are unknown (a scores file that does not record them), else
+        ``{"n", "reasons": {reason: count}, "n_correct", "n_incorrect"}``.
+
+    >>> unread_summary([{"is_correct": False}] * 3, [0.0, 0.0, 0.4], ["no final answer", "empty response", None])
+    {'n': 2, 'reasons': {'no final answer': 1, 'empty response': 1}, 'n_correct': 0, 'n_incorrect': 2}
+    """
+    if reasons is None:
+        return None
+    ix = [i for i, (v, r) in enumerate(zip(scores, reasons, strict=True))
+          if v is not None and r in UNREAD_REASONS]  # fmt: skip
+    n_correct = sum(bool(rows[i]["is_correct"]) for i in ix)
+    return {
+        "n": len(ix),
+        "reasons": count_reasons(reasons[i] for i in ix),
+        "n_correct": n_correct,
+        "n_incorrect": len(ix) - n_correct,
+    }
 
 
 def abstention_summary(
@@ -156,9 +210,12 @@ def evaluate(
         seed: RNG seed of the sub-sampling, rejection sampling and bootstrap.
 
     Returns:
-        A JSON-ready dict (undefined values as ``None``, i.e. JSON null): ``counts``,
-        ``abstentions`` (:func:`abstention_summary`), ``overall`` (classification
-        report + pairwise + TTS), ``soft``, ``confidence_intervals``, ``balanced``,
+        A JSON-ready dict (undefined values as ``None``, i.e. JSON null): ``counts``
+        (``n_scored`` includes ``n_scored_unread``, the responses scored 0 without a model
+        read; ``None`` when the reasons are unknown), ``abstentions``
+        (:func:`abstention_summary`), ``unread`` (:func:`unread_summary`), ``overall`` (classification
+        report + pairwise + TTS, every scored response counted, the unread ones at 0; with the
+        reasons known also ``auroc_read_only``, the AUROC of the responses the verifier read), ``soft``, ``confidence_intervals``, ``balanced``,
         ``per_generator`` (every generator of the file, also one with no scored response),
         ``per_generator_balanced``, ``difficulty`` (quartiles and
         equal-width bins, overall and per generator), ``tts``, ``rejection_sampling``,
@@ -234,6 +291,7 @@ def evaluate(
         return rep
 
     summary = abstention_summary(rows, scores, reasons)
+    unread = unread_summary(rows, scores, reasons)
     abstained_by_gen = {g: summary["per_generator"][g]["n_abstained"] for g in gen_names}
     out: dict[str, Any] = {
         "threshold": threshold,
@@ -242,16 +300,21 @@ def evaluate(
             "n_responses": len(rows),
             "n_scored": len(keep),
             "n_abstained": len(rows) - len(keep),
+            "n_scored_unread": None if unread is None else unread["n"],
             "n_problems": len(set(pids_all)),
             "n_generators": len(gen_names),
             "n_generators_scored": len(set(gens)),
             "abstained_per_generator": abstained_by_gen,
         },
         "abstentions": summary,
+        "unread": unread,
         "generators": gen_names,
     }
     every = np.arange(len(rows))
     out["overall"] = full_report(every)
+    if unread is not None:  # the same threshold-free figure without the unread zeros
+        read = [i for i in keep if reasons[i] not in UNREAD_REASONS]
+        out["overall"]["auroc_read_only"] = M.auroc(s_all[read], y_all[read]) if read else math.nan
     out["threshold_calibration"] = calibration
     out["soft"] = {
         k: v for k, v in M.classification_report(s, y, soft=True).items() if k in M.REPORT_KEYS[:9]
@@ -353,7 +416,7 @@ def evaluate(
             "mean_problem_pass_rate": M.mean_problem_pass_rate(y_all, pids_all),
             "tts_pass_rate": M.tts_pass_rate(s_all, y_all, pids_all, threshold),
             "tts_verification_gain": M.tts_verification_gain(s_all, y_all, pids_all, threshold),
-            "k_mean": len(pids_all) / len(set(pids_all)),
+            **_candidates_per_problem(pids_all),
         },
         "by_family": _family_gap(s_all, y_all, pids_all, fams_all, threshold),
     }

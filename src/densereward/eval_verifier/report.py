@@ -119,9 +119,9 @@ def render_report(
         parts.append(f"- {k}: `{v}`")
     n_gen_scored = c.get("n_generators_scored", c["n_generators"])
     parts.append(
-        f"- responses: {c['n_responses']} ({c['n_scored']} scored, {c['n_abstained']} abstained "
-        "and excluded from the classification metrics, rejects in test-time scaling), "
-        f"problems: {c['n_problems']}, generators: {c['n_generators']}"
+        f"- responses: {c['n_responses']} ({_scored_text(c, metrics.get('unread'))}; "
+        f"{c['n_abstained']} abstained and excluded from the classification metrics, rejects "
+        f"in test-time scaling), problems: {c['n_problems']}, generators: {c['n_generators']}"
         + (f" ({n_gen_scored} with a scored response)" if n_gen_scored != c["n_generators"] else "")
     )
     if "overall" not in metrics:
@@ -141,6 +141,16 @@ def render_report(
         interval = f"[{format_number(iv['low'])}, {format_number(iv['high'])}]" if iv else ""
         head_rows.append([k, format_number(o.get(k)), interval])
     parts.append(markdown_table(["metric", "value", "95% CI (problem bootstrap)"], head_rows))
+    unread = metrics.get("unread") or {}
+    if unread.get("n"):
+        parts += [
+            "",
+            f"Every figure counts the {unread['n']} response(s) scored 0 without a read "
+            f"({unread['n_incorrect']} incorrect, {unread['n_correct']} correct by the labels) "
+            "at score 0, as a reward scores them; over the "
+            f"{c['n_scored'] - unread['n']} read response(s) alone AUROC is "
+            f"{format_number(o.get('auroc_read_only'))}.",
+        ]
     parts += [
         "",
         markdown_table([h for h, _ in _OVERALL_COLUMNS], [[o[k] for _, k in _OVERALL_COLUMNS]]),
@@ -167,36 +177,25 @@ def render_report(
             if cv.get("n_splits")
             else "not estimable (one class or fewer than 2 problems)"
         )
+        best = [format_number(cal["threshold"]), format_number(ins["tpr"]), format_number(ins["tnr"]),
+                format_number(ins["balanced_accuracy"]), "best on these data (in-sample, optimistic)"]  # fmt: skip
+        if cal["threshold"] == metrics["threshold"]:  # auto chose it: one row, not the same twice
+            best[-1] += "; the accept threshold of this report"
+            rows = [best]
+        else:
+            rows = [
+                [format_number(metrics["threshold"]), format_number(o.get("tpr")),
+                 format_number(o.get("tnr")), format_number(o.get("balanced_accuracy")),
+                 "the accept threshold of this report: "
+                 + str(metrics.get("threshold_source", "configured"))],
+                best,
+            ]  # fmt: skip
+        rows.append(["per fold", format_number(cv["tpr"]), format_number(cv["tnr"]),
+                     format_number(cv["balanced_accuracy"]), cv_how])  # fmt: skip
         parts += [
             "## Accept threshold",
             "",
-            markdown_table(
-                ["threshold", "TPR", "TNR", "balanced accuracy", "estimate"],
-                [
-                    [
-                        format_number(metrics["threshold"]),
-                        format_number(o.get("tpr")),
-                        format_number(o.get("tnr")),
-                        format_number(o.get("balanced_accuracy")),
-                        "the accept threshold of this report: "
-                        + str(metrics.get("threshold_source", "configured")),
-                    ],
-                    [
-                        format_number(cal["threshold"]),
-                        format_number(ins["tpr"]),
-                        format_number(ins["tnr"]),
-                        format_number(ins["balanced_accuracy"]),
-                        "best on these data (in-sample, optimistic)",
-                    ],
-                    [
-                        "per fold",
-                        format_number(cv["tpr"]),
-                        format_number(cv["tnr"]),
-                        format_number(cv["balanced_accuracy"]),
-                        cv_how,
-                    ],
-                ],
-            ),  # fmt: skip
+            markdown_table(["threshold", "TPR", "TNR", "balanced accuracy", "estimate"], rows),
             "",
             "The best threshold maximises balanced accuracy (Youden's J). "
             + _threshold_advice(cal["threshold"], abst),
@@ -215,7 +214,7 @@ def render_report(
                 *(h for h, _ in _RATE_COLUMNS),
                 "TPR (shared)",
                 "TNR (shared)",
-                "self-verif. kw",
+                "self-verification rate",
             ],
             [
                 [
@@ -236,14 +235,25 @@ def render_report(
         "",
         f"TPR/TNR (shared): Zhou et al. protocol, on the {format_number(any_g['n_problems_tpr'], 0)} problems where every "
         f"generator has a correct response (TPR) / the {format_number(any_g['n_problems_tnr'], 0)} where every generator has "
-        "an incorrect one (TNR); one response per problem, 8 repeats averaged.",
+        "an incorrect one (TNR); one response per problem, 8 repeats averaged. Self-verification "
+        "rate: the share of the generator's scored responses containing a self-verification "
+        "phrase (verify, double-check, let me check, recheck, confirm, wait, ...: whole words, "
+        "any case; `densereward.metrics.SELF_VERIFICATION_KEYWORDS`, after Lu et al. 2025 app. G).",
         "",
     ]
 
     d = metrics["difficulty"]
     parts += ["## By difficulty", "", d["definition"] + ".", ""]
+    filled = {
+        name: [r for r in d[name]["bins"] if r["n_problems"]]
+        for name in ("quartiles", "equal_width")
+    }
     for name in ("quartiles", "equal_width"):
         parts += [f"### {name.replace('_', '-')} bins", ""]
+        empty = [r["label"] for r in d[name]["bins"] if not r["n_problems"]]
+        if empty:
+            why = " (tied d(x) values share one quartile)" if name == "quartiles" else ""
+            parts += [f"Left out, no problem in them: {', '.join(empty)}{why}.", ""]
         parts.append(
             markdown_table(
                 [
@@ -259,7 +269,7 @@ def render_report(
                         format_number(r["n"], 0),
                         *(r[k] for _, k in _RATE_COLUMNS),
                     ]
-                    for r in d[name]["bins"]
+                    for r in filled[name]
                 ],
             )
         )
@@ -277,7 +287,7 @@ def render_report(
                         for g in gens
                     ],
                 ]
-                for r in d["quartiles"]["bins"]
+                for r in filled["quartiles"]
             ],
         )
     )
@@ -291,7 +301,7 @@ def render_report(
     parts += ["## Verification at test time", ""]
     p = t["pooled"]
     parts.append(
-        f"Pooled (all generators' responses as the K = {format_number(p['k_mean'], 1)} candidates of a problem): "
+        f"Pooled (all generators' responses as the {_k_text(p)} candidates of a problem): "
         f"mean problem pass rate {format_number(p['mean_problem_pass_rate'])} -> verified pass rate "
         f"{format_number(p['tts_pass_rate'])} "
         f"(Zhou et al. eq. 5; gain {format_number(p['tts_verification_gain'])}, eq. 6)."
@@ -300,11 +310,17 @@ def render_report(
     parts += [
         "",
         markdown_table(
-            ["group", "K", "mean problem pass rate", "verified pass rate", "gain"],
+            [
+                "group",
+                "K (responses per problem)",
+                "mean problem pass rate",
+                "verified pass rate",
+                "gain",
+            ],
             [
                 [
                     f,
-                    format_number(r["k_mean"], 1),
+                    _k_text(r, bare=True),
                     r["mean_problem_pass_rate"],
                     r["tts_pass_rate"],
                     r["tts_verification_gain"],
@@ -377,6 +393,41 @@ def render_report(
     return "\n".join(parts)
 
 
+def _scored_text(counts: Mapping[str, Any], unread: Mapping[str, Any] | None) -> str:
+    """How many responses were scored, and of them how many without a model read.
+
+    >>> _scored_text({"n_scored": 14}, {"n": 5, "reasons": {"no final answer": 4, "empty response": 1}})
+    '14 scored: 9 read by the verifier, 5 scored 0 without a read (no final answer 4, empty response 1)'
+    >>> _scored_text({"n_scored": 14}, None)
+    '14 scored (which were read by the verifier is not recorded in the scores file)'
+    """
+    n = counts["n_scored"]
+    if not n:
+        return "0 scored"
+    if unread is None:
+        return f"{n} scored (which were read by the verifier is not recorded in the scores file)"
+    if not unread["n"]:
+        return f"{n} scored, every one read by the verifier"
+    why = ", ".join(f"{k} {v}" for k, v in unread["reasons"].items())
+    return f"{n} scored: {n - unread['n']} read by the verifier, {unread['n']} scored 0 without a read ({why})"
+
+
+def _k_text(tts: Mapping[str, Any], *, bare: bool = False) -> str:
+    """K, the responses per problem: a whole number, or its range and mean.
+
+    >>> _k_text({"k_mean": 4.0, "k_min": 4, "k_max": 4}), _k_text({"k_mean": 2.8, "k_min": 1, "k_max": 4})
+    ('K = 4', 'K = 1-4 (mean 2.8)')
+    """
+    lo, hi = tts.get("k_min"), tts.get("k_max")
+    if lo is not None and lo == hi:
+        text = f"{int(lo)}"
+    elif lo is not None:
+        text = f"{int(lo)}-{int(hi)} (mean {format_number(tts['k_mean'], 1)})"
+    else:  # metrics of an earlier version: the mean alone
+        text = f"{format_number(tts['k_mean'], 1)} (mean)"
+    return text if bare else f"K = {text}"
+
+
 def _threshold_advice(threshold: float | None, abstentions: Mapping[str, Any]) -> str:
     """The sentence after the threshold table: the setting to use, or why there is none.
 
@@ -441,7 +492,8 @@ def write_outputs(
                     "score": rec["score"],
                     "mass": rec.get("mass"),
                     "abstained": rec["score"] is None,
-                    "reason": rec.get("reason"),
+                    # unknown stays unknown (a scores file without reasons): not "no reason"
+                    **({"reason": rec["reason"]} if "reason" in rec else {}),
                     "response_sha1": _sha1(row["response"]),
                 }
             )

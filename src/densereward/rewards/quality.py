@@ -18,9 +18,13 @@ not the mean over problems of per-problem pass rates
 Other keys: ``tie_rate`` (within-group completion pairs whose dense scores tie, whatever their
 labels), ``mean_mass``, ``n_abstained``, ``frac_zero_spread_sparse``,
 ``frac_zero_spread_dense``, ``tpr/level_<k>`` and ``tnr/level_<k>`` (MATH level k = 1..5),
-``n``, ``n_valid``, ``frac_no_answer``, ``frac_unclosed_thinking``. The tracker logs them under
+``n``, ``n_valid``, ``frac_no_answer_sparse`` and ``frac_unclosed_thinking_sparse`` (the share
+of this batch's completions in which the sparse check, Math-Verify's answer extraction, finds no
+final answer / unclosed thinking; :func:`format_metrics`). The tracker logs them under
 ``verifier/`` and the labelled ones also over a rolling window (``verifier/window/<key>`` for
-every key of :data:`WINDOW_KEYS`).
+every key of :data:`WINDOW_KEYS`). Not to be read as the verifier engine's cumulative counter
+``verifier/n_unread_no_answer`` (completions its ``answer_match`` prompt scored 0 without a
+read; 0 under any other prompt, however many completions lack an answer).
 """
 
 from __future__ import annotations
@@ -257,29 +261,34 @@ def format_metrics(
             warning (a reward server names its clients' settings: it has no ``training:``).
 
     Returns:
-        ``({"frac_no_answer", "frac_unclosed_thinking"}, warning)``. ``warning`` is a message
+        ``({"frac_no_answer_sparse", "frac_unclosed_thinking_sparse"}, warning)``: shares of
+        the ``n`` completions, in ``[0, 1]`` (the first includes the second). ``warning`` is a message
         when at least half the completions have no answer while the verifier scores them at
         least 0.8x the batch mean (the policy fails on *format*, which the sparse reward and
         every verifier metric count as wrong), else ``None``.
 
     >>> format_metrics(["no_answer", None, "unclosed_thinking", "no_answer"], [0.5] * 4)[0]
-    {'frac_no_answer': 0.75, 'frac_unclosed_thinking': 0.25}
+    {'frac_no_answer_sparse': 0.75, 'frac_unclosed_thinking_sparse': 0.25}
     """
     n = len(reasons)
     if not n:
         return {}, None
     none_idx = [i for i, r in enumerate(reasons) if r in ("no_answer", "unclosed_thinking")]
     out = {
-        "frac_no_answer": len(none_idx) / n,
-        "frac_unclosed_thinking": sum(r == "unclosed_thinking" for r in reasons) / n,
+        "frac_no_answer_sparse": len(none_idx) / n,
+        "frac_unclosed_thinking_sparse": sum(r == "unclosed_thinking" for r in reasons) / n,
     }
     vals = [s for s in scores if s is not None and not math.isnan(s)]
     none_vals = [scores[i] for i in none_idx if scores[i] is not None and not math.isnan(scores[i])]
-    if out["frac_no_answer"] < 0.5 or not none_vals or np.mean(none_vals) < 0.8 * np.mean(vals):
+    if (
+        out["frac_no_answer_sparse"] < 0.5
+        or not none_vals
+        or np.mean(none_vals) < 0.8 * np.mean(vals)
+    ):
         return out, None
     return out, (
-        f"{100 * out['frac_no_answer']:.0f}% of completions have no extractable final answer "
-        f"({100 * out['frac_unclosed_thinking']:.0f}% unclosed thinking) while the verifier "
+        f"{100 * out['frac_no_answer_sparse']:.0f}% of completions have no extractable final answer "
+        f"({100 * out['frac_unclosed_thinking_sparse']:.0f}% unclosed thinking) while the verifier "
         f"scores them {np.mean(none_vals):.3f} on average (batch mean {np.mean(vals):.3f}): the "
         "likely cause is the answer *format* (no \\boxed{} or final-answer line, or thinking cut "
         "by the completion length limit), not correctness; the sparse reward and every "

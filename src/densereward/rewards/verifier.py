@@ -296,7 +296,9 @@ class _VerifierRewardBase(VerifierHolder):
         )
 
     def _verifier_counters(self) -> dict[str, float]:
-        """Cumulative failure / input counters of the verifier engine (logged as ``verifier/*``)."""
+        """Cumulative failure / input counters of the verifier engine (logged as ``verifier/*``;
+        ``n_unread_no_answer``: completions its ``answer_match`` prompt scored 0 without a read,
+        not the batch's ``frac_no_answer_sparse``)."""
         stats = getattr(self.verifier, "stats", None)
         if stats is None:
             return {}
@@ -309,7 +311,7 @@ class _VerifierRewardBase(VerifierHolder):
             "n_nan_logprobs",
             "n_cache_hits",
             "n_low_mass",
-            "n_no_answer",
+            "n_unread_no_answer",
         )
         return {k: float(d[k]) for k in keys if k in d}
 

@@ -28,9 +28,36 @@ from ..metrics.curves import (
 )
 from ..metrics.format import format_number, markdown_table
 
-__all__ = ["analyze", "plot_curves", "render_report", "verdict"]
+__all__ = ["analyze", "plot_curves", "render_report", "run_final", "title_of", "verdict"]
 
 NAN = float("nan")
+
+MIN_RUNS_FOR_A_VERDICT = 2
+"""Finished runs each side of a pair needs before its P(a > b) is reported as a result."""
+
+
+def run_final(curve: Sequence[Mapping[str, Any]], final_window: int) -> float:
+    """A run's final performance: the mean of the last ``final_window`` points of its curve
+    (``NaN`` for an empty curve). The one computation behind the report's table, each run's
+    ``result.json`` and the line printed when a run finishes.
+
+    >>> run_final([{"step": 0, "value": 0.0}, {"step": 1, "value": 0.5}, {"step": 2, "value": 1.0}], 2)
+    0.75
+    """
+    _, values = curve_arrays(curve or [])
+    return final_performance(values, final_window) if values.size else NAN
+
+
+def title_of(conditions: Mapping[str, Mapping[str, Any]]) -> str:
+    """The conditions that have a finished run, as a title (``"sparse vs dense"``); never one
+    that did not run.
+
+    >>> title_of({"sparse": {"n_runs": 1}, "dense": {"n_runs": 1}, "group": {"n_runs": 0}})
+    'sparse vs dense'
+    """
+    return (
+        " vs ".join(name for name, c in conditions.items() if c.get("n_runs")) or "no finished run"
+    )
 
 
 def verdict(
@@ -40,17 +67,22 @@ def verdict(
 
     ``a`` beats ``b`` when the interval's lower bound is above 0.5, ``b`` beats ``a`` when
     its upper bound is below 0.5, otherwise there is no significant difference. With fewer
-    than 2 runs (``n_a``, ``n_b``) on a side the bootstrap interval is degenerate: no verdict.
+    than :data:`MIN_RUNS_FOR_A_VERDICT` runs (``n_a``, ``n_b``) on a side the bootstrap
+    interval is degenerate (one run each gives ``1.00 [1.00, 1.00]``): no verdict, and no
+    probability beside it, so that none is read as a result.
 
     >>> verdict("dense", "sparse", {"value": 0.89, "low": 0.67, "high": 1.0})
     'dense beats sparse (AUC): P(dense > sparse) = 0.89 [0.67, 1.00]'
     >>> verdict("dense", "sparse", {"value": 0.5, "low": 0.2, "high": 0.8})
     'no significant difference between dense and sparse (AUC): P(dense > sparse) = 0.50 [0.20, 0.80]'
+    >>> verdict("sparse", "dense", {"value": 1.0, "low": 1.0, "high": 1.0}, n_a=1, n_b=1)
+    'too few runs for a verdict between sparse and dense (AUC): 1 and 1 finished, >= 2 each needed'
     """
     p, lo, hi = poi.get("value", NAN), poi.get("low", NAN), poi.get("high", NAN)
+    if min(n_a, n_b) < MIN_RUNS_FOR_A_VERDICT:
+        return (f"too few runs for a verdict between {a} and {b} ({score}): {n_a} and {n_b} "
+                f"finished, >= {MIN_RUNS_FOR_A_VERDICT} each needed")  # fmt: skip
     stat = f"P({a} > {b}) = {format_number(p, 2)} [{format_number(lo, 2)}, {format_number(hi, 2)}]"
-    if min(n_a, n_b) < 2:
-        return f"too few runs for a verdict ({score}; {n_a} and {n_b} finished, >= 2 each needed): {stat}"
     if not all(map(math.isfinite, (p, lo, hi))):
         return f"not comparable ({score}: a condition has no finished run with a curve): {stat}"
     if lo > 0.5:
@@ -88,7 +120,10 @@ def analyze(
 
     Returns:
         ``{"grid": (G,), "conditions": {name: {"runs": [...], "final": ci, "auc": ci,
-        "steps_to_threshold": {...}, "curve": {"mean", "low", "high"}}}, "pairs": [...]}``.
+        "steps_to_threshold": {...}, "curve": {"mean", "low", "high"}}}, "pairs": [...]}``;
+        each pair ``{"a", "b", "score", "p_improvement", "enough_runs", "verdict"}``, where
+        ``enough_runs`` is False when a side has fewer than :data:`MIN_RUNS_FOR_A_VERDICT`
+        finished runs (its ``p_improvement`` is then no result: the report leaves it out).
     """
     grid = np.linspace(0.0, float(budget), grid_points)
     kw = {"n_bootstrap": n_bootstrap, "confidence": confidence, "seed": seed}
@@ -100,7 +135,7 @@ def analyze(
             s, v = curve_arrays(r.get("curve") or [])
             item = {
                 "seed": r.get("seed"),
-                "final": final_performance(v, final_window),
+                "final": run_final(r.get("curve") or [], final_window),
                 "auc": normalized_auc(s, v, budget, grid_points=grid_points) if s.size else NAN,
                 "steps_to_threshold": steps_to_threshold(s, v, threshold)
                 if threshold is not None and s.size
@@ -161,14 +196,17 @@ def analyze(
                 }
                 for k, v in poi.items()
             }
+        n_a = int(np.isfinite([x[primary] for x in conditions[a]["runs"]]).sum())
+        n_b = int(np.isfinite([x[primary] for x in conditions[b]["runs"]]).sum())
         pairs.append(
             {
                 "a": a, "b": b, "score": primary,
                 "p_improvement": poi,
+                # below it P is a count of one comparison, not an estimate (kept for the record)
+                "enough_runs": min(n_a, n_b) >= MIN_RUNS_FOR_A_VERDICT,
                 "verdict": verdict(
                     a, b, poi[primary], score="AUC" if primary == "auc" else "final performance",
-                    n_a=int(np.isfinite([x[primary] for x in conditions[a]["runs"]]).sum()),
-                    n_b=int(np.isfinite([x[primary] for x in conditions[b]["runs"]]).sum()),
+                    n_a=n_a, n_b=n_b,
                 ),
             }
         )  # fmt: skip
@@ -221,10 +259,13 @@ def render_report(
         rows.append(
             [cname, str(c["n_runs"]), _ci_text(c["final"]), _ci_text(c["auc"]), st_txt, wall]
         )
+    not_run = [c for c, v in analysis["conditions"].items() if not v.get("n_runs")]
     lines = [
-        f"# Comparison: {name}",
+        f"# Comparison: {title_of(analysis['conditions'])}",
         "",
-        f"Trainer `{trainer}`, metric `{metric}`, budget {int(budget)} {x_label} per run, "
+        f"Comparison `{name}`"
+        + (f"; no finished run of {', '.join(not_run)}" if not_run else "")
+        + f". Trainer `{trainer}`, metric `{metric}`, budget {int(budget)} {x_label} per run, "
         f"seeds {list(seeds)}."
         + (f" Total wall time {wall_s / 60:.1f} min." if wall_s is not None else ""),
         *[f"Learning curves: {src}." for src in curve_sources],
@@ -235,7 +276,7 @@ def render_report(
     for p in analysis["pairs"]:
         also = (  # the verdict states its own score; the final-performance P only if it is another
             ""
-            if p["score"] == "final"
+            if p["score"] == "final" or not p.get("enough_runs", True)
             else f"; final: P({p['a']} > {p['b']}) = {_ci_text(p['p_improvement']['final'], 2)}"
         )
         lines.append(f"- {p['verdict']}{also}")

@@ -26,7 +26,7 @@ import numpy as np
 
 from ..errors import ConfigError, DenseRewardError
 from ..io import append_jsonl, atomic_write_json, atomic_write_text, to_jsonable
-from ..metrics.curves import curve_arrays, final_performance
+from ..metrics.curves import curve_arrays
 from ..metrics.format import format_number
 from .config import (
     TRAINERS,
@@ -39,7 +39,7 @@ from .config import (
     parse_compare_config,
     trainer_spec,
 )
-from .report import analyze, plot_curves, render_report
+from .report import analyze, plot_curves, render_report, run_final, title_of
 
 __all__ = ["dry_run_comparison", "output_dir_of", "run_comparison"]
 
@@ -235,7 +235,7 @@ def run_comparison(
         metric=metric,
         x_label=spec.x_label,
         threshold=cfg.threshold,
-        title=str(cfg.name),
+        title=title_of(analysis["conditions"]),
         confidence=cfg.confidence,
     )
     atomic_write_text(out / "report.md", report)
@@ -398,10 +398,14 @@ def _run_all(
                 "fingerprint": fps[(cname, key)],
                 "metric": summary.get("metric"),
                 "curve": summary.get("curve") or [],
-                "final": summary.get("final"),
+                # the report's computation (the trainer's own "final" is its curve's last point)
+                "final": run_final(summary.get("curve") or [], cfg.final_window),
+                "final_window": cfg.final_window,
                 "wall_s": round(wall, 2),
                 "run_dir": summary.get("run_dir", str(run_dir)),
-                "summary": {k: v for k, v in summary.items() if k not in ("curve", "run_dir")},
+                "summary": {
+                    k: v for k, v in summary.items() if k not in ("curve", "run_dir", "final")
+                },  # fmt: skip
                 "config": run_configs[cname][key],
             }
             atomic_write_json(seed_dir / "result.json", record)
@@ -424,8 +428,8 @@ def _run_all(
             durations.setdefault(cname, []).append(wall)
             eta = _eta(durations, remaining)
             bar.update(task, advance=1, eta=_hms(eta))
-            _, values = curve_arrays(record["curve"])  # as analyze() reads it
-            final = final_performance(values, cfg.final_window) if values.size else None
+            _, values = curve_arrays(record["curve"])
+            final = record["final"]  # as analyze() computes it
             console.print(
                 f"[{n_done0 + i + 1}/{n_total}] {cname} {key}: final {summary.get('metric')}="
                 f"{format_number(final)} (mean of the last {min(cfg.final_window, values.size)} of "

@@ -16,7 +16,7 @@ A run directory holds ``config.yaml``, ``logs/progress.csv`` (every SB3 key, inc
 ``verifier/*``, ``rollout/*`` and ``eval/*``), ``eval_curve.jsonl`` (success rate of
 deterministic evaluation episodes vs environment steps: the learning curve),
 ``train_curve.jsonl`` (success rate of the training episodes), ``verifier_dynamics.jsonl``
-(``rollout/ep_true_rew_mean`` and the ``verifier/*`` metrics at each episode end),
+(``rollout/ep_env_rew_mean`` and the ``verifier/*`` metrics at each episode end),
 ``training_curves.png`` (all of them against the step, :mod:`densereward.trainers.sac_plots`),
 ``checkpoints/`` (model + replay buffer), ``final_model.zip``, ``summary.json`` and the
 offline W&B run.

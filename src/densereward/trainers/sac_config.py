@@ -39,10 +39,12 @@ EVAL_SEED_OFFSET = 10_000
 SECTIONS = ("env", "reward", "verifier", "sac", "her", "training")
 
 EVAL_REWARD_LABELS = {
-    "sparse": "true sparse success reward (1 per step at the goal), summed",
-    "env": "true env reward, summed",
+    "sparse": "sparse success reward (1 per step at the goal, else 0), summed",
+    "env": "the environment's own reward, summed",
 }
-"""What ``eval/mean_reward`` sums, by the evaluation environment's reward (never the verifier's)."""
+"""What ``eval/mean_reward`` sums, by the evaluation environment's reward (never the verifier's).
+No label says "true": the training episodes' ``rollout/ep_env_rew_mean`` is the environment's
+own reward (FetchReach: -1 per step away from the goal), another scale than the sparse one."""
 
 
 def eval_reward_label(kind: str) -> str:

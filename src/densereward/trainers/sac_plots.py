@@ -11,7 +11,7 @@ Panels (those with no defined point are left out, and the note says so):
   episodes (``train_curve.jsonl``);
 * evaluation return: the evaluation environment's reward summed over an episode (its label
   says which; never the verifier's);
-* training return: the environment's own (true) reward and, with the verifier reward, the
+* training return: the environment's own reward and, with the verifier reward, the
   shaped reward the agent trained on (``verifier_dynamics.jsonl``); two rewards, two scales;
 * verifier runs: TPR, TNR and balanced accuracy of the final progress against success, with
   the threshold in force; and the progress itself (VOC, mean final progress of successful and
@@ -40,7 +40,7 @@ _WHY_UNDEFINED = {
     "verifier/voc": "every episode's progress was constant (VOC needs a change)",
     "verifier/progress_success_mean": "no successful episode in the window",
     "verifier/progress_failure_mean": "no failed episode in the window",
-    "rollout/ep_true_rew_mean": "no training episode had ended",
+    "rollout/ep_env_rew_mean": "no training episode had ended",
     "rollout/ep_verifier_rew_mean": "no training episode had ended",
 }
 
@@ -50,6 +50,9 @@ def _read(path: Path) -> list[dict[str, Any]]:
     if not path.is_file():
         return []
     by_step = {int(r["step"]): r for r in read_jsonl(path)}
+    for r in by_step.values():  # a run written before the name said which reward it sums
+        if "rollout/ep_true_rew_mean" in r:
+            r.setdefault("rollout/ep_env_rew_mean", r.pop("rollout/ep_true_rew_mean"))
     return [by_step[s] for s in sorted(by_step)]
 
 
@@ -100,7 +103,7 @@ def plot_sac_run(
             (train, "value", "training episodes (last window)", ".-")])] if success else []),
         ("evaluation episodes: return", None, [(evals, "mean_reward", eval_reward, "o-")]),
         ("training episodes: return", None, [
-            (dyn, "rollout/ep_true_rew_mean", "true env reward (the environment's own)", ".-"),
+            (dyn, "rollout/ep_env_rew_mean", "the environment's own reward", ".-"),
             *([(dyn, "rollout/ep_verifier_rew_mean", f"training reward: {training_reward}", ".-")]
               if training_reward else [])]),
     ]  # fmt: skip

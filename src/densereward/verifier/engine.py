@@ -19,7 +19,7 @@ from ..backends.images import FramePrep
 from ..cache import ScoreCache
 from ..config import VerifierConfig
 from ..errors import AbstentionError, BackendError, BackendRefusedError, ConfigError, DataError
-from ..results import PairwiseResult, RankResult, ScoreResult
+from ..results import NO_FINAL_ANSWER, PairwiseResult, RankResult, ScoreResult
 from ..scale import ScoreScale
 from ..tournament import bradley_terry_preference, ppt_schedule, round_robin_schedule
 from .boundary import ReadPlan, build_read_plan, check_calibration
@@ -261,9 +261,9 @@ class Verifier(OneItemVerbs):
                 if final is None:
                     # No final answer (none stated, an unfinished last box, or unclosed
                     # thinking): it cannot match the reference -- the lowest score, no call.
-                    self.stats.n_no_answer += 1
+                    self.stats.n_unread_no_answer += 1
                     self.stats.n_scored += 1
-                    results[i] = ScoreResult(value=0.0, mass=None, reason="no final answer")
+                    results[i] = ScoreResult(value=0.0, mass=None, reason=NO_FINAL_ANSWER)
                     continue
             prob = P.sanitize_candidate(str(prob))
             for desc in crit.values():

@@ -23,7 +23,7 @@ import numpy as np
 from .. import prompts as P
 from ..backends.base import TokenLogprobs
 from ..errors import AbstentionError
-from ..results import PairwiseResult, ScoreResult
+from ..results import EMPTY_RESPONSE, PairwiseResult, ScoreResult
 from ..scale import ScoreScale
 
 __all__ = [
@@ -43,8 +43,10 @@ class VerifierStats:
 
     ``mean_mass`` is the mean probability on score tokens over reads that reported one.
     ``n_low_mass`` counts reads that abstained because their score-token mass was below
-    ``VerifierConfig.min_mass``; ``n_no_answer`` counts reference-guided (``answer_match``)
-    candidates with no extractable final answer (scored 0 without a model call).
+    ``VerifierConfig.min_mass``; ``n_unread_no_answer`` counts reference-guided
+    (``answer_match``) candidates with no extractable final answer, scored 0 without a model
+    call (also counted in ``n_scored``, as ``n_empty``'s empty candidates are); under any other
+    prompt it stays 0, however many candidates lack a final answer.
     """
 
     n_scored: int = 0
@@ -59,7 +61,7 @@ class VerifierStats:
     n_nan_logprobs: int = 0
     n_partial_reads: int = 0
     n_low_mass: int = 0
-    n_no_answer: int = 0
+    n_unread_no_answer: int = 0
     seconds: float = 0.0
     mass_sum: float = 0.0
     n_mass: int = 0
@@ -318,7 +320,7 @@ def prepare_candidate(
     if not text.strip():
         stats.n_empty += 1
         stats.n_scored += 1
-        return None, ScoreResult(value=0.0, mass=None, reason="empty response"), False
+        return None, ScoreResult(value=0.0, mass=None, reason=EMPTY_RESPONSE), False
     clean, cut = P.truncate_middle(P.sanitize_candidate(text), max_chars)
     stats.n_truncated += int(cut)
     return clean, None, cut
