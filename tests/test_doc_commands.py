@@ -124,12 +124,22 @@ def with_servers(command: DocCommand):
 
     model = next(
         (w.split("=", 1)[1] for w in command.argv if w.startswith("verifier.model=")), None
-    )
+    ) or config_model(command)
     stack = contextlib.ExitStack()
     n = len(SERVED.findall(" ".join(command.argv))) or int(config_serves(command))
     urls = [stack.enter_context(MisbehavingServer(**({"model": model} if model else {}))).base_url
             for _ in range(n)]  # fmt: skip
     return stack, urls
+
+
+def config_model(command: DocCommand) -> str | None:
+    """The ``verifier.model`` of the command's config (a served verifier is checked to serve it)."""
+    from densereward.config import load_yaml
+
+    if "--config" not in command.argv:
+        return None
+    config = load_yaml(REPO / command.argv[command.argv.index("--config") + 1])
+    return (config.get("verifier") or {}).get("model")
 
 
 def config_serves(command: DocCommand) -> bool:

@@ -731,7 +731,8 @@ def test_track_without_a_tracker_creates_one_and_logs_its_metrics(server, caplog
 
 
 def test_an_undefined_metric_is_explained_once_in_the_log_and_on_the_plot(tmp_path, caplog):
-    from densereward.rewards.tracking import _undefined_note, undefined_reasons
+    from densereward.rewards.quality import undefined_reasons
+    from densereward.rewards.tracking_plot import _undefined_note
 
     tracker = RewardQualityTracker(tmp_path, threshold=0.5)
     with caplog.at_level("WARNING", logger="densereward.rewards.tracking"):
@@ -778,7 +779,7 @@ def test_a_panel_with_no_point_says_no_data_and_why(tmp_path):
     spans the run's steps like the others."""
     import matplotlib.pyplot as plt
 
-    from densereward.rewards.tracking import _reward_quality_figure
+    from densereward.rewards.tracking_plot import _reward_quality_figure
 
     tracker = RewardQualityTracker(tmp_path, threshold=0.5)
     for _ in range(3):  # every completion wrong: the threshold-free panel has no point
@@ -813,7 +814,7 @@ def test_the_plot_title_says_what_the_last_window_rests_on():
     import matplotlib.pyplot as plt
 
     from densereward.io import read_jsonl
-    from densereward.rewards.tracking import _reward_quality_figure
+    from densereward.rewards.tracking_plot import _reward_quality_figure
 
     figures = Path(__file__).resolve().parents[1] / "docs" / "figures"
     records = list(read_jsonl(figures / "grpo_demo.reward_quality.jsonl"))

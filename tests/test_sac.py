@@ -267,16 +267,22 @@ def _sac_args(*argv: str) -> argparse.Namespace:
 
 
 @pytest.mark.parametrize("path", CONFIGS, ids=lambda p: p.stem)
-def test_every_sac_config_passes_its_dry_run(path, tmp_path, capsys, server):
+def test_every_sac_config_passes_its_dry_run(path, tmp_path, capsys):
     """Each shipped config: env id made and reset, describer on a real first observation
     (verifier configs), SAC arguments, run directory; nothing created, no weights loaded. A
-    served verifier is contacted: a scripted server stands in for the config's."""
+    served verifier is contacted: a scripted server serving the config's model stands in."""
+    from servers import MisbehavingServer
+
     out = tmp_path / "run"
     argv = ["--config", str(path), "--output-dir", str(out), "--dry-run"]
-    served = (load_yaml(path).get("verifier") or {}).get("backend") == "openai"
+    verifier = load_yaml(path).get("verifier") or {}
+    served = verifier.get("backend") == "openai"
     if served:
-        argv.append(f"verifier.backend_options.base_url={server.base_url}")
-    assert sac.main(_sac_args(*argv)) == 0
+        with MisbehavingServer(model=verifier.get("model") or "misbehaving-model") as server:
+            argv.append(f"verifier.backend_options.base_url={server.base_url}")
+            assert sac.main(_sac_args(*argv)) == 0
+    else:
+        assert sac.main(_sac_args(*argv)) == 0
     printed = capsys.readouterr().out
     assert ("ok  verifier server: " in printed) == served, printed
     assert "configuration valid" in printed and "!!" not in printed and not out.exists()

@@ -1,0 +1,221 @@
+"""The reward-quality plot of :class:`~densereward.rewards.tracking.RewardQualityTracker`:
+every ``verifier/*`` metric of ``reward_quality.jsonl`` against the training step, one panel
+per group of :data:`PLOT_KEYS` (and :data:`AUDIT_PANEL` when the records hold the advantage
+audit); undefined points are left out and explained under the panels, and a panel with no
+point says "no data" and why. Kept apart from the tracker so that the tracker module holds the
+bookkeeping only; matplotlib is imported on first use.
+"""
+
+from __future__ import annotations
+
+import math
+import textwrap
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .quality import WINDOW_KEYS, undefined_reasons
+
+__all__ = ["PLOT_KEYS", "AUDIT_PANEL", "plot_reward_quality"]
+
+_NAN = float("nan")
+
+PLOT_KEYS = (
+    ("auroc", "pairwise_accuracy", "score_gap"),
+    ("tpr", "tnr", "balanced_accuracy", "precision"),
+    ("pass_rate", "verifier_gain"),
+    ("tie_rate", "frac_zero_spread_sparse", "frac_zero_spread_dense", "mean_mass"),
+)
+"""Panels of the dynamics plot (metric names without the ``verifier/`` prefix): threshold-free
+discrimination, rates at the accept threshold, the policy's pass rate and the verifier gain,
+GRPO-signal health."""
+
+AUDIT_PANEL = (
+    "advantage/wrong_up_share",
+    "advantage/constant_group_share",
+    "advantage/judge_only_step",
+)
+"""The advantage audit's panel (:mod:`densereward.rewards.advantage`), drawn when the records
+hold it: the share of each step's update that pushes wrong completions up, the share in groups
+with no sparse spread, and the steps the judge alone decided."""
+
+
+def _undefined_note(records: Sequence[dict[str, Any]], prefix: str) -> str:
+    """One line per metric that is undefined at some steps: how often, and why (first reason)."""
+    first: dict[str, str] = {}
+    steps: dict[str, set[int]] = {}
+    for r in records:
+        for key, why in undefined_reasons(r, prefix).items():
+            first.setdefault(key, why)
+            steps.setdefault(key, set()).add(int(r["step"]))
+    n_steps = len({int(r["step"]) for r in records})
+    return "\n".join(
+        f"{key} undefined at {len(steps[key])} of {n_steps} steps (no point drawn): {why}"
+        for key, why in first.items()
+    )
+
+
+def _empty_panel_reason(records: Sequence[dict[str, Any]], keys: Sequence[str], prefix: str) -> str:
+    """Why a panel has no point at all: the most frequent reason its metrics are undefined
+    (:func:`~densereward.rewards.quality.undefined_reasons`), or that no record holds them.
+
+    >>> _empty_panel_reason([{"step": 1, "verifier/n_valid": 4.0}], ("auroc",), "verifier/")
+    'no record holds these metrics'
+    >>> _empty_panel_reason([{"step": 1, "verifier/n_valid": 4.0, "verifier/auroc": None}], ("auroc",), "verifier/")
+    'it needs both correct and incorrect completions in the batch'
+    """
+    from collections import Counter
+
+    why: Counter[str] = Counter()
+    for r in records:
+        for key, reason in undefined_reasons(r, prefix).items():
+            if key.removeprefix("window/") in keys:
+                why[reason] += 1
+    if why:
+        return why.most_common(1)[0][0]
+    held = [k for k in keys if any(prefix + k in r or prefix + "window/" + k in r for r in records)]
+    if held:
+        return f"{', '.join(held)} undefined at every step"
+    return "no record holds these metrics"
+
+
+def _window_counts(record: dict[str, Any], prefix: str = "verifier/") -> str | None:
+    """The labelled completions one record's window metrics rest on, by class, and how far one
+    completion moves TPR / TNR (``None`` without window counts).
+
+    >>> _window_counts({"verifier/window/n": 40.0, "verifier/window/pass_rate": 0.1})
+    '40 completions, 4 correct / 36 incorrect (one moves TPR by 0.25, TNR by 0.03)'
+    """
+    n, rate = record.get(prefix + "window/n"), record.get(prefix + "window/pass_rate")
+    if not n or rate is None or (isinstance(rate, float) and math.isnan(rate)):
+        return None
+    pos = round(n * rate)
+    neg = round(n) - pos
+    text = f"{round(n)} completions, {pos} correct / {neg} incorrect"
+    if pos and neg:
+        text += f" (one moves TPR by {1 / pos:.2f}, TNR by {1 / neg:.2f})"
+    return text
+
+
+def _reward_quality_figure(records: Sequence[dict[str, Any]], prefix: str) -> Any:
+    """The matplotlib figure of :func:`plot_reward_quality` (not saved, not closed)."""
+    import matplotlib
+
+    matplotlib.use("Agg", force=False)
+    import matplotlib.pyplot as plt
+
+    by_step: dict[int, list[dict[str, Any]]] = {}
+    for r in records:
+        by_step.setdefault(int(r["step"]), []).append(r)
+    steps = sorted(by_step)
+
+    def series(key: str) -> list[float]:
+        vals = []
+        for st in steps:
+            xs = [r.get(prefix + key) for r in by_step[st]]
+            xs = [x for x in xs if x is not None and not (isinstance(x, float) and math.isnan(x))]
+            vals.append(float(np.mean(xs)) if xs else _NAN)
+        return vals
+
+    windowed = any(prefix + "window/n" in r for r in records)
+    panels = PLOT_KEYS + (
+        (AUDIT_PANEL,) if any(prefix + AUDIT_PANEL[0] in r for r in records) else ()
+    )
+    fig, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 3.8), squeeze=False)
+    # Series of one panel often coincide (AUROC and pairwise accuracy at 1.0): each gets its own
+    # dash pattern and marker, drawn thinner in turn, so a line under another still shows.
+    styles = [("-", "o", 2.4), ("--", "s", 1.9), (":", "^", 1.6), ("-.", "D", 1.3)]
+    pad = max(0.5, 0.04 * (steps[-1] - steps[0])) if steps else 0.5
+    for ax, keys in zip(axes[0], panels, strict=True):
+        scope = {k: ("window/" + k if windowed and k in WINDOW_KEYS else k) for k in keys}
+        drawn = [
+            k for k in keys if np.isfinite(series(scope[k])).any() or np.isfinite(series(k)).any()
+        ]
+        for j, key in enumerate(keys):
+            if key not in drawn:
+                continue  # a legend entry for a line that is not there would read as data
+            ls, mk, lw = styles[j % len(styles)]
+            if scope[key] != key:
+                (line,) = ax.plot(
+                    steps, series(scope[key]), ls=ls, marker=mk, lw=lw, ms=4, mfc="none",
+                    label=key,
+                )  # fmt: skip
+                ax.plot(
+                    steps,
+                    series(key),
+                    ls="none",
+                    marker=".",
+                    ms=5,
+                    alpha=0.35,
+                    color=line.get_color(),
+                )
+            else:
+                ax.plot(steps, series(key), ls=ls, marker=mk, lw=lw, ms=4, mfc="none", label=key)
+        if "tpr" in keys and any(prefix + "threshold" in r for r in records):
+            ax.plot(steps, series("threshold"), ls="--", color="0.4", lw=1, label="threshold")
+        if not drawn:  # no axis made up around nothing: say that there is no data, and why
+            reason = textwrap.fill(_empty_panel_reason(records, keys, prefix), 48)
+            ax.text(0.5, 0.5, f"no data: {', '.join(keys)}\n{reason}", transform=ax.transAxes,
+                    ha="center", va="center", fontsize=7, color="0.3", wrap=True)  # fmt: skip
+        if steps:  # the steps of the run, also where a panel has no point (not -0.04..0.04)
+            ax.set_xlim(steps[0] - pad, steps[-1] + pad)
+        ax.set_xlabel("GRPO step")
+        # rates and probabilities lie in [0, 1]; the verifier gain and the score gap in [-1, 1]
+        ax.set_ylim(-1.05 if {"verifier_gain", "score_gap"} & set(keys) else -0.05, 1.05)
+        ax.xaxis.get_major_locator().set_params(integer=True)
+        ax.grid(alpha=0.3)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=7, framealpha=0.7)
+    sources = list(
+        dict.fromkeys(str(r["threshold_source"]) for r in records if r.get("threshold_source"))
+    )
+    sizes = [int(r["window"]) for r in records if r.get("window")]
+    title = "Verifier reward quality as the policy trains"
+    if windowed:
+        size = f"W = {max(sizes)}" if sizes else "W"
+        title += f" (lines: the last {size} labelled completions; dots: each batch)"
+    if sources:
+        title += f"\naccept threshold: {', '.join(sources)}"
+    counts = _window_counts(by_step[steps[-1]][-1], prefix) if windowed and steps else None
+    if counts is not None:  # what the last window's rates rest on
+        title += f"\nwindow at step {steps[-1]}: {counts}"
+    fig.suptitle(title, fontsize=10)
+    axes[0][0].set_ylabel("value")
+    note = _undefined_note(records, prefix)
+    if note:  # beside the lines: why some points are missing
+        fig.text(0.005, 0.005, note, fontsize=7, va="bottom", ha="left", color="0.3")
+    fig.tight_layout(rect=(0, 0.03 + 0.05 * (note.count("\n") + 1) if note else 0, 1, 1))
+    return fig
+
+
+def plot_reward_quality(
+    records: Sequence[dict[str, Any]], path: str | Path, *, prefix: str = "verifier/"
+) -> Path:
+    """Plot reward-quality metrics against the GRPO step (one PNG, one panel per :data:`PLOT_KEYS` row).
+
+    Records of the same step (several generation batches per logging step) are averaged.
+    Where the records hold window metrics (``<prefix>window/<metric>``) those are the lines
+    and the per-batch values faint dots; the accept threshold (``<prefix>threshold``) is drawn
+    dashed in the rates panel, and the title says how it was chosen (``threshold_source``)
+    and what the last window rests on (its correct / incorrect completions). A panel none of whose metrics has a point at any step draws no axis around nothing: it
+    says "no data" and why (the most frequent reason its metrics are undefined). Every panel's
+    x axis spans the records' steps.
+
+    Args:
+        records: Rows of ``reward_quality.jsonl`` (``step`` plus ``<prefix><metric>`` keys).
+        path: Output PNG path.
+        prefix: Key prefix of the metrics.
+
+    Returns:
+        ``path``.
+    """
+    import matplotlib.pyplot as plt
+
+    fig = _reward_quality_figure(records, prefix)
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
