@@ -118,7 +118,8 @@ def _report(summary: dict[str, Any]) -> str:
                 f"| clear labels (abs(p - 0.5) >= 0.1) agreeing with true closeness | "
                 f"{f(lab['clear_agree_with_closeness'])} of {lab['n_clear']} |",
                 f"| state pairs fitted (held out) | {fit['n_pairs']} ({fit['n_val']}) |",
-                f"| held-out agreement with clear labels | {f(fit['val_agreement'])} |",
+                f"| agreement with clear held-out label pairs (texts seen in the fit: a fit check, "
+                f"not generalisation; eval-progress --reward-model is) | {f(fit['val_agreement'])} |",
                 f"| train / held-out loss | {f(fit['train_loss'])} / {f(fit['val_loss'])} |",
                 "",
                 "Check the model on episodes it never saw: `densereward eval-progress --config "
