@@ -781,3 +781,19 @@ def test_one_run_each_gives_no_probability_and_one_final_value(tmp_path, monkeyp
     assert report.startswith("# Comparison: slow vs fast\n")
     assert "Comparison `toy-slow-fast-never`; no finished run of never." in report
     assert titles[-1] == "slow vs fast"
+
+
+def test_the_report_gives_each_sac_arm_its_cost_per_step_and_the_rewards_share():
+    """Issue 39: the README states the verifier's share of step time per arm; the report's
+    column comes from each run's summary (training seconds, verifier or reward-model seconds)."""
+    from densereward.sample_efficiency.report import step_cost
+
+    assert step_cost({"steps_per_second": 200.0, "seconds": 50.0, "verifier_stats": None}) == {
+        "ms_per_step": 5.0, "reward_share": 0.0}  # fmt: skip
+    model = step_cost({"steps_per_second": 100.0, "seconds": 40.0,
+                       "verifier_stats": {"reward_model_calls": 8000, "reward_model_seconds": 2.0}})  # fmt: skip
+    assert model == {"ms_per_step": 10.0, "reward_share": 0.05}
+    verifier = step_cost({"steps_per_second": 10.0, "seconds": 100.0,
+                          "verifier_stats": {"seconds": 90.0}})  # fmt: skip
+    assert verifier["reward_share"] == 0.9
+    assert step_cost({"steps_per_second": None}) == {"ms_per_step": None, "reward_share": None}

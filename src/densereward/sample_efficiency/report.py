@@ -36,6 +36,22 @@ MIN_RUNS_FOR_A_VERDICT = 2
 """Finished runs each side of a pair needs before its P(a > b) is reported as a result."""
 
 
+def step_cost(summary: Mapping[str, Any]) -> dict[str, float | None]:
+    """A SAC run's training cost per environment step and the reward's share of it, from its
+    ``summary.json``: ``ms_per_step`` = 1000 / ``steps_per_second`` (training only, evaluation
+    excluded) and ``reward_share`` = the seconds inside the verifier (``verifier_stats.seconds``)
+    or the distilled reward model (``verifier_stats.reward_model_seconds``) over the run's
+    training seconds (0 for rewards with neither). ``None`` where the summary has no such
+    numbers (GRPO runs)."""
+    sps = summary.get("steps_per_second")
+    seconds = summary.get("seconds")
+    if not isinstance(sps, (int, float)) or not sps > 0 or not seconds:
+        return {"ms_per_step": None, "reward_share": None}
+    stats = summary.get("verifier_stats") or {}
+    spent = stats.get("seconds", stats.get("reward_model_seconds", 0.0)) or 0.0
+    return {"ms_per_step": 1000.0 / float(sps), "reward_share": float(spent) / float(seconds)}
+
+
 def run_final(curve: Sequence[Mapping[str, Any]], final_window: int) -> float:
     """A run's final performance: the mean of the last ``final_window`` points of its curve
     (``NaN`` for an empty curve). The one computation behind the report's table, each run's
@@ -142,6 +158,7 @@ def analyze(
                 else NAN,
                 "n_points": int(s.size),
                 "wall_s": r.get("wall_s"),
+                **step_cost(r.get("summary") or {}),
                 "run_dir": r.get("run_dir"),
             }
             per_run.append(item)
@@ -259,6 +276,15 @@ def render_report(
         rows.append(
             [cname, str(c["n_runs"]), _ci_text(c["final"]), _ci_text(c["auc"]), st_txt, wall]
         )
+        costs = [r for r in c["runs"] if r.get("ms_per_step") is not None]
+        if costs:
+            rows[-1].append(
+                f"{np.mean([r['ms_per_step'] for r in costs]):.1f} "
+                f"({100 * np.mean([r['reward_share'] for r in costs]):.1f} %)"
+            )
+    if any(len(r) == len(headers) + 1 for r in rows):
+        headers.append("ms / env step (reward's share)")
+        rows = [r if len(r) == len(headers) else [*r, "n/a"] for r in rows]
     not_run = [c for c, v in analysis["conditions"].items() if not v.get("n_runs")]
     lines = [
         f"# Comparison: {title_of(analysis['conditions'])}",
@@ -322,6 +348,9 @@ def render_report(
         "X beats Y when the CI's lower bound is above 0.5.",
         "- Steps to threshold: the first evaluation at or above the threshold; the median counts "
         "runs that never reached it as infinite.",
+        "- ms / env step (SAC): training wall time per environment step (evaluation excluded), "
+        "mean over runs; the reward's share is the time inside the verifier or the distilled "
+        "reward model. Runs on a shared machine: compare the arms of one comparison, not machines.",
         "",
     ]
     return "\n".join(lines)
