@@ -417,3 +417,21 @@ def test_the_training_and_evaluation_returns_are_named_apart(tmp_path):
     old = tmp_path / "verifier_dynamics.jsonl"
     old.write_text(json.dumps({"step": 50, "rollout/ep_true_rew_mean": -50.0}) + "\n")
     assert sac_plots._read(old) == [{"step": 50, "rollout/ep_env_rew_mean": -50.0}]
+
+
+def test_episodes_that_end_at_one_step_give_one_record(tmp_path):
+    """With n_envs = 2 both Fetch episodes end at the same step (a 50-step horizon): the
+    dynamics file had two near-identical rows per step, the first without the second episode.
+    A real SAC on two FetchReach environments, 200 steps, no gradient step."""
+    import json
+
+    from stable_baselines3 import SAC
+
+    from densereward import envs
+
+    venv = envs.make_vec_env("FetchReach-v4", 2, seed=0, reward="sparse")
+    cb = VerifierDynamicsCallback(threshold=0.5, path=tmp_path / "dyn.jsonl")
+    SAC("MultiInputPolicy", venv, learning_starts=1000, seed=0).learn(200, callback=cb)
+    rows = [json.loads(line) for line in (tmp_path / "dyn.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [100, 200]
+    assert cb.n_episodes == 4

@@ -10,8 +10,7 @@
   environment's own reward per training episode, which ``eval/mean_reward`` need not be).
 * :class:`ReplayRelabelCallback`: writes episode-end verifier rewards over the placeholder
   rewards in ``model.replay_buffer`` (``reward.timing="episode_end"``, as VLM-RM does).
-* :class:`LearningCurveCallback`: appends ``{"step", "value"}`` (success rate of the
-  training episodes vs environment steps) to a JSONL file.
+* :class:`LearningCurveCallback`: appends the training episodes' success rate to a JSONL file.
 * :class:`EvaluationCallback`: deterministic evaluation episodes on a separate environment
   every ``every`` environment steps (SB3's ``evaluate_policy``); its JSONL curve is the one
   ``densereward compare`` reads.
@@ -91,8 +90,8 @@ class VerifierDynamicsCallback(BaseCallback):
 
     Reads ``info["verifier_episode"]`` (set by the verifier wrappers at each episode end) and
     ``info["true_reward"]``; without a verifier only the environment return and success are
-    logged. Metrics are means over the last ``window`` episodes, recorded whenever an episode
-    ends (SB3 writes them at its next log dump):
+    logged. Metrics are means over the last ``window`` episodes, recorded once at each step
+    where episodes end (SB3 writes them at its next log dump):
 
     * ``verifier/voc``: mean per-episode VOC over all episodes
       (:func:`densereward.metrics.value_order_correlation` of the progress against the scored
@@ -194,6 +193,7 @@ class VerifierDynamicsCallback(BaseCallback):
             ep = info.get("verifier_episode")
             if ep is not None:
                 self.add_episode(ep)
+        if np.any(dones):  # once per step, after every episode that ended at it
             self.record()
         return True
 
