@@ -593,6 +593,12 @@ async def _run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
     }  # fmt: skip
 
 
+def _shown(path: Path) -> str:
+    """``path`` relative to the repository when it is inside it."""
+    path = path.resolve()
+    return str(path.relative_to(REPO)) if path.is_relative_to(REPO) else str(path)
+
+
 def _report(args: argparse.Namespace, run: dict[str, Any]) -> dict[str, Any]:
     tally: Tally = run["tally"]
     rows = []
@@ -625,7 +631,7 @@ def _report(args: argparse.Namespace, run: dict[str, Any]) -> dict[str, Any]:
         "date": time.strftime("%Y-%m-%d"),
         "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, {platform.platform()}, "
         f"load average at the end {os.getloadavg()[0]:.1f}",
-        "args": {**vars(args), "json": str(args.json)}, "seconds": round(run["seconds"], 1), "rows": rows,
+        "args": {**vars(args), "json": _shown(args.json)}, "seconds": round(run["seconds"], 1), "rows": rows,
         "server_statuses": statuses, "events": run["events"], "memory": memory,
         "rss_samples": run["samples"], "errors": tally.errors, "checks": checks,
         "passed": all(checks.values()),
