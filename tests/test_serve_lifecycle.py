@@ -376,7 +376,8 @@ def test_verl_reward_retries_through_a_restart_and_refuses_at_once_on_a_4xx():
     served = Served([Hangs()], port=port)
     try:
         t.join(timeout=30)
-        assert out.get("value") == 5.0 and out["took"] >= 1.4, out  # len("hello"): Hangs' reward
+        # len("hello"): Hangs' reward
+        assert out.get("value") == {"score": 5.0, "abstained": 0.0} and out["took"] >= 1.4, out
         t0 = time.monotonic()
         with pytest.raises(RuntimeError, match=r"refused the request: HTTP 413 .*serve.max_items"):
             from densereward.serve.verl_reward import compute_score_batch

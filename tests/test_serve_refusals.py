@@ -46,6 +46,8 @@ def _responses_scored(server: MisbehavingServer) -> list[str]:
 def _answer(body) -> list[tuple[str, float]]:
     text = str(body["messages"][-2]["content"])
     found = re.search(r"<response>\n(.*)\n</response>", text, re.S)
+    if found and "ABSTAIN" in found.group(1):  # no score token among the alternatives
+        return [("zebra", -0.01)]
     top = found and ("FEWSHOT" in found.group(1) or "RIGHT" in found.group(1))
     return [("T", -0.01)] if top else [("A", -0.01)]
 
@@ -268,6 +270,45 @@ def test_require_labels_refuses_requests_without_labels_for_reference_guided_rew
     service, close = build_service({**config, "serve": {}})
     close()
     assert service.config.require_labels is False
+
+
+def test_abstentions_are_flagged_to_every_client_kind(scripted):
+    """Before: slime got ``serve.abstain_reward`` (0.0) as a bare number and verl a float, each
+    indistinguishable from a read of the lowest score (also 0.0 here)."""
+    from densereward.serve.verl_reward import compute_score, compute_score_batch
+
+    _, _, running = scripted
+    url, header = running.url, "X-Densereward-Abstained"
+    before = {e: _metric(running, "densereward_abstentions_total", endpoint=e)
+              for e in ("get_reward", "slime", "score")}  # fmt: skip
+    # OpenRLHF: extra_logs (a logged tensor per name), and the header counts them
+    prompt = chat("What is 2 + 2?")
+    payload = {"query": [prompt + "ABSTAIN", prompt + "It is 5."], "prompts": [prompt] * 2}
+    got = httpx.post(f"{url}/get_reward", json=payload, timeout=30)
+    assert got.json()["rewards"] == [0.0, 0.0] and got.headers[header] == "1"
+    assert got.json()["extra_logs"] == {"densereward_abstained": [1.0, 0.0]}
+    # slime: the bare number (its default) carries the header; ?details=1 (with slime's
+    # --reward-key reward) carries the flag in the reward itself
+    for response, abstained in (("ABSTAIN", True), ("It is 5.", False)):
+        item = {"prompt": "What is 2 + 2?", "response": response, "label": None}
+        bare = httpx.post(f"{url}/slime", json=item, timeout=30)
+        assert bare.json() == 0.0 and bare.headers[header] == str(int(abstained))
+        for query in ("?details=1", "?details", "?details=true"):
+            got = httpx.post(f"{url}/slime{query}", json=item, timeout=30)
+            assert got.json() == {"reward": 0.0, "abstained": abstained}, query
+    got = httpx.post(f"{url}/slime?details=maybe", json=item, timeout=30)
+    assert got.status_code == 422 and "details" in got.json()["error"]
+    # verl: a dict per item, as verl's reward managers take it (score + reward_extra_info)
+    one = compute_score("gsm8k", "ABSTAIN", None, {"question": "What is 2 + 2?"}, url=url)
+    assert one == {"score": 0.0, "abstained": 1.0}
+    many = compute_score_batch(["gsm8k"] * 2, ["It is 5.", "ABSTAIN"], [None, None],
+                               [{"question": "What is 2 + 2?"}] * 2, url=url, abstain_reward=-1.0)  # fmt: skip
+    assert many == [{"score": 0.0, "abstained": 0.0}, {"score": -1.0, "abstained": 1.0}]
+    bare = compute_score_batch(["gsm8k"], ["ABSTAIN"], [None], None, url=url, return_dict=False)
+    assert bare == [0.0]
+    # counted per client kind (verl's requests are /score's)
+    after = {e: _metric(running, "densereward_abstentions_total", endpoint=e) for e in before}
+    assert {e: after[e] - before[e] for e in before} == {"get_reward": 1, "slime": 4, "score": 3}
 
 
 def test_the_servers_quality_tracker_is_bounded(monkeypatch):

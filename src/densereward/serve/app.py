@@ -13,7 +13,8 @@ dense reward is awaited on the server's loop, and its reads of concurrent batche
 Endpoints (contracts in :mod:`densereward.serve.contracts`):
 
 * ``POST /get_reward`` (alias ``POST /``): OpenRLHF's remote reward model;
-* ``POST /slime``: slime's ``--rm-url`` (the answer is the reward, a JSON number);
+* ``POST /slime``: slime's ``--rm-url`` (the answer is the reward, a JSON number; with
+  ``?details=1`` ``{"reward", "abstained"}``);
 * ``POST /score``, ``POST /rank``: the plain JSON API;
 * ``GET /health``; ``GET /metrics``: Prometheus text (requests, latency, items, abstentions,
   refusals by reason, batch sizes, and the ``verifier/*`` quality metrics when labels come).
@@ -23,9 +24,13 @@ a client that leaves mid-body is counted as 499; an item whose weighted reward i
 is sent as abstained. With ``serve.require_labels`` an item without a label is refused.
 
 OpenRLHF and slime take numbers only: an abstained item is sent as ``serve.abstain_reward``
-(default 0.0), flagged in OpenRLHF's ``extra_logs`` (``densereward_abstained``) and counted in
-``densereward_abstentions_total``; ``/score`` answers ``null``. Nothing is kept between
-requests beyond counters, so any number of replicas can sit behind a load balancer.
+(default 0.0) and flagged to every client kind: in OpenRLHF's ``extra_logs``
+(``densereward_abstained``), in ``/slime?details=1``'s ``{"reward", "abstained"}`` (slime's
+``--reward-key reward``), in ``/score``'s ``abstained`` (verl's ``compute_score`` returns
+``{"score", "abstained"}``), in the ``X-Densereward-Abstained`` header (the count) of every
+answer, and counted in ``densereward_abstentions_total{endpoint}``; ``/score`` answers ``null``.
+Nothing is kept between requests beyond counters, so any number of replicas can sit behind a
+load balancer.
 """
 
 from __future__ import annotations
@@ -53,12 +58,17 @@ from .contracts import (
     parse_rank,
     parse_score,
     parse_slime,
+    slime_details,
 )
 from .lifecycle import DaemonThreads, Drain
 
 __all__ = ["ServeConfig", "RewardService", "make_app"]
 
 logger = logging.getLogger(__name__)
+
+ABSTAINED_HEADER = "X-Densereward-Abstained"
+"""Response header of ``/get_reward``, ``/slime`` and ``/score``: how many of the answer's items
+abstained (sent as ``serve.abstain_reward`` where the contract takes numbers only)."""
 
 
 @dataclass(frozen=True)
@@ -128,7 +138,7 @@ class _Metrics:
         self.requests = Counter("densereward_requests", "HTTP requests", ["endpoint", "status"], registry=r)  # fmt: skip
         self.latency = Histogram("densereward_request_seconds", "request latency (s)", ["endpoint"], registry=r)  # fmt: skip
         self.items = Counter("densereward_items", "items scored", registry=r)
-        self.abstentions = Counter("densereward_abstentions", "items every reward abstained on", registry=r)  # fmt: skip
+        self.abstentions = Counter("densereward_abstentions", "items answered as abstained (every reward abstained), by endpoint", ["endpoint"], registry=r)  # fmt: skip
         self.batch = Histogram("densereward_batch_items", "items per reward call", registry=r,
                                buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024))  # fmt: skip
         self.in_flight = Gauge("densereward_in_flight", "requests being served", registry=r)
@@ -208,7 +218,6 @@ class RewardService:
                 total = None
             out.append(total)
         self.metrics.items.inc(len(items))
-        self.metrics.abstentions.inc(sum(v is None for v in out))
         self.metrics.batch.observe(len(items))
         return out
 
@@ -374,9 +383,9 @@ def make_app(service: RewardService, *, on_close: Callable[[], None] | None = No
             status_code=503, headers={"Retry-After": "1", "Connection": "close"},
         )  # fmt: skip
 
-    def endpoint(name: str, handler: Callable[[Any], Any]):
+    def endpoint(name: str, handler: Callable[[Any, Any], Any]):
         async def answer(request: Request) -> Any:
-            return await handler(await body_of(request))
+            return await handler(await body_of(request), request.query_params)
 
         async def route(request: Request) -> Response:
             t0 = time.perf_counter()
@@ -387,7 +396,11 @@ def make_app(service: RewardService, *, on_close: Callable[[], None] | None = No
                 if not finished:
                     status = 503
                     return draining()
-                return JSONResponse(result)
+                body, abstained = result
+                if abstained is None:  # /rank: no reward, nothing to flag
+                    return JSONResponse(body)
+                m.abstentions.labels(endpoint=name).inc(abstained)
+                return JSONResponse(body, headers={ABSTAINED_HEADER: str(abstained)})
             except asyncio.CancelledError:  # uvicorn's force exit: still an answer, not a bare 500
                 status = 503
                 return draining()
@@ -409,25 +422,31 @@ def make_app(service: RewardService, *, on_close: Callable[[], None] | None = No
 
         return route
 
-    async def openrlhf(body: Any) -> dict[str, Any]:
+    # each handler answers (the JSON body, how many of its items abstained -- None for /rank)
+    async def openrlhf(body: Any, query: Any) -> tuple[dict[str, Any], int]:
         items = labelled(parse_openrlhf(body, cfg.max_items), "labels")
         values = await service.submit(items)
         rewards = as_floats(values, cfg.abstain_reward)
         abstained = [float(v is None) for v in values]
         return {"rewards": rewards, "scores": rewards,
-                "extra_logs": {"densereward_abstained": abstained}}  # fmt: skip
+                "extra_logs": {"densereward_abstained": abstained}}, int(sum(abstained))  # fmt: skip
 
-    async def slime(body: Any) -> float:
+    async def slime(body: Any, query: Any) -> tuple[Any, int]:
+        details = slime_details(query)  # slime --reward-key reward: the flag travels with it
         (value,) = await service.submit(labelled([parse_slime(body)], "label"))
-        return cfg.abstain_reward if value is None else float(value)
+        reward = cfg.abstain_reward if value is None else float(value)
+        if details:
+            return {"reward": reward, "abstained": value is None}, int(value is None)
+        return reward, int(value is None)
 
-    async def score(body: Any) -> dict[str, Any]:
+    async def score(body: Any, query: Any) -> tuple[dict[str, Any], int]:
         values = await service.submit(labelled(parse_score(body, cfg.max_items), "references"))
-        return {"rewards": values, "abstained": [v is None for v in values]}
+        abstained = [v is None for v in values]
+        return {"rewards": values, "abstained": abstained}, sum(abstained)
 
-    async def rank(body: Any) -> dict[str, Any]:
+    async def rank(body: Any, query: Any) -> tuple[dict[str, Any], None]:
         problem, candidates, pivots = parse_rank(body, cfg.max_items)
-        return await asyncio.to_thread(service.rank, problem, candidates, pivots)
+        return await asyncio.to_thread(service.rank, problem, candidates, pivots), None
 
     async def health(request: Request) -> Response:
         return JSONResponse({"status": "ok", "model": model_name(service.verifier),

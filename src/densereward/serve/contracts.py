@@ -37,6 +37,7 @@ __all__ = [
     "RequestError",
     "parse_openrlhf",
     "parse_slime",
+    "slime_details",
     "parse_score",
     "parse_rank",
     "parse_body",
@@ -202,6 +203,19 @@ def parse_slime(body: Any) -> Item:
         strip_end_markers(response),
         None if label is None else str(label),
     )
+
+
+def slime_details(query: Mapping[str, str]) -> bool:
+    """Whether ``/slime`` answers ``{"reward", "abstained"}`` (``?details=1`` or ``?details``,
+    for slime's ``--reward-key reward``) rather than the bare number.
+
+    Raises:
+        RequestError: 422 (reason ``invalid``) for a ``details`` that is not a boolean.
+    """
+    value = str(query.get("details", "0")).strip().lower()
+    if value not in ("0", "1", "true", "false", ""):
+        raise RequestError(f"query parameter 'details' must be 1/true or 0/false, got {value!r}")
+    return value in ("1", "true", "")  # a bare ?details asks for them
 
 
 def parse_score(body: Any, max_items: int) -> list[Item]:

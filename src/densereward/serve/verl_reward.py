@@ -18,8 +18,12 @@ takes a float (or a dict with ``score``); the batch manager (``batch.py``) calls
 prompt: the problem text comes from ``extra_info["question"]`` (verl's GSM8K and MATH
 preprocessing put it there), else ``extra_info["prompt"]``, else is empty.
 
-An abstained reward comes back as ``abstain_reward`` (default 0.0): verl's reward tensor
-takes numbers only.
+**Abstentions.** verl's reward tensor takes numbers only: an abstained reward comes back as
+``abstain_reward`` (default 0.0), so each result is a dict ``{"score": reward, "abstained": 1.0
+or 0.0}``, which verl's naive, batch and DAPO managers and its reward loop accept (the score
+from ``"score"``, the other keys into ``reward_extra_info``, logged per data source at
+validation: ``abstained/mean`` is the abstention rate). ``return_dict=False`` (a
+``reward_kwargs``) returns the bare floats, for managers that take numbers only (PRIME).
 
 **Retries.** A server that is restarting (a rolling restart: connection refused or reset, 502,
 503 from a draining server, 504, 408, 429) is retried ``max_retries`` times (default 8) with
@@ -128,12 +132,14 @@ def compute_score_batch(
     max_retries: int = 8,
     retry_base_s: float = 1.0,
     retry_max_s: float = 30.0,
+    return_dict: bool = True,
     **kwargs: Any,
-) -> list[float]:
+) -> list[dict[str, float]] | list[float]:
     """Rewards of ``solution_strs`` from ``densereward serve`` (verl's batch reward manager).
 
     Returns:
-        ``(B,)`` floats: the served reward, ``abstain_reward`` where it abstained.
+        ``(B,)`` dicts ``{"score": reward, "abstained": 1.0 or 0.0}``, the reward being
+        ``abstain_reward`` where the server abstained; with ``return_dict=False`` the floats.
 
     Raises:
         RuntimeError: when the server refused the request or did not answer after the retries.
@@ -146,7 +152,12 @@ def compute_score_batch(
         "references": [None if g is None else str(g) for g in ground_truths],
     }
     rewards = _post(url, payload, timeout_s, max_retries, retry_base_s, retry_max_s)["rewards"]
-    return [float(abstain_reward) if r is None else float(r) for r in rewards]
+    scores = [float(abstain_reward) if r is None else float(r) for r in rewards]
+    if not return_dict:
+        return scores
+    return [
+        {"score": s, "abstained": float(r is None)} for s, r in zip(scores, rewards, strict=True)
+    ]
 
 
 def compute_score(
@@ -155,8 +166,9 @@ def compute_score(
     ground_truth: Any,
     extra_info: Any = None,
     **kwargs: Any,
-) -> float:
-    """The reward of one response (verl's naive reward manager); see :func:`compute_score_batch`."""
+) -> dict[str, float] | float:
+    """The reward of one response (verl's naive reward manager), ``{"score", "abstained"}`` (a
+    float with ``return_dict=False``); see :func:`compute_score_batch`."""
     return compute_score_batch(
         [data_source], [solution_str], [ground_truth], [extra_info], **kwargs
     )[0]
