@@ -797,3 +797,41 @@ def test_the_report_gives_each_sac_arm_its_cost_per_step_and_the_rewards_share()
                           "verifier_stats": {"seconds": 90.0}})  # fmt: skip
     assert verifier["reward_share"] == 0.9
     assert step_cost({"steps_per_second": None}) == {"ms_per_step": None, "reward_share": None}
+
+
+def test_two_processes_of_one_comparison_share_its_directory(tmp_path):
+    """Issue 39's FetchPush comparison ran as parallel processes (`--conditions` / `--seeds`
+    subsets) into one directory. A process skips a run another finished after it started
+    (it had deleted that run's directory and run it again), and compare_config.yaml holds the
+    union of their conditions and seeds, so --report-only reports every run (it held the
+    last process's subset)."""
+    out = tmp_path / "cmp"
+    calls: list = []
+    spec = _toy_spec(calls)
+    cfg = _toy_config(out)
+
+    def run(config, *, output_dir):
+        result = spec.run(config, output_dir=output_dir)
+        if config["training"]["seed"] == 0 and config["reward"]["rate"] == 0.3:
+            # meanwhile "another process" (seeds [1]) finishes slow seed1
+            C.run_comparison({**cfg, "seeds": [1], "conditions": {"slow": ["reward.rate=0.3"],
+                              "fast": {"reward": {"rate": 3.0}}}},
+                             trainers={"toy": spec}, progress=False)  # fmt: skip
+        return result
+
+    outer = C.TrainerSpec(run=run, dry_run=_toy_dry_run, budget_key=("training", "steps"),
+                          x_label="toy steps", validate=_toy_validate)  # fmt: skip
+    C.run_comparison({**cfg, "seeds": [0, 1]}, trainers={"toy": outer}, progress=False)
+    ran = [(r, s) for r, s, _ in calls]
+    assert sorted(ran) == sorted([(0.3, 0), (0.3, 1), (3.0, 1), (3.0, 0)]), ran  # each once
+    events = [json.loads(x) for x in (out / "events.jsonl").read_text().splitlines()]
+    assert any(e.get("why") == "finished by another process" for e in events)
+
+    from densereward.sample_efficiency.runner import record_config
+
+    C.run_comparison({**cfg, "seeds": [2], "conditions": {"slow": ["reward.rate=0.3"],
+                      "fast": {"reward": {"rate": 3.0}}}}, trainers={"toy": spec}, progress=False)  # fmt: skip
+    stored = yaml.safe_load((out / "compare_config.yaml").read_text())
+    assert stored["seeds"] == [0, 1, 2] and set(stored["conditions"]) == {"slow", "fast"}
+    record_config(out, {**cfg, "budget": 50, "seeds": [7]})  # another run config replaces it
+    assert yaml.safe_load((out / "compare_config.yaml").read_text())["seeds"] == [7]

@@ -78,6 +78,27 @@ def _load_result(path: Path, expected_fp: str) -> dict[str, Any] | None:
     return data
 
 
+def record_config(out: Path, config: Mapping[str, Any]) -> Path:
+    """Write ``<out>/compare_config.yaml``, the config of the runs in ``out``.
+
+    Processes that run parts of one comparison into one directory (``--conditions``,
+    ``--seeds``: e.g. two at a time on two cores) each add their conditions and seeds to it
+    when the rest of the run config (trainer, base, common overrides, budget) is the same, so
+    ``--report-only`` reports every run there; otherwise the new config replaces it.
+    """
+    import yaml
+
+    path = out / "compare_config.yaml"
+    record = {**dict(config), "output_dir": str(out)}
+    if path.is_file():
+        prev = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        if all(prev.get(k) == record.get(k) for k in ("trainer", "base", "common", "budget")):
+            conditions = {**(prev.get("conditions") or {}), **(record.get("conditions") or {})}
+            seeds = sorted({*(prev.get("seeds") or []), *(record.get("seeds") or [])})
+            record.update(conditions=conditions, seeds=seeds)
+    return atomic_write_text(path, _yaml_dump(record))
+
+
 def _eta(durations: dict[str, list[float]], remaining: Sequence[str]) -> float | None:
     every = [d for ds in durations.values() for d in ds]
     if not every:
@@ -171,9 +192,7 @@ def run_comparison(
         )
     todo = [] if report_only else [ck for ck in order if ck not in results]
     if not report_only:  # the config of the runs in this directory (not of a refused call)
-        atomic_write_text(
-            out / "compare_config.yaml", _yaml_dump({**dict(config), "output_dir": str(out)})
-        )
+        record_config(out, config)
     if results and todo:
         print(
             f"resuming {out}: {len(results)} of {len(order)} runs already finished and skipped, "
@@ -367,6 +386,24 @@ def _run_all(
             bar.update(task, description=f"{cname} {key}")
             seed_dir = out / "runs" / cname / key
             run_dir = seed_dir / f"{cname}-{key}"
+            try:  # finished meanwhile by another process of the same comparison (--conditions)
+                done = _load_result(seed_dir / "result.json", fps[(cname, key)])
+            except _ChangedConfig as exc:
+                raise ConfigError(f"{exc}: finished meanwhile by another run config") from None
+            if done is not None:
+                results[(cname, key)] = done
+                append_jsonl(
+                    events,
+                    {
+                        "event": "skip",
+                        "condition": cname,
+                        "seed": key,
+                        "time": time.time(),
+                        "why": "finished by another process",
+                    },
+                )
+                bar.update(task, advance=1)
+                continue
             if run_dir.exists():
                 shutil.rmtree(run_dir)  # an interrupted earlier attempt: start this run again
                 append_jsonl(
