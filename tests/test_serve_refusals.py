@@ -344,3 +344,12 @@ def test_the_servers_quality_tracker_is_bounded(monkeypatch):
         close()
     trackers = [getattr(f, "tracker", None) for f in service.funcs]
     assert any(t is not None and t.history == 100 and t.max_records == 100 for t in trackers)
+
+
+def test_more_rank_pivots_than_candidates_is_a_422_not_a_500(scripted):
+    """The tournament refuses k > n pivots (DataError) after the body was accepted, which the
+    server answered 500 with a traceback; the body check now refuses it with its message."""
+    _, _, running = scripted
+    body = {"problem": "1+1?", "candidates": ["2", "3"], "pivots": 3}
+    got = httpx.post(f"{running.url}/rank", json=body, timeout=30)
+    assert got.status_code == 422 and "at most the number of candidates (2)" in got.json()["error"]

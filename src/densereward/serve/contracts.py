@@ -248,6 +248,11 @@ def parse_rank(body: Any, max_items: int) -> tuple[str, list[str], int]:
     pivots = body.get("pivots", 2)
     if not isinstance(pivots, int) or isinstance(pivots, bool) or pivots < 1:
         raise RequestError(f"field 'pivots' must be an integer >= 1, got {pivots!r}")
+    if pivots > len(candidates):
+        raise RequestError(
+            f"field 'pivots' must be at most the number of candidates ({len(candidates)}), "
+            f"got {pivots}"
+        )
     return problem, candidates, pivots
 
 
