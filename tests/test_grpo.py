@@ -53,17 +53,19 @@ def test_overrides_and_shortcuts_compose():
 
 
 @pytest.mark.slow  # imports trl / transformers
-def test_dry_run_qwen3_8b_config_validates_without_weights(capsys, server, monkeypatch):
+def test_dry_run_qwen3_8b_config_validates_without_weights(capsys, monkeypatch):
     """The GPU config validates here; what this machine lacks (the Hub's model and data, as
     under HF_HUB_OFFLINE) is listed under !! and makes the exit 2; its verifier server (a
-    scripted one here) is contacted."""
+    scripted one here, serving the config's model name) is contacted."""
     from huggingface_hub import constants
+    from servers import MisbehavingServer
 
     from densereward.trainers.grpo import main
 
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
-    rc = main(_parse(["--config", str(REPO / "configs/grpo_math_qwen3_8b.yaml"), "--dry-run",
-                      f"verifier.backend_options.base_url={server.base_url}"]))  # fmt: skip
+    with MisbehavingServer(model="Qwen/Qwen3-8B") as server:
+        rc = main(_parse(["--config", str(REPO / "configs/grpo_math_qwen3_8b.yaml"), "--dry-run",
+                          f"verifier.backend_options.base_url={server.base_url}"]))  # fmt: skip
     out = capsys.readouterr().out
     assert rc == 2, out
     assert "weights NOT loaded" in out and "use_vllm=True" in out and "verifier_gated" in out
@@ -311,7 +313,7 @@ def test_dry_run_fails_naming_the_model_dtype_and_batch_size_fields(tmp_path, ca
 
 
 @pytest.mark.slow  # imports trl to validate GRPOConfig
-def test_the_dry_run_contacts_a_served_verifier(tmp_path, capsys, server):
+def test_the_dry_run_contacts_a_served_verifier(tmp_path, capsys):
     """Issue 41 item 6b: with the verifier's server down the dry run said "not contacted" and
     exited 0, and the run then stopped at its start; it now asks the server as the run's start
     does (GET /models, a short timeout) and exits 2 naming the URL."""
@@ -330,7 +332,10 @@ def test_the_dry_run_contacts_a_served_verifier(tmp_path, capsys, server):
     assert time.monotonic() - t0 < 60  # imports TRL; the check itself is refused at once
     assert f"!!  verifier server at {closed} is not reachable (ConnectError" in out, out
     assert "start it or fix verifier.backend_options.base_url" in out and "not contacted" not in out
-    assert cli_main([*dry, f"verifier.backend_options={{base_url: '{server.base_url}'}}"]) == 0
+    from servers import MisbehavingServer
+
+    with MisbehavingServer(model="my-served-name") as server:  # serves the configured name
+        assert cli_main([*dry, f"verifier.backend_options={{base_url: '{server.base_url}'}}"]) == 0
     out = capsys.readouterr().out
     assert f"ok  verifier server: {server.base_url} -- contacted, model 'my-served-name'" in out
     assert "!!" not in out and not (tmp_path / "run").exists()
@@ -365,7 +370,7 @@ def test_dry_run_catches_a_misspelt_backend_option_a_bad_dtype_and_a_missing_bas
         assert cli_main([*dry, *overrides]) == 2, overrides
         captured = capsys.readouterr()
         assert message in captured.err and "ok  " not in captured.out, (overrides, captured)
-    served = ["verifier.backend=openai", "verifier.model=served",
+    served = ["verifier.backend=openai", "verifier.model=misbehaving-model",  # the served name
               f"verifier.backend_options={{base_url: '{server.base_url}', timeout_s: 5}}"]  # fmt: skip
     assert cli_main([*dry, *served]) == 0
     assert f"OpenAIOptions(base_url='{server.base_url}'" in capsys.readouterr().out
