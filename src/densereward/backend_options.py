@@ -83,7 +83,10 @@ BACKEND_OPTIONS: Registry[type] = Registry(
 
 
 def _transport(default: Any) -> Any:
-    """A field that changes how a read is made, not its answer: left out of the cache key."""
+    """A field that changes how a read is made, not its answer: left out of the cache key.
+
+    Every other field is in the key (:func:`answer_options`), a plugin's unmarked ones too: a
+    setting wrongly kept costs a cache miss, one wrongly left out a wrong answer."""
     return dataclasses.field(default=default, metadata={"transport": True})
 
 
@@ -130,7 +133,7 @@ class TransformersOptions:
     dtype: str = _transport("auto")
     device: str = _transport("auto")
     share_prefix: bool = True
-    prefix_cache_size: int = 4
+    prefix_cache_size: int = _transport(4)
 
     def __post_init__(self) -> None:
         _check_dtype(self.dtype)
@@ -161,8 +164,8 @@ class VLLMOptions:
     dtype: str = _transport("auto")
     device: str = _transport("auto")
     gpu_memory_utilization: float = _transport(0.3)
-    max_model_len: int | None = None
-    kv_cache_bytes: int | None = None
+    max_model_len: int | None = _transport(None)
+    kv_cache_bytes: int | None = _transport(None)
     enforce_eager: bool | None = None
     engine_kwargs: Mapping[str, Any] | None = None
 
@@ -218,11 +221,11 @@ class OpenAIOptions:
     requests_per_minute: float | None = _transport(None)
     timeout_s: float = _transport(60.0)
     max_retries: int = _transport(4)
-    retry_base_s: float = 0.5
-    retry_max_s: float = 30.0
-    health_timeout_s: float = 5.0
-    health_interval_s: float = 5.0
-    max_imbalance: int | None = None
+    retry_base_s: float = _transport(0.5)
+    retry_max_s: float = _transport(30.0)
+    health_timeout_s: float = _transport(5.0)
+    health_interval_s: float = _transport(5.0)
+    max_imbalance: int | None = _transport(None)
     restrict_to_candidates: bool = False
     top_logprobs: int = 20
     server_extensions: bool | None = None
@@ -305,9 +308,13 @@ def loads_model(backend: str) -> bool:
 def answer_options(options: Any, given: Mapping[str, Any]) -> dict[str, Any]:
     """The options of ``given`` (the ones a config set) that change a read's answer.
 
-    Transport settings (URL, key variable, timeouts, retries, concurrency, dtype and device:
-    the dtype an in-process model runs in is keyed on its own) are left out, so a score
-    cache is shared across replicas and machines.
+    The fields marked transport are left out: URL, key variable, concurrency, rate limit,
+    timeouts, retries and backoff, health checks, replica balancing, memory and context
+    reservations, dtype and device (the dtype an in-process model runs in is keyed on its own).
+    So a score cache is shared across replicas and machines, and a changed timeout still hits
+    it. What stays changes the distribution read: ``top_logprobs``, ``restrict_to_candidates``,
+    ``server_extensions``, ``share_prefix``, the vLLM engine's ``enforce_eager`` and
+    ``engine_kwargs``, the sampled backend's sampling settings.
     """
     transport = {f.name for f in dataclasses.fields(options) if f.metadata.get("transport")}
     return {k: v for k, v in given.items() if k not in transport}
