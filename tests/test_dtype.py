@@ -109,3 +109,30 @@ def test_the_policy_and_the_verifier_resolve_auto_by_one_rule(monkeypatch, devic
     assert expected == ("bfloat16" if native else "float32")
     assert grpo_config.policy_dtype("auto", training) == expected
     assert grpo_config.policy_dtype("float16", training) == "float16"  # a named dtype is kept
+
+
+@pytest.mark.parametrize("bad", ["bf16", "float64", "fp32", "Auto"])
+def test_one_dtype_validator_for_the_policy_the_verifier_options_and_the_resolver(bad):
+    """Issue 42: ``model.dtype``, ``verifier.backend_options.dtype`` (every local backend) and
+    :func:`choose_dtype` refuse a name by one check (:func:`densereward.backend_options.check_dtype`),
+    so the same name gets the same message, each naming its own field."""
+    from densereward.backend_options import TransformersOptions, VLLMOptions, check_dtype
+    from densereward.trainers.grpo_config import ModelConfig
+
+    refusals = {
+        "verifier.backend_options.dtype": lambda: TransformersOptions(dtype=bad),
+        "verifier.backend_options.dtype ": lambda: VLLMOptions(dtype=bad),
+        "model.dtype": lambda: ModelConfig(dtype=bad),
+        "dtype": lambda: dt.choose_dtype(bad, bf16=True),
+        "x.dtype": lambda: check_dtype(bad, "x.dtype"),
+    }
+    messages = set()
+    for field, refuse in refusals.items():
+        with pytest.raises(ConfigError) as err:
+            refuse()
+        message = str(err.value)
+        assert message.startswith(f"{field.strip()}: {bad!r}"), message
+        messages.add(message.removeprefix(field.strip()))
+    assert len(messages) == 1, messages
+    assert messages.pop().endswith("; use auto | float32 | bfloat16 | float16")
+    assert check_dtype("auto") == "auto" and check_dtype("float16", "model.dtype") == "float16"

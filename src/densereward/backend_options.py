@@ -51,6 +51,7 @@ __all__ = [
     "SampledOptions",
     "options_class",
     "answer_options",
+    "check_dtype",
     "loads_model",
 ]
 
@@ -95,13 +96,25 @@ class NoOptions:
     """The options of a backend that registered none: there are none to set."""
 
 
-def _check_dtype(dtype: str) -> None:
+def check_dtype(dtype: str, field: str = f"{_P}dtype") -> str:
+    """``dtype`` if it is ``auto`` or a :data:`DTYPES` name: the one check of every dtype
+    setting (``model.dtype``, each local backend's ``dtype``, :mod:`densereward.backends.dtype`).
+
+    Raises:
+        ConfigError: naming ``field`` and the closest name.
+
+    >>> check_dtype("bf16", "model.dtype")
+    Traceback (most recent call last):
+    ...
+    densereward.errors.ConfigError: model.dtype: 'bf16' (did you mean 'bfloat16'?); use auto | float32 | bfloat16 | float16
+    """
     if dtype != "auto" and dtype not in DTYPES:
         import difflib
 
         close = difflib.get_close_matches(str(dtype), ["auto", *DTYPES], n=1)
         hint = f" (did you mean {close[0]!r}?)" if close else ""
-        raise ConfigError(f"{_P}dtype: {dtype!r}{hint}; use auto | {' | '.join(DTYPES)}")
+        raise ConfigError(f"{field}: {dtype!r}{hint}; use auto | {' | '.join(DTYPES)}")
+    return dtype
 
 
 def _at_least(obj: Any, low: Mapping[str, float]) -> None:
@@ -136,7 +149,7 @@ class TransformersOptions:
     prefix_cache_size: int = _transport(4)
 
     def __post_init__(self) -> None:
-        _check_dtype(self.dtype)
+        check_dtype(self.dtype)
         _at_least(self, {"prefix_cache_size": 0})
 
 
@@ -170,7 +183,7 @@ class VLLMOptions:
     engine_kwargs: Mapping[str, Any] | None = None
 
     def __post_init__(self) -> None:
-        _check_dtype(self.dtype)
+        check_dtype(self.dtype)
         if not 0.0 < self.gpu_memory_utilization <= 1.0:
             raise ConfigError(
                 f"{_P}gpu_memory_utilization must be in (0, 1], got {self.gpu_memory_utilization}"
