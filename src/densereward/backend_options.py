@@ -37,12 +37,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from .errors import BackendUnavailableError, ConfigError
+from .errors import BackendUnavailableError, ConfigError, RegistryError
 from .registry import Registry, entry_point_group
 
 __all__ = [
     "BACKENDS",
     "BACKEND_OPTIONS",
+    "BACKEND_METHODS",
+    "check_backend_class",
     "DTYPES",
     "NoOptions",
     "TransformersOptions",
@@ -67,13 +69,42 @@ _BUILTINS = {  # name: (the backend class, its options class in this module)
     "sampled": ("densereward.backends.sampled:SampledBackend", "SampledOptions"),
 }
 
+BACKEND_METHODS = ("tokenize", "next_token_logprobs", "anext_token_logprobs", "generate",
+                   "agenerate", "close")  # fmt: skip
+"""The methods of :class:`densereward.backends.base.VerifierBackend` a backend class must have."""
+
+
+def check_backend_class(name: str, obj: Any) -> None:
+    """Refuse ``obj`` as backend ``name`` unless it is a class with :data:`BACKEND_METHODS`.
+
+    Raises:
+        RegistryError: (a :class:`ConfigError`) naming what is missing.
+    """
+    if not isinstance(obj, type):
+        raise RegistryError(
+            f"verifier backend {name!r}: {obj!r} is not a backend: register a "
+            "'module:ClassName' string or a class (called as cls(config)), not an instance or "
+            "a function"
+        )
+    missing = [m for m in BACKEND_METHODS if not callable(getattr(obj, m, None))]
+    if missing:
+        raise RegistryError(
+            f"verifier backend {name!r}: {obj.__module__}.{obj.__qualname__} is not a backend: "
+            f"it lacks {', '.join(missing)} (densereward.backends.base.VerifierBackend; "
+            "LocalAsyncMixin adds the async pair to a class computing in this process)"
+        )
+
+
 BACKENDS: Registry[Any] = Registry(
     "verifier backend",
     group=entry_point_group("backends"),
     builtins={name: backend for name, (backend, _) in _BUILTINS.items()},
     error=BackendUnavailableError,
+    check=check_backend_class,
 )
-"""Backend name -> ``"module:Class"``; the class is called as ``cls(config)``."""
+"""Backend name -> ``"module:Class"``; the class is called as ``cls(config)``. A class is
+checked (:func:`check_backend_class`) when registered, a ``"module:Class"`` entry when it is
+first imported (a config validating its options, or the backend being built)."""
 
 BACKEND_OPTIONS: Registry[type] = Registry(
     "verifier backend options",
@@ -228,6 +259,7 @@ class OpenAIOptions:
             out-of-range number.
     """
 
+    loads_model: ClassVar[bool] = False  # verifier.model is a name sent to the server
     base_url: tuple[str, ...] | str | None = _transport(None)
     api_key_env: str = _transport("OPENAI_API_KEY")
     max_concurrency: int = _transport(8)
@@ -309,13 +341,17 @@ def options_class(backend: str) -> type:
 
 
 def loads_model(backend: str) -> bool:
-    """Whether ``backend`` loads ``verifier.model`` in this process (its options class says
-    ``loads_model = True``: ``transformers``, ``vllm``, or a plugin that declares it).
+    """Whether ``backend`` loads ``verifier.model`` in this process: its options class says
+    ``loads_model = True`` (``transformers``, ``vllm``: read without importing the backend),
+    else the backend class's own ``loads_model`` (a plugin's; default ``False``).
 
     Raises:
         ConfigError, BackendUnavailableError: as :func:`options_class`.
     """
-    return bool(getattr(options_class(backend), "loads_model", False))
+    flag = getattr(options_class(backend), "loads_model", None)
+    if flag is None:
+        flag = getattr(BACKENDS.load(backend), "loads_model", False)
+    return bool(flag)
 
 
 def answer_options(options: Any, given: Mapping[str, Any]) -> dict[str, Any]:
