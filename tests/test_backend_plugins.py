@@ -127,6 +127,8 @@ def test_a_plugin_backend_is_used_by_name_from_yaml(plugin, tmp_path):
     assert "dr_const_plugin.backend" not in sys.modules
     with Verifier(cfg) as v:
         assert v.backend.name == "const"
+        # it declares no capability: BackendBase's defaults (issue 42)
+        assert not v.capabilities.text_reads and v.capabilities.boundary_logprobs is None
         r = v.score(problem="2+2", response="4")
     assert r.value == pytest.approx(1.0)  # all the mass on E, the top of A..E
 

@@ -78,8 +78,10 @@ def test_unknown_name_is_a_config_error_with_did_you_mean():
 
 
 def test_register_refuses_to_overwrite_a_taken_name(scratch_names):
-    class Mine:
-        pass
+    from densereward.backends.base import LocalAsyncMixin
+
+    class Mine(LocalAsyncMixin):  # a backend: the registry refuses anything else (issue 42)
+        tokenize = next_token_logprobs = generate = close = print
 
     with pytest.raises(
         RegistryError,

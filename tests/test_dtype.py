@@ -86,5 +86,53 @@ def test_backend_loads_the_auto_dtype(monkeypatch, default_model_dir, supported,
 
 def test_an_unknown_dtype_is_refused_at_config_load(default_model_dir):
     """Since issue 28 item 9 the config refuses it, naming the field, before any backend loads."""
-    with pytest.raises(ConfigError, match=r"verifier\.backend_options\.dtype: 'float64' \(did you mean 'float16'"):
+    with pytest.raises(
+        ConfigError, match=r"verifier\.backend_options\.dtype: 'float64' \(did you mean 'float16'"
+    ):
         VerifierConfig(model=str(default_model_dir), backend_options={"dtype": "float64"})
+
+
+@pytest.mark.parametrize(
+    "device, use_cpu, native",
+    [("cpu", True, False), ("cpu", True, True), ("cuda", False, True), ("cuda", False, False)],
+)
+def test_the_policy_and_the_verifier_resolve_auto_by_one_rule(monkeypatch, device, use_cpu, native):
+    """Issue 42: ``model.dtype: auto`` (the policy) resolved as ``verifier.backend_options.dtype:
+    auto`` does, on the training device: bf16 where it is native (a CPU with AMX, a GPU with
+    native bf16), else fp32; and the bf16 autocast decision agrees with it."""
+    from densereward.trainers import grpo_config
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: device == "cuda")
+    monkeypatch.setattr(dt, "bf16_supported", lambda device_type: native and device_type == device)
+    training = {"use_cpu": True} if use_cpu else {}
+    expected = dt.resolve_dtype("auto", device)
+    assert expected == ("bfloat16" if native else "float32")
+    assert grpo_config.policy_dtype("auto", training) == expected
+    assert grpo_config.policy_dtype("float16", training) == "float16"  # a named dtype is kept
+
+
+@pytest.mark.parametrize("bad", ["bf16", "float64", "fp32", "Auto"])
+def test_one_dtype_validator_for_the_policy_the_verifier_options_and_the_resolver(bad):
+    """Issue 42: ``model.dtype``, ``verifier.backend_options.dtype`` (every local backend) and
+    :func:`choose_dtype` refuse a name by one check (:func:`densereward.backend_options.check_dtype`),
+    so the same name gets the same message, each naming its own field."""
+    from densereward.backend_options import TransformersOptions, VLLMOptions, check_dtype
+    from densereward.trainers.grpo_config import ModelConfig
+
+    refusals = {
+        "verifier.backend_options.dtype": lambda: TransformersOptions(dtype=bad),
+        "verifier.backend_options.dtype ": lambda: VLLMOptions(dtype=bad),
+        "model.dtype": lambda: ModelConfig(dtype=bad),
+        "dtype": lambda: dt.choose_dtype(bad, bf16=True),
+        "x.dtype": lambda: check_dtype(bad, "x.dtype"),
+    }
+    messages = set()
+    for field, refuse in refusals.items():
+        with pytest.raises(ConfigError) as err:
+            refuse()
+        message = str(err.value)
+        assert message.startswith(f"{field.strip()}: {bad!r}"), message
+        messages.add(message.removeprefix(field.strip()))
+    assert len(messages) == 1, messages
+    assert messages.pop().endswith("; use auto | float32 | bfloat16 | float16")
+    assert check_dtype("auto") == "auto" and check_dtype("float16", "model.dtype") == "float16"

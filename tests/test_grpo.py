@@ -385,13 +385,18 @@ def test_bf16_follows_the_device_like_dtype_auto_and_the_dry_run_says_so(
     from densereward.backends import dtype
     from densereward.trainers.grpo import main
 
-    dry = ["--config", DYNAMICS_CPU, "--output-dir", str(tmp_path / "run"), "--dry-run"]
+    dry = ["--config", DYNAMICS_CPU, "--output-dir", str(tmp_path / "run"), "--dry-run",
+           "model.dtype=auto"]  # fmt: skip
     monkeypatch.setattr(dtype, "bf16_supported", lambda device_type: False)  # a CPU without AMX
     assert main(_parse(dry)) == 0
-    assert "bf16=False (auto: cpu, no native bf16, fp32 faster)" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "bf16=False (auto: cpu, no native bf16, fp32 faster)" in out
+    assert "(dtype auto: float32 on cpu) -- weights NOT loaded" in out
     monkeypatch.setattr(dtype, "bf16_supported", lambda device_type: device_type == "cpu")
     assert main(_parse(dry)) == 0
-    assert "bf16=True (auto: cpu, native bf16)" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "bf16=True (auto: cpu, native bf16)" in out
+    assert "(dtype auto: bfloat16 on cpu) -- weights NOT loaded" in out  # issue 42: one rule
     assert main(_parse([*dry, "training.bf16=false"])) == 0  # a set value wins
     assert "bf16=False (training.bf16)" in capsys.readouterr().out
 

@@ -175,3 +175,50 @@ def test_backend_options_are_part_of_the_cache_key(tmp_path):
         _, hits = score(srv, backend_options={"top_logprobs": 10})
         assert hits == 0 and len(srv.chat_requests()) == 2
         assert [r["body"]["top_logprobs"] for r in srv.chat_requests()] == [5, 10]
+
+
+def test_the_cache_key_holds_what_changes_a_read_not_how_it_is_made(tmp_path):
+    """Issue 42: retry, health-check and replica-balancing settings (like a timeout) leave a
+    warm cache warm; another model or another prompt misses it."""
+    from servers import MisbehavingServer, scripted_verifier
+
+    def read(srv, response="4", **config):
+        v = scripted_verifier(srv.base_url, granularity=5, cache_dir=str(tmp_path / "c"), **config)
+        try:
+            v.score(problem="2+2?", response=response)
+            return v.stats.n_cache_hits
+        finally:
+            v.close()
+
+    transport = {"timeout_s": 5.0, "max_retries": 1, "retry_base_s": 0.1, "retry_max_s": 2.0,
+                 "health_timeout_s": 2.0, "health_interval_s": 1.0, "max_imbalance": 3,
+                 "max_concurrency": 2, "requests_per_minute": 600}  # fmt: skip
+    with MisbehavingServer(model="m-a") as a, MisbehavingServer(model="m-b") as b:
+        assert read(a, model="m-a") == 0 and len(a.chat_requests()) == 1
+        for name, value in transport.items():
+            assert read(a, model="m-a", backend_options={name: value}) == 1, name
+        assert read(a, model="m-a", backend_options=transport) == 1
+        assert len(a.chat_requests()) == 1  # every one of them answered from the cache
+        assert read(b, model="m-b") == 0 and len(b.chat_requests()) == 1  # another model
+        assert read(a, model="m-a", response="5") == 0 and len(a.chat_requests()) == 2
+
+
+def test_every_builtin_backend_option_is_sorted_into_answer_or_transport():
+    """Each built-in option either changes a read's answer (in the cache key) or only how the
+    read is made (left out); a new option must be put on one side on purpose."""
+    import dataclasses
+
+    from densereward import backend_options as bo
+
+    transport = {
+        "TransformersOptions": {"dtype", "device", "prefix_cache_size"},
+        "VLLMOptions": {"dtype", "device", "gpu_memory_utilization", "max_model_len",
+                        "kv_cache_bytes"},
+        "OpenAIOptions": {"base_url", "api_key_env", "max_concurrency", "requests_per_minute",
+                          "timeout_s", "max_retries", "retry_base_s", "retry_max_s",
+                          "health_timeout_s", "health_interval_s", "max_imbalance"},
+    }  # fmt: skip
+    transport["SampledOptions"] = transport["OpenAIOptions"]
+    for cls, expected in transport.items():
+        fields = dataclasses.fields(getattr(bo, cls))
+        assert {f.name for f in fields if f.metadata.get("transport")} == expected, cls

@@ -37,12 +37,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from .errors import BackendUnavailableError, ConfigError
+from .errors import BackendUnavailableError, ConfigError, RegistryError
 from .registry import Registry, entry_point_group
 
 __all__ = [
     "BACKENDS",
     "BACKEND_OPTIONS",
+    "BACKEND_METHODS",
+    "check_backend_class",
     "DTYPES",
     "NoOptions",
     "TransformersOptions",
@@ -51,6 +53,7 @@ __all__ = [
     "SampledOptions",
     "options_class",
     "answer_options",
+    "check_dtype",
     "loads_model",
 ]
 
@@ -66,13 +69,42 @@ _BUILTINS = {  # name: (the backend class, its options class in this module)
     "sampled": ("densereward.backends.sampled:SampledBackend", "SampledOptions"),
 }
 
+BACKEND_METHODS = ("tokenize", "next_token_logprobs", "anext_token_logprobs", "generate",
+                   "agenerate", "close")  # fmt: skip
+"""The methods of :class:`densereward.backends.base.VerifierBackend` a backend class must have."""
+
+
+def check_backend_class(name: str, obj: Any) -> None:
+    """Refuse ``obj`` as backend ``name`` unless it is a class with :data:`BACKEND_METHODS`.
+
+    Raises:
+        RegistryError: (a :class:`ConfigError`) naming what is missing.
+    """
+    if not isinstance(obj, type):
+        raise RegistryError(
+            f"verifier backend {name!r}: {obj!r} is not a backend: register a "
+            "'module:ClassName' string or a class (called as cls(config)), not an instance or "
+            "a function"
+        )
+    missing = [m for m in BACKEND_METHODS if not callable(getattr(obj, m, None))]
+    if missing:
+        raise RegistryError(
+            f"verifier backend {name!r}: {obj.__module__}.{obj.__qualname__} is not a backend: "
+            f"it lacks {', '.join(missing)} (densereward.backends.base.VerifierBackend; "
+            "LocalAsyncMixin adds the async pair to a class computing in this process)"
+        )
+
+
 BACKENDS: Registry[Any] = Registry(
     "verifier backend",
     group=entry_point_group("backends"),
     builtins={name: backend for name, (backend, _) in _BUILTINS.items()},
     error=BackendUnavailableError,
+    check=check_backend_class,
 )
-"""Backend name -> ``"module:Class"``; the class is called as ``cls(config)``."""
+"""Backend name -> ``"module:Class"``; the class is called as ``cls(config)``. A class is
+checked (:func:`check_backend_class`) when registered, a ``"module:Class"`` entry when it is
+first imported (a config validating its options, or the backend being built)."""
 
 BACKEND_OPTIONS: Registry[type] = Registry(
     "verifier backend options",
@@ -83,7 +115,10 @@ BACKEND_OPTIONS: Registry[type] = Registry(
 
 
 def _transport(default: Any) -> Any:
-    """A field that changes how a read is made, not its answer: left out of the cache key."""
+    """A field that changes how a read is made, not its answer: left out of the cache key.
+
+    Every other field is in the key (:func:`answer_options`), a plugin's unmarked ones too: a
+    setting wrongly kept costs a cache miss, one wrongly left out a wrong answer."""
     return dataclasses.field(default=default, metadata={"transport": True})
 
 
@@ -92,13 +127,25 @@ class NoOptions:
     """The options of a backend that registered none: there are none to set."""
 
 
-def _check_dtype(dtype: str) -> None:
+def check_dtype(dtype: str, field: str = f"{_P}dtype") -> str:
+    """``dtype`` if it is ``auto`` or a :data:`DTYPES` name: the one check of every dtype
+    setting (``model.dtype``, each local backend's ``dtype``, :mod:`densereward.backends.dtype`).
+
+    Raises:
+        ConfigError: naming ``field`` and the closest name.
+
+    >>> check_dtype("bf16", "model.dtype")
+    Traceback (most recent call last):
+    ...
+    densereward.errors.ConfigError: model.dtype: 'bf16' (did you mean 'bfloat16'?); use auto | float32 | bfloat16 | float16
+    """
     if dtype != "auto" and dtype not in DTYPES:
         import difflib
 
         close = difflib.get_close_matches(str(dtype), ["auto", *DTYPES], n=1)
         hint = f" (did you mean {close[0]!r}?)" if close else ""
-        raise ConfigError(f"{_P}dtype: {dtype!r}{hint}; use auto | {' | '.join(DTYPES)}")
+        raise ConfigError(f"{field}: {dtype!r}{hint}; use auto | {' | '.join(DTYPES)}")
+    return dtype
 
 
 def _at_least(obj: Any, low: Mapping[str, float]) -> None:
@@ -130,10 +177,10 @@ class TransformersOptions:
     dtype: str = _transport("auto")
     device: str = _transport("auto")
     share_prefix: bool = True
-    prefix_cache_size: int = 4
+    prefix_cache_size: int = _transport(4)
 
     def __post_init__(self) -> None:
-        _check_dtype(self.dtype)
+        check_dtype(self.dtype)
         _at_least(self, {"prefix_cache_size": 0})
 
 
@@ -161,13 +208,13 @@ class VLLMOptions:
     dtype: str = _transport("auto")
     device: str = _transport("auto")
     gpu_memory_utilization: float = _transport(0.3)
-    max_model_len: int | None = None
-    kv_cache_bytes: int | None = None
+    max_model_len: int | None = _transport(None)
+    kv_cache_bytes: int | None = _transport(None)
     enforce_eager: bool | None = None
     engine_kwargs: Mapping[str, Any] | None = None
 
     def __post_init__(self) -> None:
-        _check_dtype(self.dtype)
+        check_dtype(self.dtype)
         if not 0.0 < self.gpu_memory_utilization <= 1.0:
             raise ConfigError(
                 f"{_P}gpu_memory_utilization must be in (0, 1], got {self.gpu_memory_utilization}"
@@ -212,17 +259,18 @@ class OpenAIOptions:
             out-of-range number.
     """
 
+    loads_model: ClassVar[bool] = False  # verifier.model is a name sent to the server
     base_url: tuple[str, ...] | str | None = _transport(None)
     api_key_env: str = _transport("OPENAI_API_KEY")
     max_concurrency: int = _transport(8)
     requests_per_minute: float | None = _transport(None)
     timeout_s: float = _transport(60.0)
     max_retries: int = _transport(4)
-    retry_base_s: float = 0.5
-    retry_max_s: float = 30.0
-    health_timeout_s: float = 5.0
-    health_interval_s: float = 5.0
-    max_imbalance: int | None = None
+    retry_base_s: float = _transport(0.5)
+    retry_max_s: float = _transport(30.0)
+    health_timeout_s: float = _transport(5.0)
+    health_interval_s: float = _transport(5.0)
+    max_imbalance: int | None = _transport(None)
     restrict_to_candidates: bool = False
     top_logprobs: int = 20
     server_extensions: bool | None = None
@@ -293,21 +341,29 @@ def options_class(backend: str) -> type:
 
 
 def loads_model(backend: str) -> bool:
-    """Whether ``backend`` loads ``verifier.model`` in this process (its options class says
-    ``loads_model = True``: ``transformers``, ``vllm``, or a plugin that declares it).
+    """Whether ``backend`` loads ``verifier.model`` in this process: its options class says
+    ``loads_model = True`` (``transformers``, ``vllm``: read without importing the backend),
+    else the backend class's own ``loads_model`` (a plugin's; default ``False``).
 
     Raises:
         ConfigError, BackendUnavailableError: as :func:`options_class`.
     """
-    return bool(getattr(options_class(backend), "loads_model", False))
+    flag = getattr(options_class(backend), "loads_model", None)
+    if flag is None:
+        flag = getattr(BACKENDS.load(backend), "loads_model", False)
+    return bool(flag)
 
 
 def answer_options(options: Any, given: Mapping[str, Any]) -> dict[str, Any]:
     """The options of ``given`` (the ones a config set) that change a read's answer.
 
-    Transport settings (URL, key variable, timeouts, retries, concurrency, dtype and device:
-    the dtype an in-process model runs in is keyed on its own) are left out, so a score
-    cache is shared across replicas and machines.
+    The fields marked transport are left out: URL, key variable, concurrency, rate limit,
+    timeouts, retries and backoff, health checks, replica balancing, memory and context
+    reservations, dtype and device (the dtype an in-process model runs in is keyed on its own).
+    So a score cache is shared across replicas and machines, and a changed timeout still hits
+    it. What stays changes the distribution read: ``top_logprobs``, ``restrict_to_candidates``,
+    ``server_extensions``, ``share_prefix``, the vLLM engine's ``enforce_eager`` and
+    ``engine_kwargs``, the sampled backend's sampling settings.
     """
     transport = {f.name for f in dataclasses.fields(options) if f.metadata.get("transport")}
     return {k: v for k, v in given.items() if k not in transport}

@@ -3,7 +3,9 @@
 Backed by :mod:`diskcache` (SQLite in WAL mode): safe with several writer processes, and a
 crash mid-write leaves the previous state (each ``set`` is one transaction), never a
 half-written entry. Keys are SHA-256 digests of everything that determines a backend's
-answer: backend name, model id, the rendered prompt, the candidate tokens, and settings.
+answer: backend name, model id, the rendered prompt, the candidate tokens, and the settings
+that change it (not timeouts, retries, health checks or replica balancing:
+:func:`densereward.backend_options.answer_options`).
 Values are the backend's raw answer, so a cached and an uncached run compute identical
 rewards.
 """

@@ -21,9 +21,9 @@ import yaml
 from .backend_options import (
     BACKEND_OPTIONS,
     BACKENDS,
-    DTYPES,
     FrozenOptions,
     answer_options,
+    check_dtype,
     options_class,
 )
 from .errors import ConfigError, DenseRewardError
@@ -389,17 +389,13 @@ def check_model_name(field: str, model: str | None) -> None:
 def check_model_and_dtype(
     model_field: str, model: str | None, dtype_field: str, dtype: str
 ) -> None:
-    """:func:`check_model_name`, and refuse a dtype other than ``auto`` or a :data:`DTYPES` name.
+    """:func:`check_model_name`, and :func:`~densereward.backend_options.check_dtype`.
 
     Raises:
         ConfigError: naming the field (and the closest dtype name).
     """
     check_model_name(model_field, model)
-    if dtype != "auto" and dtype not in DTYPES:
-        raise ConfigError(
-            f"{dtype_field}: {unknown_key_hints([str(dtype)], ('auto', *DTYPES))}; "
-            f"use auto | {' | '.join(DTYPES)}"
-        )
+    check_dtype(dtype, dtype_field)
 
 
 def from_dict(cls: type, data: Mapping[str, Any] | None, *, prefix: str = "") -> Any:

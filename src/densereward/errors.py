@@ -82,5 +82,7 @@ class StateError(DenseRewardError, RuntimeError):
     ``reset()``, ``step_wait()`` before ``step_async()``)."""
 
 
-class RegistryError(DenseRewardError, ValueError):
-    """A registry refused a registration: the name is taken, or the entry point is malformed."""
+class RegistryError(ConfigError):
+    """A registry refused a registration: the name is taken, the entry point is malformed, or
+    the entry is not what the registry holds (a backend that is not a backend). A
+    :class:`ConfigError`: registering an entry configures the library."""

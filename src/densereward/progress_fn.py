@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from .backends.base import capabilities
 from .errors import ConfigError
 from .verifier.lazy import VerifierFactory, VerifierHolder
 
@@ -90,9 +91,7 @@ def check_images(verifier: Any) -> None:
     batch = getattr(verifier, "progress_batch", None)
     takes = batch is not None and "images" in inspect.signature(batch).parameters
     backend = getattr(verifier, "backend", None)
-    flag = True if backend is None else getattr(backend, "supports_images", False)
-    if callable(flag):
-        flag = flag()
+    flag = True if backend is None else capabilities(backend).supports_images
     if takes and flag:
         return
     why = "its progress_batch takes no images" if not takes else "it reads text only"

@@ -69,6 +69,9 @@ class Registry(Generic[T]):
         error: the exception class for an entry that cannot be imported (default
             :class:`~densereward.errors.ConfigError`; backends raise
             ``BackendUnavailableError``).
+        check: ``check(name, obj)`` raises :class:`~densereward.errors.RegistryError` when
+            ``obj`` is not what this registry holds; run on an object when it is registered,
+            on a ``"module:attr"`` entry when it is first imported (:meth:`load`).
 
     Thread-safety: registration is meant for import time; lookups are read-only.
     """
@@ -80,10 +83,12 @@ class Registry(Generic[T]):
         group: str | None,
         builtins: dict[str, EntryPoint] | None = None,
         error: type[Exception] = ConfigError,
+        check: Callable[[str, Any], None] | None = None,
     ) -> None:
         self.kind = kind
         self.group = group
         self._error = error
+        self._check = check
         self._entries: dict[str, EntryPoint] = {}
         self._plugins_loaded = group is None
         for name, entry in (builtins or {}).items():
@@ -102,8 +107,8 @@ class Registry(Generic[T]):
             ``entry`` (decorator form: a decorator returning its argument unchanged).
 
         Raises:
-            RegistryError: ``name`` is taken by a different entry, or ``name`` / ``entry`` is
-                malformed.
+            RegistryError: ``name`` is taken by a different entry, ``name`` / ``entry`` is
+                malformed, or the registry's ``check`` refuses the object.
         """
         if entry is None:
 
@@ -127,6 +132,8 @@ class Registry(Generic[T]):
                 f"{self.kind} {name!r} is already registered ({describe(current)}); register "
                 f"yours under another name (registered: {sorted(self._entries)})"
             )
+        if self._check is not None and not isinstance(entry, str):
+            self._check(name, entry)
         self._entries[name] = entry
         return entry
 
@@ -166,6 +173,7 @@ class Registry(Generic[T]):
 
         Raises:
             ConfigError: for an unknown name.
+            RegistryError: when the registry's ``check`` refuses the imported object.
             Exception: this registry's ``error`` class when the entry cannot be imported or
                 the module has no such attribute.
         """
@@ -181,6 +189,8 @@ class Registry(Generic[T]):
             raise self._error(
                 f"{self.kind} {name!r}: cannot load {entry!r} ({type(e).__name__}: {e})"
             ) from e
+        if self._check is not None:
+            self._check(name, obj)
         return obj
 
     def items(self) -> list[tuple[str, EntryPoint]]:

@@ -13,11 +13,16 @@ from __future__ import annotations
 import asyncio
 import functools
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
+from .capability import BackendBase, Capabilities, capabilities
+
 __all__ = [
+    "BackendBase",
+    "Capabilities",
+    "capabilities",
     "LocalAsyncMixin",
     "ChatPrompt",
     "TokenLogprobs",
@@ -153,6 +158,32 @@ class VerifierBackend(Protocol):
     model_id: str
     usage: BackendUsage
 
+    # What the backend can do, each with the default of :class:`BackendBase` (a backend that
+    # does not inherit it and leaves one out gets that default: :func:`capabilities`).
+    supports_images: bool
+    """Takes prompts with camera frames (``ChatPrompt.images``); default ``False``."""
+    text_reads: bool
+    """Reads sampled text, not token log-probabilities (``sampled``): each level is read at
+    the boundary as the text ``back + spelling``; default ``False``."""
+    thinking_template: bool | None
+    """The chat template has Qwen3's thinking switch (``None``: cannot see it, over HTTP);
+    default ``False``."""
+    dtype: Any
+    """The dtype an in-process model runs in (part of the score cache's key); default ``None``."""
+    loads_model: bool
+    """Loads ``verifier.model`` in this process (a dry run checks it is there); default
+    ``False``. Read before any backend loads from the options class's ``loads_model``
+    (:func:`densereward.backend_options.loads_model`), so built-ins declare it there too."""
+    calibration_hint: str
+    """Added to the start-up calibration's refusal; default ``""``."""
+    thread_safe: bool
+    """Reads may come from several threads at once (``densereward serve`` shares it); default
+    ``False``."""
+    boundary_logprobs: Callable[..., list[tuple[TokenLogprobs, TokenLogprobs]]] | None
+    """``(prompts, boundary_candidates, chain_candidates, *, back) -> [(at, after)]``: both
+    positions of a stepped-back read from one forward pass; ``None`` (default): the engine
+    sends two requests."""
+
     def tokenize(self, text: str) -> list[int] | None:
         """Token ids of ``text`` as it would appear right after the prefill.
 
@@ -208,7 +239,7 @@ class VerifierBackend(Protocol):
         """Release the model / connections. Idempotent."""
 
 
-class LocalAsyncMixin:
+class LocalAsyncMixin(BackendBase):
     """The async half of the protocol for in-process backends: run the sync method in a worker thread.
 
     For backends whose work is local compute (transformers, the vLLM offline engine): the event

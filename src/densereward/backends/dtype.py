@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..backend_options import DTYPES
+from ..backend_options import DTYPES, check_dtype
 
 __all__ = ["DTYPES", "bf16_supported", "choose_dtype", "resolve_dtype"]
 
@@ -52,23 +52,21 @@ def choose_dtype(requested: str, *, bf16: bool) -> str:
         ``"float32"``.
 
     Raises:
-        ValueError: for any other name.
+        ConfigError: for any other name (:func:`~densereward.backend_options.check_dtype`).
 
     >>> choose_dtype("auto", bf16=True), choose_dtype("auto", bf16=False)
     ('bfloat16', 'float32')
     """
-    if requested == "auto":
+    if check_dtype(requested, "dtype") == "auto":
         return "bfloat16" if bf16 else "float32"
-    if requested in DTYPES:
-        return requested
-    raise ValueError(f"dtype={requested!r}; use auto | {' | '.join(DTYPES)}")
+    return requested
 
 
 def resolve_dtype(requested: str, device: Any) -> str:
     """:func:`choose_dtype` with the support of ``device`` (a ``torch.device`` or a name) probed.
 
     Raises:
-        ValueError: for an unknown dtype name.
+        ConfigError: for an unknown dtype name.
     """
     device_type = getattr(device, "type", None) or str(device).split(":")[0]
     if requested != "auto":

@@ -19,7 +19,6 @@ Heavy imports (torch, transformers) happen inside the class so that importing th
 
 from __future__ import annotations
 
-import importlib
 import logging
 import math
 import threading
@@ -31,10 +30,11 @@ from typing import Any
 
 from ..backend_options import TransformersOptions
 from ..config import VerifierConfig
-from ..errors import BackendError, BackendUnavailableError, ScoreTokenError
+from ..errors import BackendError, BackendUnavailableError, ConfigError, ScoreTokenError
 from ..seeding import forked_rng
 from .base import BackendUsage, ChatPrompt, LocalAsyncMixin, TokenLogprobs
 from .dtype import resolve_dtype
+from .models import is_image_text_model
 
 __all__ = [
     "TransformersBackend",
@@ -195,6 +195,7 @@ class TransformersBackend(LocalAsyncMixin):
 
     name = "transformers"
     supports_images = False  # an image-text-to-text model loads as hf_vision's subclass
+    loads_model = True
     options_class = TransformersOptions
 
     def __init__(self, config: VerifierConfig, **overrides: Any) -> None:
@@ -214,6 +215,11 @@ class TransformersBackend(LocalAsyncMixin):
         """Chunks whose shared prefix came from a kept cache (exactly or extended)."""
         self.usage = BackendUsage()
         self.model_id = resolve_model_path(config)
+        if type(self) is TransformersBackend and is_image_text_model(self.model_id):
+            raise ConfigError(
+                f"{self.model_id} is an image-text-to-text model: build it with "
+                "densereward.backends.create_backend(config) (VisionTransformersBackend)"
+            )
         self._lock = threading.Lock()
         self._closed = False
         self._candidate_cache: dict[tuple[str, ...], list[int]] = {}
@@ -240,13 +246,6 @@ class TransformersBackend(LocalAsyncMixin):
         self.max_length = int(getattr(self.model.config, "max_position_embeddings", 0) or 0) or None
 
     # ------------------------------------------------------------------ helpers
-
-    def __new__(cls, config: VerifierConfig | None = None, *args: Any, **kw: Any) -> Any:
-        if cls is TransformersBackend and config is not None:  # a model that sees: hf_vision's
-            vision = importlib.import_module(f"{__package__}.hf_vision")  # by name: no import cycle
-            if vision.is_image_text_model(resolve_model_path(config)):
-                cls = vision.VisionTransformersBackend
-        return super().__new__(cls)
 
     def _load(self, model_id: str) -> tuple[Any, Any]:  # (tokenizer, causal LM) in self.dtype
         from transformers import AutoModelForCausalLM, AutoTokenizer

@@ -1,7 +1,8 @@
 """The ``transformers`` backend on an image-text-to-text model: a verifier that sees camera frames.
 
-:class:`~densereward.backends.hf.TransformersBackend` becomes a :class:`VisionTransformersBackend`
-when the model's config has a ``vision_config`` (Qwen2-VL, Qwen2.5-VL, ...; :func:`is_image_text_model`).
+:func:`~densereward.backends.create_backend` builds the ``transformers`` backend as a
+:class:`VisionTransformersBackend` when the model's config has a ``vision_config`` (Qwen2-VL,
+Qwen2.5-VL, ...; :func:`~densereward.backends.models.is_image_text_model`).
 The model loads with ``AutoModelForImageTextToText``; its processor with ``AutoProcessor``, or,
 where the processor class cannot load (Qwen2-VL's processor needs torchvision for its video
 part, which the CPU install lacks), the tokenizer and ``AutoImageProcessor`` with Qwen-VL-style
@@ -16,7 +17,6 @@ left padding; no prefix key/value cache is kept (the image tokens sit inside the
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -27,17 +27,9 @@ from ..seeding import forked_rng
 from .base import ChatPrompt, TokenLogprobs
 from .hf import TransformersBackend, _cut_at_stop
 from .images import chat_messages, frames_of, to_pil
+from .models import is_image_text_model  # noqa: F401  (re-exported: its home until issue 42)
 
 __all__ = ["VisionTransformersBackend", "is_image_text_model", "render_text"]
-
-
-def is_image_text_model(model_dir: str | Path) -> bool:
-    """Whether ``model_dir`` holds a vision-language model (its ``config.json`` has ``vision_config``)."""
-    path = Path(model_dir) / "config.json"
-    try:
-        return "vision_config" in json.loads(path.read_text())
-    except (OSError, ValueError):
-        return False
 
 
 def render_text(template: Any, prompt: ChatPrompt) -> str:

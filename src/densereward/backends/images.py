@@ -25,6 +25,7 @@ import numpy as np
 
 from ..errors import ConfigError, DataError
 from ..frames import FrameConfig
+from .capability import capabilities
 
 __all__ = [
     "FrameConfig",
@@ -182,7 +183,7 @@ def image_url_part(frame: np.ndarray) -> dict[str, Any]:
 
 
 def _check_backend(backend: Any) -> None:
-    if not getattr(backend, "supports_images", False):
+    if not capabilities(backend).supports_images:
         raise ConfigError(
             f"the {backend.name!r} verifier backend with model {backend.model_id!r} cannot take "
             "camera frames: use an image-text-to-text model (e.g. Qwen2.5-VL) with the "

@@ -41,6 +41,7 @@ from ..registry import Registry, entry_point_group
 
 __all__ = [
     "MODELS",
+    "is_image_text_model",
     "OfflineModel",
     "available_models",
     "get_model",
@@ -443,3 +444,19 @@ def resolve_hub_id(repo_id: str, field: str = "model") -> str:
     logger.warning("%s=%r: the Hugging Face Hub cannot be reached (%s); loading the cached copy "
                    "%s (set HF_HUB_OFFLINE=1 to skip this check)", field, repo_id, why, snapshot)  # fmt: skip
     return str(snapshot)
+
+
+def is_image_text_model(model_dir: str | Path) -> bool:
+    """Whether ``model_dir`` holds a vision-language model (its ``config.json`` has ``vision_config``).
+
+    The ``transformers`` backend is then built as
+    :class:`~densereward.backends.hf_vision.VisionTransformersBackend`
+    (:func:`densereward.backends.registry.backend_class_for`); the ``vllm`` backend takes frames.
+    """
+    import json
+
+    path = Path(model_dir) / "config.json"
+    try:
+        return "vision_config" in json.loads(path.read_text())
+    except (OSError, ValueError):
+        return False

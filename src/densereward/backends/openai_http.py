@@ -47,7 +47,7 @@ from ..backend_options import OpenAIOptions
 from ..config import VerifierConfig
 from ..errors import BackendError, BackendRefusedError, BackendUnavailableError, ConfigError
 from ..io import get_api_key, redact
-from .base import BackendUsage, ChatPrompt, TokenLogprobs
+from .base import BackendBase, BackendUsage, ChatPrompt, TokenLogprobs
 from .images import chat_messages, frames_of, image_url_part
 from .replicas import Router, affinity_key, replica_urls
 from .transport import LoopThread, Secret
@@ -102,7 +102,7 @@ def refusal_setting(
     return None, False
 
 
-class OpenAIBackend:
+class OpenAIBackend(BackendBase):
     """Verifier backend over an OpenAI-compatible chat-completions endpoint.
 
     Args:

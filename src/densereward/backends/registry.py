@@ -22,7 +22,6 @@ from __future__ import annotations
 from typing import Any
 
 from ..backend_options import BACKEND_OPTIONS, BACKENDS, options_class
-from ..errors import RegistryError
 from ..registry import EntryPoint
 
 __all__ = [
@@ -31,6 +30,7 @@ __all__ = [
     "check_backend_name",
     "get_backend_class",
     "backend_options_class",
+    "backend_class_for",
     "create_backend",
 ]
 
@@ -58,9 +58,11 @@ def register_backend(
         ``entry_point`` (or, in the decorator form, a decorator returning the class).
 
     Raises:
-        RegistryError: if ``name`` is already registered to a different entry point (names
-            are never overwritten, built-in or not; the same entry point again is a no-op),
-            or if ``name`` / ``entry_point`` is malformed.
+        RegistryError: (a ``ConfigError``) if ``name`` is already registered to a different
+            entry point (names are never overwritten, built-in or not; the same entry point
+            again is a no-op), if ``name`` / ``entry_point`` is malformed, or if a class is not
+            a backend (:func:`~densereward.backend_options.check_backend_class`: a string
+            entry is checked when first imported).
     """
     if entry_point is None:
 
@@ -69,12 +71,7 @@ def register_backend(
             return cls
 
         return deco
-    if not isinstance(entry_point, str) and not callable(entry_point):
-        raise RegistryError(
-            f"backend {name!r}: entry point must be a 'module:ClassName' string or a class, "
-            f"got {type(entry_point).__name__}"
-        )
-    BACKENDS.register(name, entry_point)
+    BACKENDS.register(name, entry_point)  # a class is checked now, a string when imported
     if options is not None:
         BACKEND_OPTIONS.register(name, options)
     return entry_point
@@ -112,8 +109,28 @@ def backend_options_class(name: str) -> type:
     return options_class(name)
 
 
+def backend_class_for(config: Any) -> Any:
+    """The class :func:`create_backend` builds for ``config``: the one registered under
+    ``config.backend``, except that ``transformers`` on an image-text-to-text model (its
+    ``config.json`` has ``vision_config``) is :class:`~.hf_vision.VisionTransformersBackend`.
+
+    Raises:
+        ConfigError, BackendUnavailableError: as :func:`get_backend_class`, or when an offline
+            model name cannot be prepared (:func:`~.hf.resolve_model_path`).
+    """
+    cls = get_backend_class(config.backend)
+    if config.backend == "transformers":
+        from .hf import resolve_model_path
+        from .hf_vision import VisionTransformersBackend
+        from .models import is_image_text_model
+
+        if is_image_text_model(resolve_model_path(config)):
+            return VisionTransformersBackend
+    return cls
+
+
 def create_backend(config: Any) -> Any:
-    """Build the backend named by ``config.backend``: ``cls(config)``.
+    """Build the backend for ``config``: ``cls(config)`` with ``cls`` from :func:`backend_class_for`.
 
     Args:
         config: a :class:`~densereward.config.VerifierConfig` (its ``options`` validated).
@@ -122,4 +139,4 @@ def create_backend(config: Any) -> Any:
         ConfigError: for an unknown backend name or an option the backend rejects.
         BackendUnavailableError: when the backend cannot be loaded or reached.
     """
-    return get_backend_class(config.backend)(config)
+    return backend_class_for(config)(config)

@@ -104,6 +104,7 @@ class SampledBackend(OpenAIBackend):
 
     name = "sampled"
     options_class = SampledOptions
+    text_reads = True  # each level is read in the sampled text, at the tokenizer's boundary
 
     def __init__(self, config: VerifierConfig, **overrides: Any):
         super().__init__(config, **overrides)

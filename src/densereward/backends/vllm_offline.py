@@ -74,6 +74,7 @@ class VLLMBackend(LocalAsyncMixin):
     """
 
     name = "vllm"
+    loads_model = True
     options_class = VLLMOptions
 
     def __init__(self, config: VerifierConfig, **overrides: Any) -> None:

@@ -55,7 +55,9 @@ from .grpo_config import (  # noqa: F401  (re-exported: the config is part of th
     bf16_note,
     build_grpo_args,
     grpo_config_kwargs,
+    policy_dtype,
     resolve_config,
+    training_device,
 )
 from .grpo_heldout import HeldoutEvaluator
 
@@ -140,6 +142,14 @@ def _wandb_env(parts: dict[str, Any], run_dir: Path) -> dict[str, str | None]:
             os.environ[k] = v
     configure_wandb(run_dir)
     return old
+
+
+def _dtype_note(parts: dict[str, Any]) -> str:
+    """``dtype float32``, or ``dtype auto: float32 on cpu`` (resolved as the run resolves it)."""
+    requested, training = parts["model"].dtype, parts["training"]
+    if requested != "auto":
+        return f"dtype {requested}"
+    return f"dtype auto: {policy_dtype(requested, training)} on {training_device(training)}"
 
 
 def _restore_env(old: dict[str, str | None]) -> None:
@@ -377,7 +387,7 @@ def _dry_run(
         else "created when the run starts"
     )  # fmt: skip
     checks = [
-        f"{policy_line} (dtype {parts['model'].dtype}) -- weights NOT loaded",
+        f"{policy_line} ({_dtype_note(parts)}) -- weights NOT loaded",
         data_line,
         f"run directory: {run_dir} ({state})",
         f"verifier: VerifierConfig ok (backend {parts['verifier'].backend}, G={parts['verifier'].granularity}, "

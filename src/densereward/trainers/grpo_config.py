@@ -33,6 +33,7 @@ __all__ = [
     "resolve_config",
     "build_grpo_args",
     "training_device",
+    "policy_dtype",
 ]
 
 SECTIONS = ("model", "data", "reward", "verifier", "training", "wandb", "heldout")
@@ -45,7 +46,9 @@ class ModelConfig:
     name: str | None = None
     """Hugging Face id or local path; ``None`` = the embedded SmolLM2-135M-Instruct."""
     dtype: str = "auto"
-    """``auto`` (float32 on CPU, bfloat16 on GPU), ``float32``, ``bfloat16``, ``float16``."""
+    """``auto``, ``float32``, ``bfloat16``, ``float16``. ``auto`` is the verifier's rule on the
+    training device (:func:`policy_dtype`): bfloat16 where the device multiplies it natively (a
+    GPU with native bf16, a CPU with AMX), float32 elsewhere."""
     attn_implementation: str | None = None
     """e.g. ``sdpa`` or ``flash_attention_2``; ``None`` = transformers' default."""
     torch_threads: int | None = None
@@ -99,6 +102,14 @@ def training_device(training: dict[str, Any]) -> str:
     import torch
 
     return "cpu" if training.get("use_cpu") or not torch.cuda.is_available() else "cuda"
+
+
+def policy_dtype(requested: str, training: dict[str, Any]) -> str:
+    """The dtype the policy loads in (``model.dtype``): a named dtype as given; ``auto`` by the
+    one rule of :func:`densereward.backends.dtype.resolve_dtype` on the training device
+    (:func:`training_device`), the rule the verifier's ``dtype: auto`` and TRL's bf16 autocast
+    (``training.bf16`` unset) follow too."""
+    return resolve_dtype(requested, training_device(training))
 
 
 def bf16_note(parts: dict[str, Any], args: Any) -> str:
@@ -227,10 +238,7 @@ def build_grpo_args(parts: dict[str, Any], run_dir: Path, *, cpu_check: bool = F
         )
     _scale_rewards(parts["reward"].type, kw)
     model_init = dict(kw.get("model_init_kwargs") or {})
-    dtype = parts["model"].dtype
-    if dtype == "auto":
-        dtype = "bfloat16" if torch.cuda.is_available() and not kw.get("use_cpu") else "float32"
-    model_init.setdefault("dtype", dtype)
+    model_init.setdefault("dtype", policy_dtype(parts["model"].dtype, kw))
     if parts["model"].attn_implementation:
         model_init.setdefault("attn_implementation", parts["model"].attn_implementation)
     kw["model_init_kwargs"] = model_init

@@ -19,7 +19,7 @@ from collections.abc import Generator, Sequence
 from typing import Any
 
 from .. import prompts as P
-from ..backends.base import ChatPrompt, TokenLogprobs, VerifierBackend
+from ..backends.base import ChatPrompt, TokenLogprobs, VerifierBackend, capabilities
 from ..cache import ScoreCache, cache_key
 from ..config import VerifierConfig
 from ..errors import BackendError, BackendRefusedError, ConfigError
@@ -67,6 +67,7 @@ class PlanDriver:
         thinking: bool,
     ) -> None:
         self.backend = backend
+        self.can = capabilities(backend)
         self.config = config
         self.stats = stats
         self.cache = cache
@@ -93,7 +94,7 @@ class PlanDriver:
         if plan.text_level or not plan.chain_candidates:
             at = self.backend.next_token_logprobs(cut, plan.boundary_candidates)
             return [plan.compose(a) for a in at]
-        fused = getattr(self.backend, "boundary_logprobs", None)
+        fused = self.can.boundary_logprobs
         if fused is not None:
             pairs = fused(prompts, plan.boundary_candidates, plan.chain_candidates, back=plan.back)
             return [plan.compose(a, b) for a, b in pairs]
@@ -113,7 +114,7 @@ class PlanDriver:
         if plan.text_level or not plan.chain_candidates:
             at = await self.backend.anext_token_logprobs(cut, plan.boundary_candidates)
             return [plan.compose(a) for a in at]
-        fused = getattr(self.backend, "boundary_logprobs", None)
+        fused = self.can.boundary_logprobs
         if fused is not None:  # in-process: the one pass runs in a worker thread
             pairs = await asyncio.to_thread(
                 fused, prompts, plan.boundary_candidates, plan.chain_candidates, back=plan.back
@@ -241,7 +242,7 @@ class PlanDriver:
         answer_options = self.config.answer_options()  # as given; no URLs, timeouts, dtype
         if answer_options:
             extra["options"] = answer_options
-        dtype = getattr(self.backend, "dtype", None)  # in-process models expose what they run in
+        dtype = self.can.dtype  # in-process models declare what they run in
         if dtype is not None:
             extra["dtype"] = str(dtype)
         if self.plan.steps_back:  # reads before the fix (after a lone '>') never answer these

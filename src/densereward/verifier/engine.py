@@ -14,7 +14,7 @@ from collections.abc import Generator, Mapping, Sequence
 from typing import Any
 
 from .. import prompts as P
-from ..backends.base import ChatPrompt, VerifierBackend
+from ..backends.base import ChatPrompt, VerifierBackend, capabilities
 from ..backends.images import FramePrep
 from ..cache import ScoreCache
 from ..config import VerifierConfig
@@ -97,6 +97,7 @@ class Verifier(OneItemVerbs):
 
             backend = create_backend(self.config)
         self.backend = backend
+        self.capabilities = capabilities(backend)  # what it can do (BackendBase's defaults)
         self._owns_cache = cache is None and self.config.cache_dir is not None
         self.cache = (
             cache
@@ -110,7 +111,7 @@ class Verifier(OneItemVerbs):
             self.scale,
             prefill=P.SCORE_PREFILL,
             model=str(self.backend.model_id),
-            text_level=bool(getattr(self.backend, "text_reads", False)),
+            text_level=bool(self.capabilities.text_reads),
         )
         self.spellings = self.read_plan.spellings
         self.candidates = [s for forms in self.spellings for s in forms]
@@ -151,7 +152,7 @@ class Verifier(OneItemVerbs):
         mass = distribution_from_logprobs(answer, self.scale, self.spellings)[1]
         self.calibration_mass = check_calibration(
             mass, self.read_plan, model=str(self.backend.model_id), min_mass=self.config.min_mass,
-            hint=getattr(self.backend, "calibration_hint", ""),
+            hint=self.capabilities.calibration_hint,
         )  # fmt: skip
 
     def _native_thinking(self) -> bool:
@@ -166,7 +167,7 @@ class Verifier(OneItemVerbs):
         explicit = (self.config.chat_template_kwargs or {}).get("enable_thinking")
         if explicit is not None:
             return bool(explicit)
-        return bool(getattr(self.backend, "thinking_template", False))
+        return bool(self.capabilities.thinking_template)
 
     # ------------------------------------------------------------- read plans
     def _read_plan(self, prompts: Sequence[ChatPrompt], seeds: Sequence[int]) -> Generator:
