@@ -605,3 +605,22 @@ def test_training_curves_give_a_constant_curve_a_sane_axis_and_say_the_episode_c
     assert ret.get_ylim() == (-1.0, 1.0)
     legend = [t.get_text() for t in axes["success rate"].get_legend().get_texts()]
     assert "evaluation (5 deterministic episodes)" in legend
+
+
+def test_a_start_refused_when_sac_is_built_leaves_no_run_directory(tmp_path, monkeypatch):
+    """Issue 41 rerun: a start that failed after creating its run directory but before
+    training (SB3 refusing its arguments: only a TypeError was caught) left the directory
+    behind; docs/configuration.md says a failed start leaves none."""
+    import stable_baselines3
+
+    from densereward.config import load_yaml
+    from densereward.trainers import sac
+
+    def refuses(self):
+        raise AssertionError("learning rate schedule must be a float or callable")
+
+    monkeypatch.setattr(stable_baselines3.SAC, "_setup_model", refuses)
+    out = tmp_path / "run"
+    with pytest.raises(AssertionError, match="learning rate schedule"):
+        sac.run(load_yaml(REPO / "configs/sac_fetchreach_sparse.yaml"), output_dir=out)
+    assert not out.exists()
