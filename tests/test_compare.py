@@ -772,7 +772,7 @@ def test_one_run_each_gives_no_probability_and_one_final_value(tmp_path, monkeyp
         assert stored["final"] == pytest.approx(np.mean(values[-3:]))
         assert stored["final"] != pytest.approx(values[-1]) and "final" not in stored["summary"]
         assert res["conditions"][cond]["runs"][0]["final"] == pytest.approx(stored["final"])
-        assert f"| {cond} | 1 | {stored['final']:.3f} [" in report
+        assert f"| {cond} | 1 | {stored['final']:.3f} (n=1: no interval)" in report
     # the title names the conditions that ran; one configured without a finished run is said
     assert report.startswith("# Comparison: slow vs fast\n") and titles == ["slow vs fast"]
     never = {**config, "conditions": {**config["conditions"], "never": ["reward.rate=2.0"]}}
@@ -835,3 +835,33 @@ def test_two_processes_of_one_comparison_share_its_directory(tmp_path):
     assert stored["seeds"] == [0, 1, 2] and set(stored["conditions"]) == {"slow", "fast"}
     record_config(out, {**cfg, "budget": 50, "seeds": [7]})  # another run config replaces it
     assert yaml.safe_load((out / "compare_config.yaml").read_text())["seeds"] == [7]
+
+
+def test_one_run_per_condition_gets_no_interval_in_the_report_or_the_plot(tmp_path, monkeypatch):
+    """Issue 41 rerun: with n=1 the report printed "IQM [95% CI]" as ``0.000 [0.000, 0.000]``
+    and the plot's subtitle claimed a 95% bootstrap band of the mean: one run has no interval."""
+    import matplotlib.axes
+
+    a = C.analyze(
+        {"flat": _synthetic_runs(5000, seeds=(0,)), "dense": _synthetic_runs(200)},
+        budget=1000, threshold=0.8, n_bootstrap=50,
+    )  # fmt: skip
+    md = C.render_report(
+        a, name="t", trainer="sac", metric="m", budget=1000, seeds=[0], x_label="steps"
+    )
+    (flat,) = [x for x in md.splitlines() if x.startswith("| flat")]
+    assert "0.000 (n=1: no interval)" in flat and "[0.000, 0.000]" not in flat, flat
+    (dense,) = [x for x in md.splitlines() if x.startswith("| dense")]
+    assert "no interval" not in dense and "[" in dense, dense
+    bands, titles = [], []
+    real_fill, real_title = matplotlib.axes.Axes.fill_between, matplotlib.axes.Axes.set_title
+    monkeypatch.setattr(
+        matplotlib.axes.Axes,
+        "fill_between",
+        lambda ax, *x, **k: bands.append(x) or real_fill(ax, *x, **k),
+    )
+    monkeypatch.setattr(matplotlib.axes.Axes, "set_title",
+                        lambda ax, t, **k: titles.append(t) or real_title(ax, t, **k))  # fmt: skip
+    C.plot_curves(a, tmp_path / "c.png", metric="m", x_label="steps", threshold=None, title="t")
+    assert len(bands) == 1  # dense's band only
+    assert "no band for flat (n=1: no interval)" in titles[-1], titles

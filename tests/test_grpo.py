@@ -450,3 +450,29 @@ def test_resume_keeps_the_tracker_window_and_the_card_names_the_model(tmp_path, 
     )
     assert done.stderr.count("TRL currently supports vLLM versions") <= 1
     assert (run_dir / "checkpoint-1" / "reward_quality_state.json").is_file()
+
+
+def test_a_start_that_fails_after_creating_its_run_directory_removes_it(tmp_path, monkeypatch):
+    """Issue 41 rerun: a start that failed before its first training step (here TRL refusing
+    its arguments when the trainer is built) left its run directory behind, although
+    docs/configuration.md says a failed start leaves none."""
+    import trl
+
+    from densereward.config import apply_overrides, load_yaml
+    from densereward.trainers import grpo
+
+    class Refuses:
+        def __init__(self, *args, **kwargs):
+            raise RuntimeError("refused before training")
+
+    monkeypatch.setattr(trl, "GRPOTrainer", Refuses)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    config = apply_overrides(
+        load_yaml(REPO / "configs/grpo_math_cpu.yaml"),
+        ["data.size=4", "data.limit=4", "reward.type=sparse", "reward.track=false",
+         "training.report_to=[]"],
+    )  # fmt: skip
+    out = tmp_path / "run"
+    with pytest.raises(RuntimeError, match="refused before training"):
+        grpo.run(config, output_dir=out)
+    assert not out.exists()

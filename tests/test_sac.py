@@ -582,3 +582,45 @@ def test_sac_on_an_env_without_is_success_trains_with_success_metrics_off(tmp_pa
     ):
         sac.run(config, output_dir=tmp_path / "refused")
     assert not (tmp_path / "refused").exists()
+
+
+def test_training_curves_give_a_constant_curve_a_sane_axis_and_say_the_episode_count(
+    tmp_path, monkeypatch
+):
+    """Issue 41 rerun: a constant-0 evaluation return was drawn on matplotlib's -0.04..0.04
+    axis (ticks that read as a measured spread), and no panel said how many episodes each
+    point averages."""
+    from densereward.io import append_jsonl
+    from densereward.trainers import sac_plots
+
+    for step in (100, 200, 300):
+        append_jsonl(tmp_path / "eval_curve.jsonl",
+                     {"step": step, "value": 0.0, "n_episodes": 5, "mean_reward": 0.0})  # fmt: skip
+    figs = []
+    monkeypatch.setattr(sac_plots, "_save", lambda fig, plt, path: figs.append(fig) or path)
+    sac_plots.plot_sac_run(tmp_path, eval_reward="sparse success reward", training_reward=None,
+                           threshold_source=None, title="t")  # fmt: skip
+    axes = {ax.get_title(): ax for ax in figs[0].axes}
+    ret = axes["evaluation episodes: mean return of 5 episodes"]
+    assert ret.get_ylim() == (-1.0, 1.0)
+    legend = [t.get_text() for t in axes["success rate"].get_legend().get_texts()]
+    assert "evaluation (5 deterministic episodes)" in legend
+
+
+def test_a_start_refused_when_sac_is_built_leaves_no_run_directory(tmp_path, monkeypatch):
+    """Issue 41 rerun: a start that failed after creating its run directory but before
+    training (SB3 refusing its arguments: only a TypeError was caught) left the directory
+    behind; docs/configuration.md says a failed start leaves none."""
+    import stable_baselines3
+
+    from densereward.config import load_yaml
+    from densereward.trainers import sac
+
+    def refuses(self):
+        raise AssertionError("learning rate schedule must be a float or callable")
+
+    monkeypatch.setattr(stable_baselines3.SAC, "_setup_model", refuses)
+    out = tmp_path / "run"
+    with pytest.raises(AssertionError, match="learning rate schedule"):
+        sac.run(load_yaml(REPO / "configs/sac_fetchreach_sparse.yaml"), output_dir=out)
+    assert not out.exists()

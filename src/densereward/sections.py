@@ -11,13 +11,26 @@ apart key by key (``train sac`` given a GRPO file suggested ``verifier.model`` f
 from __future__ import annotations
 
 import dataclasses
+import math
+import re
+import types
+import typing
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from .errors import ConfigError
 
+_POSITIVE = re.compile(
+    r"(_length|_size|_interval|^num_generations|^num_iterations|_accumulation_steps"
+    r"|^steps_per_generation|^total_timesteps)$"
+)
+"""Integer fields that count something (lengths, sizes, steps per ...): they must be >= 1.
+Others with a positive default take 0 or -1 as a setting (SB3's ``learning_starts=0``,
+``gradient_steps=-1``, a ``seed``)."""
+
 __all__ = [
     "COMMAND_SECTIONS",
+    "check_passthrough_values",
     "check_sections",
     "field_names",
     "other_command",
@@ -154,3 +167,93 @@ def check_sections(
             f"unknown section(s) {hints}; the sections are {', '.join(sections)} "
             "(set a field as section.field=value)"
         )
+
+
+def _scalar_kinds(annotation: Any) -> set[type]:
+    """The ones of ``int``, ``float``, ``str``, ``bool`` a type hint names (in a union too)."""
+    args = typing.get_args(annotation) if typing.get_origin(annotation) in (
+        typing.Union, types.UnionType) else (annotation,)  # fmt: skip
+    return {a for a in args if a in (int, float, str, bool)}
+
+
+def check_passthrough_values(
+    values: Mapping[str, Any],
+    hints: Mapping[str, Any],
+    *,
+    prefix: str,
+    owner: str,
+    ranges: Mapping[str, tuple[float | None, float | None]] = {},  # noqa: B006
+) -> dict[str, Any]:
+    """Check the values of a section passed through to a library class (``training:`` to
+    ``trl.GRPOConfig``, ``sac:`` to ``stable_baselines3.SAC``) against its type hints, so that a
+    dry run refuses what the run would only fail on minutes later inside the library.
+
+    A field typed ``float`` takes a finite number (a numeric string such as ``"1e-5"``, which
+    YAML 1.1 leaves a string, becomes a float; ``nan``, ``inf`` and ``"abc"`` are refused, also
+    where the field takes a string too, as SB3's ``ent_coef``); one typed ``int`` (not
+    ``float``) takes an integer, >= 1 for the counts :data:`_POSITIVE` names; ``ranges`` bound
+    others (``gamma`` in [0, 1]). A field whose hint names other types (a callable, an enum, a
+    tuple) and no ``str`` still refuses a string it cannot read as a number; ``None`` and the
+    other types (a list, a mapping) pass to the library unchanged.
+
+    Args:
+        values: The section's keys and values (already checked to be fields of ``owner``).
+        hints: Field name -> type hint (``typing.get_type_hints`` of the class or ``__init__``).
+        prefix: The section, for the messages (``"training."``).
+        owner: The class the values go to, for the messages (``"trl.GRPOConfig"``).
+        ranges: Field name -> inclusive ``(low, high)`` (``None`` = unbounded).
+
+    Returns:
+        ``values`` with numeric strings of numeric fields converted.
+
+    Raises:
+        ConfigError: one line naming the key, the value and what it must be.
+
+    >>> check_passthrough_values({"lr": "1e-5", "n": 3}, {"lr": float, "n": int},
+    ...                          prefix="t.", owner="X")
+    {'lr': 1e-05, 'n': 3}
+    >>> check_passthrough_values({"lr": "nan"}, {"lr": float}, prefix="t.", owner="X")
+    Traceback (most recent call last):
+    ...
+    densereward.errors.ConfigError: t.lr='nan': X takes a finite number here (got NaN/inf)
+    """
+    out = dict(values)
+    for key, value in values.items():
+        if key not in hints or value is None:
+            continue
+        kinds = _scalar_kinds(hints[key])
+        numeric = kinds & {int, float}
+        if not numeric:
+            continue
+        want = "a finite number" if float in kinds else "an integer"
+        name = f"{prefix}{key}={value!r}"
+        if isinstance(value, str):
+            try:
+                number = float(value)
+            except ValueError:
+                if str in kinds:
+                    continue
+                raise ConfigError(f"{name}: {owner} takes {want} here") from None
+            if not math.isfinite(number):
+                raise ConfigError(f"{name}: {owner} takes {want} here (got NaN/inf)")
+            if str in kinds:
+                continue
+            value = number
+        if isinstance(value, bool) and bool not in kinds:
+            raise ConfigError(f"{name}: {owner} takes {want} here, not true/false")
+        if not isinstance(value, int | float):
+            continue  # a list, a mapping: the hint's other types
+        if not math.isfinite(value):
+            raise ConfigError(f"{name}: {owner} takes {want} here (got NaN/inf)")
+        if float not in kinds:
+            if value != int(value):
+                raise ConfigError(f"{name}: {owner} takes {want} here")
+            value = int(value)
+            if _POSITIVE.search(key) and value < 1:
+                raise ConfigError(f"{name}: {owner} takes an integer >= 1 here")
+        low, high = ranges.get(key, (None, None))
+        if (low is not None and value < low) or (high is not None and value > high):
+            bounds = f"in [{low}, {high}]" if high is not None else f">= {low}"
+            raise ConfigError(f"{name}: {owner} takes {want} {bounds} here")
+        out[key] = value
+    return out

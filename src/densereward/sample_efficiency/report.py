@@ -230,8 +230,15 @@ def analyze(
     return {"grid": grid, "conditions": conditions, "pairs": pairs}
 
 
-def _ci_text(ci: Mapping[str, float], digits: int = 3) -> str:
-    """``value [low, high]``."""
+def _ci_text(ci: Mapping[str, float], digits: int = 3, n: int | None = None) -> str:
+    """``value [low, high]``; with ``n`` (the runs it rests on) below 2, ``value (n=1: no
+    interval)``: a bootstrap of one run is that run, ``[v, v]`` read as certainty.
+
+    >>> _ci_text({"value": 0.0, "low": 0.0, "high": 0.0}, n=1)
+    '0.000 (n=1: no interval)'
+    """
+    if n is not None and n < 2:
+        return f"{format_number(ci['value'], digits)} (n={n}: no interval)"
     lo, hi = format_number(ci["low"], digits), format_number(ci["high"], digits)
     return f"{format_number(ci['value'], digits)} [{lo}, {hi}]"
 
@@ -274,7 +281,14 @@ def render_report(
         walls = [r["wall_s"] for r in c["runs"] if r.get("wall_s") is not None]
         wall = f"{np.mean(walls):.0f}" if walls else "n/a"
         rows.append(
-            [cname, str(c["n_runs"]), _ci_text(c["final"]), _ci_text(c["auc"]), st_txt, wall]
+            [
+                cname,
+                str(c["n_runs"]),
+                _ci_text(c["final"], n=c["n_runs"]),
+                _ci_text(c["auc"], n=c["n_runs"]),
+                st_txt,
+                wall,
+            ]  # fmt: skip
         )
         costs = [r for r in c["runs"] if r.get("ms_per_step") is not None]
         if costs:
@@ -377,11 +391,16 @@ def plot_curves(
 
     grid = np.asarray(analysis["grid"])
     fig, ax = plt.subplots(figsize=(7, 4.2))
+    banded, single = [], []
     for cname, c in analysis["conditions"].items():
         if c.get("curve") is None:
             continue
         mean = np.asarray(c["curve"]["mean"])
         (line,) = ax.plot(grid, mean, label=f"{cname} (n={c['n_runs']})")
+        if c["n_runs"] < 2:  # a bootstrap band of one run is the run itself: no interval
+            single.append(cname)
+            continue
+        banded.append(cname)
         ax.fill_between(
             grid,
             c["curve"]["low"],
@@ -396,10 +415,12 @@ def plot_curves(
         )
     ax.set_xlabel(x_label)
     ax.set_ylabel(metric)
-    ax.set_title(
-        f"{title}\nline: mean over seeds; band: {round(confidence * 100)}% bootstrap CI of the mean",
-        fontsize=10,
-    )
+    band = f"band: {round(confidence * 100)}% bootstrap CI of the mean"
+    if single:
+        band = (f"{band} (runs >= 2); " if banded else "") + (
+            f"no band for {', '.join(single)} (n=1: no interval)"
+        )
+    ax.set_title(f"{title}\nline: mean over seeds; {band}", fontsize=10)
     ax.grid(alpha=0.3)
     ax.legend(loc="best", fontsize=8)
     fig.tight_layout()

@@ -125,6 +125,17 @@ def _create_run_dir(run_dir: Path, resume: str | None) -> None:
             (run_dir / stale).unlink(missing_ok=True)
 
 
+def _drop_unstarted(run_dir: Path, created: bool, trainer: Any) -> None:
+    """Remove the run directory this start created when it failed before a training step (a
+    policy that does not load, TRL refusing its arguments): docs/configuration.md promises
+    that a failed start leaves none behind."""
+    steps = int(trainer.state.global_step) if trainer is not None else 0
+    if created and steps == 0 and not _checkpoints(run_dir):
+        import shutil
+
+        shutil.rmtree(run_dir, ignore_errors=True)
+
+
 def _wandb_env(parts: dict[str, Any], run_dir: Path) -> dict[str, str | None]:
     """Point W&B at this run (offline without an API key); returns the previous env to restore."""
     w = parts["wandb"]
@@ -238,17 +249,19 @@ def run(
         num_generations=args.num_generations,
         scale_rewards=args.scale_rewards,
     )
+    created = main_process and not run_dir.exists()
     if main_process:  # keys never live in configs; masked anyway
         _create_run_dir(run_dir, resume)
         atomic_write_json(run_dir / "config.json", redact(config, secrets))
 
     # W&B (offline without a key) and the policy.
-    old_env = _wandb_env(parts, run_dir) if "wandb" in (args.report_to or []) else {}
-    policy = resolve_model(parts["model"].name, field="model.name")
-    if parts["model"].torch_threads:
-        torch.set_num_threads(parts["model"].torch_threads)
-    torch.manual_seed(args.seed)
+    old_env, trainer = {}, None
     try:
+        old_env = _wandb_env(parts, run_dir) if "wandb" in (args.report_to or []) else {}
+        policy = resolve_model(parts["model"].name, field="model.name")
+        if parts["model"].torch_threads:
+            torch.set_num_threads(parts["model"].torch_threads)
+        torch.manual_seed(args.seed)
         trainer = GRPOTrainer(
             model=policy, reward_funcs=reward_funcs, args=args, train_dataset=dataset
         )
@@ -263,6 +276,9 @@ def run(
         trainer.train(resume_from_checkpoint=checkpoint)
         trainer.save_state()
         heldout.evaluate("after", int(trainer.state.global_step))
+    except BaseException:
+        _drop_unstarted(run_dir, created, trainer)
+        raise
     finally:
         for f in reward_funcs:
             if hasattr(f, "close"):

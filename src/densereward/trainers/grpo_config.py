@@ -23,6 +23,7 @@ from densereward.config import (
     unknown_key_hints,
 )
 from densereward.errors import ConfigError
+from densereward.sections import check_passthrough_values
 
 __all__ = [
     "SECTIONS",
@@ -79,11 +80,18 @@ class WandbConfig:
 
 
 def grpo_config_kwargs(training: dict[str, Any]) -> dict[str, Any]:
-    """Check ``training:`` keys against ``trl.GRPOConfig``'s fields.
+    """Check ``training:`` keys against ``trl.GRPOConfig``'s fields, and their values against
+    the fields' types (:func:`~densereward.sections.check_passthrough_values`: a float field
+    takes a finite number, a length or batch size a positive integer), so that the dry run
+    refuses what TRL would only fail on inside the first step (``learning_rate=abc`` was a
+    TypeError after two minutes, ``max_completion_length=-5`` a ValueError in generation).
 
     Raises:
-        ConfigError: naming each unknown key and its closest GRPOConfig field.
+        ConfigError: naming each unknown key and its closest GRPOConfig field, or the first
+            value of the wrong type or range.
     """
+    import typing
+
     from trl import GRPOConfig
 
     names = {f.name for f in dataclasses.fields(GRPOConfig) if f.init}
@@ -93,7 +101,13 @@ def grpo_config_kwargs(training: dict[str, Any]) -> dict[str, Any]:
             "unknown trl.GRPOConfig field(s) under training: "
             + unknown_key_hints(unknown, names, sep=", ")
         )
-    return dict(training)
+    return check_passthrough_values(
+        training,
+        typing.get_type_hints(GRPOConfig),
+        prefix="training.",
+        owner="trl.GRPOConfig",
+        ranges={"learning_rate": (0, None)},
+    )
 
 
 def training_device(training: dict[str, Any]) -> str:

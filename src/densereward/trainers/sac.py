@@ -42,7 +42,6 @@ import copy
 import logging
 import os
 import re
-import shutil
 import sys
 import time
 import uuid
@@ -314,52 +313,53 @@ def run(config: dict[str, Any], *, output_dir: Path, resume: bool = False) -> di
     gamma = float(sac_kwargs.get("gamma", 0.99))  # SB3's default; shaping uses the agent's
     try:
         venv, eval_venv = build_envs(cfg, progress_fn=progress_fn, gamma=gamma, monitor_dir=run_dir)
-    except BaseException:  # refused before training: leave no half-made run directory
-        if created:
-            shutil.rmtree(run_dir, ignore_errors=True)
-        if verifier is not None and hasattr(verifier, "close"):
-            verifier.close()
-        raise
-    reward_venv = venv  # VecMonitor(...): carries verifier_stats; VecNormalize goes on top
-    # success rates exist when the environment's step info reports is_success (not Pendulum)
-    success = SUCCESS_KEY in reward_venv.info_keywords
+        reward_venv = venv  # VecMonitor(...): carries verifier_stats; VecNormalize goes on top
+        # success rates exist when the environment's step info reports is_success (not Pendulum)
+        success = SUCCESS_KEY in reward_venv.info_keywords
 
-    # 3. SAC (fresh, or the latest checkpoint and its replay buffer)
-    ckpt_dir = run_dir / "checkpoints"
-    if resume:
-        latest = _latest_checkpoint(ckpt_dir)
-        if latest is None:
-            raise ConfigError(f"--resume: no checkpoint in {ckpt_dir}")
-        if cfg.env.normalize_obs:
-            if latest[2] is None:
-                raise ConfigError(
-                    f"--resume: {latest[0].name} has no VecNormalize statistics beside it "
-                    "(env.normalize_obs=true needs sac_vecnormalize_<steps>_steps.pkl)"
+        # 3. SAC (fresh, or the latest checkpoint and its replay buffer)
+        ckpt_dir = run_dir / "checkpoints"
+        if resume:
+            latest = _latest_checkpoint(ckpt_dir)
+            if latest is None:
+                raise ConfigError(f"--resume: no checkpoint in {ckpt_dir}")
+            if cfg.env.normalize_obs:
+                if latest[2] is None:
+                    raise ConfigError(
+                        f"--resume: {latest[0].name} has no VecNormalize statistics beside it "
+                        "(env.normalize_obs=true needs sac_vecnormalize_<steps>_steps.pkl)"
+                    )
+                venv = VecNormalize.load(str(latest[2]), venv)
+                venv.training = True
+            model = SAC.load(latest[0], env=venv, device=tc.device)
+            if latest[1] is not None:
+                model.load_replay_buffer(latest[1])
+        else:
+            if cfg.env.normalize_obs:
+                venv = VecNormalize(
+                    venv, norm_obs=True, norm_reward=False, clip_obs=cfg.env.clip_obs, gamma=gamma
                 )
-            venv = VecNormalize.load(str(latest[2]), venv)
-            venv.training = True
-        model = SAC.load(latest[0], env=venv, device=tc.device)
-        if latest[1] is not None:
-            model.load_replay_buffer(latest[1])
-    else:
-        if cfg.env.normalize_obs:
-            venv = VecNormalize(
-                venv, norm_obs=True, norm_reward=False, clip_obs=cfg.env.clip_obs, gamma=gamma
+            if cfg.her is not None:
+                sac_kwargs.setdefault("replay_buffer_class", HerReplayBuffer)
+                sac_kwargs.setdefault("replay_buffer_kwargs", dict(cfg.her))
+            policy = (
+                "MultiInputPolicy"
+                if isinstance(venv.observation_space, gym.spaces.Dict)
+                else "MlpPolicy"
             )
-        if cfg.her is not None:
-            sac_kwargs.setdefault("replay_buffer_class", HerReplayBuffer)
-            sac_kwargs.setdefault("replay_buffer_kwargs", dict(cfg.her))
-        policy = (
-            "MultiInputPolicy"
-            if isinstance(venv.observation_space, gym.spaces.Dict)
-            else "MlpPolicy"
-        )
-        try:
-            model = SAC(
-                policy, venv, seed=tc.seed, device=tc.device, verbose=tc.verbose, **sac_kwargs
-            )
-        except TypeError as e:
-            raise ConfigError(f"section 'sac': {e} (keys go to stable_baselines3.SAC)") from None
+            try:
+                model = SAC(
+                    policy, venv, seed=tc.seed, device=tc.device, verbose=tc.verbose, **sac_kwargs
+                )
+            except TypeError as e:
+                raise ConfigError(
+                    f"section 'sac': {e} (keys go to stable_baselines3.SAC)"
+                ) from None
+    except BaseException:  # refused before training: leave no half-made run directory
+        from .sac_envs import drop_unstarted
+
+        drop_unstarted(run_dir, created, verifier)
+        raise
     problem = _learning_starts_problem(cfg)
     if problem:
         logger.warning(problem)

@@ -21,6 +21,7 @@ from densereward.config import (
 )
 from densereward.errors import ConfigError
 from densereward.progress_reward import ProgressRewardConfig
+from densereward.sections import check_passthrough_values
 
 __all__ = [
     "EVAL_REWARD_LABELS",
@@ -189,15 +190,22 @@ _SET_BY_TRAINER = ("policy", "env", "seed", "device", "verbose")
 """``SAC`` arguments the trainer sets itself (from ``env``, ``training``)."""
 
 
-def _check_sac_kwargs(kwargs: dict[str, Any]) -> None:
-    """Reject keys of section ``sac`` that ``stable_baselines3.SAC`` would reject, before any run
-    starts (a comparison would otherwise fail only when that condition's first run begins)."""
+def _check_sac_kwargs(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """Reject keys of section ``sac`` that ``stable_baselines3.SAC`` would reject, and values of
+    the wrong type or range (:func:`~densereward.sections.check_passthrough_values`: a float
+    takes a finite number, ``gamma`` and ``tau`` one in [0, 1]), before any run starts (a
+    comparison would otherwise fail only when that condition's first run begins;
+    ``sac.learning_rate=abc`` was an AssertionError inside SB3, ``sac.gamma=nan`` a TypeError).
+
+    Returns:
+        ``kwargs``, numeric strings of numeric arguments converted.
+    """
     import inspect
 
     try:
         from stable_baselines3 import SAC
     except ImportError:  # the run itself reports the missing extra
-        return
+        return dict(kwargs)
     allowed = set(inspect.signature(SAC.__init__).parameters) - {"self", *_SET_BY_TRAINER}
     for key in kwargs:
         if key in _SET_BY_TRAINER:
@@ -212,6 +220,13 @@ def _check_sac_kwargs(kwargs: dict[str, Any]) -> None:
                 f"unknown key {unknown_key_hints([key], allowed, prefix='sac.')}; section 'sac' "
                 "takes the arguments of stable_baselines3.SAC"
             )
+    return check_passthrough_values(
+        kwargs,
+        {n: p.annotation for n, p in inspect.signature(SAC.__init__).parameters.items()},
+        prefix="sac.",
+        owner="stable_baselines3.SAC",
+        ranges={"learning_rate": (0, None), "gamma": (0, 1), "tau": (0, 1)},
+    )
 
 
 def _section_fields() -> dict[str, Any]:
@@ -243,13 +258,13 @@ def parse_config(config: dict[str, Any]) -> SACRunConfig:
     for name in ("sac", "her"):
         if config.get(name) is not None and not isinstance(config[name], dict):
             raise ConfigError(f"section {name!r} must be a mapping")
-    _check_sac_kwargs(config.get("sac") or {})
+    sac = _check_sac_kwargs(config.get("sac") or {})
     cfg = SACRunConfig(
         env=from_dict(EnvConfig, config.get("env"), prefix="env."),
         reward=from_dict(ProgressRewardConfig, config.get("reward"), prefix="reward."),
         verifier=from_dict(VerifierConfig, config.get("verifier"), prefix="verifier."),
         training=from_dict(TrainingConfig, config.get("training"), prefix="training."),
-        sac=dict(config.get("sac") or {}),
+        sac=sac,
         her=config.get("her"),
     )
     if cfg.her is not None and cfg.env.reward == "verifier":

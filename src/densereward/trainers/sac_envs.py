@@ -9,6 +9,8 @@ one environment with the configured reward kind.
 from __future__ import annotations
 
 import os
+import shutil
+from pathlib import Path
 from typing import Any
 
 from densereward.errors import ConfigError
@@ -21,6 +23,7 @@ __all__ = [
     "check_reward_kind",
     "render_kwargs",
     "build_envs",
+    "drop_unstarted",
     "reward_model_stats",
 ]
 
@@ -203,3 +206,13 @@ def reward_model_stats(venv: Any, steps: int) -> dict[str, Any]:
         "reward_model_seconds": seconds,
         "reward_model_seconds_per_step": seconds / steps if steps else None,
     }
+
+
+def drop_unstarted(run_dir: Path, created: bool, verifier: Any) -> None:
+    """A start refused before training (its environments, ``stable_baselines3.SAC`` refusing
+    its arguments, a checkpoint that does not load) leaves no half-made run directory: the one
+    it created is removed, as docs/configuration.md promises; the verifier is closed."""
+    if created:
+        shutil.rmtree(run_dir, ignore_errors=True)
+    if verifier is not None and hasattr(verifier, "close"):
+        verifier.close()

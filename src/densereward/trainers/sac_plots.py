@@ -97,11 +97,13 @@ def plot_sac_run(
     evals = _read(run_dir / "eval_curve.jsonl")
     train = _read(run_dir / "train_curve.jsonl")
     dyn = _read(run_dir / "verifier_dynamics.jsonl")
+    per_point = _episodes_per_point(evals)
     panels: list[tuple[str, tuple[float, float] | None, list[tuple[Any, ...]]]] = [
         *([("success rate", (-0.05, 1.05), [
-            (evals, "value", "evaluation (deterministic episodes)", "o-"),
+            (evals, "value", f"evaluation ({per_point} deterministic episodes)", "o-"),
             (train, "value", "training episodes (last window)", ".-")])] if success else []),
-        ("evaluation episodes: return", None, [(evals, "mean_reward", eval_reward, "o-")]),
+        (f"evaluation episodes: mean return of {per_point} episodes", None,
+         [(evals, "mean_reward", eval_reward, "o-")]),
         ("training episodes: return", None, [
             (dyn, "rollout/ep_env_rew_mean", "the environment's own reward", ".-"),
             *([(dyn, "rollout/ep_verifier_rew_mean", f"training reward: {training_reward}", ".-")]
@@ -158,6 +160,7 @@ def plot_sac_run(
         ax.set_title(name, fontsize=9)
         ax.set_xlabel("environment steps")
         ax.set_xlim(min(steps) - pad, max(steps) + pad)  # one step axis for every panel
+        ylim = ylim or _constant_ylim(lines)
         if ylim is not None:
             ax.set_ylim(*ylim)
         ax.grid(alpha=0.3)
@@ -177,6 +180,32 @@ def plot_sac_run(
     height = fig.get_size_inches()[1]  # the note's lines are ~0.12 inch each
     fig.tight_layout(rect=(0, (0.1 + 0.12 * (note.count("\n") + 1)) / height if note else 0, 1, 1))
     return _save(fig, plt, run_dir / PLOT_NAME)
+
+
+def _episodes_per_point(evals: list[dict[str, Any]]) -> str:
+    """How many evaluation episodes each point of ``eval_curve.jsonl`` averages (``"10"``,
+    ``"5-10"``; ``"the"`` for a curve without counts): a reader of a curve of means needs n."""
+    counts = sorted({int(r["n_episodes"]) for r in evals if r.get("n_episodes") is not None})
+    if not counts:
+        return "the"
+    return str(counts[0]) if len(counts) == 1 else f"{counts[0]}-{counts[-1]}"
+
+
+def _constant_ylim(lines: list[tuple[Any, ...]]) -> tuple[float, float] | None:
+    """A y range for a panel whose every defined value is the same (a return of 0 throughout):
+    the value +- max(1, 10% of it). Matplotlib's default drew +-0.04 around it, an axis whose
+    ticks read as a measured spread. ``None`` for a panel whose values vary.
+
+    >>> _constant_ylim([([0, 1], [0.0, 0.0], "x", "o-")])
+    (-1.0, 1.0)
+    >>> _constant_ylim([([0, 1], [0.0, 2.0], "x", "o-")]) is None
+    True
+    """
+    ys = [y for _, values, _, _ in lines for y in values if math.isfinite(y)]
+    if not ys or max(ys) - min(ys) > 1e-9 * max(1.0, abs(max(ys))):
+        return None
+    half = max(1.0, 0.1 * abs(ys[0]))
+    return ys[0] - half, ys[0] + half
 
 
 def _save(fig: Any, plt: Any, path: Path) -> Path:
