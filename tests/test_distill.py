@@ -150,7 +150,7 @@ def test_distill_refuses_labels_without_a_preference(tmp_path, capsys):
     """The embedded 135M prefers neither state text (margins ~0.01): nothing is fitted, exit 3,
     one line with the reason and the fix; the reads stay for a rerun."""
     argv = ["distill", "--config", str(REPO / "configs/distill_fetchpush.yaml"), "--out",
-            str(tmp_path / "rm"), "pairs=4", "episodes=1", "verifier.model=null",
+            str(tmp_path / "rm"), "labels=pairwise", "pairs=4", "episodes=1", "verifier.model=null",
             "policies=[success, random]", "batch_size=4"]  # fmt: skip
     assert cli_main(argv) == 3
     err = capsys.readouterr().err
