@@ -26,6 +26,7 @@ from .core import (
     READS_FILE,
     DistillConfig,
     States,
+    closeness_by_text,
     collect_states,
     label_pairs,
     label_summary,
@@ -135,12 +136,10 @@ def _read_summary(reads: list[dict[str, Any]], states: States) -> dict[str, Any]
     import numpy as np
     from scipy.stats import spearmanr
 
-    close: dict[str, list[float]] = {}
-    for text, c in zip(states.texts, states.closeness.tolist(), strict=True):
-        close.setdefault(text, []).append(c)
+    close = closeness_by_text(states)
     ok = [r for r in reads if r.get("progress") is not None]
     v = [float(r["progress"]) for r in ok]
-    c = [float(np.mean(close[r["text"]])) for r in ok]
+    c = [close[r["text"]] for r in ok]
     rho = float(spearmanr(v, c).statistic) if len(v) > 2 and np.std(v) > 0 else None
     return {
         "n_reads": len(reads),

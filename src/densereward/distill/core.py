@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import ConfigError, DataError
-from ..eval_progress.core import PAIR_CRITERION, EvalProgressConfig, distances, rollout
+from ..eval_progress.core import PAIR_CRITERION, EvalProgressConfig, distances, rollouts
 from ..reward_model import obs_vector
 
 __all__ = [
@@ -52,6 +52,7 @@ __all__ = [
     "LABELS_FILE",
     "READS_FILE",
     "read_labels",
+    "closeness_by_text",
 ]
 
 LABELS_FILE = "labels.jsonl"
@@ -135,7 +136,7 @@ def collect_states(cfg: DistillConfig) -> States:
     Raises:
         ConfigError: from the environment or the policies.
     """
-    from ..envs import default_describer, make_env
+    from ..envs import default_describer
 
     ecfg = EvalProgressConfig(
         env_id=cfg.env_id,
@@ -146,27 +147,19 @@ def collect_states(cfg: DistillConfig) -> States:
         stride=cfg.state_stride,
     )
     describer = default_describer(cfg.env_id)
-    env = make_env(cfg.env_id, reward="env", monitor=False)
     obs_rows, texts, episode, steps, policy, success, close = [], [], [], [], [], [], []
-    task = ""
-    try:
-        n = 0
-        for kind in cfg.policies:
-            for i in range(cfg.episodes):
-                ep = rollout(env, cfg.env_id, kind, cfg.seed + i, ecfg)
-                task = task or describer.task(ep.observations[0])
-                for t in ep.reads:
-                    obs = ep.observations[t]
-                    obs_rows.append(obs)
-                    texts.append(describer.describe_state(obs))
-                    episode.append(n)
-                    steps.append(t)
-                    policy.append(kind)
-                    success.append(ep.success)
-                    close.append(distances(cfg.env_id, obs)["closeness"])
-                n += 1
-    finally:
-        env.close()
+    episodes = rollouts(ecfg)  # policy-major, numbered 0..; reads every state_stride-th state
+    for ep in episodes:
+        for t in ep.reads:
+            obs = ep.observations[t]
+            obs_rows.append(obs)
+            texts.append(describer.describe_state(obs))
+            episode.append(ep.index)
+            steps.append(t)
+            policy.append(ep.policy)
+            success.append(ep.success)
+            close.append(distances(cfg.env_id, obs)["closeness"])
+    task = describer.task(episodes[0].observations[0])
     keys = sorted(obs_rows[0]) if isinstance(obs_rows[0], dict) else None
     x = np.stack([obs_vector(o, keys) for o in obs_rows])
     return States(
@@ -296,24 +289,30 @@ def label_pairs(
     return [done[pr] for pr in pairs]
 
 
+def closeness_by_text(states: States) -> dict[str, float]:
+    """Each distinct state text's mean true closeness over the states it describes (cm)."""
+    close: dict[str, list[float]] = {}
+    for text, c in zip(states.texts, states.closeness.tolist(), strict=True):
+        close.setdefault(text, []).append(c)
+    return {text: float(np.mean(v)) for text, v in close.items()}
+
+
 def label_summary(rows: Sequence[dict[str, Any]], states: States) -> dict[str, Any]:
     """Counts, position bias, and how often a clear label (``|p - 0.5| >= 0.1``) orders the
     pair as the true closeness does (the text's mean closeness over the states it describes).
     """
-    close: dict[str, list[float]] = {}
-    for text, c in zip(states.texts, states.closeness.tolist(), strict=True):
-        close.setdefault(text, []).append(c)
+    close = closeness_by_text(states)
     read = [r for r in rows if r.get("p") is not None]
     bias = [0.5 * (r["p_ab"] + r["p_ba"]) - 0.5 for r in read if r.get("p_ab") is not None]
     clear = [r for r in read if abs(r["p"] - 0.5) >= 0.1]
     agree = [
-        (r["p"] > 0.5) == (np.mean(close[r["a"]]) > np.mean(close[r["b"]]))
+        (r["p"] > 0.5) == (close[r["a"]] > close[r["b"]])
         for r in clear
-        if r["a"] in close and r["b"] in close and np.mean(close[r["a"]]) != np.mean(close[r["b"]])
+        if r["a"] in close and r["b"] in close and close[r["a"]] != close[r["b"]]
     ]
     return {
         "n_pairs": len(rows),
-        "n_reads": 2 * sum(1 for r in rows if r.get("p_ab") is not None or r.get("p") is None),
+        "n_reads": 2 * len(rows),  # pairwise; the pointwise summary gives its own count
         "n_abstained": len(rows) - len(read),
         "position_bias": float(np.mean(bias)) if bias else None,
         "n_clear": len(clear),

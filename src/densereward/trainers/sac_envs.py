@@ -74,8 +74,6 @@ def check_reward_kind(cfg: SACRunConfig) -> str:
     kind = cfg.env.base if cfg.env.reward == "verifier" else cfg.env.reward
     envs.SAC_REWARDS.load(cfg.env.reward)  # ConfigError naming the entry that cannot load
     try:
-        if cfg.env.reward == "distilled":
-            kind = "distilled"
         env = envs.make_env(
             cfg.env.id,
             reward=kind,
