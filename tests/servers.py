@@ -297,7 +297,7 @@ class _Handler(BaseHTTPRequestHandler):
         if not self.path.rstrip("/").endswith("/chat/completions"):
             self._send_json(404, {"error": {"message": "not found"}})
             return
-        fault = owner._next_fault()
+        fault = owner._next_fault(body if isinstance(body, Mapping) else {})
         with owner._lock:
             owner.in_flight += 1
             owner.max_in_flight = max(owner.max_in_flight, owner.in_flight)
@@ -390,6 +390,7 @@ class MisbehavingServer:
         self.answered: list[Any] = []  # their bodies
         self.dead = False
         self._faults: list[Fault] = []
+        self._faults_skip_calibration = False
         self._lock = threading.Lock()
         self._open_connections: set[socket.socket] = set()
         self._capacity = threading.Semaphore(capacity) if capacity else contextlib.nullcontext()
@@ -424,10 +425,14 @@ class MisbehavingServer:
                 conn.shutdown(socket.SHUT_RDWR)
         self._thread.join(timeout=5)
 
-    def script(self, *faults: Fault) -> None:
-        """Replace the script: the next requests get ``faults`` in order, then :attr:`default`."""
+    def script(self, *faults: Fault, skip_calibration: bool = False) -> None:
+        """Replace the script: the next requests get ``faults`` in order, then :attr:`default`.
+
+        With ``skip_calibration`` the verifiers' start-up calibration reads do not take a
+        fault (they get :attr:`default`), so the faults reach the first scored reads."""
         with self._lock:
             self._faults = list(faults)
+            self._faults_skip_calibration = skip_calibration
 
     def chat_requests(self, *, calibration: bool = False) -> list[dict[str, Any]]:
         """The recorded chat-completions requests; the verifiers' start-up calibration reads
@@ -450,8 +455,10 @@ class MisbehavingServer:
                 }
             )
 
-    def _next_fault(self) -> Fault:
+    def _next_fault(self, body: Mapping[str, Any]) -> Fault:
         with self._lock:
+            if self._faults_skip_calibration and _demonstrated_letter(body) is not None:
+                return self.default
             return self._faults.pop(0) if self._faults else self.default
 
     def _completion(self, fault: Fault, body: Mapping[str, Any]) -> dict[str, Any]:

@@ -123,7 +123,8 @@ def test_grpo_run_directory_never_contains_the_key(server, tmp_path, data_dir, m
     run_dir = tmp_path / "run"
     log_file = tmp_path / "train.log"
     # every request of the first reward call fails with the key echoed back (-> logged abstentions)
-    server.script(*[Fault("status", status=500, echo_auth=True)] * 4)
+    # (the start-up calibration reads get the healthy default, not these faults)
+    server.script(*[Fault("status", status=500, echo_auth=True)] * 4, skip_calibration=True)
     server.default = Fault(top_logprobs=[("E", -0.3), ("D", -1.5)])  # then healthy (G = 5: A..E)
     config = load_yaml(REPO / "configs/grpo_math_cpu.yaml")
     config["data"] = {"path": str(data_dir / "math500" / "test.jsonl"), "limit": 2, "levels": [1]}
