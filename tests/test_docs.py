@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from conftest import require
 
 REPO = Path(__file__).resolve().parents[1]
 API_DIR = REPO / "docs" / "api"
@@ -25,8 +26,8 @@ _ENV = {
     "TRANSFORMERS_OFFLINE": "1",
 }
 
-pytest.importorskip("mkdocs", reason="the docs extra: pip install -e '.[dev]'")
-pytest.importorskip("mkdocstrings_handlers.python")
+require("mkdocs", "dev")
+require("mkdocstrings_handlers.python", "dev")
 
 
 def mkdocs_build(config: Path, site_dir: Path) -> subprocess.CompletedProcess[str]:

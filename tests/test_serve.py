@@ -12,12 +12,14 @@ import asyncio
 import json
 import threading
 import time
+import warnings
 
 import pytest
+from conftest import require
 
-pytest.importorskip("starlette")
-pytest.importorskip("uvicorn")
-pytest.importorskip("prometheus_client")
+require("starlette", "serve")
+require("uvicorn", "serve")
+require("prometheus_client", "serve")
 
 import httpx  # noqa: E402
 from servers import free_port  # noqa: E402
@@ -71,7 +73,7 @@ def served():
 
 @pytest.mark.slow
 def test_openrlhf_request_as_openrlhf_sends_it_gets_one_reward_per_query(served):
-    aiohttp = pytest.importorskip("aiohttp")
+    aiohttp = require("aiohttp", "dev")
     service, running = served
     q = "What is 2 + 2?"
     cases = [("2 + 2 = 4. The answer is 4.", "4"), ("2 + 2 = 5. The answer is 5.", "4"),
@@ -142,7 +144,25 @@ def test_slime_score_rank_health_and_verl(served):
     assert 'densereward_verifier_metric{name="verifier/' in metrics  # labels came: quality metrics
 
 
-@pytest.mark.slow
+@pytest.fixture(scope="module")
+def refusing():
+    """CONFIG's server with its verifier on a scripted OpenAI-compatible loopback server (no
+    model load): the bad requests below are refused before any read reaches the verifier."""
+    from servers import MisbehavingServer
+
+    with MisbehavingServer() as verifier_server:
+        config = json.loads(json.dumps(CONFIG))
+        config["verifier"] = {"backend": "openai", "granularity": 10,
+                              "backend_options": {"base_url": verifier_server.base_url}}  # fmt: skip
+        with warnings.catch_warnings():  # the scripted server has no /tokenize endpoint
+            warnings.filterwarnings("ignore", message=".*cannot tokenize.*")
+            service, close = build_service(config)
+        running = Running(make_app(service))
+        yield verifier_server, running
+        running.stop()
+        close()
+
+
 @pytest.mark.parametrize(
     ("path", "content", "status", "message"),
     [
@@ -159,11 +179,14 @@ def test_slime_score_rank_health_and_verl(served):
         ("/score", b"[1, 2]", 422, "JSON object"),
     ],
 )
-def test_bad_requests_get_a_4xx_with_a_message(served, path, content, status, message):
-    _, running = served
+def test_bad_requests_get_a_4xx_with_a_message(refusing, path, content, status, message):
+    verifier_server, running = refusing
     resp = httpx.post(f"{running.url}{path}", content=content, timeout=30,
                       headers={"Content-Type": "application/json"})  # fmt: skip
     assert resp.status_code == status and message in resp.json()["error"]
+    # refused before any read: the verifier saw its start-up calibration and nothing else
+    assert verifier_server.chat_requests() == []
+    assert verifier_server.chat_requests(calibration=True)
 
 
 @pytest.mark.slow

@@ -16,10 +16,11 @@ import time
 from types import SimpleNamespace
 
 import pytest
+from conftest import require
 
-pytest.importorskip("starlette")
-pytest.importorskip("uvicorn")
-pytest.importorskip("prometheus_client")
+require("starlette", "serve")
+require("uvicorn", "serve")
+require("prometheus_client", "serve")
 
 import httpx  # noqa: E402
 from servers import Fault, MisbehavingServer, free_port  # noqa: E402
@@ -361,7 +362,7 @@ def test_verl_functions_pickle_however_the_file_is_loaded(monkeypatch):
     second = _load_as_verl_does(installed.__file__)
     dumps = [pickle.dumps(m.compute_score) for m in (first, second)]
     dumps += [pickle.dumps(m.compute_score_batch) for m in (first, second)]
-    cloudpickle = pytest.importorskip("cloudpickle")
+    cloudpickle = require("cloudpickle", "robotics")
     dumps.append(cloudpickle.dumps(first.compute_score))
     code = (
         "import pickle, sys; fns = [pickle.loads(bytes.fromhex(h)) for h in sys.argv[1:]]; "

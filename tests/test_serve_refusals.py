@@ -16,10 +16,11 @@ import socket
 import time
 
 import pytest
+from conftest import require
 
-pytest.importorskip("starlette")
-pytest.importorskip("uvicorn")
-pytest.importorskip("prometheus_client")
+require("starlette", "serve")
+require("uvicorn", "serve")
+require("prometheus_client", "serve")
 
 import httpx  # noqa: E402
 from servers import MisbehavingServer  # noqa: E402

@@ -15,10 +15,11 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import require
 
-pytest.importorskip("starlette")
-pytest.importorskip("uvicorn")
-pytest.importorskip("aiohttp")
+require("starlette", "serve")
+require("uvicorn", "serve")
+require("aiohttp", "dev")
 
 REPO = Path(__file__).resolve().parents[1]
 

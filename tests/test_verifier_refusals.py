@@ -9,14 +9,15 @@ calibration read was only logged, so both started a verifier that abstained on e
 from __future__ import annotations
 
 import pytest
+from conftest import require
 from servers import Fault, MisbehavingServer, scripted_verifier
 
 from densereward.errors import ConfigError, ScoreTokenError
 
 
 def _build(url: str):
-    pytest.importorskip("starlette")
-    pytest.importorskip("prometheus_client")
+    require("starlette", "serve")
+    require("prometheus_client", "serve")
     from densereward.serve.cli import build_service
 
     return build_service({

@@ -51,6 +51,30 @@ __all__ = ["VLLMBackend"]
 logger = logging.getLogger(__name__)
 
 
+def engine_inputs(
+    tokenizer: Any, seqs: Sequence[list[int]], prompts: Sequence[ChatPrompt]
+) -> list[dict[str, Any]]:
+    """What ``vllm.LLM.generate`` gets for ``prompts``, ``(B,)``.
+
+    A prompt without frames goes as its rendered token ids ``seqs[i]`` (``TokensPrompt``). A
+    prompt with frames goes as its chat-template text, one image placeholder per frame
+    (:func:`~densereward.backends.hf_vision.render_text`), with ``multi_modal_data`` holding the
+    frames as PIL images in order: vLLM's processor expands each placeholder to the image's
+    patch tokens, and refuses a prompt whose placeholders and images differ in number.
+    """
+    from vllm.inputs import TokensPrompt
+
+    return [
+        TokensPrompt(prompt_token_ids=s)
+        if not p.images
+        else {
+            "prompt": render_text(tokenizer, p),
+            "multi_modal_data": {"image": [to_pil(f) for f in frames_of(p)]},
+        }
+        for s, p in zip(seqs, prompts, strict=True)
+    ]
+
+
 class VLLMBackend(LocalAsyncMixin):
     """Verifier backend on a ``vllm.LLM`` offline engine in this process.
 
@@ -166,17 +190,7 @@ class VLLMBackend(LocalAsyncMixin):
     def _run(self, seqs: list[list[int]], params: Any, prompts: Sequence[ChatPrompt]) -> list[Any]:
         """Run the token ids ``seqs``; a prompt with frames goes as a multimodal prompt instead
         (its chat-template text and ``multi_modal_data``: vLLM expands the image placeholders)."""
-        from vllm.inputs import TokensPrompt
-
-        inputs = [
-            TokensPrompt(prompt_token_ids=s)
-            if not p.images
-            else {
-                "prompt": render_text(self.tokenizer, p),
-                "multi_modal_data": {"image": [to_pil(f) for f in frames_of(p)]},
-            }
-            for s, p in zip(seqs, prompts, strict=True)
-        ]
+        inputs = engine_inputs(self.tokenizer, seqs, prompts)
         try:
             return self.llm.generate(inputs, params, use_tqdm=False)
         except Exception as e:  # engine errors come as RuntimeError / EngineDeadError

@@ -39,8 +39,10 @@ per-batch values as faint dots.
 
 from __future__ import annotations
 
+import json
 import logging
 import math
+import os
 import threading
 import time
 from collections import deque
@@ -50,7 +52,7 @@ from typing import Any
 
 import numpy as np
 
-from ..io import append_jsonl, read_jsonl
+from ..io import append_jsonl, atomic_write_json, read_jsonl
 from ._common import check_lengths, group_slices
 from .quality import (
     WINDOW_KEYS,
@@ -68,9 +70,13 @@ __all__ = [
     "plot_reward_quality",
     "PLOT_KEYS",
     "WINDOW_KEYS",
+    "SHARED_STATE_FILE",
 ]
 
 _NAN = float("nan")
+
+SHARED_STATE_FILE = "reward_quality_shared_state.json"
+"""In the run directory: the newest tracker state of a copy in another process, for the others."""
 
 logger = logging.getLogger(__name__)
 
@@ -106,7 +112,11 @@ class RewardQualityTracker:
 
     The window, the auto threshold and the alarm live in memory; :meth:`state_dict` and
     :meth:`load_state_dict` carry them across a resume (the TRL callback saves them in each
-    checkpoint).
+    checkpoint). A copy unpickled in another process (TRL's async GRPO rollout child, which
+    scores while the trainer checkpoints) shares its state with the original through
+    ``<run_dir>/`` :data:`SHARED_STATE_FILE`: the copy adopts a newer state written there before
+    each update and writes its own after it; the original adopts the copy's in :meth:`sync`
+    (the callback's ``on_save``) and writes a resumed state with :meth:`publish`.
 
     Raises:
         ConfigError: for an invalid threshold or ``window < 1``.
@@ -158,6 +168,8 @@ class RewardQualityTracker:
             deque(maxlen=history),
         )
         self._recent: deque[tuple[float, float, str, float]] = deque(maxlen=window)
+        self._home_pid = os.getpid()  # a copy in another process shares state through run_dir
+        self._state_at = 0.0  # time.time() of the newest shared state this instance holds
 
     def __getstate__(self) -> dict[str, Any]:
         # picklable (TRL's async rollout worker ships the reward functions, and their tracker,
@@ -245,6 +257,9 @@ class RewardQualityTracker:
         )
         groups = group_slices(all_prompts, num_generations)
         step = int(getattr(trainer_state, "global_step", self._n_updates)) + 1
+        copy = self._is_copy()
+        if copy:  # a resumed state the original loaded after this copy was made
+            self.sync()
         with self._lock:
             windowed = self._update_window(all_prompts, all_scores, all_correct, groups)
             if self.alarm is not None:
@@ -294,6 +309,8 @@ class RewardQualityTracker:
                 del self.records[: len(self.records) - self.max_records]
             if self.jsonl_path is not None:
                 append_jsonl(self.jsonl_path, record)
+        if copy:  # for the original's checkpoints
+            self.publish()
         return metrics
 
     def _update_window(
@@ -325,6 +342,45 @@ class RewardQualityTracker:
         out["threshold"] = thr
         out["threshold_in_sample"] = float(in_sample)
         return out
+
+    @property
+    def shared_state_path(self) -> Path | None:
+        """``<run_dir>/`` :data:`SHARED_STATE_FILE` (``None`` without a run directory)."""
+        return self.run_dir / SHARED_STATE_FILE if self.run_dir else None
+
+    def sync(self) -> bool:
+        """Adopt the state another instance (a copy in another process) wrote to
+        :attr:`shared_state_path` after this one's newest; ``True`` if one was adopted."""
+        path = self.shared_state_path
+        try:
+            shared = json.loads(path.read_text(encoding="utf-8")) if path else None
+        except (OSError, ValueError):  # none yet, or a torn file from a killed writer
+            return False
+        if (
+            not isinstance(shared, dict)
+            or shared.get("writer") == self._writer()
+            or not shared.get("written_at", 0.0) > self._state_at
+        ):
+            return False
+        self.load_state_dict(shared["state"])
+        self._state_at = float(shared["written_at"])
+        return True
+
+    def publish(self) -> None:
+        """Write :meth:`state_dict` to :attr:`shared_state_path` for the other copies."""
+        if self.shared_state_path is None:
+            return
+        now = time.time()
+        atomic_write_json(self.shared_state_path,
+                          {"writer": self._writer(), "written_at": now, "state": self.state_dict()})  # fmt: skip
+        self._state_at = now
+
+    def _writer(self) -> str:
+        return f"{os.getpid()}:{id(self)}"
+
+    def _is_copy(self) -> bool:
+        """Unpickled in a process other than the one that made it."""
+        return os.getpid() != getattr(self, "_home_pid", os.getpid())
 
     def state_dict(self) -> dict[str, Any]:
         """What a resumed run needs to continue: the window, the labelled scores the auto

@@ -36,6 +36,8 @@ class RewardQualityCallback(TrainerCallback):
     Resuming: each checkpoint gets the tracker's state (``checkpoint-<step>/`` :data:`STATE_FILE`:
     the ``verifier/window/*`` window, the auto threshold's labelled scores, the alarm), and a
     run resumed from ``<output_dir>/checkpoint-<step>`` continues from it at its first step.
+    Under TRL's async GRPO the tracker that scores is a copy in the rollout child: the state
+    saved is that copy's, and a resumed state reaches it (:meth:`RewardQualityTracker.sync`).
 
     Args:
         tracker: The :class:`RewardQualityTracker` the reward functions were built with.
@@ -70,6 +72,7 @@ class RewardQualityCallback(TrainerCallback):
         path = Path(args.output_dir) / f"checkpoint-{state.global_step}" / STATE_FILE
         if path.is_file():
             self.tracker.load_state_dict(json.loads(path.read_text(encoding="utf-8")))
+            self.tracker.publish()  # for a copy made before the step was known (async GRPO)
             logger.info("reward-quality tracker resumed from %s", path)
         else:
             logger.warning("resumed at step %d without %s: the reward-quality window, auto "
@@ -78,6 +81,7 @@ class RewardQualityCallback(TrainerCallback):
     def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         ckpt = Path(args.output_dir) / f"checkpoint-{state.global_step}"
         if state.is_world_process_zero and ckpt.is_dir():
+            self.tracker.sync()  # async GRPO: the rollout child's copy is the one that scores
             atomic_write_json(ckpt / STATE_FILE, self.tracker.state_dict())
 
     def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
