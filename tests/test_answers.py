@@ -366,8 +366,56 @@ def test_no_answer_counts_have_names_that_say_what_they_count(tmp_path, referenc
     rec = json.loads((tmp_path / "reward_quality.jsonl").read_text().splitlines()[0])
     for got in (logged, rec):
         assert got["verifier/frac_no_answer_sparse"] == pytest.approx(0.5)  # 2 of 4, either prompt
-        assert got["verifier/n_unread_no_answer"] == unread
+        assert got["verifier/total/n_unread_no_answer"] == unread
         assert "verifier/frac_no_answer" not in got and "verifier/n_no_answer" not in got
+
+
+def test_unread_completions_are_counted_apart_per_batch_and_in_total(tmp_path, caplog):
+    """Issue 41 items 2 and 3 of the rerun. A batch whose completions all lack a final answer
+    (the answer_match prompt gives them 0 without a read) drew ``verifier/tnr`` = 1.0 from zeros
+    nobody read, and the warning said the verifier scored them. Now the quality metrics rest on
+    reads only (``n_read``; none: TNR undefined, the reason says why), ``n_unread`` counts the
+    batch, and the engine's running count is ``total/``: 4 then 2 per batch, 4 then 6 in total."""
+    from servers import Fault, MisbehavingServer, scripted_verifier
+
+    from densereward.rewards import RewardQualityTracker, VerifierReward
+    from densereward.rewards.tracking_plot import _empty_panel_reason
+
+    batches = [["I believe it is 4", "4, I guess"] * 2,
+               ["I believe it is 4", "4, I guess", "\\boxed{4}", "The answer is 5."]]  # fmt: skip
+    tracker = RewardQualityTracker(tmp_path, threshold=0.5)
+    logged: list[dict[str, float]] = []
+    with MisbehavingServer() as srv, caplog.at_level(logging.WARNING):
+        srv.default = Fault("ok", top_logprobs=(("E", -0.05), ("A", -3.0)), text="E")  # reads ~1
+        v = scripted_verifier(srv.base_url, granularity=5)
+        reward = VerifierReward(v, injection_penalty=None, tracker=tracker,
+                                checker=MathChecker(executor="inline"))  # fmt: skip
+        for comps in batches:
+            logged.append({})
+            reward(prompts=["2+2?"] * 4, completions=comps, problem=["2+2?"] * 4,
+                   answer=["4"] * 4, log_metric=logged[-1].__setitem__)  # fmt: skip
+        v.close()
+    rows = [json.loads(x) for x in (tmp_path / "reward_quality.jsonl").read_text().splitlines()]
+    for got in (logged, rows):
+        assert [r["verifier/n_unread"] for r in got] == [4.0, 2.0]  # this batch's
+        assert [r["verifier/n_read"] for r in got] == [0.0, 2.0]
+        assert [r["verifier/total/n_unread_no_answer"] for r in got] == [4.0, 6.0]  # the sum
+        assert [r["verifier/n_abstained"] for r in got] == [0.0, 0.0]
+        assert "verifier/n_unread_no_answer" not in got[0]  # a running count is named total/
+    assert "verifier/tnr" not in logged[0] and rows[0]["verifier/tnr"] is None
+    assert rows[0]["verifier/window/n_read"] == 0.0 and rows[1]["verifier/window/n_read"] == 2.0
+    # on the 2 reads, both accepted (with the 2 unread zeros TNR was 2/3)
+    assert rows[1]["verifier/tpr"] == 1.0 and rows[1]["verifier/tnr"] == 0.0
+    reason = _empty_panel_reason(rows[:1], ("tpr", "tnr"), "verifier/")
+    assert reason.startswith("no completion in the window was read by the verifier (4 of 4 in")
+    text = " ".join(r.getMessage() for r in caplog.records)
+    assert (
+        "4 of 4 completions had no final answer and were not read; they get reward 0 (sparse "
+        "check) without a verifier read"
+        in text
+        and "training.max_completion_length" in text
+    )
+    assert "the verifier scores them" not in text
 
 
 def test_eval_verifier_reports_agreement_and_labels_unlabelled(data_dir: Path, tmp_path, capsys):
@@ -448,9 +496,9 @@ def test_low_mass_counted_in_grpo_and_sac_metrics(server):
     )  # fmt: skip
     out = reward(prompts=["q", "q"], completions=["\\boxed{1}", "\\boxed{2}"], answer=["1", "1"],
                  log_metric=logged.__setitem__)  # fmt: skip
-    assert out == [None, None] and logged["verifier/n_low_mass"] == 2.0
+    assert out == [None, None] and logged["verifier/total/n_low_mass"] == 2.0
     cb = VerifierDynamicsCallback(engine_stats=v.stats)
-    assert cb.metrics()["verifier/n_low_mass"] == 2.0
+    assert cb.metrics()["verifier/total/n_low_mass"] == 2.0
     v.close()
 
 

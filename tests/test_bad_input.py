@@ -382,7 +382,7 @@ def test_failure_counter_is_in_the_logged_metrics(server, checker):
         logged: dict[str, float] = {}
         reward(prompts=[PROBLEM], completions=["42"], problem=[PROBLEM], answer=["42"],
                log_metric=logged.__setitem__)  # fmt: skip
-        assert logged.get("verifier/n_failures") == 1
+        assert logged.get("verifier/total/n_failures") == 1
     finally:
         v.close()
 

@@ -238,7 +238,7 @@ def test_dynamics_with_the_verifier_wrapper_counts_its_calls(server):
     assert m["verifier/seconds_per_step"] > 0 and m["verifier/abstain_rate"] == 0.0
     # the scripted server puts its mass on T and S: the same progress at every read
     assert m["verifier/voc_undefined_frac"] == 1.0 and 0.9 < m["verifier/final_progress_mean"] < 1
-    assert m["verifier/n_low_mass"] == 0.0 and m["verifier/mean_mass"] > 0.5
+    assert m["verifier/total/n_low_mass"] == 0.0 and m["verifier/mean_mass"] > 0.5
 
 
 # ---- LearningCurveCallback ------------------------------------------------------------------

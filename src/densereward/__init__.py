@@ -38,6 +38,7 @@ import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from . import _quiet
 from .config import VerifierConfig
 from .results import PairwiseResult, RankResult, ScoreResult
 from .scale import ScoreScale
@@ -60,6 +61,11 @@ if TYPE_CHECKING:  # for type checkers and IDEs; at run time these load on first
     from .wrappers import VerifierProgressReward as VerifierProgressReward
 
 __version__ = "0.1.0"
+
+# TRL's vLLM-version warning (5 copies) and vLLM's Triton notice, both caused by the versions our
+# constraints pin and both harmless: dropped by exact match, once per process, for every importer
+# (the CLI and a user's own TRL script alike); see densereward._quiet for why that is safe
+_quiet.quiet_known_notices()
 
 # name -> (module that defines it, a third-party package it needs); the extra that installs a
 # missing package is looked up in densereward._extras

@@ -16,9 +16,14 @@ trainers printed, before anything of ours:
   ``vllm.triton_utils.importing``). Triton is pulled in by ``xgrammar``; the CPU build of torch
   never uses it, so vLLM disabling it is the intended state, not a problem to report.
 
-:func:`quiet_known_notices` is called once by the ``densereward`` entry point and the trainer
-scripts; library users who import densereward in their own script are not affected unless
-they call it.
+:func:`quiet_known_notices` runs when ``densereward`` is imported (``import densereward`` or
+``from densereward import ...``: the CLI, the trainer scripts, and a user's own TRL script that
+builds its reward functions with densereward, as the README's Python API section does). It is
+safe to apply to a user's process because it is this narrow: the warning is dropped only for
+the vLLM version that our constraints pin (0.32.0, exact message match; any other version
+still warns), and the Triton notice only from the one vLLM logger that emits it. Nothing else
+is filtered. A script that imports TRL *before* densereward has printed the warnings by then;
+import densereward first.
 
 Five copies come from one cause: ``is_vllm_available`` warns with ``stacklevel=2``, so each of
 the five TRL modules that call it is a new warning location, and Python's default filter prints

@@ -409,10 +409,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``densereward`` console script. Returns the exit status."""
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    from ._quiet import quiet_known_notices
-
-    quiet_known_notices()
-    parser = build_parser()
+    parser = build_parser()  # importing densereward dropped two known notices (_quiet)
     args = parser.parse_args(argv)
     logging.basicConfig(
         level=logging.INFO if args.verbose else logging.WARNING,

@@ -586,9 +586,6 @@ def main(args: argparse.Namespace) -> int:
 
 def cli_main(argv: list[str] | None = None) -> int:
     """``python trainers/grpo.py ...``: parse the flags of :func:`add_arguments` and run :func:`main`."""
-    from densereward._quiet import quiet_known_notices
-
-    quiet_known_notices()
     parser = argparse.ArgumentParser(prog="python trainers/grpo.py")
     add_arguments(parser)
     return main(parser.parse_args(argv))
