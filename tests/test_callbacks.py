@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 
 import gymnasium as gym
 import numpy as np
@@ -13,6 +14,7 @@ from stable_baselines3 import PPO, SAC, HerReplayBuffer
 from stable_baselines3.common.env_util import make_vec_env as sb3_make_vec_env
 
 from densereward.callbacks import (
+    MIN_EPISODES,
     EvaluationCallback,
     LearningCurveCallback,
     ReplayRelabelCallback,
@@ -59,7 +61,7 @@ def test_bad_arguments_are_config_errors(make, match):
 
 
 def test_dynamics_metrics_on_known_episodes():
-    cb = VerifierDynamicsCallback(threshold=0.5)
+    cb = VerifierDynamicsCallback(threshold=0.5, min_episodes=1)
     episodes = [  # (progress at steps 0, 10, 20), success
         ([0.1, 0.4, 0.8], True),  # rising, accepted: TP
         ([0.2, 0.3, 0.4], True),  # rising, rejected: FN
@@ -86,17 +88,17 @@ def test_dynamics_metrics_on_known_episodes():
     assert m["verifier/voc_success"] == pytest.approx(1.0)
     assert m["verifier/progress_success_mean"] == pytest.approx(0.6)
     assert m["verifier/progress_failure_mean"] == pytest.approx((0.3 + 0.3 + 0.9) / 3)
-    assert m["verifier/success_rate"] == pytest.approx(0.4)
+    assert m["rollout/success_rate"] == pytest.approx(0.4)
 
 
 def test_dynamics_window_keeps_the_last_episodes_and_abstained_finals_are_not_judged():
-    cb = VerifierDynamicsCallback(threshold=0.5, window=2)
+    cb = VerifierDynamicsCallback(threshold=0.5, window=2, min_episodes=1)
     for final, success in [(0.9, True), (0.1, True), (None, True)]:
         cb.episodes.append({"scored_steps": [0, 5], "progress": [0.2, final],
                             "final_progress": final, "is_success": success,
                             "verifier_return": 1.0})  # fmt: skip
     m = cb.metrics()
-    assert m["verifier/success_rate"] == 1.0  # the first episode left the window
+    assert m["rollout/success_rate"] == 1.0  # the first episode left the window
     assert m["verifier/tpr"] == 0.0  # only (0.1, success) is judged: rejected
     assert np.isnan(m["verifier/tnr"])  # no failed episode: undefined, not 0 or 1
     assert m["verifier/voc_undefined_frac"] == 0.5  # one prediction left after the abstention
@@ -107,11 +109,47 @@ def _episode(final, success):
             "is_success": success, "verifier_return": 0.0}  # fmt: skip
 
 
+def test_rates_of_few_episodes_are_null_beside_their_counts():
+    """Issue 41 rerun B6: verifier/tpr and verifier/voc_success were printed from one episode with
+    no count. Each rate now has the count it rests on, and below MIN_EPISODES of its class it
+    is null (not recorded in SB3's table), with the count; the training success rate is
+    rollout/success_rate, left to SB3 to record (no second value under its key)."""
+    from types import SimpleNamespace
+
+    from stable_baselines3.common.logger import Logger
+
+    cb = VerifierDynamicsCallback(threshold=0.5)
+    cb.model = SimpleNamespace(logger=Logger(folder=None, output_formats=[]))  # SB3's logger
+    cb.add_episode(_episode(0.9, True))
+    cb.add_episode(_episode(0.1, False))
+    m = cb.metrics()
+    assert (m["verifier/n_success_episodes"], m["verifier/n_failure_episodes"],
+            m["verifier/n_voc_success_episodes"]) == (1.0, 1.0, 1.0)  # fmt: skip
+    undefined = (
+        "verifier/tpr",
+        "verifier/tnr",
+        "verifier/balanced_accuracy",
+        "verifier/voc_success",
+    )
+    assert all(math.isnan(m[k]) for k in undefined), m
+    cb.record()
+    logged = cb.logger.name_to_value
+    assert not set(undefined) & set(logged) and logged["verifier/n_success_episodes"] == 1.0
+    assert "rollout/success_rate" not in logged and m["rollout/success_rate"] == 0.5
+    for _ in range(MIN_EPISODES - 1):
+        cb.add_episode(_episode(0.9, True))
+    m = cb.metrics()
+    assert m["verifier/n_success_episodes"] == MIN_EPISODES and m["verifier/tpr"] == 1.0
+    assert m["verifier/voc_success"] == pytest.approx(1.0) and math.isnan(m["verifier/tnr"])
+    with pytest.raises(ConfigError, match="min_episodes"):
+        VerifierDynamicsCallback(min_episodes=0)
+
+
 def test_dynamics_auto_threshold_is_youdens_j_of_earlier_episodes(caplog):
     """Issue 28 item 8: verifier.threshold=auto in SAC is Youden's J, as in GRPO and
     eval-verifier (metrics.best_threshold), on the final progress of the *earlier* episodes
     against their success; 0.5 until both classes were seen, logged and said once."""
-    cb = VerifierDynamicsCallback(threshold="auto")
+    cb = VerifierDynamicsCallback(threshold="auto", min_episodes=1)
     assert cb.threshold_source == "auto (Youden's J)"
     with caplog.at_level(logging.INFO, logger="densereward.callbacks"):
         cb.add_episode(_episode(0.2, False))
@@ -132,7 +170,7 @@ def test_dynamics_auto_threshold_is_youdens_j_of_earlier_episodes(caplog):
     assert "until then" in said[0] and "at 0.5" in said[0]
     assert "Youden's J on 2 episodes: 0.3" in said[1]
     # a fixed threshold stays fixed
-    fixed = VerifierDynamicsCallback(threshold=0.5)
+    fixed = VerifierDynamicsCallback(threshold=0.5, min_episodes=1)
     for final, success in [(0.2, False), (0.3, True), (0.1, False), (0.35, True)]:
         fixed.add_episode(_episode(final, success))
     assert fixed.metrics()["verifier/tpr"] == 0.0 and fixed.threshold_source == "fixed 0.5"
@@ -148,7 +186,7 @@ def test_dynamics_leaves_success_metrics_out_for_an_env_without_is_success(caplo
             cb.add_episode(_episode(final, None))
     m = cb.metrics()
     needs_success = {"verifier/tpr", "verifier/tnr", "verifier/balanced_accuracy",
-                     "verifier/threshold", "verifier/threshold_fallback", "verifier/success_rate",
+                     "verifier/threshold", "verifier/threshold_fallback", "rollout/success_rate",
                      "verifier/voc_success", "verifier/progress_success_mean",
                      "verifier/progress_failure_mean"}  # fmt: skip
     assert not needs_success & set(m), sorted(needs_success & set(m))
@@ -158,7 +196,7 @@ def test_dynamics_leaves_success_metrics_out_for_an_env_without_is_success(caplo
     # an episode whose environment does report success counts; the others stay out
     cb.add_episode(_episode(0.8, True))
     m = cb.metrics()
-    assert m["verifier/success_rate"] == 1.0 and m["verifier/progress_success_mean"] == 0.8
+    assert m["rollout/success_rate"] == 1.0 and m["verifier/progress_success_mean"] == 0.8
 
 
 def test_curves_of_an_env_without_is_success_are_returns_not_zero_success(tmp_path):

@@ -657,3 +657,98 @@ def _spec_of(scores):
     """(problem_id, generator, is_correct, score, reason) of a scores.jsonl."""
     return [(r["problem_id"], r["generator"], r["is_correct"], r["score"], r["reason"])
             for r in map(json.loads, scores.read_text().splitlines())]  # fmt: skip
+
+
+def _labelled(tmp_path, spec, name="f"):
+    """A responses file and its scores.jsonl from ``[(problem, generator, is_correct, score)]``."""
+    rows = [{"problem_id": f"p{p}", "problem": f"What is {p}+1?", "generator": g,
+             "response": f"{g} #{i}: {p + 1}", "is_correct": ok}
+            for i, (p, g, ok, _) in enumerate(spec)]  # fmt: skip
+    responses = tmp_path / f"{name}.jsonl"
+    responses.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    scores = tmp_path / f"{name}_scores.jsonl"
+    scores.write_text("".join(
+        json.dumps({"problem_id": k[0], "generator": k[1], "response_index": k[2],
+                    "is_correct": ok, "score": s, "reason": None}) + "\n"
+        for k, (_, _, ok, s) in zip(row_keys(E.load_responses(responses)), spec, strict=True)
+    ))  # fmt: skip
+    return responses, scores
+
+
+def test_two_responses_print_their_counts_and_no_verdict(tmp_path, capsys):
+    """Issue 41 rerun, finding A1/A2: two responses, a score gap of 0.0003, printed "AUROC 1.000"
+    with no count; every rate now shows what it rests on, and "too few to rank" and the gap
+    under the shown resolution are said (console and report), as are per-generator counts."""
+    responses, scores = _labelled(tmp_path, [(1, "me", True, 0.5004), (1, "me", False, 0.5001)])
+    out = tmp_path / "out"
+    assert run_cli("--responses", str(responses), "--scores", str(scores), "--out", str(out),
+                   "--bootstrap", "0", "--no-plots") == 0  # fmt: skip
+    printed = capsys.readouterr().out
+    assert "AUROC 1.000 (1 correct / 1 incorrect)" in printed
+    assert "TPR 1.000 (1 correct)" in printed and "TNR 1.000 (1 incorrect)" in printed
+    assert (
+        f"too few to rank: 1 correct and 1 incorrect scored response(s), under {E.MIN_PER_CLASS}"
+        in printed
+    )
+    assert "mean scores differ by 0.0003, under 0.001" in printed
+    m = json.loads((out / "metrics.json").read_text())
+    assert m["evidence"]["too_few"] and m["evidence"]["gap_below_resolution"]
+    report = (out / "report.md").read_text()
+    assert (
+        "**Too few to rank: " in report and "| auroc | 1.000 | 1 correct / 1 incorrect |" in report
+    )
+    per_gen = report[report.index("## Per generator") : report.index("## By difficulty")]
+    assert "| me | 2 | 0 | 0.500 (2 scored) | 1.000 (1 correct) | 1.000 (1 incorrect) |" in per_gen
+    quart = report[report.index("### TPR / TNR per generator") :]
+    assert "1.000 (1 correct) / 1.000 (1 incorrect)" in quart
+
+
+def test_enough_responses_are_no_warning(tmp_path, capsys):
+    spec = [(p, "g", p % 2 == 0, 0.7 if p % 2 == 0 else 0.3) for p in range(2 * E.MIN_PER_CLASS)]
+    responses, scores = _labelled(tmp_path, spec)
+    assert run_cli("--responses", str(responses), "--scores", str(scores), "--out",
+                   str(tmp_path / "o"), "--bootstrap", "0", "--no-plots") == 0  # fmt: skip
+    printed = capsys.readouterr().out
+    assert "AUROC 1.000 (10 correct / 10 incorrect)" in printed
+    assert "too few" not in printed and "differ by" not in printed
+
+
+def test_one_class_says_why_once_and_figures_draw_only_bins_with_data(tmp_path, capsys,
+                                                                      monkeypatch):  # fmt: skip
+    """Issue 41 rerun, findings A3/A4: a file of correct responses only printed a screen of n/a
+    and a blank TNR panel; empty quartiles were empty slots. Now the reason is printed once,
+    the empty panel says it, and only bins with data are drawn."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    drawn = {}
+    save = plt.Figure.savefig
+
+    def record(fig, path, *a, **k):  # the texts and x tick labels of each saved figure
+        texts = [t.get_text() for ax in fig.axes for t in ax.texts] + [
+            t.get_text() for t in fig.texts]  # fmt: skip
+        ticks = [[t.get_text() for t in ax.get_xticklabels()] for ax in fig.axes]
+        drawn[len(drawn)] = (texts, ticks, fig._suptitle.get_text() if fig._suptitle else "")
+        return save(fig, path, *a, **k)
+
+    monkeypatch.setattr(plt.Figure, "savefig", record)
+    spec = [(p % 4, "g1" if p % 3 else "g2", True, 0.5 + 0.03 * p) for p in range(12)]
+    responses, scores = _labelled(tmp_path, spec)
+    out = tmp_path / "out"
+    assert run_cli("--responses", str(responses), "--scores", str(scores), "--out", str(out),
+                   "--bootstrap", "0") == 0  # fmt: skip
+    printed = capsys.readouterr().out
+    why = ("all 12 responses are labelled correct: TNR, balanced accuracy, AUROC and the accept "
+           "threshold need both classes")  # fmt: skip
+    assert printed.count(why) == 1 and "best accept threshold n/a" not in printed
+    assert "TNR n/a (0 incorrect)" in printed
+    texts, ticks, title = drawn[0]  # tpr_tnr_by_difficulty.png
+    assert any(t.startswith("no data: " + why[:20]) for t in texts)  # the empty TNR panel
+    assert ticks[0] == ["Q1 [1.00, 1.00]"]  # Q2-Q4 hold no problem: not drawn as empty slots
+    assert any("no problem in Q2, Q3, Q4" in t for t in texts)
+    assert "n=12" in texts and why[:40] in title.replace("\n", " ")
+    by_gen_texts = drawn[1][0]  # tpr_tnr_by_generator.png: TNR slots marked, not blank
+    assert by_gen_texts.count("no data") == 4 and {"n=4", "n=8"} <= set(by_gen_texts)
+    assert f"**A{why[1:]}" in (out / "report.md").read_text()

@@ -224,7 +224,7 @@ def test_run_reports_the_evaluation_curve(tmp_path):
     # evaluation off: the curve is the training episodes' success rate, and says so
     config["training"]["eval_every"] = 0
     off = sac.run(config, output_dir=tmp_path / "off")
-    assert off["metric"] == "success_rate" and off["curve"] == off["train_curve"]
+    assert off["metric"] == "rollout/success_rate" and off["curve"] == off["train_curve"]
     assert off["curve_source"].startswith("training episodes")
     with pytest.raises(ConfigError, match="eval_every"):
         sac.parse_config({"training": {"eval_every": -1}})
@@ -442,7 +442,11 @@ def test_sac_run_plots_its_curves_and_labels_the_evaluation_reward(tmp_path, cap
     summary = json.loads((out / "summary.json").read_text())
     label = "sparse success reward (1 per step at the goal, else 0), summed"
     assert summary["eval_reward"] == label and summary["curve"][-1]["reward"] == label
-    assert re.search(r"evaluation at step 100: success_rate [01]\.\d{3} \(fraction of 2 "
+    # issue 41 rerun B5: the evaluation and the training success rates are named apart (it
+    # printed "success_rate" for the evaluation beside "verifier/success_rate" for training)
+    assert re.search(r"eval/success_rate=[01]\.\d{3} ", printed)
+    assert "verifier/success_rate" not in printed and " success_rate=" not in printed
+    assert re.search(r"evaluation at step 100: eval/success_rate [01]\.\d{3} \(fraction of 2 "
                      r"deterministic episodes ending at the goal\), mean_reward \d+\.\d{3} "
                      r"\(sparse success reward \(1 per step at the goal, else 0\), summed over an "
                      r"episode; not the verifier's shaped reward\)", printed)  # fmt: skip

@@ -46,6 +46,7 @@ __all__ = [
     "WandbOutputFormat",
     "find_verifier_stats",
     "FALLBACK_THRESHOLD",
+    "MIN_EPISODES",
 ]
 
 logger = logging.getLogger(__name__)
@@ -53,6 +54,15 @@ logger = logging.getLogger(__name__)
 FALLBACK_THRESHOLD = 0.5
 """The accept threshold of ``threshold="auto"`` until earlier episodes hold a success and a
 failure (logged as ``verifier/threshold_fallback`` = 1, and said once)."""
+
+
+MIN_EPISODES = 10
+"""Fewer episodes of a class in the window than this and the rates resting on that class
+(``verifier/tpr``, ``verifier/voc_success``: successes; ``verifier/tnr``: failures;
+``verifier/balanced_accuracy``: both) are logged as null (NaN, left out of SB3's table) beside
+the counts they would rest on (``verifier/n_success_episodes``, ``verifier/n_failure_episodes``,
+``verifier/n_voc_success_episodes``), never as a rate of one or two episodes. The same minimum
+per class as ``densereward.eval_verifier.MIN_PER_CLASS``."""
 
 
 def find_verifier_stats(env: Any) -> list[VerifierCallStats]:
@@ -98,7 +108,8 @@ class VerifierDynamicsCallback(BaseCallback):
       environment steps; episodes with undefined VOC, ``None``, are skipped and counted in
       ``verifier/voc_undefined_frac``),
       and ``verifier/voc_success`` over successful episodes only (GVL's setting: progress of a
-      trajectory that reaches the goal should rise with time; a failing one need not).
+      trajectory that reaches the goal should rise with time; a failing one need not), resting
+      on ``verifier/n_voc_success_episodes`` (successful episodes with a defined VOC).
     * ``verifier/tpr``, ``verifier/tnr``, ``verifier/balanced_accuracy``: final progress
       ``>= threshold`` as the prediction of ``is_success`` (:func:`densereward.metrics.tpr`,
       :func:`~densereward.metrics.tnr`, :func:`~densereward.metrics.balanced_accuracy` =
@@ -115,7 +126,10 @@ class VerifierDynamicsCallback(BaseCallback):
       environment step (cumulative); with ``reward.render_frames`` also
       ``verifier/frames_per_step`` and ``verifier/render_seconds_per_step`` (frames rendered
       for the verifier and the seconds that took).
-    * ``verifier/success_rate``, ``rollout/ep_verifier_rew_mean``, ``rollout/ep_env_rew_mean``.
+    * ``rollout/success_rate`` (the training episodes' success, in the JSONL and the summary; SB3
+      logs it to its table itself, over ``stats_window_size`` episodes, so it is not recorded
+      twice; :data:`~densereward.callbacks.EvaluationCallback`'s evaluation episodes are
+      ``eval/success_rate``), ``rollout/ep_verifier_rew_mean``, ``rollout/ep_env_rew_mean``.
     * Without ``info["is_success"]`` (``Pendulum-v1``: the episodes' ``is_success`` is ``None``)
       the metrics above that need success are left out, never computed as if all had failed.
     * with ``engine_stats``: ``verifier/total/n_low_mass`` (reads that abstained below
@@ -134,6 +148,7 @@ class VerifierDynamicsCallback(BaseCallback):
         engine_stats: the verifier engine's :class:`~densereward.verifier.VerifierStats`
             (``Verifier.stats``), or ``None``.
         path: JSONL file of the recorded metrics (appended to), or ``None``.
+        min_episodes: episodes of a class a rate needs (:data:`MIN_EPISODES`).
 
     The calibration of ``"auto"`` lives in memory: a resumed run starts it afresh.
 
@@ -149,10 +164,14 @@ class VerifierDynamicsCallback(BaseCallback):
         *,
         engine_stats: Any = None,
         path: str | Path | None = None,
+        min_episodes: int = MIN_EPISODES,
     ) -> None:
         from .config import resolve_threshold
 
         super().__init__(verbose)
+        if min_episodes < 1:
+            raise ConfigError(f"min_episodes must be >= 1, got {min_episodes}")
+        self.min_episodes = min_episodes
         self.engine_stats = engine_stats
         self._fixed_threshold, self.threshold_source = resolve_threshold(threshold)
         if window < 1:
@@ -238,17 +257,26 @@ class VerifierDynamicsCallback(BaseCallback):
         # what needs success: over episodes whose environment reports it (None: it does not)
         known = [(v, e) for v, e in zip(vocs, eps, strict=True) if e["is_success"] is not None]
         if known:
-            out["verifier/voc_success"] = _mean(
-                v for v, e in known if v is not None and e["is_success"]
-            )
-            out["verifier/success_rate"] = _mean(float(e["is_success"]) for _, e in known)
+            voc_success = [v for v, e in known if v is not None and e["is_success"]]
+            out["rollout/success_rate"] = _mean(float(e["is_success"]) for _, e in known)
             judged = [e for _, e in known if e["final_progress"] is not None]
             final = [e["final_progress"] for e in judged]
             success = [float(e["is_success"]) for e in judged]
             at = [e.get("threshold", self.threshold) for e in judged]
-            out["verifier/tpr"] = tpr(final, success, at)
-            out["verifier/tnr"] = tnr(final, success, at)
-            out["verifier/balanced_accuracy"] = balanced_accuracy(final, success, at)
+            n_pos, n_neg = int(sum(success)), len(success) - int(sum(success))
+            enough_pos, enough_neg = n_pos >= self.min_episodes, n_neg >= self.min_episodes
+            nan = float("nan")  # too few episodes of the class: the count alone, not a rate
+            out["verifier/n_success_episodes"] = float(n_pos)
+            out["verifier/n_failure_episodes"] = float(n_neg)
+            out["verifier/n_voc_success_episodes"] = float(len(voc_success))
+            out["verifier/voc_success"] = (
+                _mean(voc_success) if len(voc_success) >= self.min_episodes else nan
+            )
+            out["verifier/tpr"] = tpr(final, success, at) if enough_pos else nan
+            out["verifier/tnr"] = tnr(final, success, at) if enough_neg else nan
+            out["verifier/balanced_accuracy"] = (
+                balanced_accuracy(final, success, at) if enough_pos and enough_neg else nan
+            )
             out["verifier/threshold"] = self.threshold
             out["verifier/threshold_fallback"] = float(self.threshold_fallback)
             pos = [p for p, s in zip(final, success, strict=True) if s]
@@ -284,7 +312,9 @@ class VerifierDynamicsCallback(BaseCallback):
         and, with ``path``, in its JSONL file."""
         metrics = self.metrics()
         for k, v in metrics.items():
-            if v == v:  # skip NaN (undefined in this window)
+            # skip NaN (undefined in this window, or too few episodes) and the training success
+            # rate SB3 records itself under the same key
+            if v == v and k != "rollout/success_rate":
                 self.logger.record(k, v)
         if self.path is not None:
             append_jsonl(self.path, {"step": int(self.num_timesteps), **metrics})
@@ -396,7 +426,7 @@ class LearningCurveCallback(BaseCallback):
         self.path = Path(path)
         self.every = every
         self.success = success
-        self.metric = "success_rate" if success else "rollout/ep_rew_mean"
+        self.metric = "rollout/success_rate" if success else "rollout/ep_rew_mean"
         self.successes: deque[float] = deque(maxlen=window)  # or returns, without success
         self.curve: list[dict[str, float]] = []
         self._next = None

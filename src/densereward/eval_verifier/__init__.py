@@ -40,7 +40,7 @@ from .data import (
     load_responses,
     load_scores,
 )
-from .evaluation import HEADLINE, abstention_summary, evaluate
+from .evaluation import HEADLINE, MIN_PER_CLASS, abstention_summary, evaluate
 from .plots import write_plots
 from .report import render_report, write_outputs
 from .scoring import label_with_sparse_reward, score_responses
@@ -48,6 +48,7 @@ from .scoring import label_with_sparse_reward, score_responses
 __all__ = [
     "GSM8K_GENERATORS",
     "HEADLINE",
+    "MIN_PER_CLASS",
     "load_gsm8k_model_solutions",
     "load_responses",
     "load_scores",

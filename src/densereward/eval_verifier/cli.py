@@ -21,7 +21,13 @@ from ..errors import ConfigError
 from ..io import to_jsonable
 from ..metrics.format import format_number
 from .data import align_scores, load_responses, load_scores
-from .evaluation import abstention_headline, abstention_summary, evaluate
+from .evaluation import (
+    abstention_headline,
+    abstention_summary,
+    counts_text,
+    evaluate,
+    evidence_notes,
+)
 from .report import _prompt_description, write_outputs
 from .scoring import PROMPT_KINDS, label_with_sparse_reward, resolve_prompt_kind, score_responses
 
@@ -222,16 +228,21 @@ def main(args: argparse.Namespace) -> int:
         if c.get("n_scored_unread")
         else ""
     )
-    print(
-        f"TPR {format_number(o['tpr'])}  TNR {format_number(o['tnr'])}  balanced accuracy {format_number(o['balanced_accuracy'])}  "
-        f"AUROC {format_number(o['auroc'])}  ({c['n_scored']} scored{unread}, {c['n_abstained']} abstained)"
-    )
+    rates = "  ".join(
+        f"{name} {format_number(o[key])} ({counts_text(o, key)})"
+        for name, key in (("TPR", "tpr"), ("TNR", "tnr"), ("balanced accuracy", "balanced_accuracy"),
+                          ("AUROC", "auroc"))
+    )  # fmt: skip
+    print(f"{rates}  ({c['n_scored']} scored{unread}, {c['n_abstained']} abstained)")
+    for note in evidence_notes(metrics):  # one class, too few to rank, a gap too small to read
+        print(note)
     cal = metrics["threshold_calibration"]
-    print(
-        f"best accept threshold {format_number(cal['threshold'], 4)}: balanced accuracy "
-        f"{format_number(cal['in_sample']['balanced_accuracy'])} in-sample, "
-        f"{format_number(cal['cross_validated']['balanced_accuracy'])} cross-validated over problems"
-    )
+    if not metrics["evidence"]["one_class"]:  # else the note above says why there is none
+        print(
+            f"best accept threshold {format_number(cal['threshold'], 4)}: balanced accuracy "
+            f"{format_number(cal['in_sample']['balanced_accuracy'])} in-sample, "
+            f"{format_number(cal['cross_validated']['balanced_accuracy'])} cross-validated over problems"
+        )
     print(f"wrote {paths['report']}")
     return _most_abstained(abst) if abst["most"] else 0
 

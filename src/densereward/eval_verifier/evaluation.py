@@ -21,16 +21,32 @@ from ..results import UNREAD_REASONS
 
 __all__ = [
     "HEADLINE",
+    "MIN_PER_CLASS",
     "MOST_ABSTAINED",
+    "SCORE_RESOLUTION",
     "abstention_headline",
     "abstention_summary",
+    "counts_text",
     "evaluate",
+    "evidence",
+    "evidence_notes",
     "unread_summary",
 ]
 
 MOST_ABSTAINED = 0.5
 """Above this share of abstained reads the report and plots lead with the abstentions and the
 command exits with :data:`densereward.eval_verifier.cli.EXIT_MOST_ABSTAINED`."""
+
+MIN_PER_CLASS = 10
+"""Fewer scored responses than this in a class (correct or incorrect) and the rates that rest
+on it are not a verdict on the verifier: the console and ``report.md`` say "too few to rank"
+beside them (the numbers are still computed and written, with their counts)."""
+
+SCORE_RESOLUTION = 1e-3
+"""A gap between the mean scores of correct and incorrect responses below this is flagged: the
+console, the report and the plots show scores and rates to 3 decimals, so a ranking resting on
+a smaller difference is not one a reader can see (two reads that differ by 0.0003 are ties to
+every figure of the report; AUROC still counts them as ordered)."""
 
 HEADLINE = (
     "auroc", "score_gap", "pairwise_accuracy",  # threshold-free first
@@ -177,6 +193,112 @@ def abstention_headline(summary: Mapping[str, Any]) -> str:
     return f"{summary['n_abstained']} of {summary['n_responses']} reads abstained ({why})"
 
 
+def evidence(rows: Sequence[Mapping[str, Any]], overall: Mapping[str, Any]) -> dict[str, Any]:
+    """What the overall rates rest on: the class counts, and whether they can be a verdict.
+
+    Args:
+        rows: ``(n,)`` every row of the file (``is_correct``).
+        overall: the overall report (``n_pos``, ``n_neg``: scored correct / incorrect;
+            ``score_gap``).
+
+    Returns:
+        ``{"n_correct", "n_incorrect"`` (scored), ``"n_correct_in_file", "n_incorrect_in_file",
+        "min_per_class"`` (:data:`MIN_PER_CLASS`), ``"one_class"`` (``"correct"`` /
+        ``"incorrect"`` when the scored responses hold that class only, else ``None``),
+        ``"too_few"`` (a class has fewer than the minimum), ``"gap_below_resolution"``
+        (both classes scored and ``|score_gap| <`` :data:`SCORE_RESOLUTION`)``}``.
+
+    >>> e = evidence([{"is_correct": True}, {"is_correct": False}], {"n_pos": 1, "n_neg": 1, "score_gap": 3e-4})
+    >>> e["too_few"], e["one_class"], e["gap_below_resolution"]
+    (True, None, True)
+    """
+    n_pos, n_neg = int(overall["n_pos"]), int(overall["n_neg"])
+    in_file = sum(bool(r["is_correct"]) for r in rows)
+    gap = overall.get("score_gap")
+    one = "correct" if not n_neg else "incorrect" if not n_pos else None
+    return {
+        "n_correct": n_pos,
+        "n_incorrect": n_neg,
+        "n_correct_in_file": in_file,
+        "n_incorrect_in_file": len(rows) - in_file,
+        "min_per_class": MIN_PER_CLASS,
+        "one_class": one,
+        "too_few": min(n_pos, n_neg) < MIN_PER_CLASS,
+        "gap_below_resolution": one is None
+        and gap is not None
+        and math.isfinite(gap)
+        and abs(gap) < SCORE_RESOLUTION,
+        "score_gap": gap,
+    }
+
+
+def counts_text(rep: Mapping[str, Any], key: str) -> str:
+    """The counts a rate of ``rep`` rests on, in words (``""`` for a key without one).
+
+    >>> rep = {"n": 5.0, "n_pos": 2.0, "n_neg": 3.0, "n_accepted": 1.0}
+    >>> [counts_text(rep, k) for k in ("tpr", "tnr", "auroc", "precision", "pass_rate", "ece")]
+    ['2 correct', '3 incorrect', '2 correct / 3 incorrect', '1 accepted', '5 scored', '']
+    """
+    n = {k: rep.get(k) for k in ("n", "n_pos", "n_neg", "n_accepted")}
+    if any(v is None or v != v for v in (n["n_pos"], n["n_neg"])):
+        return ""
+    pos, neg = f"{int(n['n_pos'])} correct", f"{int(n['n_neg'])} incorrect"
+    if key in ("tpr", "fnr", "recall"):
+        return pos
+    if key in ("tnr", "fpr"):
+        return neg
+    if key in ("precision", "verifier_gain"):
+        return f"{int(n['n_accepted'])} accepted" if n["n_accepted"] is not None else ""
+    if key in ("pass_rate", "accuracy"):
+        return f"{int(n['n'])} scored" if n["n"] is not None else ""
+    if key in ("balanced_accuracy", "auroc", "auprc", "score_gap", "pairwise_accuracy", "f1"):
+        return f"{pos} / {neg}"
+    return ""
+
+
+def evidence_notes(metrics: Mapping[str, Any]) -> list[str]:
+    """The sentences that say when the overall rates are not a verdict (console and report).
+
+    One-class data: the reason TNR, AUROC and the threshold are ``n/a``; fewer than
+    :data:`MIN_PER_CLASS` of a class: "too few to rank"; a class score gap below
+    :data:`SCORE_RESOLUTION`. Empty when none applies.
+    """
+    e = metrics.get("evidence")
+    if not e:
+        return []
+    notes = []
+    if e["one_class"]:
+        cls = e["one_class"]
+        other = "incorrect" if cls == "correct" else "correct"
+        n = e["n_correct"] if cls == "correct" else e["n_incorrect"]
+        in_file = e[f"n_{other}_in_file"]
+        where = (
+            f"all {n} responses are labelled {cls}"
+            if not in_file
+            else f"all {n} scored responses are labelled {cls} (the {in_file} {other} one(s) "
+            "were abstained on)"
+        )
+        needs = "TNR" if cls == "correct" else "TPR"
+        notes.append(
+            f"{where}: {needs}, balanced accuracy, AUROC and the accept threshold need both "
+            f"classes; evaluate a file with {other} responses too"
+        )
+    elif e["too_few"]:
+        notes.append(
+            f"too few to rank: {e['n_correct']} correct and {e['n_incorrect']} incorrect scored "
+            f"response(s), under {e['min_per_class']} of each, so these rates describe these "
+            "responses, not the verifier; score at least "
+            f"{e['min_per_class']} correct and {e['min_per_class']} incorrect responses"
+        )
+    if e["gap_below_resolution"]:
+        notes.append(
+            f"correct and incorrect responses' mean scores differ by {e['score_gap']:.2g}, under "
+            f"{SCORE_RESOLUTION:g} (scores are shown to 3 decimals): the ranking rests on a "
+            "difference too small to read, not a separation"
+        )
+    return notes
+
+
 def evaluate(
     rows: Sequence[Mapping[str, Any]],
     scores: Sequence[float | None],
@@ -277,6 +399,7 @@ def evaluate(
                 tie_rate=M.tie_rate(sc, lab, pid),
                 score_gap_snr=M.score_gap_snr(sc, lab, pid),
                 mean_score=float(np.mean(sc)),
+                n_accepted=float(np.sum(sc >= threshold)),
             )
         else:  # nothing scored here: every rate undefined
             rep = {key: math.nan for key in M.REPORT_KEYS} | {"n": 0.0, "n_pos": 0.0, "n_neg": 0.0}
@@ -312,6 +435,7 @@ def evaluate(
     }
     every = np.arange(len(rows))
     out["overall"] = full_report(every)
+    out["evidence"] = evidence(rows, out["overall"])
     if unread is not None:  # the same threshold-free figure without the unread zeros
         read = [i for i in keep if reasons[i] not in UNREAD_REASONS]
         out["overall"]["auroc_read_only"] = M.auroc(s_all[read], y_all[read]) if read else math.nan

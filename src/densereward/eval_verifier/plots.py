@@ -11,23 +11,53 @@ from typing import Any
 import numpy as np
 
 from ..metrics.format import format_number
-from .evaluation import abstention_headline
+from .evaluation import abstention_headline, evidence_notes
 
 __all__ = ["write_plots"]
 
 
-def _bars(ax, labels: Sequence[str], series: Mapping[str, Sequence[Any]], ylabel: str) -> None:
+def _bars(
+    ax,
+    labels: Sequence[str],
+    series: Mapping[str, Sequence[Any]],
+    ylabel: str,
+    counts: Mapping[str, Sequence[Any]] | None = None,
+    empty: str | None = None,
+) -> None:
+    """Grouped bars; a bar with no value is a "no data" mark, never an empty slot read as 0.
+
+    Args:
+        counts: per series, the count each bar rests on (drawn above it as ``n=...``).
+        empty: the panel's message when no bar has a value (why, in words).
+    """
     x = np.arange(len(labels))
     width = 0.8 / max(1, len(series))
+    no_bar = all(a is None or a != a for vals in series.values() for a in vals)
     for j, (name, vals) in enumerate(series.items()):
-        v = [np.nan if a is None else a for a in vals]
-        ax.bar(x + (j - (len(series) - 1) / 2) * width, v, width, label=name)
+        v = np.asarray([np.nan if a is None else a for a in vals], dtype=float)
+        pos = x + (j - (len(series) - 1) / 2) * width
+        bars = ax.bar(pos, v, width, label=name)
+        ns = (counts or {}).get(name)
+        for k, (px, value) in enumerate(zip(pos, v, strict=True)):
+            if np.isnan(value) and not no_bar:  # (an empty panel says why once, below)
+                ax.text(px, 0.02, "no data", rotation=90, ha="center", va="bottom", fontsize=6,
+                        color=bars.patches[k].get_facecolor(), alpha=0.9)  # fmt: skip
+            elif ns is not None and ns[k] is not None:
+                ax.text(px, value + 0.01, f"n={int(ns[k])}", ha="center", va="bottom",
+                        fontsize=6, rotation=90)  # fmt: skip
     ax.set_xticks(x, labels, rotation=15, fontsize=8)
+    ax.set_xlim(-0.5, len(labels) - 0.5)  # every slot, also those of bars with no value
     ax.set_ylim(0, 1.3)
     ax.set_yticks(np.linspace(0, 1, 6))
     ax.set_ylabel(ylabel)
     ax.legend(fontsize=7, loc="upper center", ncol=3)
     ax.grid(axis="y", alpha=0.3)
+    if empty and no_bar:
+        import textwrap
+
+        ax.text(0.5, 0.55, textwrap.fill(f"no data: {empty}", 45), transform=ax.transAxes,
+                ha="center", va="center", fontsize=9, color="tab:red",
+                bbox={"facecolor": "white", "edgecolor": "tab:red"})  # fmt: skip
 
 
 def _abstentions_plot(summary: Mapping[str, Any], path: Path, plt) -> Path:
@@ -75,15 +105,26 @@ def write_plots(metrics: Mapping[str, Any], out_dir: str | Path) -> list[Path]:
         scored = abst["n_responses"] - abst["n_abstained"]
         banner = f"{abstention_headline(abst)}: these rates rest on {scored} scored response(s)"
     gens = metrics["generators"]
-    bins = metrics["difficulty"]["quartiles"]["bins"]
+    # only the bins with a problem in them (tied d(x) values leave quartiles empty: named below)
+    all_bins = metrics["difficulty"]["quartiles"]["bins"]
+    bins = [b for b in all_bins if b.get("n_problems")]
+    left_out = [b["label"].split(" ")[0] for b in all_bins if not b.get("n_problems")]
+    notes = evidence_notes(metrics)
+    why = {"tpr": _panel_reason(metrics, "tpr"), "tnr": _panel_reason(metrics, "tnr")}
+    count_key = {"tpr": "n_pos", "tnr": "n_neg"}
 
     fig, axes = plt.subplots(1, 2, figsize=(11, 4), sharey=True)
     for ax, key in zip(axes, ("tpr", "tnr"), strict=True):
         series = {"all": [b[key] for b in bins]}
         series.update({g: [b["per_generator"][g][key] for b in bins] for g in gens})
-        _bars(ax, [b["label"] for b in bins], series, key.upper())
+        counts = {"all": [b.get(count_key[key]) for b in bins]}
+        counts.update({g: [b["per_generator"][g].get(count_key[key]) for b in bins] for g in gens})
+        _bars(ax, [b["label"] for b in bins], series, key.upper(), counts, why[key])
         ax.set_title(f"{key.upper()} by difficulty quartile (Q1 = hardest)")
-    paths.append(_save(fig, out_dir / "tpr_tnr_by_difficulty.png", plt, banner))
+    if left_out:
+        fig.text(0.5, -0.04, f"no problem in {', '.join(left_out)} (tied d(x) values share one "
+                 "quartile): not drawn", ha="center", fontsize=8)  # fmt: skip
+    paths.append(_save(fig, out_dir / "tpr_tnr_by_difficulty.png", plt, banner or _join(notes)))
 
     fig, ax = plt.subplots(figsize=(7, 4))
     pg = metrics["per_generator"]
@@ -96,9 +137,14 @@ def write_plots(metrics: Mapping[str, Any], out_dir: str | Path) -> list[Path]:
             "balanced acc.": [pg[g]["balanced_accuracy"] for g in gens],
         },
         "rate",
+        {
+            "TPR": [pg[g].get("n_pos") for g in gens],
+            "TNR": [pg[g].get("n_neg") for g in gens],
+        },
+        _panel_reason(metrics, "balanced_accuracy"),
     )
-    ax.set_title("TPR / TNR per generator")
-    paths.append(_save(fig, out_dir / "tpr_tnr_by_generator.png", plt, banner))
+    ax.set_title("TPR / TNR per generator (n = the correct / incorrect responses of each bar)")
+    paths.append(_save(fig, out_dir / "tpr_tnr_by_generator.png", plt, banner or _join(notes)))
 
     rel = metrics["reliability"]
     fig, ax = plt.subplots(figsize=(5, 5))
@@ -125,6 +171,18 @@ def write_plots(metrics: Mapping[str, Any], out_dir: str | Path) -> list[Path]:
     ax.legend(fontsize=8, loc="upper left")
     paths.append(_save(fig, out_dir / "reliability.png", plt, banner))
     return paths
+
+
+def _panel_reason(metrics: Mapping[str, Any], key: str) -> str | None:
+    """Why a panel of ``key`` has no bar at all, when the data hold one class (else ``None``)."""
+    one = (metrics.get("evidence") or {}).get("one_class")
+    if one is None or (key == "tpr" and one == "correct") or (key == "tnr" and one == "incorrect"):
+        return None
+    return evidence_notes(metrics)[0]
+
+
+def _join(notes: Sequence[str]) -> str | None:
+    return "; ".join(notes) if notes else None
 
 
 def _save(fig, path: Path, plt, banner: str | None = None) -> Path:

@@ -13,7 +13,7 @@ from ..config import VerifierConfig
 from ..io import atomic_write_json, atomic_write_text, to_jsonable
 from ..metrics.format import format_number, markdown_table
 from .data import _keys, _sha1
-from .evaluation import HEADLINE, abstention_headline
+from .evaluation import HEADLINE, MIN_PER_CLASS, abstention_headline, counts_text, evidence_notes
 from .plots import write_plots
 
 __all__ = ["render_report", "write_outputs"]
@@ -139,8 +139,13 @@ def render_report(
     for k in (*HEADLINE, "tts_verification_gain"):
         iv = ci.get(k)
         interval = f"[{format_number(iv['low'])}, {format_number(iv['high'])}]" if iv else ""
-        head_rows.append([k, format_number(o.get(k)), interval])
-    parts.append(markdown_table(["metric", "value", "95% CI (problem bootstrap)"], head_rows))
+        head_rows.append([k, format_number(o.get(k)), counts_text(o, k), interval])
+    notes = evidence_notes(metrics)
+    for note in notes:  # one class, too few to rank, a gap too small to read: before the numbers
+        parts += [f"**{note[0].upper()}{note[1:]}.**", ""]
+    parts.append(
+        markdown_table(["metric", "value", "rests on", "95% CI (problem bootstrap)"], head_rows)
+    )
     unread = metrics.get("unread") or {}
     if unread.get("n"):
         parts += [
@@ -221,10 +226,11 @@ def render_report(
                     g,
                     format_number(r["n"], 0),
                     format_number(r["n_abstained"], 0),
-                    *(r[k] for _, k in _RATE_COLUMNS),
-                    pgb.get(g, none)["tpr"],
-                    pgb.get(g, none)["tnr"],
-                    r["self_verification_keyword_rate"],
+                    *(_counted(r, k) for _, k in _RATE_COLUMNS),
+                    _shared(pgb.get(g, none), "tpr"),
+                    _shared(pgb.get(g, none), "tnr"),
+                    f"{format_number(r['self_verification_keyword_rate'])} "
+                    f"({format_number(r['n'], 0)} scored)",
                 ]
                 for g, r in pg.items()
             ],
@@ -232,6 +238,8 @@ def render_report(
     )
     any_g = next(iter(pgb.values()))
     parts += [
+        "",
+        _COUNTS_NOTE,
         "",
         f"TPR/TNR (shared): Zhou et al. protocol, on the {format_number(any_g['n_problems_tpr'], 0)} problems where every "
         f"generator has a correct response (TPR) / the {format_number(any_g['n_problems_tnr'], 0)} where every generator has "
@@ -267,7 +275,7 @@ def render_report(
                         r["label"],
                         format_number(r["n_problems"], 0),
                         format_number(r["n"], 0),
-                        *(r[k] for _, k in _RATE_COLUMNS),
+                        *(_counted(r, k) for _, k in _RATE_COLUMNS),
                     ]
                     for r in filled[name]
                 ],
@@ -283,7 +291,8 @@ def render_report(
                 [
                     r["label"],
                     *[
-                        f"{format_number(r['per_generator'][g]['tpr'])} / {format_number(r['per_generator'][g]['tnr'])}"
+                        f"{_counted(r['per_generator'][g], 'tpr')} / "
+                        f"{_counted(r['per_generator'][g], 'tnr')}"
                         for g in gens
                     ],
                 ]
@@ -391,6 +400,31 @@ def render_report(
         "",
     ]
     return "\n".join(parts)
+
+
+_COUNTS_NOTE = (
+    "In parentheses, the scored responses each rate rests on: TPR the correct ones, TNR the "
+    "incorrect ones, balanced accuracy and AUROC both, precision and verifier gain the accepted "
+    "ones, pass rate all; the shared TPR / TNR the problems of the protocol. A class with fewer "
+    f"than {MIN_PER_CLASS} responses makes its rates no verdict on the verifier."
+)
+
+
+def _counted(rep: Mapping[str, Any], key: str) -> str:
+    """A rate with the counts it rests on: ``'0.500 (2 correct)'``; ``'n/a (0 correct)'``.
+
+    >>> _counted({"tpr": 0.5, "n": 3.0, "n_pos": 2.0, "n_neg": 1.0}, "tpr")
+    '0.500 (2 correct)'
+    """
+    counts = counts_text(rep, key)
+    return f"{format_number(rep.get(key))} ({counts})" if counts else format_number(rep.get(key))
+
+
+def _shared(rep: Mapping[str, Any], key: str) -> str:
+    """A TPR / TNR of the shared protocol with the problems it rests on."""
+    n = rep.get(f"n_problems_{key}")
+    value = format_number(rep.get(key))
+    return value if n is None else f"{value} ({format_number(n, 0)} problems)"
 
 
 def _scored_text(counts: Mapping[str, Any], unread: Mapping[str, Any] | None) -> str:

@@ -47,7 +47,7 @@ A trainer of your own: a function that trains one run and returns its learning c
 
     def my_run(config, *, output_dir):
         ...
-        return {"metric": "success_rate", "curve": [{"step": 0, "value": 0.0}, ...]}
+        return {"metric": "eval/success_rate", "curve": [{"step": 0, "value": 0.0}, ...]}
 
     register_trainer("mine", TrainerSpec(run=my_run, dry_run=my_dry_run,
                                          budget_key=("training", "steps")))

@@ -291,7 +291,8 @@ class CompareConfig:
     threshold: float | None = None
     """Performance level for steps-to-threshold (e.g. success rate 0.8); ``None`` = not reported."""
     metric: str | None = None
-    """Label of the curve metric in the report; ``None`` = the trainer's (``success_rate``,
+    """Label of the curve metric in the report; ``None`` = the trainer's (SAC: ``eval/success_rate``,
+    or ``rollout/success_rate`` without evaluation episodes; GRPO:
     ``verifier/pass_rate``)."""
     output_dir: str | None = None
     """Output directory; ``None`` = ``runs/compare/<name>``."""

@@ -260,7 +260,7 @@ def run(config: dict[str, Any], *, output_dir: Path, resume: bool = False) -> di
         "env_steps", "seconds", "steps_per_second", "eval_seconds", "verifier_stats"}``:
         ``curve`` is the evaluation curve (``metric`` ``"eval/success_rate"``, success rate in
         ``[0, 1]`` of deterministic evaluation episodes) when ``training.eval_every > 0``, else
-        the training-episode curve (``"success_rate"``); ``curve_source`` says which in words;
+        the training-episode curve (``"rollout/success_rate"``); ``curve_source`` says which in words;
         ``final`` is its last value; ``seconds`` includes ``eval_seconds``.
 
     Raises:
@@ -347,6 +347,8 @@ def run(config: dict[str, Any], *, output_dir: Path, resume: bool = False) -> di
                 if isinstance(venv.observation_space, gym.spaces.Dict)
                 else "MlpPolicy"
             )
+            # SB3's rollout/* (success rate, returns) over the window of the verifier metrics
+            sac_kwargs.setdefault("stats_window_size", tc.metrics_window)
             try:
                 model = SAC(
                     policy, venv, seed=tc.seed, device=tc.device, verbose=tc.verbose, **sac_kwargs
@@ -562,13 +564,13 @@ def main(args: argparse.Namespace) -> int:
     print(
         f"run_dir={summary['run_dir']} env_steps={summary['env_steps']} "
         f"steps/s={summary['steps_per_second']:.1f} "
-        f"{summary['metric'].split('/')[-1]}={summary['final']:.3f} "
+        f"{summary['metric']}={summary['final']:.3f} "
         + " ".join(f"{k}={v:.3f}" for k, v in sorted(m.items()) if v == v)
     )
     if summary["eval_reward"] and summary["curve"]:
         last = summary["curve"][-1]
         rate = (
-            f"success_rate {last['value']:.3f} (fraction of {last['n_episodes']} deterministic "
+            f"eval/success_rate {last['value']:.3f} (fraction of {last['n_episodes']} deterministic "
             "episodes ending at the goal), "
             if summary["success_metrics"]
             else f"{last['n_episodes']} deterministic episodes (no success rate: the "

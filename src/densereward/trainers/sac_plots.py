@@ -25,6 +25,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from densereward.callbacks import MIN_EPISODES
 from densereward.io import read_jsonl
 
 __all__ = ["PLOT_NAME", "plot_sac_run"]
@@ -34,8 +35,10 @@ PLOT_NAME = "training_curves.png"
 _NAN = float("nan")
 
 _WHY_UNDEFINED = {
-    "verifier/tpr": "no successful episode with a final progress in the window",
-    "verifier/tnr": "no failed episode with a final progress in the window",
+    "verifier/tpr": f"fewer than {MIN_EPISODES} successful episodes with a final progress in "
+    "the window (verifier/n_success_episodes)",
+    "verifier/tnr": f"fewer than {MIN_EPISODES} failed episodes with a final progress in the "
+    "window (verifier/n_failure_episodes)",
     "verifier/balanced_accuracy": "TPR or TNR is undefined",
     "verifier/voc": "every episode's progress was constant (VOC needs a change)",
     "verifier/progress_success_mean": "no successful episode in the window",
