@@ -13,6 +13,7 @@ import json
 import math
 import re
 import socket
+import threading
 import time
 
 import pytest
@@ -353,3 +354,64 @@ def test_more_rank_pivots_than_candidates_is_a_422_not_a_500(scripted):
     body = {"problem": "1+1?", "candidates": ["2", "3"], "pivots": 3}
     got = httpx.post(f"{running.url}/rank", json=body, timeout=30)
     assert got.status_code == 422 and "at most the number of candidates (2)" in got.json()["error"]
+
+
+# ------------------------------------------------- issue 41 rerun item 2: per-sample rewards
+
+
+def _graded(body) -> list[tuple[str, float]]:
+    """Letter I (score 8/19) for a response holding MID, B for one holding LOW, else A."""
+    text = str(body["messages"][-2]["content"])
+    found = re.search(r"<response>\n(.*)\n</response>", text, re.S)
+    shown = found.group(1) if found else ""
+    return (
+        [("I", -0.01)] if "MID" in shown else [("B", -0.01)] if "LOW" in shown else [("A", -0.01)]
+    )
+
+
+def test_a_gated_reward_served_is_the_same_alone_in_a_batch_and_beside_another_client():
+    """Before: the gated reward normalised the judge inside correctness strata of any run of
+    equal prompts in a call, so a correct sample scored 1 + 0.1 * (8/19 - 1/2) = 0.992 alone got
+    1.0 in a request (or a micro-batch of another client's request) with wrong answers to the
+    same problem. A served reward is a function of the sample."""
+    config = {
+        "reward": {"type": "gated", "track": False, "use_async": True, "reference_guided": False},
+        "verifier": {"backend": "openai", "granularity": 20},
+        "serve": {"batch_wait_ms": 300},
+    }
+    prompt = chat("What is 2 + 3?")
+    target = "MID so the answer is \\boxed{5}"
+    others = ["LOW so \\boxed{6}", "so \\boxed{7}", "LOW MID? \\boxed{4}"]
+
+    def get_reward(responses):
+        payload = {"query": [prompt + r for r in responses], "prompts": [prompt] * len(responses),
+                   "labels": ["5"] * len(responses)}  # fmt: skip
+        got = httpx.post(f"{running.url}/get_reward", json=payload, timeout=60)
+        assert got.status_code == 200, got.text
+        return got.json()["rewards"]
+
+    with MisbehavingServer(answer=_graded) as server:
+        config["verifier"]["backend_options"] = {"base_url": server.base_url}
+        service, close = build_service(config)
+        running = Running(make_app(service))
+        try:
+            alone = get_reward([target])[0]
+            in_batch = get_reward([others[0], target, *others[1:]])
+            results: dict[str, list] = {}
+            threads = [
+                threading.Thread(target=lambda k=k, r=r: results.__setitem__(k, get_reward(r)))
+                for k, r in (("target", [target]), ("other", others))
+            ]
+            n_calls = service.n_calls
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            merged = service.n_calls - n_calls == 1  # the two requests went to one reward call
+        finally:
+            running.stop()
+            close()
+    assert alone == pytest.approx(1 + 0.1 * (8 / 19 - 0.5), abs=1e-6)
+    assert in_batch[1] == alone and results["target"] == [alone]
+    assert merged, "the two clients' requests were not micro-batched together"
+    assert in_batch[0] == pytest.approx(0.1 * (1 / 19 - 0.5), abs=1e-6)  # wrong: its own read
