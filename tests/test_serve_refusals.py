@@ -305,11 +305,42 @@ def test_abstentions_are_flagged_to_every_client_kind(scripted):
     many = compute_score_batch(["gsm8k"] * 2, ["It is 5.", "ABSTAIN"], [None, None],
                                [{"question": "What is 2 + 2?"}] * 2, url=url, abstain_reward=-1.0)  # fmt: skip
     assert many == [{"score": 0.0, "abstained": 0.0}, {"score": -1.0, "abstained": 1.0}]
-    bare = compute_score_batch(["gsm8k"], ["ABSTAIN"], [None], None, url=url, return_dict=False)
+    bare = compute_score_batch(["gsm8k"], ["ABSTAIN"], [None], [{"question": "What is 2 + 2?"}],
+                               url=url, return_dict=False)  # fmt: skip
     assert bare == [0.0]
     # counted per client kind (verl's requests are /score's)
     after = {e: _metric(running, "densereward_abstentions_total", endpoint=e) for e in before}
     assert {e: after[e] - before[e] for e in before} == {"get_reward": 1, "slime": 4, "score": 3}
+
+
+def test_verl_without_the_question_abstains_and_says_so_once(scripted, monkeypatch, caplog):
+    """Issue 41 rerun item 3: a verl row whose extra_info had no question was scored with an
+    empty problem, silently. Now it is not read: it abstains, one warning per process names the
+    fix, and the responses that came with their question are scored as before."""
+    from densereward.serve import verl_reward
+
+    server, _, running = scripted
+    monkeypatch.setattr(verl_reward, "_said", set())
+    n_reads = len(_responses_scored(server))
+    with caplog.at_level("WARNING", logger="densereward.serve.verl_reward"):
+        one = verl_reward.compute_score("gsm8k", "RIGHT: 4.", "4", {"index": 3}, url=running.url)
+        many = verl_reward.compute_score_batch(
+            ["gsm8k"] * 3, ["RIGHT: 4.", "RIGHT: 4.", "RIGHT: 4."], ["4"] * 3,
+            [None, {"question": "What is 2 + 2?"}, {"question": "  "}], url=running.url,
+        )  # fmt: skip
+    assert one == {"score": 0.0, "abstained": 1.0}
+    assert many == [{"score": 0.0, "abstained": 1.0}, {"score": 1.0, "abstained": 0.0},
+                    {"score": 0.0, "abstained": 1.0}]  # fmt: skip
+    assert _responses_scored(server)[n_reads:] == ["RIGHT: 4."]  # only the one with its question
+    said = [r.getMessage() for r in caplog.records]
+    assert len(said) == 1 and "1 of 1 responses came without the problem" in said[0], said
+    assert "put the question into extra_info in verl's data preprocessing" in said[0]
+    # scoring without the problem is a choice the user makes by name
+    scored = verl_reward.compute_score("gsm8k", "RIGHT: 4.", "4", url=running.url,
+                                       missing_problem="score")  # fmt: skip
+    assert scored == {"score": 1.0, "abstained": 0.0}
+    with pytest.raises(ValueError, match="missing_problem='skip'; use abstain"):
+        verl_reward.compute_score("gsm8k", "x", "4", url=running.url, missing_problem="skip")
 
 
 def test_the_servers_quality_tracker_is_bounded(monkeypatch):

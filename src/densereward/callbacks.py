@@ -118,9 +118,9 @@ class VerifierDynamicsCallback(BaseCallback):
     * ``verifier/success_rate``, ``rollout/ep_verifier_rew_mean``, ``rollout/ep_env_rew_mean``.
     * Without ``info["is_success"]`` (``Pendulum-v1``: the episodes' ``is_success`` is ``None``)
       the metrics above that need success are left out, never computed as if all had failed.
-    * with ``engine_stats``: ``verifier/n_low_mass`` (reads that abstained below
-      ``VerifierConfig.min_mass``), ``verifier/mean_mass``, ``verifier/n_engine_abstained``
-      (cumulative counters of the verifier engine).
+    * with ``engine_stats``: ``verifier/total/n_low_mass`` (reads that abstained below
+      ``VerifierConfig.min_mass``), ``verifier/mean_mass``, ``verifier/total/n_engine_abstained``
+      (counters of the verifier engine, cumulative since it was built: ``total/``).
 
     With ``path``, every :meth:`record` also appends ``{"step", **metrics}`` to that JSONL file
     (NaN as ``null``), the verifier curves of the run's plot.
@@ -274,9 +274,9 @@ class VerifierDynamicsCallback(BaseCallback):
                 out["verifier/abstain_rate"] = sum(s.n_abstained for s in self._stats) / answered
         if self.engine_stats is not None:
             d = self.engine_stats.as_dict()
-            out["verifier/n_low_mass"] = float(d.get("n_low_mass", 0))
+            out["verifier/total/n_low_mass"] = float(d.get("n_low_mass", 0))
             out["verifier/mean_mass"] = float(d.get("mean_mass", float("nan")))
-            out["verifier/n_engine_abstained"] = float(d.get("n_abstained", 0))
+            out["verifier/total/n_engine_abstained"] = float(d.get("n_abstained", 0))
         return out
 
     def record(self) -> None:

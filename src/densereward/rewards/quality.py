@@ -18,13 +18,15 @@ not the mean over problems of per-problem pass rates
 Other keys: ``tie_rate`` (within-group completion pairs whose dense scores tie, whatever their
 labels), ``mean_mass``, ``n_abstained``, ``frac_zero_spread_sparse``,
 ``frac_zero_spread_dense``, ``tpr/level_<k>`` and ``tnr/level_<k>`` (MATH level k = 1..5),
-``n``, ``n_valid``, ``frac_no_answer_sparse`` and ``frac_unclosed_thinking_sparse`` (the share
+``n``, ``n_valid``, ``n_read``, ``n_unread``, ``frac_no_answer_sparse`` and ``frac_unclosed_thinking_sparse`` (the share
 of this batch's completions in which the sparse check, Math-Verify's answer extraction, finds no
 final answer / unclosed thinking; :func:`format_metrics`). The tracker logs them under
 ``verifier/`` and the labelled ones also over a rolling window (``verifier/window/<key>`` for
-every key of :data:`WINDOW_KEYS`). Not to be read as the verifier engine's cumulative counter
-``verifier/n_unread_no_answer`` (completions its ``answer_match`` prompt scored 0 without a
-read; 0 under any other prompt, however many completions lack an answer).
+every key of :data:`WINDOW_KEYS`). The labelled metrics rest on the verifier's reads only
+(``n_read``); ``n_unread`` counts the batch's completions it scored without a read (no final
+answer under the ``answer_match`` prompt, an empty response), whose running sum is the verifier
+engine's ``verifier/total/n_unread_no_answer`` (0 under any other prompt, however many
+completions lack an answer).
 """
 
 from __future__ import annotations
@@ -48,9 +50,10 @@ __all__ = [
 
 WINDOW_KEYS = (
     "auroc", "pairwise_accuracy", "score_gap", "tpr", "tnr", "balanced_accuracy", "precision",
-    "verifier_gain", "pass_rate", "n",
+    "verifier_gain", "pass_rate",
 )  # fmt: skip
-"""Metrics also computed over the tracker's rolling window (``verifier/window/<key>``)."""
+"""Metrics also computed over the tracker's rolling window (``verifier/window/<key>``; the
+window's count of reads is ``verifier/window/n_read``)."""
 
 _NAN = float("nan")
 
@@ -65,20 +68,30 @@ def undefined_reasons(metrics: dict[str, Any], prefix: str = "verifier/") -> dic
 
     >>> undefined_reasons({"verifier/tpr": float("nan"), "verifier/tnr": 1.0, "verifier/n_valid": 4.0})
     {'tpr': 'no correct completion (Math-Verify) in the batch'}
+    >>> undefined_reasons({"verifier/tnr": None, "verifier/n": 4.0, "verifier/n_read": 0.0,
+    ...                    "verifier/n_unread": 4.0})["tnr"]
+    'no completion in the batch was read by the verifier (4 of 4 in this batch were scored 0 without a read: no final answer)'
     """
 
     def nan(key: str) -> bool:
         v = metrics.get(prefix + key)
         return v is None or (isinstance(v, float) and math.isnan(v))
 
-    scope = "window/" if prefix + "window/n" in metrics else ""
+    # records written before unread completions were left out name the counts n / n_valid
+    window_n = metrics.get(prefix + "window/n_read", metrics.get(prefix + "window/n"))
+    scope = "window/" if window_n is not None else ""
     where = "in the window" if scope else "in the batch"
-    n = metrics.get(prefix + ("window/n" if scope else "n_valid"))
+    n = window_n if scope else metrics.get(prefix + "n_read", metrics.get(prefix + "n_valid"))
+    unread = metrics.get(prefix + "n_unread") or 0
     out = {}
     for key in ("tpr", "tnr", "auroc", *_RATES[2:]):
         if prefix + scope + key not in metrics or not nan(scope + key):
             continue
-        if not n:
+        if not n and unread:
+            why = (f"no completion {where} was read by the verifier ({unread:.0f} of "
+                   f"{metrics.get(prefix + 'n', 0):.0f} in this batch were scored 0 without a read: "
+                   "no final answer)")  # fmt: skip
+        elif not n:
             why = f"no completion {where} has both a verifier score and a Math-Verify label"
         elif key in _RATES and prefix + "threshold" in metrics and nan("threshold"):
             why = "no accept threshold yet (threshold=auto waits for correct and incorrect completions)"
@@ -182,6 +195,7 @@ def reward_quality_metrics(
     levels: Sequence[Any] | None = None,
     masses: Sequence[float | None] | None = None,
     tie_eps: float = 1e-3,
+    read: Sequence[bool] | None = None,
 ) -> dict[str, float]:
     """Reward-quality metrics of one batch of completions (keys without the ``verifier/`` prefix).
 
@@ -194,14 +208,19 @@ def reward_quality_metrics(
         levels: ``(n,)`` MATH difficulty levels (``None`` entries skipped).
         masses: ``(n,)`` probability mass on the score tokens (``None`` entries skipped).
         tie_eps: Two scores within ``tie_eps`` count as a tie.
+        read: ``(n,)`` False where the verifier gave the score without a model read (no final
+            answer, empty response): left out of the labelled metrics, counted in ``n_unread``;
+            still a reward, so still in ``tie_rate`` and ``frac_zero_spread_dense``. ``None``:
+            every score was read.
 
     Returns:
         ``tpr, tnr, balanced_accuracy, precision, auroc, verifier_gain, score_gap,
-        pairwise_accuracy`` (on completions with both a score and a ground truth; see
-        :func:`labelled_metrics`), ``pass_rate`` (pooled over every completion with a known
+        pairwise_accuracy`` (on read completions with both a score and a ground truth,
+        ``n_read`` of them; see :func:`labelled_metrics`), ``pass_rate`` (pooled over every completion with a known
         ground truth, scored or not), ``tie_rate``,
         ``mean_mass``, ``n_abstained``, ``frac_zero_spread_sparse``, ``frac_zero_spread_dense``,
-        ``n``, ``n_valid``, and ``tpr/level_<k>``, ``tnr/level_<k>`` per level present. Undefined
+        ``n``, ``n_valid`` (scored and labelled, read or not), ``n_read``, ``n_unread``, and
+        ``tpr/level_<k>``, ``tnr/level_<k>`` per level present. Undefined
         metrics are ``NaN`` (e.g. TNR when every completion is correct).
 
     Raises:
@@ -212,13 +231,15 @@ def reward_quality_metrics(
     (1.0, 0.5, 1.0, 0.5)
     """
     n = len(scores)
-    check_lengths(completions=scores, correct=correct, levels=levels, masses=masses)
+    check_lengths(completions=scores, correct=correct, levels=levels, masses=masses, read=read)
     groups = groups if groups is not None else [slice(0, n)]
-    valid = [
+    scored = [
         i
         for i in range(n)
         if scores[i] is not None and correct[i] is not None and not math.isnan(scores[i])
     ]
+    unread = [i for i in range(n) if read is not None and not read[i] and scores[i] is not None]
+    valid = [i for i in scored if read is None or read[i]]
     s = np.array([scores[i] for i in valid], dtype=np.float64)
     y = np.array([correct[i] for i in valid], dtype=np.float64)
     group_of = np.zeros(n, dtype=np.int64)
@@ -235,7 +256,9 @@ def reward_quality_metrics(
     out["frac_zero_spread_sparse"] = _zero_spread(correct, groups)
     out["frac_zero_spread_dense"] = _zero_spread(scores, groups)
     out["n"] = float(n)
-    out["n_valid"] = float(len(valid))
+    out["n_valid"] = float(len(scored))
+    out["n_read"] = float(len(valid))
+    out["n_unread"] = float(len(unread))
     if levels is not None:
         lv = [levels[i] for i in valid]
         for level in sorted({x for x in lv if x is not None}):
@@ -250,6 +273,7 @@ def format_metrics(
     reasons: Sequence[str | None],
     scores: Sequence[float | None],
     length_setting: str = "training.max_completion_length",
+    read: Sequence[bool] | None = None,
 ) -> tuple[dict[str, float], str | None]:
     """Share of completions with no extractable final answer, and a warning when it is a format problem.
 
@@ -259,13 +283,19 @@ def format_metrics(
         scores: ``(n,)`` verifier scores (``None`` = abstained).
         length_setting: the setting that bounds the completions' length, named by the
             warning (a reward server names its clients' settings: it has no ``training:``).
+        read: ``(n,)`` False where the verifier gave the score without a read (``None``: all
+            read).
 
     Returns:
         ``({"frac_no_answer_sparse", "frac_unclosed_thinking_sparse"}, warning)``: shares of
         the ``n`` completions, in ``[0, 1]`` (the first includes the second). ``warning`` is a message
-        when at least half the completions have no answer while the verifier scores them at
-        least 0.8x the batch mean (the policy fails on *format*, which the sparse reward and
-        every verifier metric count as wrong), else ``None``.
+        when at least half the completions have no answer and either the verifier read none of
+        them (it gave them 0 without a model call: the message says so) or it scored the ones it
+        read at least 0.8x the batch mean (the policy fails on *format*, which the
+        sparse reward and every verifier metric count as wrong); else ``None``.
+
+    >>> format_metrics(["no_answer"] * 4, [0.0] * 4, read=[False] * 4)[1].split(";")[0]
+    '4 of 4 completions had no final answer and were not read'
 
     >>> format_metrics(["no_answer", None, "unclosed_thinking", "no_answer"], [0.5] * 4)[0]
     {'frac_no_answer_sparse': 0.75, 'frac_unclosed_thinking_sparse': 0.25}
@@ -278,8 +308,21 @@ def format_metrics(
         "frac_no_answer_sparse": len(none_idx) / n,
         "frac_unclosed_thinking_sparse": sum(r == "unclosed_thinking" for r in reasons) / n,
     }
+    if out["frac_no_answer_sparse"] < 0.5:
+        return out, None
+    unread = [i for i in none_idx if read is not None and not read[i]]
+    if unread and len(unread) == len(none_idx):  # the verifier read none of them
+        return out, (
+            f"{len(unread)} of {n} completions had no final answer and were not read; they get "
+            "reward 0 (sparse check) without a verifier read"
+            f"{_thinking_note(reasons, unread)}, and the verifier/* quality metrics leave them out "
+            f"(verifier/n_unread). Fix: raise {length_setting} if the answers are cut off, or "
+            "check the answer format (the system prompt, reward.answer_format: a \\boxed{} or "
+            "final-answer line). (Said once.)"
+        )
     vals = [s for s in scores if s is not None and not math.isnan(s)]
-    none_vals = [scores[i] for i in none_idx if scores[i] is not None and not math.isnan(scores[i])]
+    none_vals = [scores[i] for i in set(none_idx) - set(unread)
+                 if scores[i] is not None and not math.isnan(scores[i])]  # fmt: skip
     if (
         out["frac_no_answer_sparse"] < 0.5
         or not none_vals
@@ -295,3 +338,9 @@ def format_metrics(
         "verifier/* metric count these as wrong. Check the system prompt, reward.answer_format "
         f"and {length_setting}. (Said once.)"
     )
+
+
+def _thinking_note(reasons: Sequence[str | None], idx: Sequence[int]) -> str:
+    """`` (k with unclosed thinking)`` when some of ``idx`` never closed their thinking."""
+    k = sum(reasons[i] == "unclosed_thinking" for i in idx)
+    return f" ({k} with unclosed thinking)" if k else ""

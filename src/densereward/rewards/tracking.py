@@ -28,7 +28,19 @@ Metric keys (stable): ``verifier/tpr``, ``verifier/tnr``, ``verifier/balanced_ac
 Math-Verify finds correct, the policy's accuracy = generator capability),
 ``verifier/tie_rate``, ``verifier/mean_mass``, ``verifier/n_abstained``,
 ``verifier/frac_zero_spread_sparse``, ``verifier/frac_zero_spread_dense``,
-``verifier/tpr/level_<k>`` and ``verifier/tnr/level_<k>`` (MATH level k = 1..5), ``verifier/n``.
+``verifier/tpr/level_<k>`` and ``verifier/tnr/level_<k>`` (MATH level k = 1..5), ``verifier/n``,
+``verifier/n_read``, ``verifier/n_unread``.
+
+Counts: a ``verifier/n_*`` key counts this batch's completions; a ``verifier/total/n_*`` key is
+a counter of the verifier engine, cumulative since it was built (``extra_metrics``);
+``verifier/window/n_read`` counts the window.
+
+The verifier's quality metrics rest on its *reads*: a completion it scored without a model call
+(no final answer under the ``answer_match`` prompt, an empty response: reward 0 without a read;
+``read`` False) is counted in ``verifier/n_unread`` and left out of TPR, TNR, AUROC and the rest,
+of the window and of the auto threshold (a 0 that was never read says nothing about the judge).
+``verifier/n_read`` and ``verifier/window/n_read`` say how many reads the metrics rest on; with
+none, the metrics are undefined (``null``), and the log and the plot say why.
 
 A batch holds a few completions (often all wrong, or all right), so most per-batch rates are
 undefined. The tracker also computes the labelled metrics over a rolling window of the last
@@ -208,6 +220,7 @@ class RewardQualityTracker:
         score_name: str = "verifier_score",
         extra_metrics: dict[str, float] | None = None,
         answer_reasons: Sequence[str | None] | None = None,
+        read: Sequence[bool] | None = None,
     ) -> dict[str, float]:
         """Compute, log and record the metrics of one batch.
 
@@ -227,11 +240,13 @@ class RewardQualityTracker:
             log_extra: TRL's ``log_extra`` (adds ``score_name`` and ``ground_truth`` columns).
             score_name: Completions-table column for the scores.
             extra_metrics: further metrics to log and record with the same prefix (e.g. the
-                verifier's cumulative ``n_failures``, ``n_truncated``, ``n_invalid_input``).
+                verifier's cumulative ``total/n_failures``, ``total/n_truncated``).
             answer_reasons: ``(n,)`` why the sparse check found no final answer
                 (``"no_answer"``, ``"unclosed_thinking"``) or ``None``; gives
                 ``frac_no_answer_sparse`` and ``frac_unclosed_thinking_sparse`` (gathered like the scores)
                 and the once-per-run format warning (:func:`format_metrics`).
+            read: ``(n,)`` False where the verifier gave the score without a model read
+                (left out of the quality metrics, counted in ``n_unread``); ``None``: all read.
 
         Returns:
             The metrics, keys with the prefix.
@@ -240,13 +255,13 @@ class RewardQualityTracker:
             DataError: if the per-completion sequences differ in length.
         """
         # the metrics cover every process's completions; the completions table stays local
-        all_prompts, all_scores, all_correct, all_levels, all_masses, all_reasons = (
-            gather_across_processes(prompts, scores, correct, levels, masses, answer_reasons)
+        all_prompts, all_scores, all_correct, all_levels, all_masses, all_reasons, all_read = (
+            gather_across_processes(prompts, scores, correct, levels, masses, answer_reasons, read)
         )
         groups = group_slices(all_prompts, num_generations)
         step = int(getattr(trainer_state, "global_step", self._n_updates)) + 1
         with self._lock:
-            windowed = self._update_window(all_prompts, all_scores, all_correct, groups)
+            windowed = self._update_window(all_prompts, all_scores, all_correct, groups, all_read)
             if self.alarm is not None:
                 windowed.update(self.alarm.update(all_scores, all_correct,
                                                   threshold=self.threshold, step=step))  # fmt: skip
@@ -258,6 +273,7 @@ class RewardQualityTracker:
             levels=all_levels,
             masses=all_masses,
             tie_eps=self.tie_eps,
+            read=all_read,
         )
         metrics.update(windowed)
         if all_reasons is not None:
@@ -265,6 +281,7 @@ class RewardQualityTracker:
                 all_reasons,
                 all_scores,
                 getattr(self, "length_setting", "training.max_completion_length"),
+                read=all_read,
             )
             metrics.update(fmt)
             if warn and not self._format_warned:
@@ -298,9 +315,10 @@ class RewardQualityTracker:
 
     def _update_window(
         self, prompts: Sequence[Any], scores: Sequence[float | None], correct: Sequence[float | None],
-        groups: list[slice],
+        groups: list[slice], read: Sequence[bool] | None = None,
     ) -> dict[str, float]:  # fmt: skip
-        """Set this batch's threshold, add its labelled completions to the window; window metrics.
+        """Set this batch's threshold, add its labelled, read completions to the window; window
+        metrics (``window/n_read``: the reads they rest on).
 
         Each completion keeps the threshold in force when it was scored, so with ``auto`` the
         window's rates are out of sample except for the flagged first batches.
@@ -308,7 +326,8 @@ class RewardQualityTracker:
         check_lengths(completions=scores, correct=correct, prompts=prompts)
         keys = [str(prompts[g.start]) for g in groups for _ in range(g.start, g.stop)]
         valid = [i for i, (x, c) in enumerate(zip(scores, correct, strict=True))
-                 if x is not None and c is not None and not math.isnan(x)]  # fmt: skip
+                 if x is not None and c is not None and not math.isnan(x)
+                 and (read is None or read[i])]  # fmt: skip
         s = np.array([scores[i] for i in valid], dtype=np.float64)
         y = np.array([correct[i] for i in valid], dtype=np.float64)
         self.threshold, in_sample = self._calibrate(s, y)
@@ -322,6 +341,7 @@ class RewardQualityTracker:
         window = labelled_metrics(np.asarray(ws, dtype=np.float64), np.asarray(wy, dtype=np.float64), wk,
                                   np.asarray(wt, dtype=np.float64))  # fmt: skip
         out = {f"window/{k}": window[k] for k in WINDOW_KEYS}
+        out["window/n_read"] = window["n"]
         out["threshold"] = thr
         out["threshold_in_sample"] = float(in_sample)
         return out

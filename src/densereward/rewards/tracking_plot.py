@@ -81,14 +81,20 @@ def _empty_panel_reason(records: Sequence[dict[str, Any]], keys: Sequence[str], 
     return "no record holds these metrics"
 
 
-def _window_counts(record: dict[str, Any], prefix: str = "verifier/") -> str | None:
-    """The labelled completions one record's window metrics rest on, by class, and how far one
-    completion moves TPR / TNR (``None`` without window counts).
+def _window_n(record: dict[str, Any], prefix: str) -> float | None:
+    """The window's count of reads: ``window/n_read``, or ``window/n`` in records written before
+    unread completions were left out of the window (the committed figures' JSONL files)."""
+    return record.get(prefix + "window/n_read", record.get(prefix + "window/n"))
 
-    >>> _window_counts({"verifier/window/n": 40.0, "verifier/window/pass_rate": 0.1})
+
+def _window_counts(record: dict[str, Any], prefix: str = "verifier/") -> str | None:
+    """The labelled, read completions one record's window metrics rest on, by class, and how far
+    one completion moves TPR / TNR (``None`` without window counts).
+
+    >>> _window_counts({"verifier/window/n_read": 40.0, "verifier/window/pass_rate": 0.1})
     '40 completions, 4 correct / 36 incorrect (one moves TPR by 0.25, TNR by 0.03)'
     """
-    n, rate = record.get(prefix + "window/n"), record.get(prefix + "window/pass_rate")
+    n, rate = _window_n(record, prefix), record.get(prefix + "window/pass_rate")
     if not n or rate is None or (isinstance(rate, float) and math.isnan(rate)):
         return None
     pos = round(n * rate)
@@ -119,7 +125,7 @@ def _reward_quality_figure(records: Sequence[dict[str, Any]], prefix: str) -> An
             vals.append(float(np.mean(xs)) if xs else _NAN)
         return vals
 
-    windowed = any(prefix + "window/n" in r for r in records)
+    windowed = any(_window_n(r, prefix) is not None for r in records)
     panels = PLOT_KEYS + (
         (AUDIT_PANEL,) if any(prefix + AUDIT_PANEL[0] in r for r in records) else ()
     )

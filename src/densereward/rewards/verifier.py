@@ -255,9 +255,11 @@ class _VerifierRewardBase(VerifierHolder):
         log_extra: Any,
         flags: list[bool] | None = None,
         audit_values: list[float | None] | None = None,
+        read: list[bool] | None = None,
     ) -> None:
         """Report to the advantage audit (``audit_values``: this function's rewards, default
-        :meth:`_for_audit` of ``scores``), then log the reward-quality metrics of ``scores``."""
+        :meth:`_for_audit` of ``scores``), then log the reward-quality metrics of ``scores``
+        (``read``: ``(n,)`` False where the verifier gave the score without a read)."""
         audit = self._audit_report(
             self._for_audit(scores) if audit_values is None else audit_values, texts, columns
         )
@@ -293,12 +295,14 @@ class _VerifierRewardBase(VerifierHolder):
                 **(audit or {}),
             },
             answer_reasons=[c.reason for c in checks],
+            read=read,
         )
 
     def _verifier_counters(self) -> dict[str, float]:
-        """Cumulative failure / input counters of the verifier engine (logged as ``verifier/*``;
-        ``n_unread_no_answer``: completions its ``answer_match`` prompt scored 0 without a read,
-        not the batch's ``frac_no_answer_sparse``)."""
+        """Failure / input counters of the verifier engine, cumulative since it was built, so
+        logged as ``verifier/total/n_*`` (a ``verifier/n_*`` key counts this batch only);
+        ``total/n_unread_no_answer``: completions its ``answer_match`` prompt scored 0 without a
+        read, the running sum of the batches' ``n_unread``."""
         stats = getattr(self.verifier, "stats", None)
         if stats is None:
             return {}
@@ -313,7 +317,7 @@ class _VerifierRewardBase(VerifierHolder):
             "n_low_mass",
             "n_unread_no_answer",
         )
-        return {k: float(d[k]) for k in keys if k in d}
+        return {f"total/{k}": float(d[k]) for k in keys if k in d}
 
     def close(self) -> None:
         """Close the verifier if it was built."""
@@ -435,14 +439,18 @@ class VerifierReward(_VerifierRewardBase):
 
     def _collect(
         self, results: Sequence[Any], idx: list[int], n: int, flags: list[bool] | None
-    ) -> tuple[list[float | None], list[float | None]]:
-        """``(values, masses)`` of all ``n`` completions, the injection penalty applied."""
+    ) -> tuple[list[float | None], list[float | None], list[bool]]:
+        """``(values, masses, read)`` of all ``n`` completions, the injection penalty applied;
+        ``read[i]`` is False where the verifier gave the value without a model read
+        (:attr:`~densereward.results.ScoreResult.unread`: no final answer, empty response)."""
         got, got_masses = _values(results, len(idx), self.__name__)
         values: list[float | None] = [None] * n
         masses: list[float | None] = [None] * n
+        read = [True] * n
         for j, i in enumerate(idx):
             values[i], masses[i] = got[j], got_masses[j]
-        return self._penalise(values, flags), masses
+            read[i] = not getattr(results[j], "unread", False)
+        return self._penalise(values, flags), masses, read
 
     def __call__(
         self,
@@ -459,12 +467,12 @@ class VerifierReward(_VerifierRewardBase):
         flags, idx, request = self._request(texts, problems, kwargs)
         results = self.verifier.score_batch(**request) if idx else []
         self._watch_abstentions(results, trainer_state)
-        values, masses = self._collect(results, idx, len(texts), flags)
+        values, masses, read = self._collect(results, idx, len(texts), flags)
         rewards = self._rewards(prompts, texts, values, kwargs, trainer_state)
         self._track(
             prompts=prompts, texts=texts, scores=values, masses=masses, columns=kwargs,
             trainer_state=trainer_state, log_metric=log_metric, log_extra=log_extra, flags=flags,
-            audit_values=self._for_audit(rewards),
+            audit_values=self._for_audit(rewards), read=read,
         )  # fmt: skip
         return rewards
 
@@ -487,7 +495,7 @@ class AsyncVerifierReward(VerifierReward):
         flags, idx, request = self._request(texts, problems, kwargs)
         results = await self.verifier.ascore_batch(**request) if idx else []
         self._watch_abstentions(results, trainer_state)
-        values, masses = self._collect(results, idx, len(texts), flags)
+        values, masses, read = self._collect(results, idx, len(texts), flags)
         rewards = await asyncio.to_thread(
             self._rewards, prompts, texts, values, kwargs, trainer_state
         )
@@ -495,7 +503,7 @@ class AsyncVerifierReward(VerifierReward):
             self._track,
             prompts=prompts, texts=texts, scores=values, masses=masses, columns=kwargs,
             trainer_state=trainer_state, log_metric=log_metric, log_extra=log_extra, flags=flags,
-            audit_values=self._for_audit(rewards),
+            audit_values=self._for_audit(rewards), read=read,
         )  # fmt: skip
         return rewards
 
