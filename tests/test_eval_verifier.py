@@ -752,3 +752,27 @@ def test_one_class_says_why_once_and_figures_draw_only_bins_with_data(tmp_path, 
     by_gen_texts = drawn[1][0]  # tpr_tnr_by_generator.png: TNR slots marked, not blank
     assert by_gen_texts.count("no data") == 4 and {"n=4", "n=8"} <= set(by_gen_texts)
     assert f"**A{why[1:]}" in (out / "report.md").read_text()
+
+
+@pytest.mark.parametrize("with_reference", [(), (0, 2)], ids=["none", "mixed"])
+def test_reference_guided_refuses_rows_without_reference(tmp_path, with_reference, capsys):
+    """Issue 41 rerun item 1: --reference-guided on rows without 'reference' would read them
+    with the reference-free prompt, silently; a file where only some rows have one would be
+    measured with two prompts. Both are refused before any model loads: how many rows lack it,
+    the first file:line, and the fix."""
+    path = tmp_path / "r.jsonl"
+    rows = [
+        {"problem": f"What is {i}+1?", "response": f"A: {i + 1}", "is_correct": True,
+         "generator": "g", **({"reference": f"A: {i + 1}"} if i in with_reference else {})}
+        for i in range(4)
+    ]  # fmt: skip
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    n, first = (4, 1) if not with_reference else (2, 2)
+    for flags in (["--reference-guided"], ["--prompt", "anchored"]):
+        with pytest.raises(DataError) as e:
+            run_cli("--responses", str(path), "--out", str(tmp_path / "out"), *flags)
+        msg = str(e.value)
+        assert f"{n} of 4 rows lack 'reference' (first: {path}:{first})" in msg
+        assert "add 'reference' to each row, or drop --reference-guided" in msg
+        assert "\n" not in msg
+    assert not (tmp_path / "out").exists()

@@ -885,3 +885,31 @@ def test_the_plot_title_says_what_the_last_window_rests_on():
         "\nwindow at step 5: 40 completions, 4 correct / 36 incorrect "
         "(one moves TPR by 0.25, TNR by 0.03)"
     ), title
+
+
+def test_the_plot_marks_in_sample_thresholds_and_puts_the_counts_on_the_rates_panel():
+    """Issue 41 rerun item 6: the demo's figure showed TPR / TNR from 4 positives at an auto
+    threshold chosen, at step 2, on the batch it then scored, with no word of it on the panel.
+    Checked on the measured demo run's own records (step 2 carries threshold_in_sample = 1)."""
+    import matplotlib.pyplot as plt
+
+    from densereward.io import read_jsonl
+    from densereward.rewards.tracking_plot import _reward_quality_figure
+
+    figures = Path(__file__).resolve().parents[1] / "docs" / "figures"
+    records = list(read_jsonl(figures / "grpo_demo.reward_quality.jsonl"))
+
+    def texts(recs):
+        fig = _reward_quality_figure(recs, "verifier/")
+        try:
+            rates = next(ax for ax in fig.axes if "tpr" in ax.get_legend_handles_labels()[1])
+            return fig._suptitle.get_text(), [t.get_text() for t in rates.texts]
+        finally:
+            plt.close(fig)
+
+    title, panel = texts(records)
+    assert "; in-sample at step 2 (chosen on the batch it then scored" in title, title
+    assert "in-sample threshold" in panel and "step 5 window:\n4 correct /\n36 incorrect" in panel
+    out_of_sample = [{**r, "verifier/threshold_in_sample": 0.0} for r in records]
+    title, panel = texts(out_of_sample)
+    assert "in-sample" not in title and not any("in-sample" in t for t in panel)

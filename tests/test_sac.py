@@ -628,3 +628,28 @@ def test_a_start_refused_when_sac_is_built_leaves_no_run_directory(tmp_path, mon
     with pytest.raises(AssertionError, match="learning rate schedule"):
         sac.run(load_yaml(REPO / "configs/sac_fetchreach_sparse.yaml"), output_dir=out)
     assert not out.exists()
+
+
+def test_an_unknown_id_of_ones_own_module_suggests_only_that_modules_ids(myreach, tmp_path):
+    """Issue 41 rerun item 5: env.id=myreach:Nope-v0 suggested Hopper (an id of another
+    package); the suggestions come from the ids the module registered, or there are none."""
+    from densereward import envs
+
+    config = load_yaml(REPO / "configs" / "sac_fetchreach_verifier.yaml")
+    for env_id, expect in (
+        ("myreach:Nope-v0", "unknown environment 'myreach:Nope-v0': module 'myreach' registers "
+                            "['Reach1D-v0']"),
+        ("myreach:Reach1D-v1", "unknown environment 'myreach:Reach1D-v1': did you mean "
+                               "['Reach1D-v0']?"),
+    ):  # fmt: skip
+        with pytest.raises(ConfigError) as api:
+            envs.make_vec_env(env_id, 1)
+        with pytest.raises(ConfigError) as dry:
+            sac.dry_run({**config, "env": {"id": env_id}}, output_dir=tmp_path / "run")
+        assert str(api.value) == expect and str(dry.value) == f"env.id: {expect}"
+        assert "Hopper" not in str(dry.value) and "Fetch" not in str(dry.value)
+    (tmp_path / "registers_nothing_41.py").write_text("X = 1\n")
+    with pytest.raises(ConfigError, match=r"importing module 'registers_nothing_41' registered no "
+                       r"environment \(it must call gymnasium.register\(id='Nope-v0'"):  # fmt: skip
+        envs.make_vec_env("registers_nothing_41:Nope-v0", 1)
+    sys.modules.pop("registers_nothing_41", None)

@@ -321,3 +321,33 @@ def test_serve_dry_run_exits_2_when_no_replica_answers(capsys):
             f"verifier.backend_options.base_url={closed}"]  # fmt: skip
     assert main(argv) == 2
     assert f"!!  verifier server at {closed} is not reachable" in capsys.readouterr().out
+
+
+def test_serve_dry_run_names_every_replica_that_is_down_and_the_ones_up(capsys):
+    """Issue 41 rerun item 4: with several replicas down the dry run named only the first."""
+    from servers import MisbehavingServer
+
+    from densereward.cli import main
+
+    closed = [f"http://127.0.0.1:{free_port()}/v1" for _ in range(2)]
+
+    def dry_run(urls):
+        argv = ["serve", "--dry-run", "verifier.backend=openai",
+                f"verifier.backend_options.base_url=[{','.join(urls)}]"]  # fmt: skip
+        return main(argv), capsys.readouterr().out
+
+    with MisbehavingServer() as up:
+        rc, out = dry_run([closed[0], up.base_url, closed[1]])
+    assert rc == 0, out
+    line = next(x for x in out.splitlines() if "verifier server:" in x)
+    assert (
+        f"2 of 3 replicas did not answer: {closed[0]}, {closed[1]} (the run starts on "
+        f"{up.base_url} and takes them back when they answer)"
+    ) in line, line
+    rc, out = dry_run(closed)
+    assert rc == 2, out
+    problems = [x for x in out.splitlines() if x.lstrip().startswith("!!")]
+    assert len(problems) == 1, out
+    assert "none of the 2 verifier servers answered: " in problems[0]
+    assert all(f"verifier server at {u} is not reachable" in problems[0] for u in closed)
+    assert problems[0].endswith("start them or fix verifier.backend_options.base_url")

@@ -403,7 +403,8 @@ def test_verl_reward_retries_through_a_restart_and_refuses_at_once_on_a_4xx():
         with pytest.raises(RuntimeError, match=r"refused the request: HTTP 413 .*serve.max_items"):
             from densereward.serve.verl_reward import compute_score_batch
 
-            compute_score_batch(["d"] * 2000, ["x"] * 2000, ["1"] * 2000, url=url, retry_base_s=5)
+            compute_score_batch(["d"] * 2000, ["x"] * 2000, ["1"] * 2000,
+                                [{"question": "q"}] * 2000, url=url, retry_base_s=5)  # fmt: skip
         assert time.monotonic() - t0 < 3
     finally:
         served.stop()

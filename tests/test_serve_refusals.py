@@ -13,6 +13,7 @@ import json
 import math
 import re
 import socket
+import threading
 import time
 
 import pytest
@@ -305,11 +306,42 @@ def test_abstentions_are_flagged_to_every_client_kind(scripted):
     many = compute_score_batch(["gsm8k"] * 2, ["It is 5.", "ABSTAIN"], [None, None],
                                [{"question": "What is 2 + 2?"}] * 2, url=url, abstain_reward=-1.0)  # fmt: skip
     assert many == [{"score": 0.0, "abstained": 0.0}, {"score": -1.0, "abstained": 1.0}]
-    bare = compute_score_batch(["gsm8k"], ["ABSTAIN"], [None], None, url=url, return_dict=False)
+    bare = compute_score_batch(["gsm8k"], ["ABSTAIN"], [None], [{"question": "What is 2 + 2?"}],
+                               url=url, return_dict=False)  # fmt: skip
     assert bare == [0.0]
     # counted per client kind (verl's requests are /score's)
     after = {e: _metric(running, "densereward_abstentions_total", endpoint=e) for e in before}
     assert {e: after[e] - before[e] for e in before} == {"get_reward": 1, "slime": 4, "score": 3}
+
+
+def test_verl_without_the_question_abstains_and_says_so_once(scripted, monkeypatch, caplog):
+    """Issue 41 rerun item 3: a verl row whose extra_info had no question was scored with an
+    empty problem, silently. Now it is not read: it abstains, one warning per process names the
+    fix, and the responses that came with their question are scored as before."""
+    from densereward.serve import verl_reward
+
+    server, _, running = scripted
+    monkeypatch.setattr(verl_reward, "_said", set())
+    n_reads = len(_responses_scored(server))
+    with caplog.at_level("WARNING", logger="densereward.serve.verl_reward"):
+        one = verl_reward.compute_score("gsm8k", "RIGHT: 4.", "4", {"index": 3}, url=running.url)
+        many = verl_reward.compute_score_batch(
+            ["gsm8k"] * 3, ["RIGHT: 4.", "RIGHT: 4.", "RIGHT: 4."], ["4"] * 3,
+            [None, {"question": "What is 2 + 2?"}, {"question": "  "}], url=running.url,
+        )  # fmt: skip
+    assert one == {"score": 0.0, "abstained": 1.0}
+    assert many == [{"score": 0.0, "abstained": 1.0}, {"score": 1.0, "abstained": 0.0},
+                    {"score": 0.0, "abstained": 1.0}]  # fmt: skip
+    assert _responses_scored(server)[n_reads:] == ["RIGHT: 4."]  # only the one with its question
+    said = [r.getMessage() for r in caplog.records]
+    assert len(said) == 1 and "1 of 1 responses came without the problem" in said[0], said
+    assert "put the question into extra_info in verl's data preprocessing" in said[0]
+    # scoring without the problem is a choice the user makes by name
+    scored = verl_reward.compute_score("gsm8k", "RIGHT: 4.", "4", url=running.url,
+                                       missing_problem="score")  # fmt: skip
+    assert scored == {"score": 1.0, "abstained": 0.0}
+    with pytest.raises(ValueError, match="missing_problem='skip'; use abstain"):
+        verl_reward.compute_score("gsm8k", "x", "4", url=running.url, missing_problem="skip")
 
 
 def test_the_servers_quality_tracker_is_bounded(monkeypatch):
@@ -354,3 +386,64 @@ def test_more_rank_pivots_than_candidates_is_a_422_not_a_500(scripted):
     body = {"problem": "1+1?", "candidates": ["2", "3"], "pivots": 3}
     got = httpx.post(f"{running.url}/rank", json=body, timeout=30)
     assert got.status_code == 422 and "at most the number of candidates (2)" in got.json()["error"]
+
+
+# ------------------------------------------------- issue 41 rerun item 2: per-sample rewards
+
+
+def _graded(body) -> list[tuple[str, float]]:
+    """Letter I (score 8/19) for a response holding MID, B for one holding LOW, else A."""
+    text = str(body["messages"][-2]["content"])
+    found = re.search(r"<response>\n(.*)\n</response>", text, re.S)
+    shown = found.group(1) if found else ""
+    return (
+        [("I", -0.01)] if "MID" in shown else [("B", -0.01)] if "LOW" in shown else [("A", -0.01)]
+    )
+
+
+def test_a_gated_reward_served_is_the_same_alone_in_a_batch_and_beside_another_client():
+    """Before: the gated reward normalised the judge inside correctness strata of any run of
+    equal prompts in a call, so a correct sample scored 1 + 0.1 * (8/19 - 1/2) = 0.992 alone got
+    1.0 in a request (or a micro-batch of another client's request) with wrong answers to the
+    same problem. A served reward is a function of the sample."""
+    config = {
+        "reward": {"type": "gated", "track": False, "use_async": True, "reference_guided": False},
+        "verifier": {"backend": "openai", "granularity": 20},
+        "serve": {"batch_wait_ms": 300},
+    }
+    prompt = chat("What is 2 + 3?")
+    target = "MID so the answer is \\boxed{5}"
+    others = ["LOW so \\boxed{6}", "so \\boxed{7}", "LOW MID? \\boxed{4}"]
+
+    def get_reward(responses):
+        payload = {"query": [prompt + r for r in responses], "prompts": [prompt] * len(responses),
+                   "labels": ["5"] * len(responses)}  # fmt: skip
+        got = httpx.post(f"{running.url}/get_reward", json=payload, timeout=60)
+        assert got.status_code == 200, got.text
+        return got.json()["rewards"]
+
+    with MisbehavingServer(answer=_graded) as server:
+        config["verifier"]["backend_options"] = {"base_url": server.base_url}
+        service, close = build_service(config)
+        running = Running(make_app(service))
+        try:
+            alone = get_reward([target])[0]
+            in_batch = get_reward([others[0], target, *others[1:]])
+            results: dict[str, list] = {}
+            threads = [
+                threading.Thread(target=lambda k=k, r=r: results.__setitem__(k, get_reward(r)))
+                for k, r in (("target", [target]), ("other", others))
+            ]
+            n_calls = service.n_calls
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            merged = service.n_calls - n_calls == 1  # the two requests went to one reward call
+        finally:
+            running.stop()
+            close()
+    assert alone == pytest.approx(1 + 0.1 * (8 / 19 - 0.5), abs=1e-6)
+    assert in_batch[1] == alone and results["target"] == [alone]
+    assert merged, "the two clients' requests were not micro-batched together"
+    assert in_batch[0] == pytest.approx(0.1 * (1 / 19 - 0.5), abs=1e-6)  # wrong: its own read

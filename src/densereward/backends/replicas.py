@@ -53,6 +53,9 @@ __all__ = ["Replica", "ReplicaSet", "Router", "affinity_key", "replica_urls"]
 
 logger = logging.getLogger(__name__)
 
+_START_IT = "; start it or fix verifier.backend_options.base_url"
+"""The fix that ends the message of one replica that does not answer."""
+
 RETRY_STATUS = frozenset({408, 409, 425, 429, 500, 502, 503, 504})
 TIMEOUTS_TO_TAKE_OUT = 2
 """Consecutive read timeouts on one replica that take it out until a probe read answers."""
@@ -253,7 +256,7 @@ class Router:
         except httpx.HTTPError as e:
             raise BackendUnavailableError(
                 f"verifier server at {replica.url} is not reachable ({type(e).__name__}: "
-                f"{self.redact(str(e)) or 'no answer'}); start it or fix verifier.backend_options.base_url"
+                f"{self.redact(str(e)) or 'no answer'}){_START_IT}"
             ) from None
         if resp.status_code in (401, 403):
             raise BackendUnavailableError(
@@ -317,8 +320,14 @@ class Router:
             if isinstance(res, BaseException) and not isinstance(res, BackendUnavailableError):
                 raise res
         answered = [res for res in results if not isinstance(res, BaseException)]
-        if not answered:
+        if not answered and len(results) == 1:
             raise results[0]  # type: ignore[misc]
+        if not answered:  # every one named, not only the first
+            raise BackendUnavailableError(
+                f"none of the {len(results)} verifier servers answered: "
+                + "; ".join(str(res).removesuffix(_START_IT) for res in results)
+                + "; start them or fix verifier.backend_options.base_url"
+            )
         listed = [ids for ids in map(_ids, answered) if ids]
         if model is None and listed and not all(listed[0][0] in ids for ids in listed):
             raise BackendUnavailableError(

@@ -43,11 +43,12 @@ from .kinds import (
     make_describer,
 )
 from .meta_world import MetaWorldDescriber
-from .registration import import_env_module, register_robotics
+from .registration import import_env_module, register_robotics, require_registered
 
 __all__ = [
     "register_robotics",
     "import_env_module",
+    "require_registered",
     "make_env",
     "make_vec_env",
     "reports_success",
@@ -133,14 +134,7 @@ def _base_env(
 ) -> gym.Env:
     check_sac_reward(reward, base)
     register_robotics()
-    name = import_env_module(env_id)  # "module:Id": import module (it registers Id), make Id
-    if name not in gym.registry:
-        import difflib
-
-        close = difflib.get_close_matches(name, list(gym.registry), n=3)
-        raise ConfigError(
-            f"unknown environment {env_id!r}" + (f"; did you mean {close}?" if close else "")
-        )
+    name = require_registered(env_id)  # "module:Id": import module (it registers Id), make Id
     if render_mode is not None:  # passed only when asked for: an env may take no render_mode
         env_kwargs = {"render_mode": render_mode, **env_kwargs}
     env = gym.make(name, **env_kwargs)

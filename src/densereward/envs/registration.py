@@ -16,6 +16,7 @@ __all__ = [
     "headless_gl",
     "registered_id",
     "import_env_module",
+    "require_registered",
 ]
 
 
@@ -147,3 +148,49 @@ def _import_failed(env_id: str, module: str, exc: BaseException) -> ConfigError:
         f"environment id {env_id!r}: importing module {module!r} failed: "
         f"{type(exc).__name__}: {first}"
     )
+
+
+def _module_ids(module: str) -> list[str]:
+    """The registry ids whose entry point lives in ``module`` (or a submodule of it)."""
+    out = []
+    for env_id, spec in gym.registry.items():
+        ep = spec.entry_point
+        where = ep.partition(":")[0] if isinstance(ep, str) else getattr(ep, "__module__", "")
+        if where == module or str(where).startswith(module + "."):
+            out.append(env_id)
+    return sorted(out)
+
+
+def require_registered(env_id: str) -> str:
+    """Import the module of a ``"module:Id"`` id (:func:`import_env_module`) and return the
+    registry id, which must be registered.
+
+    An unknown plain id suggests close ids of the whole registry. For the ``"module:Id"`` form
+    the suggestions come only from the ids that module registered (another package's id is no
+    answer to a typo in one's own), and a module that registered none says so.
+
+    Raises:
+        ConfigError: for a module that cannot be imported (naming it) or an id that is not
+            registered (with the suggestions above, or none).
+    """
+    import difflib
+
+    name = import_env_module(env_id)
+    if name in gym.registry:
+        return name
+    if ":" not in env_id:
+        close = difflib.get_close_matches(name, list(gym.registry), n=3)
+        raise ConfigError(
+            f"unknown environment {env_id!r}" + (f"; did you mean {close}?" if close else "")
+        )
+    module = env_id.partition(":")[0]
+    own = _module_ids(module)
+    if not own:
+        raise ConfigError(
+            f"unknown environment {env_id!r}: importing module {module!r} registered no "
+            f"environment (it must call gymnasium.register(id={name!r}, entry_point=...) when "
+            "imported)"
+        )
+    close = difflib.get_close_matches(name, own, n=3)
+    hint = f"did you mean {close}?" if close else f"module {module!r} registers {own[:10]}"
+    raise ConfigError(f"unknown environment {env_id!r}: {hint}")

@@ -29,7 +29,13 @@ from .evaluation import (
     evidence_notes,
 )
 from .report import _prompt_description, write_outputs
-from .scoring import PROMPT_KINDS, label_with_sparse_reward, resolve_prompt_kind, score_responses
+from .scoring import (
+    PROMPT_KINDS,
+    check_references,
+    label_with_sparse_reward,
+    resolve_prompt_kind,
+    score_responses,
+)
 
 __all__ = ["EXIT_MOST_ABSTAINED", "build_config", "add_arguments", "main"]
 
@@ -139,6 +145,8 @@ def main(args: argparse.Namespace) -> int:
     config = build_config(args.config, overrides_from(args))
     label_with_sparse = bool(getattr(args, "label_with_sparse", False))
     rows = load_responses(args.responses, limit=args.limit, allow_unlabelled=label_with_sparse)
+    if not args.scores and (kind := _prompt_kind(args, config)) != "reference_free":
+        check_references(rows, kind)  # before any checker or model starts
     meta: dict[str, Any] = {
         "responses": str(args.responses),
         "limit": args.limit,

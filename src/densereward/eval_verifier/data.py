@@ -103,6 +103,7 @@ def load_gsm8k_model_solutions(
                     "generator": g,
                     "family": g.split("_", 1)[0],
                     "reference": rec.get("ground_truth"),
+                    "source": f"{path}:{i + 1}",
                 }
             )
     return rows
@@ -125,7 +126,8 @@ def load_responses(
             with :func:`label_with_sparse_reward`).
 
     Returns:
-        Rows ``{problem_id, problem, response, is_correct, generator, family, reference}``.
+        Rows ``{problem_id, problem, response, is_correct, generator, family, reference,
+        source}`` (``source`` is ``file:line``, for messages).
 
     Raises:
         DataError: naming the file and line: the file is missing or empty, a line is not a
@@ -172,6 +174,7 @@ def load_responses(
                 "generator": str(rec["generator"]),
                 "family": rec.get("family"),
                 "reference": rec.get("reference"),
+                "source": f"{p}:{i + 1}",
             }
         )
     return rows

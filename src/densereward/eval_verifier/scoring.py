@@ -61,6 +61,8 @@ def score_responses(
 
     Raises:
         ConfigError: for an unknown ``prompt``.
+        DataError: a reference-guided ``prompt`` on rows of which some or all lack
+            ``reference`` (:func:`check_references`).
 
     Returns:
         ``(records, stats)``: one ``{score, mass, abstained, reason, per_criterion,
@@ -75,6 +77,8 @@ def score_responses(
     from ..verifier import Verifier
 
     kind = resolve_prompt_kind(prompt, reference_guided, config)
+    if kind != "reference_free":
+        check_references(rows, kind)
     v = Verifier(config)
     reader = VerifierReward(
         v,
@@ -112,6 +116,26 @@ def score_responses(
     finally:
         v.close()
     return records, stats
+
+
+def check_references(rows: Sequence[Mapping[str, Any]], kind: str) -> None:
+    """Refuse a reference-guided read (``answer_match``/``anchored``) of rows without a
+    ``reference``: such a row would be read with the reference-free prompt, so the file would be
+    measured with two prompts at once (a mixed file is refused too; it is not one measurement).
+
+    Raises:
+        DataError: naming how many rows lack ``reference``, the first one's ``file:line`` and
+            the fix.
+    """
+    lacking = [i for i, r in enumerate(rows) if not r.get("reference")]
+    if not lacking:
+        return
+    first = rows[lacking[0]].get("source") or f"row {lacking[0] + 1}"
+    raise DataError(
+        f"{len(lacking)} of {len(rows)} rows lack 'reference' (first: {first}), and the "
+        f"reference-guided prompt ({kind}) reads it on every row: add 'reference' to each row, "
+        "or drop --reference-guided (and --prompt) to measure the reference-free prompt"
+    )
 
 
 def label_with_sparse_reward(rows: list[dict[str, Any]]) -> dict[str, Any]:

@@ -178,10 +178,14 @@ class GatedVerifierReward(VerifierReward):
             ``[0, 1]`` score: one letter of G = 20 is 0.053).
         judge_only_steps: ``"skip"`` (default) or ``"keep"`` (see the module docstring).
 
-    Without ``num_generations`` and with every prompt of a call distinct (a reward server
-    scoring one sample per request, ``densereward serve``) there are no groups to normalise in:
-    the reward is then ``w_s * c + w_j * (d - 1/2)`` with the judge's own score ``d``, in the
-    same bands.
+        per_sample: score each completion on its own, never normalised among the other
+            completions of a call: ``w_s * c + w_j * (d - 1/2)`` with the judge's own score
+            ``d``, in the same bands. ``densereward serve`` sets it: a served call holds
+            unrelated samples (one request's, or several clients' micro-batched together), and
+            a sample's reward must not depend on them.
+
+    Without ``num_generations`` and with every prompt of a call distinct there are no groups to
+    normalise in either: the reward is then the per-sample one.
 
     Returns (from ``__call__``):
         ``(len(completions),)`` rewards in ``[-w_j/2, w_s + w_j/2]``; ``None`` where both the
@@ -198,6 +202,7 @@ class GatedVerifierReward(VerifierReward):
         weights: Sequence[float] = GATED_WEIGHTS,
         spread_floor: float = 0.02,
         judge_only_steps: Literal["skip", "keep"] = "skip",
+        per_sample: bool = False,
         **kwargs: Any,
     ) -> None:
         if len(tuple(weights)) != 2:
@@ -209,6 +214,7 @@ class GatedVerifierReward(VerifierReward):
             raise ConfigError(f"reward.judge_only_steps={judge_only_steps!r}; use skip | keep")
         self.spread_floor = float(spread_floor)
         self.judge_only_steps = judge_only_steps
+        self.per_sample = bool(per_sample)
         self._skipped = 0
         self._strata = self._tied = 0
         self._tie_warned = False
@@ -223,9 +229,11 @@ class GatedVerifierReward(VerifierReward):
         refs = references_from_columns(columns, len(texts), self.answer_column)
         verdicts = [c.reward for c in (self.checker or default_checker()).check_batch(refs, texts)]
         groups = group_slices(prompts, self.num_generations)
-        if self.num_generations is None and all(g.stop - g.start == 1 for g in groups):
-            # no GRPO groups (a reward server scoring one sample per prompt): the judge's own
-            # score, centred, inside the same band
+        if self.per_sample or (
+            self.num_generations is None and all(g.stop - g.start == 1 for g in groups)
+        ):
+            # no GRPO groups (a reward server: unrelated samples): the judge's own score,
+            # centred, inside the same band
             w_s, w_j = self.weights
             return [
                 None if c is None and d is None

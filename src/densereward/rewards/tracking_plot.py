@@ -87,6 +87,14 @@ def _window_n(record: dict[str, Any], prefix: str) -> float | None:
     return record.get(prefix + "window/n_read", record.get(prefix + "window/n"))
 
 
+def _window_classes(record: dict[str, Any], prefix: str = "verifier/") -> tuple[int, int] | None:
+    """``(correct, incorrect)`` completions of one record's window, or ``None`` without counts."""
+    n, rate = _window_n(record, prefix), record.get(prefix + "window/pass_rate")
+    if not n or rate is None or (isinstance(rate, float) and math.isnan(rate)):
+        return None
+    return round(n * rate), round(n) - round(n * rate)
+
+
 def _window_counts(record: dict[str, Any], prefix: str = "verifier/") -> str | None:
     """The labelled, read completions one record's window metrics rest on, by class, and how far
     one completion moves TPR / TNR (``None`` without window counts).
@@ -94,15 +102,30 @@ def _window_counts(record: dict[str, Any], prefix: str = "verifier/") -> str | N
     >>> _window_counts({"verifier/window/n_read": 40.0, "verifier/window/pass_rate": 0.1})
     '40 completions, 4 correct / 36 incorrect (one moves TPR by 0.25, TNR by 0.03)'
     """
-    n, rate = _window_n(record, prefix), record.get(prefix + "window/pass_rate")
-    if not n or rate is None or (isinstance(rate, float) and math.isnan(rate)):
+    classes = _window_classes(record, prefix)
+    if classes is None:
         return None
-    pos = round(n * rate)
-    neg = round(n) - pos
-    text = f"{round(n)} completions, {pos} correct / {neg} incorrect"
+    pos, neg = classes
+    text = f"{pos + neg} completions, {pos} correct / {neg} incorrect"
     if pos and neg:
         text += f" (one moves TPR by {1 / pos:.2f}, TNR by {1 / neg:.2f})"
     return text
+
+
+def _in_sample_steps(records: Sequence[dict[str, Any]], prefix: str = "verifier/") -> list[int]:
+    """The steps whose accept threshold was chosen on the batch it then scored
+    (``<prefix>threshold_in_sample`` = 1): their TPR / TNR are in-sample, so optimistic.
+
+    >>> _in_sample_steps([{"step": 1, "verifier/threshold_in_sample": 0.0},
+    ...                   {"step": 2, "verifier/threshold_in_sample": 1.0}])
+    [2]
+    """
+    return sorted({int(r["step"]) for r in records if r.get(prefix + "threshold_in_sample") == 1})
+
+
+def _steps_text(steps: Sequence[int]) -> str:
+    """``"step 2"`` / ``"steps 1, 2"``."""
+    return ("step " if len(steps) == 1 else "steps ") + ", ".join(map(str, steps))
 
 
 def _reward_quality_figure(records: Sequence[dict[str, Any]], prefix: str) -> Any:
@@ -161,6 +184,8 @@ def _reward_quality_figure(records: Sequence[dict[str, Any]], prefix: str) -> An
                 ax.plot(steps, series(key), ls=ls, marker=mk, lw=lw, ms=4, mfc="none", label=key)
         if "tpr" in keys and any(prefix + "threshold" in r for r in records):
             ax.plot(steps, series("threshold"), ls="--", color="0.4", lw=1, label="threshold")
+        if "tpr" in keys:  # what the rates rest on, on their own panel
+            _annotate_rates(ax, records, by_step, steps, prefix, windowed)
         if not drawn:  # no axis made up around nothing: say that there is no data, and why
             reason = textwrap.fill(_empty_panel_reason(records, keys, prefix), 48)
             ax.text(0.5, 0.5, f"no data: {', '.join(keys)}\n{reason}", transform=ax.transAxes,
@@ -182,8 +207,14 @@ def _reward_quality_figure(records: Sequence[dict[str, Any]], prefix: str) -> An
     if windowed:
         size = f"W = {max(sizes)}" if sizes else "W"
         title += f" (lines: the last {size} labelled completions; dots: each batch)"
+    in_sample = _in_sample_steps(records, prefix)
     if sources:
         title += f"\naccept threshold: {', '.join(sources)}"
+    if in_sample:
+        title += (
+            f"{'; ' if sources else chr(10)}in-sample at {_steps_text(in_sample)} (chosen on "
+            "the batch it then scored: the rates that include it are optimistic)"
+        )
     counts = _window_counts(by_step[steps[-1]][-1], prefix) if windowed and steps else None
     if counts is not None:  # what the last window's rates rest on
         title += f"\nwindow at step {steps[-1]}: {counts}"
@@ -196,6 +227,23 @@ def _reward_quality_figure(records: Sequence[dict[str, Any]], prefix: str) -> An
     return fig
 
 
+def _annotate_rates(
+    ax: Any, records: Sequence[dict[str, Any]], by_step: dict[int, list[dict[str, Any]]],
+    steps: list[int], prefix: str, windowed: bool,
+) -> None:  # fmt: skip
+    """On the TPR / TNR panel: a dotted line and "in-sample threshold" at each step whose
+    threshold was chosen on its own batch, and the counts the last window's rates rest on."""
+    for st in _in_sample_steps(records, prefix):
+        ax.axvline(st, color="tab:red", ls=":", lw=1)
+        ax.text(st, 1.01, "in-sample threshold", color="tab:red", fontsize=6.5, ha="center",
+                va="bottom", transform=ax.get_xaxis_transform(), clip_on=False)  # fmt: skip
+    classes = _window_classes(by_step[steps[-1]][-1], prefix) if windowed and steps else None
+    if classes is not None:
+        ax.text(0.98, 0.5, f"step {steps[-1]} window:\n{classes[0]} correct /\n{classes[1]} incorrect",
+                transform=ax.transAxes, ha="right", va="center", fontsize=7,
+                bbox={"boxstyle": "round", "fc": "white", "ec": "0.6", "alpha": 0.85})  # fmt: skip
+
+
 def plot_reward_quality(
     records: Sequence[dict[str, Any]], path: str | Path, *, prefix: str = "verifier/"
 ) -> Path:
@@ -205,7 +253,10 @@ def plot_reward_quality(
     Where the records hold window metrics (``<prefix>window/<metric>``) those are the lines
     and the per-batch values faint dots; the accept threshold (``<prefix>threshold``) is drawn
     dashed in the rates panel, and the title says how it was chosen (``threshold_source``)
-    and what the last window rests on (its correct / incorrect completions). A panel none of whose metrics has a point at any step draws no axis around nothing: it
+    and what the last window rests on (its correct / incorrect completions, also on the rates
+    panel); steps whose threshold was chosen on the batch it scored
+    (``<prefix>threshold_in_sample`` = 1) are marked "in-sample threshold" there and named in
+    the title. A panel none of whose metrics has a point at any step draws no axis around nothing: it
     says "no data" and why (the most frequent reason its metrics are undefined). Every panel's
     x axis spans the records' steps.
 

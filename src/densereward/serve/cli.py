@@ -63,6 +63,9 @@ def build_service(config: dict[str, Any]) -> tuple[RewardService, Callable[[], N
         checker = MathChecker(timeout_s=reward.math_timeout_s, answer_format=reward.answer_format,
                               workers=serve.math_workers)  # fmt: skip
         funcs, weights = build_reward_funcs(reward, verifier, tracker=tracker, checker=checker)
+        for f in funcs:  # a served call's samples are unrelated: no group normalisation
+            if hasattr(f, "per_sample"):
+                f.per_sample = True
         service = RewardService(funcs, weights, verifier, serve)
     except BaseException:
         verifier.close()

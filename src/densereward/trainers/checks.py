@@ -178,7 +178,11 @@ def check_verifier_server(
         url = getattr(backend, "base_url", opts.base_url)
         line = f"verifier server: {url} -- contacted, model {backend.model_id!r}"
         if down:  # the run starts on the others and takes these back when they answer
-            line += f"; {len(down)} of {len(replicas)} replicas did not answer: {', '.join(down)}"
+            up = [r["url"] for r in replicas if r.get("healthy", True)]
+            line += (
+                f"; {len(down)} of {len(replicas)} replicas did not answer: {', '.join(down)} "
+                f"(the run starts on {', '.join(up)} and takes them back when they answer)"
+            )
     finally:
         backend.close()
     return line, None

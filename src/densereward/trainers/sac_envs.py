@@ -40,7 +40,8 @@ def env_spec(env_id: str) -> Any:
 
     Raises:
         ConfigError: for a module that cannot be imported (naming it), or an id that is not
-            registered (Gymnasium's message suggests close ids).
+            registered (:func:`~densereward.envs.require_registered`: close ids, of the
+            module's own ids for the ``"module:Id"`` form).
     """
     import gymnasium as gym
 
@@ -48,7 +49,8 @@ def env_spec(env_id: str) -> Any:
 
     envs.register_robotics()
     try:
-        name = envs.import_env_module(env_id)
+        # a plain id: Gymnasium's own message below suggests close ids of the registry
+        name = envs.require_registered(env_id) if ":" in env_id else env_id
     except ConfigError as exc:
         raise ConfigError(f"env.id: {exc}") from None
     try:
