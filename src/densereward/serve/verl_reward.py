@@ -16,7 +16,14 @@ takes a float (or a dict with ``score``); the batch manager (``batch.py``) calls
 ``compute_score(data_sources=..., solution_strs=..., ground_truths=..., extra_infos=...,
 **reward_kwargs)`` once and takes a list. verl passes only the decoded response, not the
 prompt: the problem text comes from ``extra_info["question"]`` (verl's GSM8K and MATH
-preprocessing put it there), else ``extra_info["prompt"]``, else is empty.
+preprocessing put it there), else ``extra_info["problem"]`` or ``extra_info["prompt"]``.
+
+**Without the problem.** A response whose ``extra_info`` holds none of them is not sent to the
+verifier (it would read the response with no problem): it abstains (``abstain_reward``,
+``"abstained": 1.0``), and one warning per process says how many and the fix (put the question
+into ``extra_info`` in verl's data preprocessing, as verl's ``examples/data_preprocess/gsm8k.py``
+puts ``question`` and ``index`` there). ``missing_problem="score"`` (a ``reward_kwargs``) scores
+such responses without the problem instead, as asked.
 
 **Abstentions.** verl's reward tensor takes numbers only: an abstained reward comes back as
 ``abstain_reward`` (default 0.0), so each result is a dict ``{"score": reward, "abstained": 1.0
@@ -44,6 +51,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import logging
 import os
 import random
 import sys
@@ -55,15 +63,44 @@ from typing import Any
 __all__ = ["compute_score", "compute_score_batch"]
 
 
-def _problem(extra_info: Any) -> str:
+logger = logging.getLogger(__name__)
+
+MISSING_PROBLEM = ("abstain", "score")
+"""What ``missing_problem`` may say of a response whose ``extra_info`` holds no problem."""
+
+_said: set[str] = set()  # the once-per-process warnings already given
+
+
+def _problem(extra_info: Any) -> str | None:
+    """The problem text of ``extra_info`` (``question``, ``problem`` or ``prompt``), or ``None``."""
     if isinstance(extra_info, dict):
         for key in ("question", "problem", "prompt"):
             value = extra_info.get(key)
-            if isinstance(value, str):
-                return value
             if isinstance(value, list):  # chat messages
-                return "\n\n".join(str(m.get("content", "")) for m in value if isinstance(m, dict))
-    return ""
+                value = "\n\n".join(str(m.get("content", "")) for m in value if isinstance(m, dict))
+            if isinstance(value, str) and value.strip():
+                return value
+    return None
+
+
+def _say_missing_problem(n: int, total: int, missing_problem: str) -> None:
+    """Warn once per process that responses came without the problem, and what was done."""
+    if "missing_problem" in _said:
+        return
+    _said.add("missing_problem")
+    done = (
+        "scored without it (reward_kwargs missing_problem: score)"
+        if missing_problem == "score"
+        else "not scored: they abstained (abstain_reward, abstained 1.0)"
+    )
+    logger.warning(
+        "densereward verl_reward: %d of %d responses came without the problem (extra_info has "
+        "no 'question', 'problem' or 'prompt'; verl passes only the response), so the verifier "
+        "would read them with no problem; %s. Fix: put the question into extra_info in verl's "
+        "data preprocessing, as verl's examples/data_preprocess/gsm8k.py puts 'question' and "
+        "'index' into each row's extra_info. Said once per process",
+        n, total, done,
+    )  # fmt: skip
 
 
 RETRY_STATUS = frozenset({408, 429, 500, 502, 503, 504})
@@ -133,25 +170,44 @@ def compute_score_batch(
     retry_base_s: float = 1.0,
     retry_max_s: float = 30.0,
     return_dict: bool = True,
+    missing_problem: str = "abstain",
     **kwargs: Any,
 ) -> list[dict[str, float]] | list[float]:
     """Rewards of ``solution_strs`` from ``densereward serve`` (verl's batch reward manager).
 
     Returns:
         ``(B,)`` dicts ``{"score": reward, "abstained": 1.0 or 0.0}``, the reward being
-        ``abstain_reward`` where the server abstained; with ``return_dict=False`` the floats.
+        ``abstain_reward`` where the server abstained, or where ``extra_info`` held no problem
+        (with ``missing_problem="abstain"``, the default; see the module docstring); with
+        ``return_dict=False`` the floats.
 
     Raises:
+        ValueError: for a ``missing_problem`` other than ``abstain`` / ``score``.
         RuntimeError: when the server refused the request or did not answer after the retries.
     """
+    if missing_problem not in MISSING_PROBLEM:
+        raise ValueError(
+            f"reward_kwargs missing_problem={missing_problem!r}; use abstain (default) or score"
+        )
     url = url or os.environ.get("DENSEREWARD_SERVE_URL", "http://127.0.0.1:5000")
     extras = list(extra_infos) if extra_infos is not None else [None] * len(solution_strs)
-    payload = {
-        "problems": [_problem(e) for e in extras],
-        "responses": [str(s) for s in solution_strs],
-        "references": [None if g is None else str(g) for g in ground_truths],
-    }
-    rewards = _post(url, payload, timeout_s, max_retries, retry_base_s, retry_max_s)["rewards"]
+    problems = [_problem(e) for e in extras]
+    n_missing = sum(p is None for p in problems)
+    if n_missing:
+        _say_missing_problem(n_missing, len(problems), missing_problem)
+    send = [i for i, p in enumerate(problems) if p is not None or missing_problem == "score"]
+    rewards: list[Any] = [None] * len(problems)
+    if send:
+        payload = {
+            "problems": [problems[i] or "" for i in send],
+            "responses": [str(solution_strs[i]) for i in send],
+            "references": [
+                None if ground_truths[i] is None else str(ground_truths[i]) for i in send
+            ],
+        }
+        got = _post(url, payload, timeout_s, max_retries, retry_base_s, retry_max_s)["rewards"]
+        for i, r in zip(send, got, strict=True):
+            rewards[i] = r
     scores = [float(abstain_reward) if r is None else float(r) for r in rewards]
     if not return_dict:
         return scores
