@@ -852,8 +852,12 @@ def test_a_panel_with_no_point_says_no_data_and_why(tmp_path):
         ], texts
         assert first.get_legend() is None and not first.get_lines()
         assert all(ax.get_xlim() == (0.5, 3.5) for ax in fig.axes)  # steps 1..3, not +-0.04
-        # a panel with points draws them and no "no data"; tpr is undefined, so not in the legend
-        assert not passes.texts and not rates.texts
+        # a panel with points draws them and no "no data" (the rates panel holds the window's
+        # counts); tpr is undefined, so not in the legend
+        assert not passes.texts
+        assert [" ".join(t.get_text().split()) for t in rates.texts] == [
+            "step 3 window: 0 correct / 6 incorrect"
+        ]
         assert [t.get_text() for t in rates.get_legend().get_texts()] == [
             "tnr",
             "precision",
