@@ -37,10 +37,21 @@ import numpy as np
 from densereward.backends.models import SMOLLM2_135M
 from densereward.envs.describers import FetchDescriber
 from densereward.rewards._common import completion_texts
+from densereward.rewards.kinds import RewardKind
 from densereward.sample_efficiency import TrainerSpec
 
 
-# GRPO reward kind (group densereward.grpo_rewards): build(ctx) -> (reward_funcs, weights)
+# GRPO reward kind (group densereward.grpo_rewards): a RewardKind, its builder
+# build(ctx) -> (reward_funcs, weights) and its options (YAML reward.options)
+@dataclasses.dataclass(frozen=True)
+class ShortOptions:
+    limit: int = 64
+
+    def __post_init__(self):
+        if self.limit < 1:
+            raise ValueError(f"limit must be >= 1, got {self.limit}")
+
+
 class ShortReward:
     """1 for a completion of at most ``limit`` characters, else 0 (a callable class: picklable)."""
 
@@ -53,8 +64,12 @@ class ShortReward:
                 for t in completion_texts(completions)]
 
 
-def short(ctx):
-    return [ShortReward(int((ctx.config.weights or [64])[0]))], None
+def build_short(ctx):
+    return [ShortReward(ctx.options.limit)], None
+
+
+SHORT = RewardKind(build_short, options=ShortOptions, uses_verifier=False)
+NOT_A_KIND = build_short  # a bare builder: refused when loaded
 
 
 # SAC reward kind (group densereward.sac_rewards): build(env, ctx) -> env
@@ -102,8 +117,9 @@ MODEL = dataclasses.replace(SMOLLM2_135M, name="plugin-smol")
 
 ENTRY_POINTS = f"""
 [densereward.grpo_rewards]
-plugin_short = {MODULE}:short
+plugin_short = {MODULE}:SHORT
 plugin_broken = {MODULE}:no_such_builder
+plugin_bare = {MODULE}:NOT_A_KIND
 
 [densereward.sac_rewards]
 plugin_neg_distance = {MODULE}:neg_distance
@@ -159,6 +175,37 @@ def test_every_group_lists_the_plugin_and_builtins_stay(plugin):
         build_reward_funcs(RewardConfig(type="plugin_broken", track=False), lambda: None)
     with pytest.raises(ConfigError, match="Did you mean 'plugin_short'"):
         RewardConfig(type="plugin_shrt")
+    with pytest.raises(ConfigError, match=r"reward.type: GRPO reward kind 'plugin_bare' must be a "
+                       r"densereward.rewards.kinds.RewardKind.*RewardKind\(build=your_function\)"):  # fmt: skip
+        RewardConfig(type="plugin_bare")
+
+
+def test_a_plugin_reward_kinds_options_are_read_from_yaml(plugin):
+    """reward.options is validated into the kind's dataclass when the config is read."""
+    from densereward.config import from_dict
+    from densereward.rewards import RewardConfig, build_reward_funcs
+
+    reward = from_dict(RewardConfig, _yaml("""
+        type: plugin_short
+        track: false
+        options: {limit: '3'}
+    """), prefix="reward.")  # fmt: skip
+    assert type(reward.options).__name__ == "ShortOptions" and reward.options.limit == 3
+    funcs, weights = build_reward_funcs(reward, lambda: None)
+    assert funcs[0]([[]] * 2, ["abc", "abcd"]) == [1.0, 0.0] and weights is None
+    assert RewardConfig(type="plugin_short").options.limit == 64  # the defaults, filled in
+    with pytest.raises(ConfigError, match=r"unknown reward.options for reward.type=plugin_short: "
+                       r"'reward.options.limt' \(did you mean 'reward.options.limit'\?\); "
+                       r"it takes limit"):  # fmt: skip
+        RewardConfig(type="plugin_short", options={"limt": 3})
+    with pytest.raises(ConfigError, match="reward.options.limit: expected int, got 'many'"):
+        RewardConfig(type="plugin_short", options={"limit": "many"})
+    with pytest.raises(ConfigError, match="reward.type=plugin_short: reward.options: limit must"):
+        RewardConfig(type="plugin_short", options={"limit": 0})
+    with pytest.raises(ConfigError, match="reward.type=dense takes no options"):
+        RewardConfig(type="dense", options={"limit": 3})
+    with pytest.raises(ConfigError, match="reward.weights does not apply to reward.type=plugin"):
+        RewardConfig(type="plugin_short", weights=[1.0])
 
 
 @pytest.mark.slow  # imports TRL / runs real environments and the embedded verifier
@@ -171,14 +218,17 @@ def test_grpo_reward_kind_from_yaml_dry_run_and_real_completions(plugin, tmp_pat
     config.update(_yaml(f"""
         model: {{name: plugin-smol}}
         data: {{path: {data_dir / "math500" / "test.jsonl"}, limit: 4, levels: [1]}}
-        reward: {{type: plugin_short, track: false}}
+        reward: {{type: plugin_short, track: false, options: {{limit: 64}}}}
         verifier: {{model: plugin-smol, granularity: 5}}
     """))  # fmt: skip
     config["training"].update(max_steps=1, max_completion_length=8, per_device_train_batch_size=2,
                               num_generations=2, save_steps=10, report_to="none")  # fmt: skip
     dry = grpo.dry_run(config, output_dir=tmp_path / "dry")
     assert not any(line.startswith("!! ") for line in dry), dry
-    assert "reward: plugin_short -> reward_funcs ['plugin_short']" in dry
+    assert (
+        "reward: plugin_short -> reward_funcs ['plugin_short'], options ShortOptions(limit=64)"
+        in dry
+    )
     assert any("offline model 'plugin-smol'" in line for line in dry), dry
 
     # the reward functions the run would hand TRL, on real completions of GSM8K problems
