@@ -9,13 +9,13 @@ is registered in Python: every name below reaches densereward through ``importli
 
 from __future__ import annotations
 
-import sys
 import textwrap
 from pathlib import Path
 
 import numpy as np
 import pytest
 import yaml
+from plugin_dist import install
 
 from densereward.backends.models import MODELS
 from densereward.envs.kinds import DESCRIBERS, SAC_REWARDS
@@ -140,22 +140,7 @@ REGISTRIES = (GRPO_REWARDS, SAC_REWARDS, DESCRIBERS, TRAINERS, MODELS)
 @pytest.fixture
 def plugin(tmp_path, monkeypatch):
     """Install the plugin distribution (a directory on sys.path) and re-read every group."""
-    site = tmp_path / "site"
-    site.mkdir()
-    (site / f"{MODULE}.py").write_text(PLUGIN_SOURCE)
-    dist = site / f"{MODULE}-0.1.dist-info"
-    dist.mkdir()
-    (dist / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {MODULE}\nVersion: 0.1\n")
-    (dist / "entry_points.txt").write_text(ENTRY_POINTS)
-    saved = [dict(r._entries) for r in REGISTRIES]
-    monkeypatch.syspath_prepend(str(site))
-    for r in REGISTRIES:
-        r.reload_plugins()
-    yield site
-    for r, entries in zip(REGISTRIES, saved, strict=True):
-        r._entries.clear()
-        r._entries.update(entries)
-    sys.modules.pop(MODULE, None)
+    yield from install(tmp_path, monkeypatch, MODULE, PLUGIN_SOURCE, ENTRY_POINTS, REGISTRIES)
 
 
 def _yaml(text: str) -> dict:

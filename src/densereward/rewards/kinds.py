@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import ConfigError
-from ..registry import Registry, entry_point_group
+from ..registry import Registry, entry_point_group, instances_of
 from .gated import GATED_WEIGHTS, AsyncGatedVerifierReward, GatedVerifierReward
 from .group import AsyncGroupVerifierReward, GroupVerifierReward
 from .math import AnswerFormatReward, MathChecker, MathCorrectnessReward
@@ -293,21 +293,13 @@ CONTINUOUS_KINDS = frozenset(name for name, kind in _BUILTINS.items() if kind.co
 """Built-in kinds whose spec says ``continuous`` (a plugin kind declares its own)."""
 
 
-def _check_kind(name: str, obj: Any) -> None:
-    if not isinstance(obj, RewardKind):
-        from ..errors import RegistryError
-
-        raise RegistryError(
-            f"GRPO reward kind {name!r} must be a densereward.rewards.kinds.RewardKind, got "
-            f"{obj!r}; wrap a builder function as RewardKind(build=your_function)"
-        )
-
-
 GRPO_REWARDS: Registry[RewardKind] = Registry(
     "GRPO reward kind",
     group=entry_point_group("grpo_rewards"),
     builtins=dict(_BUILTINS),
-    check=_check_kind,
+    check=instances_of(
+        RewardKind, "GRPO reward kind", "wrap a builder function as RewardKind(build=your_function)"
+    ),
 )
 """``reward.type`` -> its :class:`RewardKind` (plugins: entry-point group
 ``densereward.grpo_rewards``)."""
