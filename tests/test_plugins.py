@@ -36,6 +36,7 @@ import numpy as np
 
 from densereward.backends.models import SMOLLM2_135M
 from densereward.envs.describers import FetchDescriber
+from densereward.envs.kinds import DescriberSpec, SACRewardKind
 from densereward.rewards._common import completion_texts
 from densereward.rewards.kinds import RewardKind
 from densereward.sample_efficiency import TrainerSpec
@@ -72,28 +73,39 @@ SHORT = RewardKind(build_short, options=ShortOptions, uses_verifier=False)
 NOT_A_KIND = build_short  # a bare builder: refused when loaded
 
 
-# SAC reward kind (group densereward.sac_rewards): build(env, ctx) -> env
+# SAC reward kind (group densereward.sac_rewards): a SACRewardKind, build(env, ctx) -> env and
+# its options (YAML env.reward_options)
+@dataclasses.dataclass(frozen=True)
+class NegDistanceOptions:
+    scale: float = 1.0  # reward per metre
+
+
 class NegDistance(gym.Wrapper):
+    def __init__(self, env, scale):
+        super().__init__(env)
+        self.scale = scale
+
     def step(self, action):
         obs, _, terminated, truncated, info = self.env.step(action)
         d = float(np.linalg.norm(obs["achieved_goal"] - obs["desired_goal"]))
-        return obs, -d, terminated, truncated, info
+        return obs, -self.scale * d, terminated, truncated, info
 
 
-def neg_distance(env, ctx):
-    return NegDistance(env)
+NEG_DISTANCE = SACRewardKind(lambda env, ctx: NegDistance(env, ctx.options.scale),
+                             options=NegDistanceOptions)
 
 
-# describer (group densereward.describers): env_ids + for_env_id
+# describer (group densereward.describers): a DescriberSpec (the class, env ids, priority)
 class PluginDescriber(FetchDescriber):
-    env_ids = ("PluginEnv-*",)
-
     @classmethod
     def for_env_id(cls, env_id, **kwargs):
         return cls("reach", **kwargs)
 
     def task(self, observation):
         return "PLUGIN. " + super().task(observation)
+
+
+PLUGIN_FETCH = DescriberSpec(PluginDescriber, env_ids=("PluginEnv-*",))
 
 
 # compare trainer (group densereward.trainers): a TrainerSpec
@@ -122,10 +134,10 @@ plugin_broken = {MODULE}:no_such_builder
 plugin_bare = {MODULE}:NOT_A_KIND
 
 [densereward.sac_rewards]
-plugin_neg_distance = {MODULE}:neg_distance
+plugin_neg_distance = {MODULE}:NEG_DISTANCE
 
 [densereward.describers]
-plugin_fetch = {MODULE}:PluginDescriber
+plugin_fetch = {MODULE}:PLUGIN_FETCH
 
 [densereward.trainers]
 plugin_toy = {MODULE}:SPEC
@@ -274,7 +286,40 @@ def test_sac_reward_kind_and_describer_from_yaml(plugin, tmp_path, capsys):
 
 
 def plugin_describer() -> type:
-    return DESCRIBERS.load("plugin_fetch")
+    return DESCRIBERS.load("plugin_fetch").cls
+
+
+def test_a_plugin_sac_reward_kind_with_options_in_the_dry_run(plugin, tmp_path):
+    """env.reward_options reach the plugin kind's builder in ``train sac --dry-run``, which
+    builds and steps one environment with it; the options are validated when read."""
+    from densereward.trainers import sac
+
+    config = _yaml("""
+        env: {id: FetchReach-v4, reward: plugin_neg_distance, reward_options: {scale: '100'},
+              n_envs: 1}
+        training: {total_timesteps: 10, wandb: false}
+    """)  # fmt: skip
+    lines = sac.dry_run(config, output_dir=tmp_path / "dry")
+    assert any("reward: 'plugin_neg_distance' built and stepped once" in x for x in lines), lines
+    cfg = sac.parse_config(config)
+    assert type(cfg.env.reward_options).__name__ == "NegDistanceOptions"
+    assert cfg.env.reward_options.scale == 100.0
+    from densereward import envs
+
+    env = envs.make_env("FetchReach-v4", reward="plugin_neg_distance", monitor=False,
+                        reward_options=cfg.env.reward_options)  # fmt: skip
+    env.reset(seed=0)
+    assert -50.0 < env.step(np.zeros(4, dtype=np.float32))[1] < 0.0  # minus 100 x metres
+    with pytest.raises(ConfigError, match=r"unknown env.reward_options for "
+                       r"env.reward=plugin_neg_distance: 'env.reward_options.scal' "
+                       r"\(did you mean 'env.reward_options.scale'\?\); it takes scale"):  # fmt: skip
+        sac.parse_config({"env": {"reward": "plugin_neg_distance", "reward_options": {"scal": 1}}})
+    # under the verifier the options are the base kind's; the built-in kinds take none
+    cfg = sac.parse_config({"env": {"reward": "verifier", "base": "plugin_neg_distance",
+                                    "reward_options": {"scale": 2}}})  # fmt: skip
+    assert cfg.env.reward_options.scale == 2.0
+    with pytest.raises(ConfigError, match="env.reward_options: env.reward=sparse takes no options"):
+        sac.parse_config({"env": {"reward": "sparse", "reward_options": {"scale": 2}}})
 
 
 def test_compare_runs_a_plugin_trainer_from_yaml(plugin, tmp_path):

@@ -315,13 +315,18 @@ def reward_kind(name: str) -> RewardKind:
     return GRPO_REWARDS.load(name)
 
 
-def options_of(kind: RewardKind, given: Any, *, name: str) -> Any:
-    """``reward.options`` validated into the kind's options dataclass.
+def options_of(
+    kind: Any, given: Any, *, name: str, field: str = "reward.options", owner: str | None = None
+) -> Any:
+    """``given`` (YAML ``reward.options``, or another spec's options field) validated into the
+    kind's options dataclass (``kind.options``).
 
     Args:
-        kind: the spec.
+        kind: the spec (a :class:`RewardKind`, or any spec with an ``options`` class).
         given: the YAML mapping, an instance of the kind's options class, or ``None``.
         name: the kind's name, for messages.
+        field: the config field holding the options, for messages (``"env.reward_options"``).
+        owner: who owns them, for messages; default ``reward.type=<name>``.
 
     Returns:
         An instance of ``kind.options`` (every default filled in), or ``None`` for a kind
@@ -337,32 +342,31 @@ def options_of(kind: RewardKind, given: Any, *, name: str) -> Any:
     from ..config import from_dict
     from ..sections import unknown_key_hints
 
+    owner = owner or f"reward.type={name}"
     cls = kind.options
     if cls is None:
         if given:
             raise ConfigError(
-                f"reward.options: reward.type={name} takes no options (got "
-                f"{sorted(given) if isinstance(given, Mapping) else given!r}); drop reward.options"
+                f"{field}: {owner} takes no options (got "
+                f"{sorted(given) if isinstance(given, Mapping) else given!r}); drop {field}"
             )
         return None
     if isinstance(given, cls):
         return given
     given = {} if given is None else given
     if not isinstance(given, Mapping) or not all(isinstance(k, str) for k in given):
-        raise ConfigError(
-            f"reward.options must be a mapping of option names to values, got {given!r}"
-        )
+        raise ConfigError(f"{field} must be a mapping of option names to values, got {given!r}")
     known = [f.name for f in dataclasses.fields(cls) if f.init]
     unknown = sorted(set(given) - set(known))
     if unknown:
         raise ConfigError(
-            f"unknown reward.options for reward.type={name}: "
-            f"{unknown_key_hints(unknown, known, prefix='reward.options.')}; it takes "
+            f"unknown {field} for {owner}: "
+            f"{unknown_key_hints(unknown, known, prefix=field + '.')}; it takes "
             f"{', '.join(known) or 'none'}"
         )
     try:  # coerces each value to its field's type (ConfigError naming the field)
-        return from_dict(cls, given, prefix="reward.options.")
+        return from_dict(cls, given, prefix=f"{field}.")
     except ConfigError:
         raise
     except (TypeError, ValueError) as e:  # the dataclass's own refusal; a missing required field
-        raise ConfigError(f"reward.type={name}: reward.options: {e}") from None
+        raise ConfigError(f"{owner}: {field}: {e}") from None
