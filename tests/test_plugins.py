@@ -9,13 +9,13 @@ is registered in Python: every name below reaches densereward through ``importli
 
 from __future__ import annotations
 
-import sys
 import textwrap
 from pathlib import Path
 
 import numpy as np
 import pytest
 import yaml
+from plugin_dist import install
 
 from densereward.backends.models import MODELS
 from densereward.envs.kinds import DESCRIBERS, SAC_REWARDS
@@ -36,11 +36,23 @@ import numpy as np
 
 from densereward.backends.models import SMOLLM2_135M
 from densereward.envs.describers import FetchDescriber
+from densereward.envs.kinds import DescriberSpec, SACRewardKind
 from densereward.rewards._common import completion_texts
+from densereward.rewards.kinds import RewardKind
 from densereward.sample_efficiency import TrainerSpec
 
 
-# GRPO reward kind (group densereward.grpo_rewards): build(ctx) -> (reward_funcs, weights)
+# GRPO reward kind (group densereward.grpo_rewards): a RewardKind, its builder
+# build(ctx) -> (reward_funcs, weights) and its options (YAML reward.options)
+@dataclasses.dataclass(frozen=True)
+class ShortOptions:
+    limit: int = 64
+
+    def __post_init__(self):
+        if self.limit < 1:
+            raise ValueError(f"limit must be >= 1, got {self.limit}")
+
+
 class ShortReward:
     """1 for a completion of at most ``limit`` characters, else 0 (a callable class: picklable)."""
 
@@ -53,32 +65,47 @@ class ShortReward:
                 for t in completion_texts(completions)]
 
 
-def short(ctx):
-    return [ShortReward(int((ctx.config.weights or [64])[0]))], None
+def build_short(ctx):
+    return [ShortReward(ctx.options.limit)], None
 
 
-# SAC reward kind (group densereward.sac_rewards): build(env, ctx) -> env
+SHORT = RewardKind(build_short, options=ShortOptions, uses_verifier=False)
+NOT_A_KIND = build_short  # a bare builder: refused when loaded
+
+
+# SAC reward kind (group densereward.sac_rewards): a SACRewardKind, build(env, ctx) -> env and
+# its options (YAML env.reward_options)
+@dataclasses.dataclass(frozen=True)
+class NegDistanceOptions:
+    scale: float = 1.0  # reward per metre
+
+
 class NegDistance(gym.Wrapper):
+    def __init__(self, env, scale):
+        super().__init__(env)
+        self.scale = scale
+
     def step(self, action):
         obs, _, terminated, truncated, info = self.env.step(action)
         d = float(np.linalg.norm(obs["achieved_goal"] - obs["desired_goal"]))
-        return obs, -d, terminated, truncated, info
+        return obs, -self.scale * d, terminated, truncated, info
 
 
-def neg_distance(env, ctx):
-    return NegDistance(env)
+NEG_DISTANCE = SACRewardKind(lambda env, ctx: NegDistance(env, ctx.options.scale),
+                             options=NegDistanceOptions)
 
 
-# describer (group densereward.describers): env_ids + for_env_id
+# describer (group densereward.describers): a DescriberSpec (the class, env ids, priority)
 class PluginDescriber(FetchDescriber):
-    env_ids = ("PluginEnv-*",)
-
     @classmethod
     def for_env_id(cls, env_id, **kwargs):
         return cls("reach", **kwargs)
 
     def task(self, observation):
         return "PLUGIN. " + super().task(observation)
+
+
+PLUGIN_FETCH = DescriberSpec(PluginDescriber, env_ids=("PluginEnv-*",))
 
 
 # compare trainer (group densereward.trainers): a TrainerSpec
@@ -102,14 +129,15 @@ MODEL = dataclasses.replace(SMOLLM2_135M, name="plugin-smol")
 
 ENTRY_POINTS = f"""
 [densereward.grpo_rewards]
-plugin_short = {MODULE}:short
+plugin_short = {MODULE}:SHORT
 plugin_broken = {MODULE}:no_such_builder
+plugin_bare = {MODULE}:NOT_A_KIND
 
 [densereward.sac_rewards]
-plugin_neg_distance = {MODULE}:neg_distance
+plugin_neg_distance = {MODULE}:NEG_DISTANCE
 
 [densereward.describers]
-plugin_fetch = {MODULE}:PluginDescriber
+plugin_fetch = {MODULE}:PLUGIN_FETCH
 
 [densereward.trainers]
 plugin_toy = {MODULE}:SPEC
@@ -124,22 +152,7 @@ REGISTRIES = (GRPO_REWARDS, SAC_REWARDS, DESCRIBERS, TRAINERS, MODELS)
 @pytest.fixture
 def plugin(tmp_path, monkeypatch):
     """Install the plugin distribution (a directory on sys.path) and re-read every group."""
-    site = tmp_path / "site"
-    site.mkdir()
-    (site / f"{MODULE}.py").write_text(PLUGIN_SOURCE)
-    dist = site / f"{MODULE}-0.1.dist-info"
-    dist.mkdir()
-    (dist / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {MODULE}\nVersion: 0.1\n")
-    (dist / "entry_points.txt").write_text(ENTRY_POINTS)
-    saved = [dict(r._entries) for r in REGISTRIES]
-    monkeypatch.syspath_prepend(str(site))
-    for r in REGISTRIES:
-        r.reload_plugins()
-    yield site
-    for r, entries in zip(REGISTRIES, saved, strict=True):
-        r._entries.clear()
-        r._entries.update(entries)
-    sys.modules.pop(MODULE, None)
+    yield from install(tmp_path, monkeypatch, MODULE, PLUGIN_SOURCE, ENTRY_POINTS, REGISTRIES)
 
 
 def _yaml(text: str) -> dict:
@@ -159,6 +172,37 @@ def test_every_group_lists_the_plugin_and_builtins_stay(plugin):
         build_reward_funcs(RewardConfig(type="plugin_broken", track=False), lambda: None)
     with pytest.raises(ConfigError, match="Did you mean 'plugin_short'"):
         RewardConfig(type="plugin_shrt")
+    with pytest.raises(ConfigError, match=r"reward.type: GRPO reward kind 'plugin_bare' must be a "
+                       r"densereward.rewards.kinds.RewardKind.*RewardKind\(build=your_function\)"):  # fmt: skip
+        RewardConfig(type="plugin_bare")
+
+
+def test_a_plugin_reward_kinds_options_are_read_from_yaml(plugin):
+    """reward.options is validated into the kind's dataclass when the config is read."""
+    from densereward.config import from_dict
+    from densereward.rewards import RewardConfig, build_reward_funcs
+
+    reward = from_dict(RewardConfig, _yaml("""
+        type: plugin_short
+        track: false
+        options: {limit: '3'}
+    """), prefix="reward.")  # fmt: skip
+    assert type(reward.options).__name__ == "ShortOptions" and reward.options.limit == 3
+    funcs, weights = build_reward_funcs(reward, lambda: None)
+    assert funcs[0]([[]] * 2, ["abc", "abcd"]) == [1.0, 0.0] and weights is None
+    assert RewardConfig(type="plugin_short").options.limit == 64  # the defaults, filled in
+    with pytest.raises(ConfigError, match=r"unknown reward.options for reward.type=plugin_short: "
+                       r"'reward.options.limt' \(did you mean 'reward.options.limit'\?\); "
+                       r"it takes limit"):  # fmt: skip
+        RewardConfig(type="plugin_short", options={"limt": 3})
+    with pytest.raises(ConfigError, match="reward.options.limit: expected int, got 'many'"):
+        RewardConfig(type="plugin_short", options={"limit": "many"})
+    with pytest.raises(ConfigError, match="reward.type=plugin_short: reward.options: limit must"):
+        RewardConfig(type="plugin_short", options={"limit": 0})
+    with pytest.raises(ConfigError, match="reward.type=dense takes no options"):
+        RewardConfig(type="dense", options={"limit": 3})
+    with pytest.raises(ConfigError, match="reward.weights does not apply to reward.type=plugin"):
+        RewardConfig(type="plugin_short", weights=[1.0])
 
 
 @pytest.mark.slow  # imports TRL / runs real environments and the embedded verifier
@@ -171,14 +215,17 @@ def test_grpo_reward_kind_from_yaml_dry_run_and_real_completions(plugin, tmp_pat
     config.update(_yaml(f"""
         model: {{name: plugin-smol}}
         data: {{path: {data_dir / "math500" / "test.jsonl"}, limit: 4, levels: [1]}}
-        reward: {{type: plugin_short, track: false}}
+        reward: {{type: plugin_short, track: false, options: {{limit: 64}}}}
         verifier: {{model: plugin-smol, granularity: 5}}
     """))  # fmt: skip
     config["training"].update(max_steps=1, max_completion_length=8, per_device_train_batch_size=2,
                               num_generations=2, save_steps=10, report_to="none")  # fmt: skip
     dry = grpo.dry_run(config, output_dir=tmp_path / "dry")
     assert not any(line.startswith("!! ") for line in dry), dry
-    assert "reward: plugin_short -> reward_funcs ['plugin_short']" in dry
+    assert (
+        "reward: plugin_short -> reward_funcs ['plugin_short'], options ShortOptions(limit=64)"
+        in dry
+    )
     assert any("offline model 'plugin-smol'" in line for line in dry), dry
 
     # the reward functions the run would hand TRL, on real completions of GSM8K problems
@@ -239,7 +286,40 @@ def test_sac_reward_kind_and_describer_from_yaml(plugin, tmp_path, capsys):
 
 
 def plugin_describer() -> type:
-    return DESCRIBERS.load("plugin_fetch")
+    return DESCRIBERS.load("plugin_fetch").cls
+
+
+def test_a_plugin_sac_reward_kind_with_options_in_the_dry_run(plugin, tmp_path):
+    """env.reward_options reach the plugin kind's builder in ``train sac --dry-run``, which
+    builds and steps one environment with it; the options are validated when read."""
+    from densereward.trainers import sac
+
+    config = _yaml("""
+        env: {id: FetchReach-v4, reward: plugin_neg_distance, reward_options: {scale: '100'},
+              n_envs: 1}
+        training: {total_timesteps: 10, wandb: false}
+    """)  # fmt: skip
+    lines = sac.dry_run(config, output_dir=tmp_path / "dry")
+    assert any("reward: 'plugin_neg_distance' built and stepped once" in x for x in lines), lines
+    cfg = sac.parse_config(config)
+    assert type(cfg.env.reward_options).__name__ == "NegDistanceOptions"
+    assert cfg.env.reward_options.scale == 100.0
+    from densereward import envs
+
+    env = envs.make_env("FetchReach-v4", reward="plugin_neg_distance", monitor=False,
+                        reward_options=cfg.env.reward_options)  # fmt: skip
+    env.reset(seed=0)
+    assert -50.0 < env.step(np.zeros(4, dtype=np.float32))[1] < 0.0  # minus 100 x metres
+    with pytest.raises(ConfigError, match=r"unknown env.reward_options for "
+                       r"env.reward=plugin_neg_distance: 'env.reward_options.scal' "
+                       r"\(did you mean 'env.reward_options.scale'\?\); it takes scale"):  # fmt: skip
+        sac.parse_config({"env": {"reward": "plugin_neg_distance", "reward_options": {"scal": 1}}})
+    # under the verifier the options are the base kind's; the built-in kinds take none
+    cfg = sac.parse_config({"env": {"reward": "verifier", "base": "plugin_neg_distance",
+                                    "reward_options": {"scale": 2}}})  # fmt: skip
+    assert cfg.env.reward_options.scale == 2.0
+    with pytest.raises(ConfigError, match="env.reward_options: env.reward=sparse takes no options"):
+        sac.parse_config({"env": {"reward": "sparse", "reward_options": {"scale": 2}}})
 
 
 def test_compare_runs_a_plugin_trainer_from_yaml(plugin, tmp_path):

@@ -313,6 +313,7 @@ def test_sac_dry_run_builds_the_reward_kind_and_refuses_frames_for_a_text_only_v
     run (a broken plugin fails there, not at the run's first step); reward.render_frames with a
     verifier known to read text only is refused before anything loads."""
     from densereward.envs import SAC_REWARDS
+    from densereward.envs.kinds import SACRewardKind
     from densereward.trainers.checks import verifier_reads_images
 
     cfg = str(REPO / "configs" / "sac_fetchreach_sparse.yaml")
@@ -324,7 +325,7 @@ def test_sac_dry_run_builds_the_reward_kind_and_refuses_frames_for_a_text_only_v
         raise RuntimeError("no reward here")
 
     SAC_REWARDS.register("test_missing", "densereward.envs:no_such_builder")
-    SAC_REWARDS.register("test_explodes", explodes)
+    SAC_REWARDS.register("test_explodes", SACRewardKind(explodes))
     try:
         with pytest.raises(ConfigError, match=r"cannot load 'densereward.envs:no_such_builder'"):
             sac.main(_sac_args("--config", cfg, "--dry-run", "env.reward=test_missing"))

@@ -8,6 +8,7 @@ import pytest
 import torch
 from test_policy_eval import CHAIN_SUM
 
+from densereward.rewards.kinds import RewardKind
 from densereward.seeding import forked_rng, visible_cuda_devices
 
 RECORDED: dict[int, list[list[str]]] = {}
@@ -32,6 +33,9 @@ def recording_kind(ctx):
     from densereward.rewards.math import MathCorrectnessReward
 
     return [MathCorrectnessReward(checker=ctx.checker), _Recorder(ctx.config.pivots)], None
+
+
+RECORDING = RewardKind(recording_kind)
 
 
 def test_forked_rng_leaves_the_callers_stream_untouched():
@@ -75,7 +79,7 @@ def test_grpo_runs_with_different_training_seeds_sample_differently(tmp_path, de
     from densereward.rewards.kinds import GRPO_REWARDS
     from densereward.trainers.grpo import run
 
-    GRPO_REWARDS.register("test_recording", f"{__name__}:recording_kind")
+    GRPO_REWARDS.register("test_recording", f"{__name__}:RECORDING")
     try:
         for seed in (0, 1):
             config = {

@@ -619,6 +619,32 @@ def test_describer_errors():
         FetchDescriber("reach").describe([], [])
 
 
+def test_describer_choice_by_priority_is_said_and_a_tie_is_refused(caplog):
+    """Two describers matching one id: the higher priority wins and the choice is said once with
+    the way to pick the other; two at the same top priority are refused (issue 42)."""
+    from densereward.envs.kinds import DESCRIBERS, DescriberSpec
+
+    DESCRIBERS.register("test_low", DescriberSpec(FetchDescriber, env_ids=("FetchReach*",)))
+    try:
+        with caplog.at_level("WARNING", logger="densereward.envs.kinds"):
+            assert isinstance(envs.default_describer("FetchReach-v4"), FetchDescriber)
+            envs.default_describer("FetchReach-v4")
+        said = [r.getMessage() for r in caplog.records if "matches describers" in r.getMessage()]
+        assert said == [
+            "'FetchReach-v4' matches describers fetch (priority 10), test_low (priority 0): "
+            "using 'fetch' (the highest priority); set env.describer to use another (said once)"
+        ]
+        DESCRIBERS.register("test_tie", DescriberSpec(FetchDescriber, ("FetchReach*",), 10))
+        with pytest.raises(ConfigError, match=r"two of the same top priority: set env.describer"):
+            envs.default_describer("FetchReach-v4")
+        assert isinstance(envs.default_describer("FetchReach-v4", name="test_tie"), FetchDescriber)
+    finally:
+        for name in ("test_low", "test_tie"):
+            DESCRIBERS._entries.pop(name, None)
+    with pytest.raises(ConfigError, match="must be a densereward.envs.kinds.DescriberSpec"):
+        DESCRIBERS.register("test_class", FetchDescriber)
+
+
 def test_render_hook_needs_rgb_array():
     from densereward.envs.describers import RenderHook
 

@@ -44,7 +44,7 @@ from typing import Any, Generic, TypeVar
 
 from .errors import ConfigError, RegistryError
 
-__all__ = ["Registry", "EntryPoint", "entry_point_group"]
+__all__ = ["Registry", "EntryPoint", "entry_point_group", "instances_of"]
 
 _log = logging.getLogger(__name__)
 
@@ -56,6 +56,31 @@ EntryPoint = str | object
 def entry_point_group(kind: str) -> str:
     """The ``importlib.metadata`` entry-point group of a registry kind: ``densereward.<kind>``."""
     return f"densereward.{kind}"
+
+
+def instances_of(cls: type, kind: str, hint: str = "") -> Callable[[str, Any], None]:
+    """A :class:`Registry` ``check`` that accepts only instances of ``cls`` (a spec class).
+
+    Args:
+        cls: the spec class every entry must be an instance of.
+        kind: what the entries are, for the message (``"GRPO reward kind"``).
+        hint: a sentence added to the message (how to make one).
+
+    >>> check = instances_of(int, "widget", "use a number")
+    >>> check("w", "1")
+    Traceback (most recent call last):
+    ...
+    densereward.errors.RegistryError: widget 'w' must be a builtins.int, got '1'; use a number
+    """
+
+    def check(name: str, obj: Any) -> None:
+        if not isinstance(obj, cls):
+            raise RegistryError(
+                f"{kind} {name!r} must be a {cls.__module__}.{cls.__qualname__}, got {obj!r}"
+                + (f"; {hint}" if hint else "")
+            )
+
+    return check
 
 
 class Registry(Generic[T]):

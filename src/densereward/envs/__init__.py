@@ -129,6 +129,7 @@ def _base_env(
     base: str,
     render_mode: str | None,
     reward_model: str | None = None,
+    reward_options: Any = None,
     gamma: float | None = None,
     **env_kwargs: Any,
 ) -> gym.Env:
@@ -138,8 +139,13 @@ def _base_env(
     if render_mode is not None:  # passed only when asked for: an env may take no render_mode
         env_kwargs = {"render_mode": render_mode, **env_kwargs}
     env = gym.make(name, **env_kwargs)
-    ctx = SACRewardContext(env_id=name, base=base, reward_model=reward_model, gamma=gamma)
-    return SAC_REWARDS.load(reward)(env, ctx)
+    from .kinds import reward_options as options_of  # a mapping validated; None: the defaults
+
+    options = options_of(reward, base, reward_options)
+    ctx = SACRewardContext(
+        env_id=name, base=base, reward_model=reward_model, gamma=gamma, options=options
+    )
+    return SAC_REWARDS.load(reward).build(env, ctx)
 
 
 def make_env(
@@ -154,6 +160,7 @@ def make_env(
     monitor: bool = True,
     render_mode: str | None = None,
     reward_model: str | None = None,
+    reward_options: Any = None,
     **env_kwargs: Any,
 ) -> gym.Env:
     """One environment with the requested reward, ``Monitor`` outermost.
@@ -174,6 +181,9 @@ def make_env(
         render_mode: ``None`` (default; no rendering) or ``"rgb_array"``.
         reward_model: for ``"distilled"``: the reward model directory (``densereward distill``);
             its shaping uses ``gamma`` (0.99 when ``None``).
+        reward_options: the reward kind's options (``env.reward_options``): an instance of its
+            :class:`~densereward.envs.kinds.SACRewardKind` options class or a mapping (validated
+            into one); ``None``: its defaults.
         **env_kwargs: passed to ``gym.make``.
 
     Raises:
@@ -187,6 +197,7 @@ def make_env(
         base=base,
         render_mode=render_mode,
         reward_model=reward_model,
+        reward_options=reward_options,
         gamma=gamma,
         **env_kwargs,
     )
@@ -220,13 +231,14 @@ def make_vec_env(
     monitor_dir: str | os.PathLike[str] | None = None,
     render_mode: str | None = None,
     reward_model: str | None = None,
+    reward_options: Any = None,
     **env_kwargs: Any,
 ) -> Any:
     """``VecMonitor(VecVerifierProgressReward(DummyVecEnv([...])))`` (verifier is skipped for other rewards).
 
     One batched verifier call per vector step serves all ``n_envs`` environments. ``env_id``,
     ``reward``, ``base``, ``progress_fn``, ``describer``, ``reward_config``, ``gamma``,
-    ``render_mode``, ``reward_model`` and ``env_kwargs`` are as in :func:`make_env`. ``VecMonitor`` records
+    ``render_mode``, ``reward_model``, ``reward_options`` and ``env_kwargs`` are as in :func:`make_env`. ``VecMonitor`` records
     ``is_success`` when a step of the environment reports it (:func:`reports_success` on the
     first environment, before the seeded first reset), so ``"is_success" in
     venv.info_keywords`` says whether success rates exist; an environment without it (e.g.
@@ -256,6 +268,7 @@ def make_vec_env(
             base=base,
             render_mode=render_mode,
             reward_model=reward_model,
+            reward_options=reward_options,
             gamma=gamma,
             **env_kwargs,
         )

@@ -29,6 +29,8 @@ import numpy as np
 
 from densereward.errors import ConfigError, DataError
 
+from .kinds import DescriberSpec
+
 __all__ = ["FetchDescriber", "BoxDescriber", "RenderHook", "rendering_available"]
 
 _FETCH_TASKS = ("reach", "push")
@@ -389,3 +391,9 @@ class RenderHook:
                 "the environment returned no frame; is an OpenGL context available (MUJOCO_GL)?"
             )
         return np.asarray(frame)[:: self.stride, :: self.stride]
+
+
+FETCH = DescriberSpec(FetchDescriber, env_ids=FetchDescriber.env_ids, priority=10)
+"""Registry entry ``fetch`` (:data:`densereward.envs.DESCRIBERS`): FetchReach / FetchPush ids."""
+BOX = DescriberSpec(BoxDescriber, needs_task=True)
+"""Registry entry ``box``: chosen by name, or when no describer matches and ``env.task`` is set."""

@@ -35,6 +35,7 @@ import numpy as np
 from densereward.errors import ConfigError, DataError
 
 from .describers import _cm, _recent_steps, _xyz
+from .kinds import DescriberSpec
 from .registration import METAWORLD_PREFIX, headless_gl
 
 __all__ = [
@@ -327,3 +328,7 @@ class MetaWorldDescriber:
                 )
             history += ". "
         return f"Step {t}. {history}{self.describe_state(observations[-1])}"
+
+
+METAWORLD = DescriberSpec(MetaWorldDescriber, env_ids=MetaWorldDescriber.env_ids, priority=10)
+"""Registry entry ``metaworld`` (:data:`densereward.envs.DESCRIBERS`): ``densereward/MetaWorld-*``."""

@@ -21,7 +21,16 @@ from .gated import (
     stratified_rewards,
 )
 from .group import AsyncGroupVerifierReward, GroupVerifierReward
-from .kinds import CONTINUOUS_KINDS, GRPO_REWARDS, RewardContext, default_scale_rewards
+from .kinds import (
+    CONTINUOUS_KINDS,
+    GRPO_REWARDS,
+    SEED_RECIPE_WEIGHTS,
+    RewardContext,
+    RewardKind,
+    default_scale_rewards,
+    options_of,
+    reward_kind,
+)
 from .math import (
     AnswerFormatReward,
     MathChecker,
@@ -43,6 +52,8 @@ __all__ = [
     "build_reward_funcs",
     "GRPO_REWARDS",
     "RewardContext",
+    "RewardKind",
+    "reward_kind",
     "gated_weights",
     "stratified_rewards",
     "GATED_WEIGHTS",
@@ -95,12 +106,19 @@ class RewardConfig:
     :mod:`densereward.rewards.gated`), ``seed_recipe`` (the seed paper's ``r_correct + r_format
     + beta * r_reasoning`` with the group's PPT win rate as ``r_reasoning``). Default ``gated``:
     correctness stays primary inside and across groups (docs/grpo.md, "The advantage audit")."""
+    options: Any = None
+    """The kind's own parameters (YAML ``reward.options: {...}``), validated when the config is
+    read into the kind's options dataclass (:attr:`~densereward.rewards.kinds.RewardKind.options`;
+    an unknown key is a ``ConfigError`` naming the ones it takes); after validation this field
+    holds that instance (every default filled in). The built-in kinds take none: their settings
+    are the fields of this section."""
     weights: tuple[float, ...] | None = None
-    """For ``mixed``: ``[w_sparse, w_dense]`` (default ``[1.0, 1.0]``); ``gated``: ``[w_sparse,
+    """The weights the kind's spec names (:attr:`~densereward.rewards.kinds.RewardKind.weights`):
+    ``mixed``: ``[w_sparse, w_dense]`` (default ``[1.0, 1.0]``); ``gated``: ``[w_sparse,
     w_judge]`` (default :data:`GATED_WEIGHTS` ``[1.0, 0.1]``; needs ``0 <= w_judge <
     w_sparse``); ``seed_recipe``: ``[w_correct, w_format, beta]`` (default
     :data:`SEED_RECIPE_WEIGHTS` ``[1.0, 1.0, 0.1]``). Not for ``sparse`` / ``dense`` /
-    ``group``; a plugin kind reads it from its context."""
+    ``group``, nor for a kind whose spec names none."""
     spread_floor: float = 0.02
     """For ``gated``: a correctness stratum of a group whose judge scores span less than this
     (on ``[0, 1]``) is a tie, so read noise is not stretched over the band."""
@@ -171,9 +189,10 @@ class RewardConfig:
         if self.track_window < 1:
             raise ConfigError(f"reward.track_window must be >= 1, got {self.track_window}")
         try:
-            GRPO_REWARDS.check(self.type)
+            kind = reward_kind(self.type)
         except ConfigError as e:
             raise ConfigError(f"reward.type: {e}") from None
+        object.__setattr__(self, "options", options_of(kind, self.options, name=self.type))
         check_verifier_options(
             reference_guided=self.reference_guided,
             reference_prompt=self.reference_prompt,
@@ -204,43 +223,40 @@ class RewardConfig:
             w = tuple(float(x) for x in self.weights)
             object.__setattr__(self, "weights", w)
             check_weights(w, "reward.weights")
-            if self.type in ("sparse", "dense", "group"):
+            if not kind.weights:
                 raise ConfigError(
-                    "reward.weights only applies to reward.type=mixed, gated or seed_recipe (set "
-                    "training.reward_weights otherwise)"
+                    f"reward.weights does not apply to reward.type={self.type} (it takes none; set "
+                    "training.reward_weights for the weights of its reward functions)"
                 )
-            if len(w) != 2 and self.type in ("mixed", "gated"):
+            if len(w) != len(kind.weights):
                 raise ConfigError(
-                    f"reward.weights for {self.type} must be [w_sparse, w_dense], got {list(w)}"
+                    f"reward.weights for {self.type} must be [{', '.join(kind.weights)}], got "
+                    f"{list(w)}"
                 )
-            if self.type == "seed_recipe" and (len(w) != 3 or min(w) < 0):
-                raise ConfigError(
-                    "reward.weights for seed_recipe must be [w_correct, w_format, beta], each "
-                    f">= 0, got {list(w)}"
-                )
-            if self.type == "gated":
-                gated_weights(*w)
+        if kind.check_config is not None:
+            kind.check_config(self)
+
+    @property
+    def kind(self) -> RewardKind:
+        """The :class:`~densereward.rewards.kinds.RewardKind` spec of :attr:`type`."""
+        return reward_kind(self.type)
 
     @property
     def reward_weights(self) -> list[float] | None:
-        """``GRPOConfig.reward_weights`` for this reward: ``[w_sparse, w_dense]`` for ``mixed``
-        (default ``[1, 1]``), ``[w_correct, w_format, beta]`` for ``seed_recipe``, else
+        """``GRPOConfig.reward_weights`` for this reward: ``reward.weights`` (or the kind's
+        default) for a kind whose spec passes its weights to TRL (``mixed``: ``[w_sparse,
+        w_dense]``, default ``[1, 1]``; ``seed_recipe``: ``[w_correct, w_format, beta]``), else
         ``None`` (TRL: all 1; ``gated`` applies its weights inside its one function)."""
-        if self.type == "mixed":
-            return list(self.weights or (1.0, 1.0))
-        if self.type == "seed_recipe":
-            return list(self.weights or SEED_RECIPE_WEIGHTS)
-        return None
+        kind = self.kind
+        if not kind.weights or not kind.trl_weights:
+            return None
+        return list(self.weights or kind.default_weights or (1.0,) * len(kind.weights))
 
     @property
     def judge_weights(self) -> tuple[float, float]:
         """``(w_sparse, w_judge)`` of the ``gated`` reward (default :data:`GATED_WEIGHTS`)."""
         return tuple(self.weights or GATED_WEIGHTS)  # type: ignore[return-value]
 
-
-SEED_RECIPE_WEIGHTS = (1.0, 1.0, 0.1)
-"""Default ``[w_correct, w_format, beta]`` of ``seed_recipe`` (the seed paper leaves beta unstated;
-0.1 keeps the win-rate term inside a band narrower than the format and correctness terms)."""
 
 DEFAULT_REFERENCE_PROMPT = "answer_match"
 """The verifier prompt every verifier reward reads by default (reference-guided)."""
@@ -310,8 +326,9 @@ def build_reward_funcs(
         checker=checker,
         tracker=tracker if config.track else None,
         num_generations=num_generations,
+        options=config.options,
     )
-    funcs, weights = GRPO_REWARDS.load(config.type)(ctx)
+    funcs, weights = config.kind.build(ctx)
     if config.audit and num_generations and all(hasattr(f, "set_audit") for f in funcs):
         from .math import MathCorrectnessReward as _Sparse
 

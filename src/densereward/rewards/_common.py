@@ -215,7 +215,7 @@ def check_prompt_settings(reward: Any, verifier: Any) -> None:
     Raises:
         ConfigError: naming both fields and the two ways out.
     """
-    uses_verifier = reward.type != "sparse" or reward.track
+    uses_verifier = reward.kind.uses_verifier or reward.track
     if (
         uses_verifier
         and reward.reference_guided

@@ -4,8 +4,10 @@ A trainer is registered as a :class:`TrainerSpec`: its ``run`` and ``dry_run`` f
 the config keys a comparison sets for every run (budget, seed). The registry
 (:data:`TRAINERS`, a :class:`~densereward.registry.Registry`) maps a comparison's
 ``trainer:`` to a ``"module:attr"`` naming a spec, imported on first use: the two built-in
-specs (``sac``, ``grpo``) hold small functions that import :mod:`densereward.trainers.sac` /
-:mod:`densereward.trainers.grpo` (and with them SB3 or TRL) only when called.
+specs live beside their trainers (``SAC_TRAINER`` in :mod:`densereward.trainers.sac_spec`,
+``GRPO_TRAINER`` in :mod:`densereward.trainers.grpo_spec`) and hold small functions that
+import :mod:`densereward.trainers.sac` / :mod:`densereward.trainers.grpo` (and with them SB3
+or TRL) only when called.
 :func:`register_trainer` adds one of your own at run time; a package adds one without
 importing densereward through the entry-point group ``densereward.trainers``::
 
@@ -19,7 +21,7 @@ import copy
 import dataclasses
 import hashlib
 import json
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -27,8 +29,9 @@ from typing import Any, Literal
 from ..config import apply_overrides, from_dict, load_yaml, parse_override
 from ..errors import ConfigError, DataError, RegistryError
 from ..io import to_jsonable
-from ..registry import Registry, entry_point_group
+from ..registry import Registry, entry_point_group, instances_of
 from ..sections import refuse_other_command
+from ..trainers.spec import Keys, TrainerSpec, set_key
 
 __all__ = [
     "TRAINERS",
@@ -42,70 +45,9 @@ __all__ = [
     "trainer_spec",
 ]
 
-Keys = tuple[str, ...]
-
-
 # --------------------------------------------------------------------------------------------
 # Registry of trainers
 # --------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class TrainerSpec:
-    """How a comparison drives one trainer: its run functions and the keys it sets per run.
-
-    Example (a trainer of your own; ``densereward.sample_efficiency`` re-exports these)::
-
-        register_trainer("mine", TrainerSpec(run=my_run, dry_run=my_dry_run,
-                                             budget_key=("training", "steps")))
-    """
-
-    run: Callable[..., Mapping[str, Any]]
-    """``run(config, *, output_dir) -> summary``: trains one run from its nested config dict
-    (the base config with the condition's overrides, budget and seed set) in the run
-    directory ``output_dir`` (a :class:`~pathlib.Path` that does not exist yet). The summary
-    has ``"curve": [{"step", "value"}, ...]`` (steps in the budget's unit), ``"metric"`` (the
-    curve's name) and optionally ``"final"``, ``"run_dir"``, ``"curve_source"``."""
-    dry_run: Callable[..., Sequence[str]]
-    """``dry_run(config, *, output_dir) -> lines``: validates a run config without training;
-    one line per check, a problem the run would hit starts with ``"!! "``; a line starting
-    ``"run directory:"`` is dropped (the directory is a scratch one)."""
-    budget_key: Keys
-    """Config key of a run's training budget, e.g. ``("training", "total_timesteps")``."""
-    seed_key: Keys = ("training", "seed")
-    """Config key of a run's seed."""
-    x_label: str = "steps"
-    """Unit of the budget and of the curves' steps, for the report and the plot."""
-    reserved: tuple[Keys, ...] = ()
-    """Further keys a condition may not override (e.g. the run directory); the budget and
-    seed keys are always reserved: every condition gets the same ones."""
-    prepare: Callable[..., None] | None = None
-    """``prepare(config, *, wandb_group, wandb_enabled)``: fits a condition's config to the
-    comparison in place (W&B group and switch, no run directory of its own); ``None`` = as is."""
-    validate: Callable[[dict[str, Any]], None] | None = None
-    """``validate(config)``: the checks a run would fail at its start (the trainer's own
-    config parser, data files, environment ids), raising ``ConfigError`` / ``DataError``;
-    called for every condition before the first run. ``None`` = no check."""
-
-    def __post_init__(self) -> None:
-        if not callable(self.run) or not callable(self.dry_run):
-            raise RegistryError("TrainerSpec needs callable run and dry_run functions")
-        for keys in (self.budget_key, self.seed_key, *self.reserved):
-            if not keys or not all(isinstance(k, str) and k for k in keys):
-                raise RegistryError(
-                    f"TrainerSpec keys must be non-empty tuples of names, got {keys!r}"
-                )
-        every = [tuple(self.budget_key), tuple(self.seed_key), *map(tuple, self.reserved)]
-        object.__setattr__(self, "reserved", tuple(dict.fromkeys(every)))
-
-
-def _set(config: dict[str, Any], keys: Sequence[str], value: Any) -> None:
-    node = config
-    for k in keys[:-1]:
-        if not isinstance(node.get(k), dict):
-            node[k] = {}
-        node = node[k]
-    node[keys[-1]] = value
 
 
 def _get(config: Mapping[str, Any], keys: Sequence[str]) -> Any:
@@ -117,82 +59,14 @@ def _get(config: Mapping[str, Any], keys: Sequence[str]) -> Any:
     return node
 
 
-def _sac_run(config: dict[str, Any], *, output_dir: Path) -> dict[str, Any]:
-    from ..trainers import sac
-
-    return sac.run(config, output_dir=output_dir)
-
-
-def _sac_dry_run(config: dict[str, Any], *, output_dir: Path) -> list[str]:
-    from ..trainers import sac
-
-    return sac.dry_run(config, output_dir=output_dir)
-
-
-def _sac_prepare(config: dict[str, Any], *, wandb_group: str, wandb_enabled: bool) -> None:
-    # SAC's W&B group and job type come from the environment (WANDB_RUN_GROUP) the runner sets
-    _set(config, ("training", "wandb"), bool(wandb_enabled))
-    config.get("training", {}).pop("run_name", None)
-
-
-def _sac_validate(config: dict[str, Any]) -> None:
-    from ..trainers import sac
-
-    sac.env_spec(sac.parse_config(copy.deepcopy(config)).env.id)
-
-
-def _grpo_run(config: dict[str, Any], *, output_dir: Path) -> dict[str, Any]:
-    from ..trainers import grpo
-
-    return grpo.run(config, output_dir=output_dir)
-
-
-def _grpo_dry_run(config: dict[str, Any], *, output_dir: Path) -> list[str]:
-    from ..trainers import grpo
-
-    return grpo.dry_run(config, output_dir=output_dir)
-
-
-def _grpo_prepare(config: dict[str, Any], *, wandb_group: str, wandb_enabled: bool) -> None:
-    _set(config, ("wandb", "group"), wandb_group)
-    if not wandb_enabled:
-        _set(config, ("training", "report_to"), "none")
-    config.get("training", {}).pop("output_dir", None)
-
-
-def _grpo_validate(config: dict[str, Any]) -> None:
-    from ..data import check_source
-    from ..trainers import grpo
-
-    check_source(grpo.resolve_config(copy.deepcopy(config))["data"])
-
-
-SAC_TRAINER = TrainerSpec(
-    run=_sac_run,
-    dry_run=_sac_dry_run,
-    budget_key=("training", "total_timesteps"),
-    x_label="environment steps",
-    reserved=(("training", "output_dir"), ("training", "run_name")),
-    prepare=_sac_prepare,
-    validate=_sac_validate,
-)
-"""``trainer: sac``: :func:`densereward.trainers.sac.run` (budget: environment steps)."""
-
-GRPO_TRAINER = TrainerSpec(
-    run=_grpo_run,
-    dry_run=_grpo_dry_run,
-    budget_key=("training", "max_steps"),
-    x_label="GRPO steps",
-    reserved=(("training", "output_dir"), ("wandb", "group")),
-    prepare=_grpo_prepare,
-    validate=_grpo_validate,
-)
-"""``trainer: grpo``: :func:`densereward.trainers.grpo.run` (budget: optimizer steps)."""
-
 TRAINERS: Registry[TrainerSpec] = Registry(
     "compare trainer",
     group=entry_point_group("trainers"),
-    builtins={"sac": f"{__name__}:SAC_TRAINER", "grpo": f"{__name__}:GRPO_TRAINER"},
+    builtins={  # each trainer's spec lives beside it
+        "sac": "densereward.trainers.sac_spec:SAC_TRAINER",
+        "grpo": "densereward.trainers.grpo_spec:GRPO_TRAINER",
+    },
+    check=instances_of(TrainerSpec, "compare trainer"),
 )
 """The registry: trainer name (a comparison's ``trainer:``) -> :class:`TrainerSpec`. Add to it
 with :func:`register_trainer` or the entry-point group ``densereward.trainers``; a comparison
@@ -487,7 +361,7 @@ def build_run_configs(
                     "(use budget: / seeds:); conditions must differ only in their reward set-up"
                 )
         cond_cfg = _apply(copy.deepcopy(base), copy.deepcopy(ov))
-        _set(cond_cfg, spec.budget_key, int(budget))
+        set_key(cond_cfg, spec.budget_key, int(budget))
         if spec.prepare is not None:
             spec.prepare(cond_cfg, wandb_group=group, wandb_enabled=bool(cfg.wandb.enabled))
         if spec.validate is not None:
@@ -498,7 +372,7 @@ def build_run_configs(
         out[cname] = {}
         for seed in cfg.seeds:
             run_cfg = copy.deepcopy(cond_cfg)
-            _set(run_cfg, spec.seed_key, int(seed))
+            set_key(run_cfg, spec.seed_key, int(seed))
             out[cname][f"seed{seed}"] = run_cfg
     return out
 

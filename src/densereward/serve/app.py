@@ -10,7 +10,8 @@ reward functions run in a worker thread, one at a time (an in-process model is n
 between threads); with ``reward.use_async`` (network verifiers: ``openai``, ``sampled``) the
 dense reward is awaited on the server's loop, and its reads of concurrent batches overlap.
 
-Endpoints (contracts in :mod:`densereward.serve.contracts`):
+Endpoints (contracts in :mod:`densereward.serve.contracts`, each a registered
+:class:`~densereward.serve.protocols.ServeProtocol`, so a new one needs no edit here):
 
 * ``POST /get_reward`` (alias ``POST /``): OpenRLHF's remote reward model;
 * ``POST /slime``: slime's ``--rm-url`` (the answer is the reward, a JSON number; with
@@ -48,19 +49,9 @@ from typing import Any
 
 from ..errors import ConfigError
 from ..rewards._common import check_weights
-from .contracts import (
-    Item,
-    RequestError,
-    as_floats,
-    check_labels,
-    parse_body,
-    parse_openrlhf,
-    parse_rank,
-    parse_score,
-    parse_slime,
-    slime_details,
-)
+from .contracts import Item, RequestError, check_labels, parse_body
 from .lifecycle import DaemonThreads, Drain
+from .protocols import SERVE_PROTOCOLS, ServeProtocol, served_protocols
 
 __all__ = ["ServeConfig", "RewardService", "make_app"]
 
@@ -112,6 +103,10 @@ class ServeConfig:
     """How long an idle client connection is kept open (seconds): longer than the client pools'
     own idle timeouts (aiohttp 15 s, httpx 5 s), so the client closes first, never the server
     under a request being sent."""
+    protocols: tuple[str, ...] | None = None
+    """The request contracts served, names in
+    :data:`~densereward.serve.protocols.SERVE_PROTOCOLS` (built in: ``get_reward``, ``slime``,
+    ``score``, ``rank``; a plugin may add more); ``None`` (default): every registered one."""
 
     def __post_init__(self) -> None:
         for name in ("max_batch", "max_items", "max_body_bytes", "max_concurrent_batches",
@@ -127,6 +122,18 @@ class ServeConfig:
             raise ConfigError("serve.batch_wait_ms and serve.shutdown_timeout_s must be >= 0")
         if not self.keep_alive_s > 0:
             raise ConfigError(f"serve.keep_alive_s must be > 0 seconds, got {self.keep_alive_s}")
+        if self.protocols is not None:
+            if isinstance(self.protocols, str) or not self.protocols:
+                raise ConfigError(
+                    f"serve.protocols must be a non-empty list of names, got {self.protocols!r}; "
+                    f"registered: {SERVE_PROTOCOLS.names()}"
+                )
+            object.__setattr__(self, "protocols", tuple(self.protocols))
+            for name in self.protocols:
+                try:
+                    SERVE_PROTOCOLS.check(name)
+                except ConfigError as e:
+                    raise ConfigError(f"serve.protocols: {e}") from None
 
 
 class _Metrics:
@@ -383,9 +390,16 @@ def make_app(service: RewardService, *, on_close: Callable[[], None] | None = No
             status_code=503, headers={"Retry-After": "1", "Connection": "close"},
         )  # fmt: skip
 
-    def endpoint(name: str, handler: Callable[[Any, Any], Any]):
+    def endpoint(name: str, protocol: ServeProtocol):
         async def answer(request: Request) -> Any:
-            return await handler(await body_of(request), request.query_params)
+            items, state = protocol.parse(await body_of(request), request.query_params, cfg)
+            if protocol.label_field is not None:
+                items = labelled(list(items), protocol.label_field)
+            if protocol.score is not None:
+                result = await protocol.score(service, items, state)
+            else:
+                result = await service.submit(list(items))
+            return protocol.respond(result, state, cfg)
 
         async def route(request: Request) -> Response:
             t0 = time.perf_counter()
@@ -422,32 +436,6 @@ def make_app(service: RewardService, *, on_close: Callable[[], None] | None = No
 
         return route
 
-    # each handler answers (the JSON body, how many of its items abstained -- None for /rank)
-    async def openrlhf(body: Any, query: Any) -> tuple[dict[str, Any], int]:
-        items = labelled(parse_openrlhf(body, cfg.max_items), "labels")
-        values = await service.submit(items)
-        rewards = as_floats(values, cfg.abstain_reward)
-        abstained = [float(v is None) for v in values]
-        return {"rewards": rewards, "scores": rewards,
-                "extra_logs": {"densereward_abstained": abstained}}, int(sum(abstained))  # fmt: skip
-
-    async def slime(body: Any, query: Any) -> tuple[Any, int]:
-        details = slime_details(query)  # slime --reward-key reward: the flag travels with it
-        (value,) = await service.submit(labelled([parse_slime(body)], "label"))
-        reward = cfg.abstain_reward if value is None else float(value)
-        if details:
-            return {"reward": reward, "abstained": value is None}, int(value is None)
-        return reward, int(value is None)
-
-    async def score(body: Any, query: Any) -> tuple[dict[str, Any], int]:
-        values = await service.submit(labelled(parse_score(body, cfg.max_items), "references"))
-        abstained = [v is None for v in values]
-        return {"rewards": values, "abstained": abstained}, sum(abstained)
-
-    async def rank(body: Any, query: Any) -> tuple[dict[str, Any], None]:
-        problem, candidates, pivots = parse_rank(body, cfg.max_items)
-        return await asyncio.to_thread(service.rank, problem, candidates, pivots), None
-
     async def health(request: Request) -> Response:
         return JSONResponse({"status": "ok", "model": model_name(service.verifier),
                              "reward_calls": service.n_calls})  # fmt: skip
@@ -473,11 +461,11 @@ def make_app(service: RewardService, *, on_close: Callable[[], None] | None = No
                     logger.warning("serve: closing the verifier did not finish; left behind")
 
     routes = [
-        Route("/get_reward", endpoint("get_reward", openrlhf), methods=["POST"]),
-        Route("/", endpoint("get_reward", openrlhf), methods=["POST"]),
-        Route("/slime", endpoint("slime", slime), methods=["POST"]),
-        Route("/score", endpoint("score", score), methods=["POST"]),
-        Route("/rank", endpoint("rank", rank), methods=["POST"]),
+        Route(path, endpoint(name, protocol), methods=["POST"])
+        for name, protocol in served_protocols(cfg.protocols)
+        for path in protocol.paths
+    ]
+    routes += [
         Route("/health", health, methods=["GET"]),
         Route("/metrics", metrics, methods=["GET"]),
     ]

@@ -84,15 +84,13 @@ def build_service(config: dict[str, Any]) -> tuple[RewardService, Callable[[], N
     return service, close
 
 
-_MATH_VERIFY_KINDS = ("sparse", "mixed", "gated", "seed_recipe")
-"""Built-in reward kinds with a Math-Verify term: without a label it has nothing to check."""
-
-
 def _resolve_require_labels(reward: Any, serve: ServeConfig) -> ServeConfig:
-    """``serve`` with ``require_labels`` decided: ``None`` = on when the reward uses references."""
+    """``serve`` with ``require_labels`` decided: ``None`` = on when the reward uses references
+    (``reward.reference_guided``, or a kind whose spec says ``checks_answer``: a Math-Verify
+    term has nothing to check without a label)."""
     if serve.require_labels is not None:
         return serve
-    uses = reward.reference_guided or reward.type in _MATH_VERIFY_KINDS
+    uses = reward.reference_guided or reward.kind.checks_answer
     return dataclasses.replace(serve, require_labels=bool(uses))
 
 
@@ -114,12 +112,14 @@ def _sections(config: dict[str, Any]) -> tuple[Any, VerifierConfig, ServeConfig]
         reward, from_dict(ServeConfig, config.get("serve"), prefix="serve.")
     )
     check_prompt_settings(reward, verifier_config)
-    if reward.type == "group":
-        raise ConfigError(
-            "reward.type=group needs whole GRPO groups in one call; the reward server scores "
-            "each sample on its own (OpenRLHF and slime send one per request): use dense, gated, "
-            "mixed or sparse"
+    if not reward.kind.servable:
+        why = (
+            "needs whole GRPO groups in one call; the reward server scores each sample on its "
+            "own (OpenRLHF and slime send one per request)"
+            if reward.kind.needs_groups
+            else "is not servable (its RewardKind says servable=False)"
         )
+        raise ConfigError(f"reward.type={reward.type} {why}: use dense, gated, mixed or sparse")
     return reward, verifier_config, serve
 
 

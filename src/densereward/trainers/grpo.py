@@ -323,7 +323,7 @@ def _builds_verifier(parts: dict[str, Any]) -> bool:
     """Whether the run builds the verifier at its start (the oracle judge reads no model; a
     sparse reward reads it only to track reward quality)."""
     reward = parts["reward"]
-    return reward.judge != "process_oracle" and (reward.type != "sparse" or reward.track)
+    return reward.judge != "process_oracle" and (reward.kind.uses_verifier or reward.track)
 
 
 def _curve(run_dir: Path, trainer: Any) -> list[dict[str, Any]]:
@@ -434,6 +434,7 @@ def _dry_run(
     checks.append(
         f"reward: {parts['reward'].type} -> reward_funcs {[f.__name__ for f in funcs]}"
         + (f", reward_weights {weights}" if weights else "")
+        + (f", options {parts['reward'].options}" if parts["reward"].options is not None else "")
     )
     if args.use_vllm:
         import importlib.util

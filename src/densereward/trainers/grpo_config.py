@@ -192,16 +192,17 @@ _WARNED_SCALE: set[str] = set()
 def _scale_rewards(kind: str, kw: dict[str, Any]) -> None:
     """Set ``scale_rewards`` for the library's verifier reward kinds; warn on a user-set ``group``.
 
-    A kind in :data:`~densereward.rewards.kinds.CONTINUOUS_KINDS` runs with ``"none"`` unless
-    ``training.scale_rewards`` is set (:func:`~densereward.rewards.kinds.default_scale_rewards`).
+    A kind whose spec says ``continuous`` (:class:`~densereward.rewards.kinds.RewardKind`) runs
+    with ``"none"`` unless ``training.scale_rewards`` is set
+    (:func:`~densereward.rewards.kinds.default_scale_rewards`).
     ``"group"`` with a continuous judge divides each group's rewards by its own spread: in a
     group where every completion is wrong the judge's small differences become unit-size
     advantages and the weight that bounds the judge cancels; that is warned about once, with
     the reason (issue 36).
     """
-    from densereward.rewards.kinds import CONTINUOUS_KINDS, default_scale_rewards
+    from densereward.rewards.kinds import default_scale_rewards, reward_kind
 
-    if kind not in CONTINUOUS_KINDS:
+    if not reward_kind(kind).continuous:
         return
     if kw.get("scale_rewards") is None:
         kw["scale_rewards"] = default_scale_rewards(kind)
@@ -234,22 +235,14 @@ def build_grpo_args(parts: dict[str, Any], run_dir: Path, *, cpu_check: bool = F
     kw = dict(parts["training"])
     kw["output_dir"] = str(run_dir)
     kw.setdefault("run_name", parts["wandb"].name or run_dir.name)
-    if parts["reward"].reward_weights is not None:  # mixed, gated
+    if parts["reward"].reward_weights is not None:  # mixed, seed_recipe
         if kw.get("reward_weights") is not None:
             raise ConfigError(
                 f"set either reward.weights or training.reward_weights for the {parts['reward'].type} "
                 "reward, not both"
             )
         kw["reward_weights"] = parts["reward"].reward_weights
-    if (
-        parts["reward"].type == "gated"
-        and kw.get("multi_objective_aggregation", "sum_then_normalize") != "sum_then_normalize"
-    ):
-        raise ConfigError(
-            "reward.type=gated needs training.multi_objective_aggregation=sum_then_normalize: "
-            "normalising each reward separately lets the dense reward outweigh correctness "
-            "(densereward.rewards.gated_weights)"
-        )
+    kind = parts["reward"].kind
     _scale_rewards(parts["reward"].type, kw)
     model_init = dict(kw.get("model_init_kwargs") or {})
     model_init.setdefault("dtype", policy_dtype(parts["model"].dtype, kw))
@@ -264,7 +257,9 @@ def build_grpo_args(parts: dict[str, Any], run_dir: Path, *, cpu_check: bool = F
         args = GRPOConfig(**kw)
     except (ValueError, TypeError) as exc:
         raise ConfigError(f"trl.GRPOConfig rejected the training section: {exc}") from exc
-    if parts["reward"].type in ("group", "seed_recipe", "gated"):
+    if kind.check_training is not None:  # the kind's own checks (gated: the aggregation)
+        kind.check_training(parts["reward"], args)
+    if kind.needs_groups:
         per_proc = args.per_device_train_batch_size * args.steps_per_generation
         if per_proc % args.num_generations:
             raise ConfigError(

@@ -65,6 +65,11 @@ class EnvConfig:
     base: str = "sparse"
     """For ``reward: verifier`` / ``distilled``: the kind the shaping term is added to / mixed
     with (``sparse``, ``env`` or a plugin's)."""
+    reward_options: Any = None
+    """The reward kind's own parameters (``{...}``), validated when the config is read into the
+    options dataclass of the kind that builds the reward (``reward``'s, or ``base``'s under
+    ``verifier`` / ``distilled``; :class:`~densereward.envs.kinds.SACRewardKind`); this field then
+    holds that instance. The built-in kinds take none."""
     reward_model: str | None = None
     """For ``reward: distilled``: the reward model directory ``densereward distill`` wrote; its
     potential shapes the base reward (``F = gamma * Phi(s') - Phi(s)``, gamma = ``sac.gamma``)
@@ -92,14 +97,19 @@ class EnvConfig:
     ``verifier.frames.max_side`` anyway."""
 
     def __post_init__(self) -> None:
-        from densereward.envs.kinds import DESCRIBERS, check_sac_reward
+        from densereward.envs.kinds import (
+            DESCRIBERS,
+            check_sac_reward,
+            reward_options,
+            sac_reward_kind,
+        )
 
         check_sac_reward(self.reward, self.base)
-        if self.reward == "distilled" and not self.reward_model:
-            raise ConfigError(
-                "env.reward: distilled needs env.reward_model, the directory `densereward "
-                "distill` wrote (e.g. env.reward_model=runs/rm-fetchpush)"
-            )
+        kind = sac_reward_kind(self.reward)
+        if kind.check_config is not None:  # distilled: env.reward_model
+            kind.check_config(self)
+        options = reward_options(self.reward, self.base, self.reward_options)
+        object.__setattr__(self, "reward_options", options)
         if self.describer is not None:
             try:
                 DESCRIBERS.check(self.describer)

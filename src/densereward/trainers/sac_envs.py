@@ -30,7 +30,9 @@ __all__ = [
 
 def eval_reward(cfg: SACRunConfig) -> str:
     """The evaluation environment's reward kind: the run's base reward for the verifier reward."""
-    return cfg.env.base if cfg.env.reward in ("verifier", "distilled") else cfg.env.reward
+    from densereward.envs.kinds import sac_reward_kind
+
+    return cfg.env.base if sac_reward_kind(cfg.env.reward).shapes_base else cfg.env.reward
 
 
 def env_spec(env_id: str) -> Any:
@@ -82,6 +84,7 @@ def check_reward_kind(cfg: SACRunConfig) -> str:
             base=cfg.env.base,
             monitor=False,
             reward_model=cfg.env.reward_model,
+            reward_options=cfg.env.reward_options,
             gamma=float(cfg.sac.get("gamma", 0.99)),
         )
         try:
@@ -168,6 +171,7 @@ def build_envs(
         gamma=gamma,
         monitor_dir=monitor_dir,
         reward_model=cfg.env.reward_model,
+        reward_options=cfg.env.reward_options,
         **render_kwargs(cfg),
     )
     if not cfg.training.eval_every:
@@ -177,6 +181,7 @@ def build_envs(
         cfg.env.n_envs,
         seed=cfg.training.seed + EVAL_SEED_OFFSET,
         reward=eval_reward(cfg),
+        reward_options=cfg.env.reward_options,  # the base kind's under the shaping
     )
     if cfg.env.normalize_obs:  # statistics copied from training before every evaluation
         eval_venv = VecNormalize(
