@@ -16,10 +16,11 @@ from __future__ import annotations
 import textwrap
 
 import pytest
+from conftest import require
 
-pytest.importorskip("starlette")
-pytest.importorskip("uvicorn")
-pytest.importorskip("prometheus_client")
+require("starlette", "serve")
+require("uvicorn", "serve")
+require("prometheus_client", "serve")
 
 import httpx  # noqa: E402
 from plugin_dist import install  # noqa: E402
