@@ -70,7 +70,8 @@ class EnvConfig:
     potential shapes the base reward (``F = gamma * Phi(s') - Phi(s)``, gamma = ``sac.gamma``)
     at every step, with no verifier call."""
     n_envs: int = 2
-    """Environments stepped together; the verifier scores all due ones in one batched call."""
+    """Environments stepped together; the verifier scores all due states in one batched call a
+    step (a second one scores the first states of the episodes that reset at that step)."""
     task: str | None = None
     """Task text for describers that need one (the generic ``box`` describer)."""
     describer: str | None = None
@@ -87,8 +88,9 @@ class EnvConfig:
     render_size: int | None = None
     """Side in pixels of the frames rendered for the verifier (``width`` = ``height`` passed to
     ``gym.make``; ``reward: verifier`` with ``reward.render_frames`` only); ``null`` = the
-    environment's default (Fetch: 480). Software EGL rendering of FetchReach on a 2-core CPU
-    took 100 ms a frame at 480 and 34 ms at 128; the verifier shrinks frames to its own
+    environment's default (Fetch: 480). A FetchReach frame took 26 ms at 480 and 12 ms at 128
+    (software EGL on the 2-core x86_64 CPU at load 1.7, ``benchmarks/render_cost.py``;
+    ``docs/robot_frames.md``); the verifier shrinks frames to its own
     ``verifier.frames.max_side`` anyway."""
 
     def __post_init__(self) -> None:
