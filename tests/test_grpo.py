@@ -364,7 +364,7 @@ def test_dry_run_catches_a_misspelt_backend_option_a_bad_dtype_and_a_missing_bas
           "verifier.backend_options.timout_s=5"],
          "(did you mean 'verifier.backend_options.timeout_s'?)"),
         (["verifier.dtype=float32"],
-         "verifier.dtype moved into the backend's options (issue 29): set "
+         "verifier.dtype moved into the backend's options: set "
          "verifier.backend_options.dtype"),
     ]:  # fmt: skip
         assert cli_main([*dry, *overrides]) == 2, overrides
