@@ -31,8 +31,10 @@ _PATH = re.compile(
 _KEY = re.compile(r"(?<![\w./-])([a-z_]+)\.([a-z_][a-z0-9_]*)(?:\.([a-z_][a-z0-9_]*))?(?![\w/(-])")
 _PLACEHOLDER = re.compile(r"[<>*{}]|\.\.\.")
 _FILE_SUFFIXES = {"py", "md", "yaml", "yml", "json", "jsonl", "txt", "png", "pt", "pkl", "toml"}
-FOREIGN = {"data.max_response_length"}
-"""Keys of other tools' configs the pages quote (verl's ``data.max_response_length``)."""
+FOREIGN = {"data.max_response_length", "wandb.init"}
+"""Other tools' names the pages quote (verl's config key, the W&B library's function)."""
+REFUSED = {"training.wandb", "training.wandb_project"}
+"""Keys of earlier releases the pages name as refused (each is checked to be refused)."""
 
 
 def _fields(cls: type) -> set[str]:
@@ -129,6 +131,14 @@ def test_every_named_file_exists(page, path):
 
 @pytest.mark.parametrize("page,name", named_keys())
 def test_every_named_config_key_exists(page, name):
+    if name in REFUSED:
+        from densereward.errors import ConfigError
+        from densereward.wandb_config import refuse_old_keys
+
+        section, key = name.split(".")
+        with pytest.raises(ConfigError, match=f"{name} moved"):
+            refuse_old_keys({section: {key: 1}})
+        return
     section, key, *sub = name.split(".")
     keys = schema()[section]
     assert key in keys, f"{page} names `{name}`: {section}: has no key {key!r}"

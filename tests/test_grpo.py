@@ -366,6 +366,9 @@ def test_dry_run_catches_a_misspelt_backend_option_a_bad_dtype_and_a_missing_bas
         (["verifier.dtype=float32"],
          "verifier.dtype moved into the backend's options: set "
          "verifier.backend_options.dtype"),
+        (["training.report_to=[wandb]"],
+         "W&B is switched by the top-level wandb: section (wandb.enabled, default true)"),
+        (["wandb.projekt=x"], "unknown key(s) in section 'wandb': projekt; the keys are enabled"),
     ]:  # fmt: skip
         assert cli_main([*dry, *overrides]) == 2, overrides
         captured = capsys.readouterr()
@@ -373,7 +376,12 @@ def test_dry_run_catches_a_misspelt_backend_option_a_bad_dtype_and_a_missing_bas
     served = ["verifier.backend=openai", "verifier.model=misbehaving-model",  # the served name
               f"verifier.backend_options={{base_url: '{server.base_url}', timeout_s: 5}}"]  # fmt: skip
     assert cli_main([*dry, *served]) == 0
-    assert f"OpenAIOptions(base_url='{server.base_url}'" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert f"OpenAIOptions(base_url='{server.base_url}'" in out
+    assert (
+        "ok  wandb: project densereward, entity (default), group grpo-dynamics-cpu, name run, "
+        in out
+    )
     assert not (tmp_path / "run").exists()
 
 

@@ -209,7 +209,8 @@ def test_sac_reward_kind_and_describer_from_yaml(plugin, tmp_path, capsys):
     config = _yaml("""
         env: {id: FetchReach-v4, reward: plugin_neg_distance, n_envs: 1}
         training: {total_timesteps: 60, eval_every: 30, eval_episodes: 1, curve_every: 30,
-                   checkpoint_every: 0, wandb: false, log_interval: 1}
+                   checkpoint_every: 0, log_interval: 1}
+        wandb: {enabled: false}
         sac: {learning_starts: 30, batch_size: 16, policy_kwargs: {net_arch: [16, 16]}}
     """)
     summary = sac.run(config, output_dir=tmp_path / "neg")
@@ -225,7 +226,8 @@ def test_sac_reward_kind_and_describer_from_yaml(plugin, tmp_path, capsys):
         reward: {score_every: 20}
         verifier: {granularity: 5, backend_options: {device: cpu, dtype: float32}}
         training: {total_timesteps: 40, eval_every: 0, curve_every: 20, checkpoint_every: 0,
-                   wandb: false, log_interval: 1, torch_threads: 1}
+                   log_interval: 1, torch_threads: 1}
+        wandb: {enabled: false}
         sac: {learning_starts: 20, batch_size: 16, policy_kwargs: {net_arch: [16, 16]}}
     """)
     lines = sac.dry_run(verifier, output_dir=tmp_path / "dry")

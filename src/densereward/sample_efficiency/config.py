@@ -29,6 +29,7 @@ from ..errors import ConfigError, DataError, RegistryError
 from ..io import to_jsonable
 from ..registry import Registry, entry_point_group
 from ..sections import refuse_other_command
+from ..wandb_config import WandbConfig
 
 __all__ = [
     "TRAINERS",
@@ -78,10 +79,11 @@ class TrainerSpec:
     """Unit of the budget and of the curves' steps, for the report and the plot."""
     reserved: tuple[Keys, ...] = ()
     """Further keys a condition may not override (e.g. the run directory); the budget and
-    seed keys are always reserved: every condition gets the same ones."""
-    prepare: Callable[..., None] | None = None
-    """``prepare(config, *, wandb_group, wandb_enabled)``: fits a condition's config to the
-    comparison in place (W&B group and switch, no run directory of its own); ``None`` = as is."""
+    seed keys and the ``wandb:`` section are always reserved: every condition gets the same."""
+    prepare: Callable[[dict[str, Any]], None] | None = None
+    """``prepare(config)``: fits a condition's config to the comparison in place (e.g. drops a
+    run directory of its own); ``None`` = as is. The comparison sets the ``wandb:`` section of
+    every run itself (same keys for every trainer)."""
     validate: Callable[[dict[str, Any]], None] | None = None
     """``validate(config)``: the checks a run would fail at its start (the trainer's own
     config parser, data files, environment ids), raising ``ConfigError`` / ``DataError``;
@@ -95,7 +97,8 @@ class TrainerSpec:
                 raise RegistryError(
                     f"TrainerSpec keys must be non-empty tuples of names, got {keys!r}"
                 )
-        every = [tuple(self.budget_key), tuple(self.seed_key), *map(tuple, self.reserved)]
+        every = [tuple(self.budget_key), tuple(self.seed_key), ("wandb",)]
+        every += map(tuple, self.reserved)
         object.__setattr__(self, "reserved", tuple(dict.fromkeys(every)))
 
 
@@ -129,9 +132,7 @@ def _sac_dry_run(config: dict[str, Any], *, output_dir: Path) -> list[str]:
     return sac.dry_run(config, output_dir=output_dir)
 
 
-def _sac_prepare(config: dict[str, Any], *, wandb_group: str, wandb_enabled: bool) -> None:
-    # SAC's W&B group and job type come from the environment (WANDB_RUN_GROUP) the runner sets
-    _set(config, ("training", "wandb"), bool(wandb_enabled))
+def _sac_prepare(config: dict[str, Any]) -> None:
     config.get("training", {}).pop("run_name", None)
 
 
@@ -153,10 +154,7 @@ def _grpo_dry_run(config: dict[str, Any], *, output_dir: Path) -> list[str]:
     return grpo.dry_run(config, output_dir=output_dir)
 
 
-def _grpo_prepare(config: dict[str, Any], *, wandb_group: str, wandb_enabled: bool) -> None:
-    _set(config, ("wandb", "group"), wandb_group)
-    if not wandb_enabled:
-        _set(config, ("training", "report_to"), "none")
+def _grpo_prepare(config: dict[str, Any]) -> None:
     config.get("training", {}).pop("output_dir", None)
 
 
@@ -183,7 +181,7 @@ GRPO_TRAINER = TrainerSpec(
     dry_run=_grpo_dry_run,
     budget_key=("training", "max_steps"),
     x_label="GRPO steps",
-    reserved=(("training", "output_dir"), ("wandb", "group")),
+    reserved=(("training", "output_dir"),),
     prepare=_grpo_prepare,
     validate=_grpo_validate,
 )
@@ -255,14 +253,9 @@ def trainer_spec(name: str, trainers: Trainers = TRAINERS) -> TrainerSpec:
 # --------------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class CompareWandbConfig:
-    """W&B grouping of the comparison's runs (YAML section ``wandb:``)."""
-
-    group: str | None = None
-    """W&B group of every run; ``None`` = the comparison's ``name``. Each run's job type is its condition."""
-    enabled: bool = True
-    """Log the runs to W&B (offline unless an API key is configured)."""
+CompareWandbConfig = WandbConfig
+"""The comparison's ``wandb:`` section is the one every command reads (kept importable under
+its earlier name)."""
 
 
 @dataclass(frozen=True)
@@ -313,7 +306,11 @@ class CompareConfig:
     GRPO run's checkpoints took ~1.5 GB; a comparison of nine filled the disk); curves, logs,
     ``result.json`` and the W&B files stay. A run interrupted before it finished keeps its
     checkpoints until it is run again."""
-    wandb: CompareWandbConfig = field(default_factory=CompareWandbConfig)
+    wandb: WandbConfig = field(default_factory=WandbConfig)
+    """W&B of every run (the keys of ``train grpo`` / ``train sac``'s ``wandb:`` section, which
+    this one replaces in the base config): ``group`` ``None`` = the comparison's ``name``; each
+    run is named after its run directory (``<condition>-seed<k>``), its job type is its
+    condition."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.trainer, str) or not self.trainer:
@@ -370,6 +367,18 @@ def _check_override_form(ov: Any, where: str) -> None:
     raise ConfigError(f"{where} must be a list of key=value strings or a mapping, got {ov!r}")
 
 
+def run_wandb(cfg: CompareConfig) -> dict[str, Any]:
+    """The ``wandb:`` section every run of ``cfg`` gets: the comparison's own, its group
+    defaulting to the comparison's name, no name (each run is named after its run directory).
+
+    >>> cfg = parse_compare_config({"trainer": "sac", "conditions": {"a": [], "b": []}}, name="x")
+    >>> run_wandb(cfg)["group"], run_wandb(cfg)["name"]
+    ('x', None)
+    """
+    w = dataclasses.replace(cfg.wandb, group=cfg.wandb.group or cfg.name, name=None)
+    return {**dataclasses.asdict(w), "tags": list(w.tags)}
+
+
 def parse_compare_config(
     config: Mapping[str, Any],
     *,
@@ -391,6 +400,7 @@ def parse_compare_config(
     for required in ("trainer", "conditions"):
         if required not in data:
             raise ConfigError(f"comparison config needs {required!r}")
+    data["wandb"] = WandbConfig.from_section(data.get("wandb"))
     cfg = from_dict(CompareConfig, data)
     trainer_spec(cfg.trainer, trainers)
     if cfg.name is None:
@@ -476,19 +486,21 @@ def build_run_configs(
     budget = cfg.budget if cfg.budget is not None else _get(base, spec.budget_key)
     if budget is None:
         raise ConfigError(f"set budget: (or {'.'.join(spec.budget_key)} in the base config)")
-    group = cfg.wandb.group or cfg.name
+    wandb = run_wandb(cfg)
     out: dict[str, dict[str, dict[str, Any]]] = {}
     for cname, ov in cfg.conditions.items():
         for keys in _override_keys(cfg.common) + _override_keys(ov):
             if any(keys == r[: len(keys)] or r == keys[: len(r)] for r in spec.reserved):
                 raise ConfigError(
                     f"conditions.{cname}: {'.'.join(keys)} is set by the comparison for every run "
-                    "(use budget: / seeds:); conditions must differ only in their reward set-up"
+                    "(use the comparison's budget: / seeds: / wandb:); conditions must differ only in "
+                    "their reward set-up"
                 )
         cond_cfg = _apply(copy.deepcopy(base), copy.deepcopy(ov))
         _set(cond_cfg, spec.budget_key, int(budget))
+        cond_cfg["wandb"] = copy.deepcopy(wandb)  # the comparison's, for every trainer
         if spec.prepare is not None:
-            spec.prepare(cond_cfg, wandb_group=group, wandb_enabled=bool(cfg.wandb.enabled))
+            spec.prepare(cond_cfg)
         if spec.validate is not None:
             try:
                 spec.validate(cond_cfg)
