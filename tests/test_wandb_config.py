@@ -7,6 +7,7 @@ project, group, name and tags."""
 from __future__ import annotations
 
 import os
+import struct
 from pathlib import Path
 
 import pytest
@@ -17,6 +18,32 @@ from densereward.wandb_config import WandbConfig, describe_wandb, wandb_environm
 
 REPO = Path(__file__).resolve().parents[1]
 W_KEYS = "enabled, project, entity, group, name, tags, mode, dir"
+
+
+def offline_run(run_dir: Path) -> tuple[str, str, str, list[str], str]:
+    """(project, group, name, tags, job type) of the one offline W&B run under ``run_dir``, read
+    from the run record of its ``.wandb`` file (LevelDB log framing: 32 KiB blocks of records,
+    each a 7-byte header, crc, length and kind, before the bytes of a ``wandb`` protobuf
+    ``Record``; the file starts with a 7-byte W&B header). Not a byte search: the run's config,
+    which holds the ``wandb:`` section's values too, is in the same file."""
+    from wandb.proto import wandb_internal_pb2 as pb
+
+    (path,) = run_dir.glob("wandb/offline-run-*/*.wandb")
+    data, pos, buf = path.read_bytes(), 7, b""
+    while pos + 7 <= len(data):
+        if (left := 32768 - pos % 32768) < 7:  # a block's tail too short for a header: padding
+            pos += left
+            continue
+        length, kind = struct.unpack("<HB", data[pos + 4 : pos + 7])
+        buf, pos = buf + data[pos + 7 : pos + 7 + length], pos + 7 + length
+        if kind in (1, 4):  # a whole record, or the last piece of one
+            record = pb.Record()
+            record.ParseFromString(buf)
+            if record.WhichOneof("record_type") == "run":
+                r = record.run
+                return r.project, r.run_group, r.display_name, list(r.tags), r.job_type
+            buf = b""
+    raise AssertionError(f"no run record in {path}")
 
 
 def test_the_section_is_validated_in_one_place():
@@ -161,9 +188,27 @@ def test_a_short_sac_run_writes_an_offline_run_with_the_configured_project_and_g
                               checkpoint_every=0, log_interval=1)  # fmt: skip
     config["wandb"] = {"project": "dr-wandb-test", "group": "dr-group", "tags": ["t1"]}
     sac.run(config, output_dir=tmp_path / "run-a")
-    (run,) = (tmp_path / "run-a" / "wandb").glob("offline-run-*")
-    (log,) = run.glob("*.wandb")
-    data = log.read_bytes()
-    for value in (b"dr-wandb-test", b"dr-group", b"run-a", b"t1"):
-        assert value in data, value
+    assert offline_run(tmp_path / "run-a") == ("dr-wandb-test", "dr-group", "run-a", ["t1"], "")
     assert "WANDB_PROJECT" not in os.environ and "WANDB_RUN_GROUP" not in os.environ
+
+
+@pytest.mark.slow  # two short SAC runs
+def test_a_comparison_groups_its_runs_and_names_each_after_its_run_directory(tmp_path, monkeypatch):
+    from densereward.sample_efficiency import run_comparison
+
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    config = {
+        "name": "tiny-cmp", "trainer": "sac", "base": "configs/sac_fetchreach_sparse.yaml",
+        "common": ["env.n_envs=1", "sac.learning_starts=30", "sac.batch_size=16",
+                   "sac.policy_kwargs={net_arch: [16, 16]}", "training.eval_every=0",
+                   "training.curve_every=30", "training.checkpoint_every=0"],
+        "conditions": {"sparse": {}, "dense": ["env.id=FetchReachDense-v4", "env.reward=env"]},
+        "seeds": [0], "budget": 60, "n_bootstrap": 100, "output_dir": str(tmp_path / "cmp"),
+        "wandb": {"project": "dr-cmp-test", "tags": ["cmp"]},
+    }  # fmt: skip
+    monkeypatch.chdir(REPO)
+    run_comparison(config, progress=False)
+    for cname in ("sparse", "dense"):
+        run_dir = tmp_path / "cmp" / "runs" / cname / "seed0" / f"{cname}-seed0"
+        want = ("dr-cmp-test", "tiny-cmp", f"{cname}-seed0", ["cmp"], cname)
+        assert offline_run(run_dir) == want
