@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
+from test_wandb_config import offline_run
 
 from densereward.errors import ConfigError
 
@@ -105,6 +106,7 @@ def test_real_two_step_grpo_run_dense_reward(tmp_path, data_dir, default_model_d
     monkeypatch.delenv("WANDB_MODE", raising=False)
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     config = load_yaml(REPO / "configs/grpo_math_cpu.yaml")
+    config_tags = config["wandb"]["tags"]
     config["data"] = {"path": str(data_dir / "math500" / "test.jsonl"), "limit": 4, "levels": [1]}
     config["training"].update(max_steps=2, max_completion_length=16, per_device_train_batch_size=4,
                               num_generations=2, save_steps=2)  # fmt: skip
@@ -136,6 +138,9 @@ def test_real_two_step_grpo_run_dense_reward(tmp_path, data_dir, default_model_d
     assert len(offline) == 1 and list(offline[0].glob("*.wandb"))
     wandb_bytes = next(offline[0].glob("*.wandb")).read_bytes()
     assert b"verifier/pass_rate" in wandb_bytes and b"rewards/verifier_gated/mean" in wandb_bytes
+    # the config's wandb: section, applied as SAC's is (tests/test_wandb_config.py)
+    project, group, name, tags, _ = offline_run(run_dir)
+    assert (project, group, name, tags) == ("densereward", "grpo-math-cpu", "run", config_tags)
     assert (run_dir / "checkpoint-2").is_dir()
     assert result["metric"] == "verifier/pass_rate" and len(result["curve"]) == 2
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]  # exactly one run directory
