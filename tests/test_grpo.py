@@ -258,7 +258,7 @@ def test_a_one_step_grpo_start_prints_each_known_notice_at_most_once(tmp_path):
            str(REPO / "configs/grpo_math_cpu.yaml"), "--max-steps", "1", "--output-dir",
            str(tmp_path / "run"), "data.size=4", "data.limit=4", "training.num_generations=2",
            "training.per_device_train_batch_size=2", "training.max_completion_length=16",
-           "training.report_to=[]"]  # fmt: skip
+           "wandb.enabled=false"]  # fmt: skip
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
     done = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -483,7 +483,7 @@ def test_a_start_that_fails_after_creating_its_run_directory_removes_it(tmp_path
     config = apply_overrides(
         load_yaml(REPO / "configs/grpo_math_cpu.yaml"),
         ["data.size=4", "data.limit=4", "reward.type=sparse", "reward.track=false",
-         "training.report_to=[]"],
+         "wandb.enabled=false"],
     )  # fmt: skip
     out = tmp_path / "run"
     with pytest.raises(RuntimeError, match="refused before training"):

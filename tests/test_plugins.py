@@ -175,7 +175,8 @@ def test_grpo_reward_kind_from_yaml_dry_run_and_real_completions(plugin, tmp_pat
         verifier: {{model: plugin-smol, granularity: 5}}
     """))  # fmt: skip
     config["training"].update(max_steps=1, max_completion_length=8, per_device_train_batch_size=2,
-                              num_generations=2, save_steps=10, report_to="none")  # fmt: skip
+                              num_generations=2, save_steps=10)  # fmt: skip
+    config["wandb"] = {"enabled": False}
     dry = grpo.dry_run(config, output_dir=tmp_path / "dry")
     assert not any(line.startswith("!! ") for line in dry), dry
     assert "reward: plugin_short -> reward_funcs ['plugin_short']" in dry

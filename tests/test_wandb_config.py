@@ -118,6 +118,11 @@ def test_grpo_refuses_wandb_in_report_to_and_adds_it_from_the_section(report_to,
     config["wandb"]["enabled"] = False
     parts = grpo.resolve_config(config)
     assert grpo.build_grpo_args(parts, tmp_path / "r", cpu_check=True).report_to == ["tensorboard"]
+    config["training"]["report_to"] = "none"  # consistent with enabled: false
+    assert grpo.build_grpo_args(grpo.resolve_config(config), tmp_path / "r").report_to == []
+    config["wandb"]["enabled"] = True  # "none" used to switch W&B off: not silently on now
+    with pytest.raises(ConfigError, match="asks for no W&B run, but wandb.enabled is true"):
+        grpo.resolve_config(config)
 
 
 def test_every_commands_dry_run_shows_the_resolved_settings(tmp_path, capsys, monkeypatch):

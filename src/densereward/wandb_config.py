@@ -100,8 +100,9 @@ def refuse_old_keys(config: Mapping[str, Any]) -> None:
     """Refuse the W&B keys of earlier releases, naming the ``wandb:`` key that replaced each.
 
     Raises:
-        ConfigError: ``training.wandb`` / ``training.wandb_project`` is set, or
-            ``training.report_to`` names ``wandb`` (or ``all``, which includes it).
+        ConfigError: ``training.wandb`` / ``training.wandb_project`` is set,
+            ``training.report_to`` names ``wandb`` (or ``all``, which includes it), or is
+            ``none`` / ``[]`` while ``wandb.enabled`` is true (it used to switch W&B off).
     """
     training = config.get("training")
     if not isinstance(training, Mapping):
@@ -119,6 +120,13 @@ def refuse_old_keys(config: Mapping[str, Any]) -> None:
         raise ConfigError(
             f"training.report_to={report_to!r}: W&B is switched by the top-level wandb: section "
             "(wandb.enabled, default true); drop wandb/all from training.report_to"
+        )
+    section = config.get("wandb")
+    enabled = section.get("enabled", True) if isinstance(section, Mapping) else True
+    if "report_to" in training and named in ([], ["none"]) and enabled is True:
+        raise ConfigError(
+            f"training.report_to={report_to!r} asks for no W&B run, but wandb.enabled is true "
+            "(the default): set wandb.enabled: false and drop training.report_to"
         )
 
 
