@@ -88,7 +88,7 @@ def main() -> int:
         else config["data"]
     )
     reward_type = [f"reward.type={a.reward}"] if a.reward else []
-    apply_overrides(config, [*reward_type, f"training.max_steps={a.steps}", "training.report_to=[]",
+    apply_overrides(config, [*reward_type, f"training.max_steps={a.steps}", "wandb.enabled=false",
                              "training.save_strategy='no'", "training.log_completions=false", *a.overrides])  # fmt: skip
     if config["reward"].get("type") not in ("mixed", "gated"):
         config["reward"].pop("weights", None)

@@ -1,8 +1,7 @@
 """MkDocs hooks (mkdocs.yml ``hooks:``) that keep the site whole while pages and modules land.
 
-* Nav entries whose page is not in ``docs/`` are dropped: pages written by other work streams
-  can be listed in the nav before they land; a page that does not exist is left out of the site
-  instead of failing ``mkdocs build --strict``. Every link *inside* a page is still checked.
+* A nav entry whose page is not in ``docs/`` stops the build with an error naming the page (and
+  the nav title it sits under): list a page in ``mkdocs.yml`` in the change that adds it.
 * Every public module gets a reference: a subpackage or top-level module of ``densereward``
   with an ``__all__`` that no ``docs/api/*.md`` page renders (``::: module``) is rendered on a
   generated page, ``api/more.md``, so a new module is in the reference (and its docstrings are
@@ -19,20 +18,21 @@ GENERATED = "api/more.md"
 _DIRECTIVE = re.compile(r"^::: ([\w.]+)\s*$", re.MULTILINE)
 
 
-def _prune(items: list[Any], docs_dir: Path) -> list[Any]:
-    kept: list[Any] = []
+def missing_pages(items: list[Any], docs_dir: Path, where: str = "") -> list[str]:
+    """``"title > page"`` for each nav entry (nested too) whose Markdown file is not in ``docs_dir``.
+
+    >>> missing_pages([{"B": [{"C": "nope.md"}]}, {"D": "https://x"}], Path("/no/docs"))
+    ['B > C: nope.md']
+    """
+    out: list[str] = []
     for item in items:
-        if isinstance(item, dict):
-            (title, value), *_ = item.items()
-            if isinstance(value, list):
-                value = _prune(value, docs_dir)
-                if value:
-                    kept.append({title: value})
-            elif _exists(str(value), docs_dir):
-                kept.append(item)
-        elif _exists(str(item), docs_dir):
-            kept.append(item)
-    return kept
+        title, value = next(iter(item.items())) if isinstance(item, dict) else ("", item)
+        label = " > ".join(t for t in (where, str(title)) if t)
+        if isinstance(value, list):
+            out += missing_pages(value, docs_dir, label)
+        elif not _exists(str(value), docs_dir):
+            out.append(f"{label}: {value}" if label else str(value))
+    return out
 
 
 def _exists(page: str, docs_dir: Path) -> bool:
@@ -67,9 +67,19 @@ def more_page(modules: list[str]) -> str:
 
 
 def on_config(config: Any, **kwargs: Any) -> Any:
-    """Drop nav entries whose Markdown file does not exist under ``docs_dir``."""
-    if config.get("nav"):
-        config["nav"] = _prune(config["nav"], Path(config["docs_dir"]))
+    """Refuse a nav whose entries name a Markdown file that does not exist under ``docs_dir``.
+
+    Raises:
+        mkdocs.exceptions.PluginError: naming each missing page.
+    """
+    missing = missing_pages(config.get("nav") or [], Path(config["docs_dir"]))
+    if missing:
+        from mkdocs.exceptions import PluginError
+
+        raise PluginError(
+            f"mkdocs.yml nav names {len(missing)} page(s) not in {config['docs_dir']}: "
+            f"{'; '.join(missing)}; add the page or remove its nav entry"
+        )
     return config
 
 

@@ -223,9 +223,8 @@ def test_audit_waits_for_every_component():
 def test_training_scale_rewards_is_set_or_warned_about(caplog):
     from densereward.trainers.grpo_config import build_grpo_args, resolve_config
 
-    base = {"reward": {"type": "gated", "track": False},
-            "training": {"use_cpu": True, "num_generations": 2, "per_device_train_batch_size": 2,
-                         "report_to": []}}  # fmt: skip
+    base = {"reward": {"type": "gated", "track": False}, "wandb": {"enabled": False},
+            "training": {"use_cpu": True, "num_generations": 2, "per_device_train_batch_size": 2}}  # fmt: skip
     args = build_grpo_args(
         resolve_config(base), __import__("pathlib").Path("/tmp/x"), cpu_check=True
     )
@@ -273,7 +272,8 @@ def test_the_demo_config_with_the_gated_default_keeps_wrong_answers_down(
 
     config = load_yaml("configs/grpo_demo_cpu.yaml")
     config["reward"]["type"] = "gated"
-    config["training"].update(max_steps=2, report_to=[], save_strategy="no")
+    config["training"].update(max_steps=2, save_strategy="no")
+    config["wandb"]["enabled"] = False
     run(config, output_dir=tmp_path / "run")
     rows = [json.loads(x) for x in (tmp_path / "run/reward_quality.jsonl").read_text().splitlines()]
     shares = [r["verifier/advantage/wrong_up_share"] for r in rows]

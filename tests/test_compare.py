@@ -671,8 +671,8 @@ def test_register_trainer_adds_a_name_and_never_overwrites_one(tmp_path):
         assert C.register_trainer(name, spec) is spec  # the same spec again: a no-op
         with pytest.raises(RegistryError, match="already registered"):
             C.register_trainer(name, _toy_spec([]))
-        # the budget and seed keys are reserved for every condition
-        assert spec.reserved == (("training", "steps"), ("training", "seed"))
+        # the budget and seed keys and wandb: are reserved for every condition
+        assert spec.reserved == (("training", "steps"), ("training", "seed"), ("wandb",))
         config = {**_toy_config(tmp_path), "trainer": name, "seeds": [0, 1]}
         res = C.run_comparison(config, progress=False)  # the default registry
         assert res["trainer"] == name and len(calls) == 4

@@ -160,10 +160,16 @@ def test_a_broken_reference_fails_the_strict_build(tmp_path, page, message):
 
 
 def test_the_site_helpers():
-    """scripts/griffe_doctest.py's doctests; scripts/mkdocs_hooks.py keeps only existing pages."""
+    """scripts/griffe_doctest.py's and mkdocs_hooks.py's doctests; the hooks refuse a nav entry
+    whose page is missing, naming it (it was dropped without a word, defeating --strict)."""
     import doctest
 
+    from mkdocs.exceptions import PluginError
+
     assert doctest.testmod(load_script("griffe_doctest")).failed == 0
+    assert doctest.testmod(HOOKS).failed == 0
     nav = [{"A": "index.md"}, {"B": [{"C": "no_such_page.md"}]}, "api/index.md", {"D": "https://x"}]
-    kept = HOOKS._prune(nav, REPO / "docs")
-    assert kept == [{"A": "index.md"}, "api/index.md", {"D": "https://x"}]
+    with pytest.raises(PluginError, match=r"1 page\(s\) .*B > C: no_such_page.md; add the page"):
+        HOOKS.on_config({"nav": nav, "docs_dir": str(REPO / "docs")})
+    whole = {"nav": nav[:1] + nav[2:], "docs_dir": str(REPO / "docs")}
+    assert HOOKS.on_config(whole) is whole

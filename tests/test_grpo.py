@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
+from test_wandb_config import offline_run
 
 from densereward.errors import ConfigError
 
@@ -105,6 +106,7 @@ def test_real_two_step_grpo_run_dense_reward(tmp_path, data_dir, default_model_d
     monkeypatch.delenv("WANDB_MODE", raising=False)
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     config = load_yaml(REPO / "configs/grpo_math_cpu.yaml")
+    config_tags = config["wandb"]["tags"]
     config["data"] = {"path": str(data_dir / "math500" / "test.jsonl"), "limit": 4, "levels": [1]}
     config["training"].update(max_steps=2, max_completion_length=16, per_device_train_batch_size=4,
                               num_generations=2, save_steps=2)  # fmt: skip
@@ -136,6 +138,9 @@ def test_real_two_step_grpo_run_dense_reward(tmp_path, data_dir, default_model_d
     assert len(offline) == 1 and list(offline[0].glob("*.wandb"))
     wandb_bytes = next(offline[0].glob("*.wandb")).read_bytes()
     assert b"verifier/pass_rate" in wandb_bytes and b"rewards/verifier_gated/mean" in wandb_bytes
+    # the config's wandb: section, applied as SAC's is (tests/test_wandb_config.py)
+    project, group, name, tags, _ = offline_run(run_dir)
+    assert (project, group, name, tags) == ("densereward", "grpo-math-cpu", "run", config_tags)
     assert (run_dir / "checkpoint-2").is_dir()
     assert result["metric"] == "verifier/pass_rate" and len(result["curve"]) == 2
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]  # exactly one run directory
@@ -253,7 +258,7 @@ def test_a_one_step_grpo_start_prints_each_known_notice_at_most_once(tmp_path):
            str(REPO / "configs/grpo_math_cpu.yaml"), "--max-steps", "1", "--output-dir",
            str(tmp_path / "run"), "data.size=4", "data.limit=4", "training.num_generations=2",
            "training.per_device_train_batch_size=2", "training.max_completion_length=16",
-           "training.report_to=[]"]  # fmt: skip
+           "wandb.enabled=false"]  # fmt: skip
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
     done = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -364,8 +369,11 @@ def test_dry_run_catches_a_misspelt_backend_option_a_bad_dtype_and_a_missing_bas
           "verifier.backend_options.timout_s=5"],
          "(did you mean 'verifier.backend_options.timeout_s'?)"),
         (["verifier.dtype=float32"],
-         "verifier.dtype moved into the backend's options (issue 29): set "
+         "verifier.dtype moved into the backend's options: set "
          "verifier.backend_options.dtype"),
+        (["training.report_to=[wandb]"],
+         "W&B is switched by the top-level wandb: section (wandb.enabled, default true)"),
+        (["wandb.projekt=x"], "unknown key(s) in section 'wandb': projekt; the keys are enabled"),
     ]:  # fmt: skip
         assert cli_main([*dry, *overrides]) == 2, overrides
         captured = capsys.readouterr()
@@ -373,7 +381,12 @@ def test_dry_run_catches_a_misspelt_backend_option_a_bad_dtype_and_a_missing_bas
     served = ["verifier.backend=openai", "verifier.model=misbehaving-model",  # the served name
               f"verifier.backend_options={{base_url: '{server.base_url}', timeout_s: 5}}"]  # fmt: skip
     assert cli_main([*dry, *served]) == 0
-    assert f"OpenAIOptions(base_url='{server.base_url}'" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert f"OpenAIOptions(base_url='{server.base_url}'" in out
+    assert (
+        "ok  wandb: project densereward, entity (default), group grpo-dynamics-cpu, name run, "
+        in out
+    )
     assert not (tmp_path / "run").exists()
 
 
@@ -470,7 +483,7 @@ def test_a_start_that_fails_after_creating_its_run_directory_removes_it(tmp_path
     config = apply_overrides(
         load_yaml(REPO / "configs/grpo_math_cpu.yaml"),
         ["data.size=4", "data.limit=4", "reward.type=sparse", "reward.track=false",
-         "training.report_to=[]"],
+         "wandb.enabled=false"],
     )  # fmt: skip
     out = tmp_path / "run"
     with pytest.raises(RuntimeError, match="refused before training"):

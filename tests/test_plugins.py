@@ -219,7 +219,8 @@ def test_grpo_reward_kind_from_yaml_dry_run_and_real_completions(plugin, tmp_pat
         verifier: {{model: plugin-smol, granularity: 5}}
     """))  # fmt: skip
     config["training"].update(max_steps=1, max_completion_length=8, per_device_train_batch_size=2,
-                              num_generations=2, save_steps=10, report_to="none")  # fmt: skip
+                              num_generations=2, save_steps=10)  # fmt: skip
+    config["wandb"] = {"enabled": False}
     dry = grpo.dry_run(config, output_dir=tmp_path / "dry")
     assert not any(line.startswith("!! ") for line in dry), dry
     assert (
@@ -256,7 +257,8 @@ def test_sac_reward_kind_and_describer_from_yaml(plugin, tmp_path, capsys):
     config = _yaml("""
         env: {id: FetchReach-v4, reward: plugin_neg_distance, n_envs: 1}
         training: {total_timesteps: 60, eval_every: 30, eval_episodes: 1, curve_every: 30,
-                   checkpoint_every: 0, wandb: false, log_interval: 1}
+                   checkpoint_every: 0, log_interval: 1}
+        wandb: {enabled: false}
         sac: {learning_starts: 30, batch_size: 16, policy_kwargs: {net_arch: [16, 16]}}
     """)
     summary = sac.run(config, output_dir=tmp_path / "neg")
@@ -272,7 +274,8 @@ def test_sac_reward_kind_and_describer_from_yaml(plugin, tmp_path, capsys):
         reward: {score_every: 20}
         verifier: {granularity: 5, backend_options: {device: cpu, dtype: float32}}
         training: {total_timesteps: 40, eval_every: 0, curve_every: 20, checkpoint_every: 0,
-                   wandb: false, log_interval: 1, torch_threads: 1}
+                   log_interval: 1, torch_threads: 1}
+        wandb: {enabled: false}
         sac: {learning_starts: 20, batch_size: 16, policy_kwargs: {net_arch: [16, 16]}}
     """)
     lines = sac.dry_run(verifier, output_dir=tmp_path / "dry")
@@ -297,7 +300,8 @@ def test_a_plugin_sac_reward_kind_with_options_in_the_dry_run(plugin, tmp_path):
     config = _yaml("""
         env: {id: FetchReach-v4, reward: plugin_neg_distance, reward_options: {scale: '100'},
               n_envs: 1}
-        training: {total_timesteps: 10, wandb: false}
+        training: {total_timesteps: 10}
+        wandb: {enabled: false}
     """)  # fmt: skip
     lines = sac.dry_run(config, output_dir=tmp_path / "dry")
     assert any("reward: 'plugin_neg_distance' built and stepped once" in x for x in lines), lines

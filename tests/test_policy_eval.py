@@ -96,6 +96,7 @@ def test_heldout_every_steps_makes_the_run_curve_held_out(tmp_path, default_mode
 
     config = {
         "model": {"name": None, "torch_threads": 1},
+        "wandb": {"enabled": False},
         "data": {**CHAIN_SUM, "size": 8, "limit": 8, "seed": 0},
         "reward": {"type": "sparse", "track": False},
         "heldout": {
@@ -111,7 +112,6 @@ def test_heldout_every_steps_makes_the_run_curve_held_out(tmp_path, default_mode
             "num_generations": 2,
             "max_completion_length": 8,
             "save_steps": 100,
-            "report_to": [],
             "learning_rate": 3e-5,
             "logging_steps": 1,  # a training-batch point per step
         },  # fmt: skip

@@ -86,7 +86,8 @@ def _dummy_venv():
 
 def small_config(name: str, **training) -> dict:
     config = load_yaml(REPO / "configs" / name)
-    config["training"].update({"log_interval": 1, "curve_every": 100, "wandb": False, **training})
+    config["training"].update({"log_interval": 1, "curve_every": 100, **training})
+    config["wandb"] = {"enabled": False}
     return config
 
 
@@ -248,8 +249,9 @@ def test_her_relabels_with_the_sparse_success_reward(tmp_path):
     desired = batch.observations["desired_goal"].numpy().astype(np.float64)
     np.testing.assert_array_equal(rewards, np.linalg.norm(achieved - desired, axis=-1) < 0.05)
     # and the shipped config trains end to end
-    her["training"].update({"total_timesteps": 120, "wandb": False, "checkpoint_every": 0,
+    her["training"].update({"total_timesteps": 120, "checkpoint_every": 0,
                             "eval_every": 100, "eval_episodes": 2})  # fmt: skip
+    her["wandb"] = {"enabled": False}
     her["sac"].update({"learning_starts": 110, "batch_size": 32})
     summary = sac.run(her, output_dir=tmp_path / "her")
     assert summary["env_steps"] == 120 and 0.0 <= summary["final"] <= 1.0
@@ -437,7 +439,7 @@ def test_sac_run_plots_its_curves_and_labels_the_evaluation_reward(tmp_path, cap
                      "--output-dir", str(out), "--total-timesteps", "100",
                      "sac.learning_starts=60", "sac.batch_size=32", "training.eval_every=50",
                      "training.eval_episodes=2", "training.checkpoint_every=0",
-                     "training.wandb=false", "training.curve_every=50")  # fmt: skip
+                     "wandb.enabled=false", "training.curve_every=50")  # fmt: skip
     assert sac.main(args) == 0
     printed = capsys.readouterr().out
     summary = json.loads((out / "summary.json").read_text())

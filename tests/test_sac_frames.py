@@ -294,8 +294,9 @@ def _frames_run_config(verifier: dict, *, frames: bool) -> dict:
     )
     config["training"].update(
         total_timesteps=SAC_STEPS, eval_every=SAC_STEPS, eval_episodes=2, checkpoint_every=0,
-        wandb=False, log_interval=1, curve_every=100, seed=0,
+        log_interval=1, curve_every=100, seed=0,
     )  # fmt: skip
+    config["wandb"] = {"enabled": False}
     return config
 
 

@@ -84,6 +84,7 @@ def test_grpo_runs_with_different_training_seeds_sample_differently(tmp_path, de
         for seed in (0, 1):
             config = {
                 "model": {"name": None, "torch_threads": 1},
+                "wandb": {"enabled": False},
                 "data": {**CHAIN_SUM, "size": 1, "limit": 1, "seed": 0},
                 "reward": {"type": "test_recording", "track": False, "pivots": seed + 1},
                 "heldout": {
@@ -100,7 +101,6 @@ def test_grpo_runs_with_different_training_seeds_sample_differently(tmp_path, de
                     "num_generations": 4,
                     "max_completion_length": 8,
                     "save_steps": 100,
-                    "report_to": [],
                     "learning_rate": 3e-5,
                     "seed": seed,
                     "temperature": 1.0,

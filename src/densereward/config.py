@@ -420,8 +420,8 @@ def from_dict(cls: type, data: Mapping[str, Any] | None, *, prefix: str = "") ->
             rest = [k for k in unknown if k not in moved]
             also = f"; unknown key(s): {unknown_key_hints(rest, names)}" if rest else ""
             raise ConfigError(
-                f"{', '.join(prefix + k for k in moved)} moved into the backend's options "
-                f"(issue 29): set {spell} (e.g. {prefix}backend_options: {{{moved[0]}: ...}})"
+                f"{', '.join(prefix + k for k in moved)} moved into the backend's options: "
+                f"set {spell} (e.g. {prefix}backend_options: {{{moved[0]}: ...}})"
                 f"{also}"
             )
         hint = unknown_key_hints(unknown, names)

@@ -26,6 +26,7 @@ __all__ = [
     "make_run_dir",
     "check_run_dir",
     "configure_wandb",
+    "wandb_key_configured",
     "get_api_key",
     "redact",
     "to_jsonable",
@@ -263,10 +264,13 @@ def configure_wandb(run_dir: str | Path) -> str:
     os.environ["WANDB_DIR"] = str(run_dir)  # per run: a second run in one process gets its own dir
     os.environ.setdefault("WANDB_SILENT", "true")
     if "WANDB_MODE" not in os.environ:
-        has_key = (
-            bool(os.environ.get("WANDB_API_KEY"))
-            or (Path.home() / ".netrc").is_file()
-            and "api.wandb.ai" in (Path.home() / ".netrc").read_text(errors="ignore")
-        )
-        os.environ["WANDB_MODE"] = "online" if has_key else "offline"
+        os.environ["WANDB_MODE"] = "online" if wandb_key_configured() else "offline"
     return os.environ["WANDB_MODE"]
+
+
+def wandb_key_configured() -> bool:
+    """A W&B API key is configured: ``WANDB_API_KEY``, or ``api.wandb.ai`` in ``~/.netrc``."""
+    netrc = Path.home() / ".netrc"
+    return bool(os.environ.get("WANDB_API_KEY")) or (
+        netrc.is_file() and "api.wandb.ai" in netrc.read_text(errors="ignore")
+    )

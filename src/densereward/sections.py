@@ -48,7 +48,7 @@ COMMAND_SECTIONS: dict[str, tuple[tuple[str, ...], str]] = {
     ),
 }
 """Command -> (the top-level keys only its files have, a shipped example). ``reward``,
-``verifier`` and ``training`` are shared; ``wandb`` is in GRPO and comparison files."""
+``verifier``, ``training`` and ``wandb`` are shared."""
 
 
 def other_command(config: Mapping[str, Any], command: str) -> str | None:

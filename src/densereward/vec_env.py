@@ -1,4 +1,4 @@
-"""SB3 ``VecEnvWrapper`` for verifier progress rewards: one batched verifier call per vector step.
+"""SB3 ``VecEnvWrapper`` for verifier progress rewards: batched verifier calls per vector step.
 
 Needs stable-baselines3 (``pip install densereward[robotics]``); the reward logic is
 :class:`densereward.progress_reward.ProgressRewardCore`, shared with the Gymnasium wrapper.
@@ -57,11 +57,13 @@ class TerminalFrame(gym.Wrapper):
 
 
 class VecVerifierProgressReward(VecEnvWrapper):
-    """SB3 ``VecEnvWrapper``: verifier-progress reward with one batched call per vector step.
+    """SB3 ``VecEnvWrapper``: verifier-progress reward with batched calls per vector step.
 
-    All environments whose scoring is due at a step (every ``score_every`` steps, the
-    final state, and the first state of the episodes that auto-reset) are scored together
-    in a single ``progress_fn`` call, after the cache. Wrap it in ``VecMonitor`` so SB3's
+    The states of all environments whose scoring is due at a step (every ``score_every``
+    steps and the final state) are scored together in one ``progress_fn`` call, after the
+    cache; when episodes ended at that step, the first states of the episodes that
+    auto-reset are scored in a second call (their ``Phi(s_0)``), so a vector step makes zero
+    (every read a cache hit, or none due), one or two calls. Wrap it in ``VecMonitor`` so SB3's
     ``rollout/ep_rew_mean`` is the training reward.
 
     With ``config.render_frames`` (environments made with ``render_mode="rgb_array"``) the

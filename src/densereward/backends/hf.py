@@ -510,8 +510,9 @@ class TransformersBackend(LocalAsyncMixin):
             prompts: ``(B,)`` prompts.
             max_new_tokens: length bound in tokens, ``>= 1``.
             temperature: sampling temperature; ``0`` = greedy.
-            seed: seeds torch's global generator before sampling (``None``: ``config.seed``).
-                Results depend on the batch composition (chunks of ``config.batch_size``).
+            seed: seed of forked torch generators the sampling draws from (``None``:
+                ``config.seed``); the caller's global CPU and CUDA generators are left as they
+                were. Results depend on the batch composition (chunks of ``config.batch_size``).
             stop: strings that end a continuation; the text is cut before the first one
                 (as vLLM and OpenAI servers do).
 
@@ -546,8 +547,8 @@ class TransformersBackend(LocalAsyncMixin):
                 gen_kwargs.update(stop_strings=list(stop), tokenizer=self.tokenizer)
             n_new = 0
             # The sampling seed goes to a forked RNG: the caller's global torch RNG (a policy's
-            # sampling, SAC's exploration noise in the same process) is left as it was.
-            # (every visible CUDA device's too: torch.manual_seed seeds all of them)
+            # sampling, SAC's exploration noise in the same process) is left as it was, and
+            # every visible CUDA device's generator too (forked_rng forks all of them).
             try:
                 with forked_rng(self.config.seed if seed is None else seed), torch.inference_mode():
                     for chunk in self._chunks([len(s) for s in seqs]):

@@ -56,13 +56,6 @@ from ._common import (
 from .math import MathChecker, default_checker, references_from_columns
 from .tracking import RewardQualityTracker
 
-_MERGED_LETTERS_HINT = (
-    "; a verifier whose tokenizer merges the score letter into the '>' before it (Qwen2.5 and "
-    "Qwen3 spell '<score>T' as '<', 'score', '>T') reads low mass in a densereward that reads "
-    "after a lone '>': upgrade densereward, or choose another verifier.model"
-)
-"""Added to the abstention warning when reads had low score-token mass (issue 26)."""
-
 __all__ = [
     "VerifierReward",
     "AsyncVerifierReward",
@@ -162,8 +155,7 @@ class _VerifierRewardBase(VerifierHolder):
             return
         step = getattr(trainer_state, "global_step", None)
         where = "" if step is None else f" at step {int(step) + 1}"
-        hint = _MERGED_LETTERS_HINT if "low score-token mass" in message else ""
-        logger.warning("%s%s: %s%s", self.__name__, where, message, hint)
+        logger.warning("%s%s: %s", self.__name__, where, message)
 
     def _shown(self, texts: Sequence[str | None]) -> list[str | None]:
         """What the verifier is shown of each completion (see the module docstring)."""

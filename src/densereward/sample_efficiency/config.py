@@ -32,6 +32,7 @@ from ..io import to_jsonable
 from ..registry import Registry, entry_point_group, instances_of
 from ..sections import refuse_other_command
 from ..trainers.spec import Keys, TrainerSpec, set_key
+from ..wandb_config import WandbConfig
 
 __all__ = [
     "TRAINERS",
@@ -129,14 +130,9 @@ def trainer_spec(name: str, trainers: Trainers = TRAINERS) -> TrainerSpec:
 # --------------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class CompareWandbConfig:
-    """W&B grouping of the comparison's runs (YAML section ``wandb:``)."""
-
-    group: str | None = None
-    """W&B group of every run; ``None`` = the comparison's ``name``. Each run's job type is its condition."""
-    enabled: bool = True
-    """Log the runs to W&B (offline unless an API key is configured)."""
+CompareWandbConfig = WandbConfig
+"""The comparison's ``wandb:`` section is the one every command reads (kept importable under
+its earlier name)."""
 
 
 @dataclass(frozen=True)
@@ -188,7 +184,11 @@ class CompareConfig:
     GRPO run's checkpoints took ~1.5 GB; a comparison of nine filled the disk); curves, logs,
     ``result.json`` and the W&B files stay. A run interrupted before it finished keeps its
     checkpoints until it is run again."""
-    wandb: CompareWandbConfig = field(default_factory=CompareWandbConfig)
+    wandb: WandbConfig = field(default_factory=WandbConfig)
+    """W&B of every run (the keys of ``train grpo`` / ``train sac``'s ``wandb:`` section, which
+    this one replaces in the base config): ``group`` ``None`` = the comparison's ``name``; each
+    run is named after its run directory (``<condition>-seed<k>``), its job type is its
+    condition."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.trainer, str) or not self.trainer:
@@ -245,6 +245,18 @@ def _check_override_form(ov: Any, where: str) -> None:
     raise ConfigError(f"{where} must be a list of key=value strings or a mapping, got {ov!r}")
 
 
+def run_wandb(cfg: CompareConfig) -> dict[str, Any]:
+    """The ``wandb:`` section every run of ``cfg`` gets: the comparison's own, its group
+    defaulting to the comparison's name, no name (each run is named after its run directory).
+
+    >>> cfg = parse_compare_config({"trainer": "sac", "conditions": {"a": [], "b": []}}, name="x")
+    >>> run_wandb(cfg)["group"], run_wandb(cfg)["name"]
+    ('x', None)
+    """
+    w = dataclasses.replace(cfg.wandb, group=cfg.wandb.group or cfg.name, name=None)
+    return {**dataclasses.asdict(w), "tags": list(w.tags)}
+
+
 def parse_compare_config(
     config: Mapping[str, Any],
     *,
@@ -266,6 +278,7 @@ def parse_compare_config(
     for required in ("trainer", "conditions"):
         if required not in data:
             raise ConfigError(f"comparison config needs {required!r}")
+    data["wandb"] = WandbConfig.from_section(data.get("wandb"))
     cfg = from_dict(CompareConfig, data)
     trainer_spec(cfg.trainer, trainers)
     if cfg.name is None:
@@ -351,19 +364,21 @@ def build_run_configs(
     budget = cfg.budget if cfg.budget is not None else _get(base, spec.budget_key)
     if budget is None:
         raise ConfigError(f"set budget: (or {'.'.join(spec.budget_key)} in the base config)")
-    group = cfg.wandb.group or cfg.name
+    wandb = run_wandb(cfg)
     out: dict[str, dict[str, dict[str, Any]]] = {}
     for cname, ov in cfg.conditions.items():
         for keys in _override_keys(cfg.common) + _override_keys(ov):
             if any(keys == r[: len(keys)] or r == keys[: len(r)] for r in spec.reserved):
                 raise ConfigError(
                     f"conditions.{cname}: {'.'.join(keys)} is set by the comparison for every run "
-                    "(use budget: / seeds:); conditions must differ only in their reward set-up"
+                    "(use the comparison's budget: / seeds: / wandb:); conditions must differ only in "
+                    "their reward set-up"
                 )
         cond_cfg = _apply(copy.deepcopy(base), copy.deepcopy(ov))
         set_key(cond_cfg, spec.budget_key, int(budget))
+        cond_cfg["wandb"] = copy.deepcopy(wandb)  # the comparison's, for every trainer
         if spec.prepare is not None:
-            spec.prepare(cond_cfg, wandb_group=group, wandb_enabled=bool(cfg.wandb.enabled))
+            spec.prepare(cond_cfg)
         if spec.validate is not None:
             try:
                 spec.validate(cond_cfg)

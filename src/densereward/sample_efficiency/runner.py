@@ -28,6 +28,7 @@ from ..errors import ConfigError, DenseRewardError
 from ..io import append_jsonl, atomic_write_json, atomic_write_text, to_jsonable
 from ..metrics.curves import curve_arrays
 from ..metrics.format import format_number
+from ..wandb_config import WandbConfig, describe_wandb, restored_environ
 from .config import (
     TRAINERS,
     CompareConfig,
@@ -37,6 +38,7 @@ from .config import (
     build_run_configs,
     fingerprint,
     parse_compare_config,
+    run_wandb,
     trainer_spec,
 )
 from .report import analyze, plot_curves, render_report, run_final, title_of
@@ -53,6 +55,8 @@ _WANDB_ENV = (
     "WANDB_JOB_TYPE",
     "WANDB_PROJECT",
     "WANDB_TAGS",
+    "WANDB_ENTITY",
+    "WANDB_NAME",
 )
 
 
@@ -338,12 +342,14 @@ def dry_run_comparison(
         f"seeds {list(cfg.seeds)}, budget {_get(run_configs[order[0][0]][order[0][1]], spec.budget_key)}",
         f"output directory: {out} ({done} of {len(order)} runs finished there and would be skipped)",
     ]
+    each_run = out / "runs" / "<condition>" / "seed<k>" / "<condition>-seed<k>"
+    lines.append(describe_wandb(WandbConfig.from_section(run_wandb(cfg)), each_run))
     lines += [f"!! a finished run has a different config: {c}" for c in changed[:1]]
     with tempfile.TemporaryDirectory() as tmp:
         for cname, seeds in run_configs.items():
             first = copy.deepcopy(next(iter(seeds.values())))
             for line in spec.dry_run(first, output_dir=Path(tmp) / cname):
-                if line.startswith("run directory:"):
+                if line.startswith(("run directory:", "wandb:")):
                     continue  # a scratch directory; the comparison's own is reported above
                 bang = line.startswith("!! ")
                 lines.append(("!! " if bang else "") + f"{cname}: {line[3:] if bang else line}")
@@ -369,7 +375,6 @@ def _run_all(
 
     console = Console(stderr=True)
     n_done0 = n_total - len(todo)
-    group = cfg.wandb.group or str(cfg.name)
     with Progress(
         TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
         TextColumn("elapsed"), TimeElapsedColumn(), TextColumn("left ~{task.fields[eta]}"),
@@ -414,18 +419,12 @@ def _run_all(
             append_jsonl(
                 events, {"event": "start", "condition": cname, "seed": key, "time": time.time()}
             )
-            old_env = {k: os.environ.get(k) for k in _WANDB_ENV}
-            os.environ["WANDB_RUN_GROUP"] = group
-            os.environ["WANDB_JOB_TYPE"] = cname
             t0 = time.monotonic()
-            try:
-                summary = spec.run(copy.deepcopy(run_configs[cname][key]), output_dir=run_dir)
+            try:  # W&B's environment back as it was before the run, whatever the trainer set
+                with restored_environ(_WANDB_ENV):
+                    os.environ["WANDB_JOB_TYPE"] = cname  # the group: the run's wandb: section
+                    summary = spec.run(copy.deepcopy(run_configs[cname][key]), output_dir=run_dir)
             finally:
-                for k, v in old_env.items():
-                    if v is None:
-                        os.environ.pop(k, None)
-                    else:
-                        os.environ[k] = v
                 gc.collect()
             wall = time.monotonic() - t0
             record = {

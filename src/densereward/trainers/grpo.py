@@ -14,13 +14,14 @@ Usage::
 YAML sections: ``model`` (policy), ``data`` (:class:`densereward.data.DataConfig`), ``reward``
 (:class:`densereward.rewards.RewardConfig`), ``verifier``
 (:class:`densereward.config.VerifierConfig`), ``training`` (passed verbatim to
-``trl.GRPOConfig``: every field works, unknown keys are errors), ``wandb`` (project, name,
-group, tags).
+``trl.GRPOConfig``: every field works, unknown keys are errors), ``wandb``
+(:class:`densereward.wandb_config.WandbConfig`, the same section as SAC's and a comparison's).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 import logging
 import os
@@ -40,12 +41,12 @@ from densereward.errors import ConfigError, DenseRewardError
 from densereward.io import (
     atomic_write_json,
     check_run_dir,
-    configure_wandb,
     get_api_key,
     read_jsonl,
     redact,
 )
 from densereward.verifier import VerifierFactory
+from densereward.wandb_config import describe_wandb, wandb_environment
 
 from .checks import check_models, check_verifier_server, name_base_model, print_dry_run
 from .grpo_config import (  # noqa: F401  (re-exported: the config is part of this trainer's API)
@@ -136,39 +137,12 @@ def _drop_unstarted(run_dir: Path, created: bool, trainer: Any) -> None:
         shutil.rmtree(run_dir, ignore_errors=True)
 
 
-def _wandb_env(parts: dict[str, Any], run_dir: Path) -> dict[str, str | None]:
-    """Point W&B at this run (offline without an API key); returns the previous env to restore."""
-    w = parts["wandb"]
-    new = {
-        "WANDB_DIR": str(run_dir),  # exactly one run directory: W&B files live inside it
-        "WANDB_PROJECT": w.project,
-        "WANDB_RUN_GROUP": w.group,
-        "WANDB_TAGS": ",".join(w.tags) if w.tags else None,
-    }
-    old = {k: os.environ.get(k) for k in new}
-    for k, v in new.items():
-        if v is None:
-            os.environ.pop(k, None)
-        else:
-            os.environ[k] = v
-    configure_wandb(run_dir)
-    return old
-
-
 def _dtype_note(parts: dict[str, Any]) -> str:
     """``dtype float32``, or ``dtype auto: float32 on cpu`` (resolved as the run resolves it)."""
     requested, training = parts["model"].dtype, parts["training"]
     if requested != "auto":
         return f"dtype {requested}"
     return f"dtype auto: {policy_dtype(requested, training)} on {training_device(training)}"
-
-
-def _restore_env(old: dict[str, str | None]) -> None:
-    for k, v in old.items():
-        if v is None:
-            os.environ.pop(k, None)
-        else:
-            os.environ[k] = v
 
 
 def run(
@@ -255,9 +229,9 @@ def run(
         atomic_write_json(run_dir / "config.json", redact(config, secrets))
 
     # W&B (offline without a key) and the policy.
-    old_env, trainer = {}, None
+    trainer, wandb_env = None, contextlib.ExitStack()
     try:
-        old_env = _wandb_env(parts, run_dir) if "wandb" in (args.report_to or []) else {}
+        wandb_env.enter_context(wandb_environment(parts["wandb"], run_dir))
         policy = resolve_model(parts["model"].name, field="model.name")
         if parts["model"].torch_threads:
             torch.set_num_threads(parts["model"].torch_threads)
@@ -290,7 +264,7 @@ def run(
         ):
             reward_funcs[0].checker.close()
         _finish_wandb()
-        _restore_env(old_env)
+        wandb_env.close()
 
     plot = tracker.plot_path if tracker.plot_path and tracker.plot_path.is_file() else None
     curve, metric = _curve(run_dir, trainer), "verifier/pass_rate"
@@ -431,6 +405,7 @@ def _dry_run(
         )
         + ")"
     )
+    checks.append(describe_wandb(parts["wandb"], run_dir))
     checks.append(
         f"reward: {parts['reward'].type} -> reward_funcs {[f.__name__ for f in funcs]}"
         + (f", reward_weights {weights}" if weights else "")

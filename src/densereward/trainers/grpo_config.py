@@ -24,6 +24,7 @@ from densereward.config import (
 )
 from densereward.errors import ConfigError
 from densereward.sections import check_passthrough_values
+from densereward.wandb_config import WandbConfig, refuse_old_keys
 
 __all__ = [
     "SECTIONS",
@@ -61,17 +62,6 @@ class ModelConfig:
         check_model_and_dtype("model.name", self.name, "model.dtype", self.dtype)
         if self.torch_threads is not None and self.torch_threads < 1:
             raise ConfigError(f"model.torch_threads must be >= 1 or null, got {self.torch_threads}")
-
-
-@dataclass(frozen=True)
-class WandbConfig:
-    """W&B run metadata (YAML section ``wandb:``); offline automatically without an API key."""
-
-    project: str = "densereward"
-    name: str | None = None
-    """Run name; also the run directory's name when ``training.output_dir`` is not set."""
-    group: str | None = None
-    tags: tuple[str, ...] = ()
 
 
 # --------------------------------------------------------------------------------------------
@@ -173,12 +163,13 @@ def resolve_config(config: dict[str, Any]) -> dict[str, Any]:
     from densereward.rewards._common import check_prompt_settings
 
     check_sections(config, _section_fields(), command="train grpo")
+    refuse_old_keys(config)
     parts = {
         "model": from_dict(ModelConfig, config.get("model"), prefix="model."),
         "data": from_dict(DataConfig, config.get("data"), prefix="data."),
         "reward": from_dict(RewardConfig, config.get("reward"), prefix="reward."),
         "verifier": from_dict(VerifierConfig, config.get("verifier"), prefix="verifier."),
-        "wandb": from_dict(WandbConfig, config.get("wandb"), prefix="wandb."),
+        "wandb": WandbConfig.from_section(config.get("wandb")),
         "heldout": from_dict(HeldoutConfig, config.get("heldout"), prefix="heldout."),
         "training": grpo_config_kwargs(dict(config.get("training") or {})),
     }
@@ -235,6 +226,11 @@ def build_grpo_args(parts: dict[str, Any], run_dir: Path, *, cpu_check: bool = F
     kw = dict(parts["training"])
     kw["output_dir"] = str(run_dir)
     kw.setdefault("run_name", parts["wandb"].name or run_dir.name)
+    reporters = kw.get("report_to") or []  # "wandb"/"all" were refused (wandb_config)
+    reporters = [
+        r for r in ([reporters] if isinstance(reporters, str) else reporters) if r != "none"
+    ]
+    kw["report_to"] = reporters + ["wandb"] if parts["wandb"].enabled else reporters or "none"
     if parts["reward"].reward_weights is not None:  # mixed, seed_recipe
         if kw.get("reward_weights") is not None:
             raise ConfigError(

@@ -10,7 +10,7 @@ import copy
 from pathlib import Path
 from typing import Any
 
-from .spec import TrainerSpec, set_key
+from .spec import TrainerSpec
 
 __all__ = ["GRPO_TRAINER"]
 
@@ -27,10 +27,7 @@ def _compare_dry_run(config: dict[str, Any], *, output_dir: Path) -> list[str]:
     return grpo.dry_run(config, output_dir=output_dir)
 
 
-def _compare_prepare(config: dict[str, Any], *, wandb_group: str, wandb_enabled: bool) -> None:
-    set_key(config, ("wandb", "group"), wandb_group)
-    if not wandb_enabled:
-        set_key(config, ("training", "report_to"), "none")
+def _compare_prepare(config: dict[str, Any]) -> None:
     config.get("training", {}).pop("output_dir", None)
 
 
@@ -46,7 +43,7 @@ GRPO_TRAINER = TrainerSpec(
     dry_run=_compare_dry_run,
     budget_key=("training", "max_steps"),
     x_label="GRPO steps",
-    reserved=(("training", "output_dir"), ("wandb", "group")),
+    reserved=(("training", "output_dir"),),
     prepare=_compare_prepare,
     validate=_compare_validate,
 )

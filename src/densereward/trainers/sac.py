@@ -8,7 +8,8 @@ and callbacks -> learn -> summary. Also ``densereward train sac --config ...``::
 
 YAML sections map one-to-one onto dataclasses (unknown keys are errors):
 ``env`` -> :class:`EnvConfig`, ``reward`` -> :class:`densereward.wrappers.ProgressRewardConfig`,
-``verifier`` -> :class:`densereward.config.VerifierConfig`, ``training`` -> :class:`TrainingConfig`;
+``verifier`` -> :class:`densereward.config.VerifierConfig`, ``training`` -> :class:`TrainingConfig`,
+``wandb`` -> :class:`densereward.wandb_config.WandbConfig` (the same section as GRPO's);
 ``sac`` is passed through to ``stable_baselines3.SAC`` and ``her`` (optional) to
 ``HerReplayBuffer`` as ``replay_buffer_kwargs``.
 
@@ -38,6 +39,7 @@ GRPO and eval-verifier calibrate it (0.5, logged, until a success and a failure 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 import logging
 import os
@@ -61,11 +63,11 @@ from densereward.io import (
     atomic_write_json,
     atomic_write_text,
     check_run_dir,
-    configure_wandb,
     read_jsonl,
 )
 
 from ..backend_options import loads_model
+from ..wandb_config import describe_wandb, wandb_environment
 from .checks import check_model, check_verifier_server, print_dry_run, verifier_reads_images
 from .sac_config import (  # noqa: F401  (re-exported: the config is part of this trainer's API)
     EVAL_REWARD_LABELS,
@@ -241,6 +243,7 @@ def dry_run(config: dict[str, Any], *, output_dir: Path, resume: bool = False) -
         lines += [server] if server else []
         unreachable = unreachable or down
     problems = [_learning_starts_problem(cfg), unreachable]
+    lines.append(describe_wandb(cfg.wandb, Path(output_dir)))
     return lines + [f"!! {p}" for p in problems if p]
 
 
@@ -370,22 +373,15 @@ def run(config: dict[str, Any], *, output_dir: Path, resume: bool = False) -> di
     formats = [make_output_format("csv", str(run_dir / "logs"))]
     if tc.verbose:
         formats.append(make_output_format("stdout", str(run_dir / "logs")))
-    wandb_run = None
-    if tc.wandb:
+    wandb_run, wandb_env = None, contextlib.ExitStack()
+    if wandb_env.enter_context(wandb_environment(cfg.wandb, run_dir)) is not None:
         import wandb
 
-        configure_wandb(run_dir)
         id_file = run_dir / "wandb_id.txt"
         run_id = id_file.read_text().strip() if id_file.is_file() else uuid.uuid4().hex[:12]
         atomic_write_text(id_file, run_id)
-        wandb_run = wandb.init(
-            project=tc.wandb_project,
-            dir=str(run_dir),
-            id=run_id,
-            resume="allow",
-            name=run_dir.name,
-            config=config,
-        )
+        # project, entity, group, name, tags, mode and dir come from the environment just set
+        wandb_run = wandb.init(id=run_id, resume="allow", config=config)
         formats.append(WandbOutputFormat(wandb_run))
     model.set_logger(Logger(str(run_dir / "logs"), formats))
 
@@ -507,6 +503,7 @@ def run(config: dict[str, Any], *, output_dir: Path, resume: bool = False) -> di
             import wandb
 
             wandb.teardown()  # reset process-wide W&B settings for the next run in this process
+        wandb_env.close()  # W&B's environment as it was before this run
         if verifier is not None and hasattr(verifier, "close"):
             verifier.close()
 

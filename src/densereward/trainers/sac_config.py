@@ -22,6 +22,7 @@ from densereward.config import (
 from densereward.errors import ConfigError
 from densereward.progress_reward import ProgressRewardConfig
 from densereward.sections import check_passthrough_values
+from densereward.wandb_config import WandbConfig, refuse_old_keys
 
 __all__ = [
     "EVAL_REWARD_LABELS",
@@ -37,7 +38,7 @@ __all__ = [
 EVAL_SEED_OFFSET = 10_000
 """Evaluation environment ``i`` is seeded with ``training.seed + EVAL_SEED_OFFSET + i``."""
 
-SECTIONS = ("env", "reward", "verifier", "sac", "her", "training")
+SECTIONS = ("env", "reward", "verifier", "sac", "her", "training", "wandb")
 
 EVAL_REWARD_LABELS = {
     "sparse": "sparse success reward (1 per step at the goal, else 0), summed",
@@ -75,7 +76,8 @@ class EnvConfig:
     potential shapes the base reward (``F = gamma * Phi(s') - Phi(s)``, gamma = ``sac.gamma``)
     at every step, with no verifier call."""
     n_envs: int = 2
-    """Environments stepped together; the verifier scores all due ones in one batched call."""
+    """Environments stepped together; the verifier scores all due states in one batched call a
+    step (a second one scores the first states of the episodes that reset at that step)."""
     task: str | None = None
     """Task text for describers that need one (the generic ``box`` describer)."""
     describer: str | None = None
@@ -92,8 +94,9 @@ class EnvConfig:
     render_size: int | None = None
     """Side in pixels of the frames rendered for the verifier (``width`` = ``height`` passed to
     ``gym.make``; ``reward: verifier`` with ``reward.render_frames`` only); ``null`` = the
-    environment's default (Fetch: 480). Software EGL rendering of FetchReach on a 2-core CPU
-    took 100 ms a frame at 480 and 34 ms at 128; the verifier shrinks frames to its own
+    environment's default (Fetch: 480). A FetchReach frame took 26 ms at 480 and 12 ms at 128
+    (software EGL on the 2-core x86_64 CPU at load 1.7, ``benchmarks/render_cost.py``;
+    ``docs/robot_frames.md``); the verifier shrinks frames to its own
     ``verifier.frames.max_side`` anyway."""
 
     def __post_init__(self) -> None:
@@ -152,10 +155,6 @@ class TrainingConfig:
     """Environment steps between checkpoints (model and replay buffer); 0 disables them."""
     metrics_window: int = 100
     """Episodes in the windows of ``verifier/*`` and ``rollout/*`` means."""
-    wandb: bool = True
-    """Log to W&B (offline unless an API key is configured)."""
-    wandb_project: str = "densereward"
-    """W&B project name."""
     device: str = "cpu"
     """Torch device of SAC: ``cpu``, ``cuda``, ``auto``."""
     torch_threads: int | None = None
@@ -194,6 +193,7 @@ class SACRunConfig:
     training: TrainingConfig = field(default_factory=TrainingConfig)
     sac: dict[str, Any] = field(default_factory=dict)
     her: dict[str, Any] | None = None
+    wandb: WandbConfig = field(default_factory=WandbConfig)
 
 
 _SET_BY_TRAINER = ("policy", "env", "seed", "device", "verbose")
@@ -255,6 +255,7 @@ def _section_fields() -> dict[str, Any]:
     out["sac"] = lambda: [a for a in init_args("stable_baselines3.SAC") if a not in _SET_BY_TRAINER]
     out["her"] = lambda: init_args("stable_baselines3.HerReplayBuffer")
     out["training"] = lambda: field_names(TrainingConfig)
+    out["wandb"] = lambda: field_names(WandbConfig)
     return out
 
 
@@ -265,6 +266,7 @@ def parse_config(config: dict[str, Any]) -> SACRunConfig:
         ConfigError: on unknown sections/keys or invalid values.
     """
     check_sections(config, _section_fields(), command="train sac")
+    refuse_old_keys(config)
     for name in ("sac", "her"):
         if config.get(name) is not None and not isinstance(config[name], dict):
             raise ConfigError(f"section {name!r} must be a mapping")
@@ -276,6 +278,7 @@ def parse_config(config: dict[str, Any]) -> SACRunConfig:
         training=from_dict(TrainingConfig, config.get("training"), prefix="training."),
         sac=sac,
         her=config.get("her"),
+        wandb=WandbConfig.from_section(config.get("wandb")),
     )
     if cfg.her is not None and cfg.env.reward == "verifier":
         raise ConfigError(

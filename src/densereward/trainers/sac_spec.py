@@ -10,7 +10,7 @@ import copy
 from pathlib import Path
 from typing import Any
 
-from .spec import TrainerSpec, set_key
+from .spec import TrainerSpec
 
 __all__ = ["SAC_TRAINER"]
 
@@ -27,9 +27,7 @@ def _compare_dry_run(config: dict[str, Any], *, output_dir: Path) -> list[str]:
     return sac.dry_run(config, output_dir=output_dir)
 
 
-def _compare_prepare(config: dict[str, Any], *, wandb_group: str, wandb_enabled: bool) -> None:
-    # SAC's W&B group and job type come from the environment (WANDB_RUN_GROUP) the runner sets
-    set_key(config, ("training", "wandb"), bool(wandb_enabled))
+def _compare_prepare(config: dict[str, Any]) -> None:
     config.get("training", {}).pop("run_name", None)
 
 

@@ -47,10 +47,11 @@ class TrainerSpec:
     """Unit of the budget and of the curves' steps, for the report and the plot."""
     reserved: tuple[Keys, ...] = ()
     """Further keys a condition may not override (e.g. the run directory); the budget and
-    seed keys are always reserved: every condition gets the same ones."""
-    prepare: Callable[..., None] | None = None
-    """``prepare(config, *, wandb_group, wandb_enabled)``: fits a condition's config to the
-    comparison in place (W&B group and switch, no run directory of its own); ``None`` = as is."""
+    seed keys and the ``wandb:`` section are always reserved: every condition gets the same."""
+    prepare: Callable[[dict[str, Any]], None] | None = None
+    """``prepare(config)``: fits a condition's config to the comparison in place (e.g. drops a
+    run directory of its own); ``None`` = as is. The comparison sets the ``wandb:`` section of
+    every run itself (same keys for every trainer)."""
     validate: Callable[[dict[str, Any]], None] | None = None
     """``validate(config)``: the checks a run would fail at its start (the trainer's own
     config parser, data files, environment ids), raising ``ConfigError`` / ``DataError``;
@@ -64,7 +65,8 @@ class TrainerSpec:
                 raise RegistryError(
                     f"TrainerSpec keys must be non-empty tuples of names, got {keys!r}"
                 )
-        every = [tuple(self.budget_key), tuple(self.seed_key), *map(tuple, self.reserved)]
+        every = [tuple(self.budget_key), tuple(self.seed_key), ("wandb",)]
+        every += map(tuple, self.reserved)
         object.__setattr__(self, "reserved", tuple(dict.fromkeys(every)))
 
 

@@ -1,0 +1,202 @@
+"""W&B, configured one way for every command: the top-level ``wandb:`` section.
+
+``train grpo``, ``train sac`` and ``compare`` read the same section into :class:`WandbConfig`
+and apply it the same way (:func:`wandb_environment`): as W&B's own environment variables
+(``WANDB_PROJECT``, ``WANDB_ENTITY``, ``WANDB_RUN_GROUP``, ``WANDB_NAME``, ``WANDB_TAGS``,
+``WANDB_MODE``, ``WANDB_DIR``) for the duration of the run, which TRL's W&B callback and
+``wandb.init`` both read. A comparison gives each run the comparison's section, with its
+``group`` (default: the comparison's name) and no ``name`` (each run is named after its run
+directory, ``<condition>-seed<k>``).
+
+The earlier shapes are refused with the key to use (:func:`refuse_old_keys`):
+``training.wandb`` (SAC) -> ``wandb.enabled``, ``training.wandb_project`` (SAC) ->
+``wandb.project``, ``wandb`` in ``training.report_to`` (GRPO) -> ``wandb.enabled``. Refused,
+not translated: a translation would keep three shapes alive in the code and the docs, and the
+fix is one line the error names.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from .errors import ConfigError
+from .io import configure_wandb, wandb_key_configured
+
+__all__ = [
+    "WandbConfig",
+    "describe_wandb",
+    "refuse_old_keys",
+    "restored_environ",
+    "wandb_environment",
+]
+
+MODES = ("auto", "online", "offline", "disabled")
+
+
+@dataclass(frozen=True)
+class WandbConfig:
+    """W&B logging of a run (YAML section ``wandb:``, the same keys for every command)."""
+
+    enabled: bool = True
+    """Log the run to W&B. GRPO: adds ``wandb`` to ``trl.GRPOConfig.report_to``; SAC: an SB3
+    logger output that sends every logged value to the W&B run."""
+    project: str = "densereward"
+    """W&B project."""
+    entity: str | None = None
+    """W&B entity (user or team); ``None`` = the account's default."""
+    group: str | None = None
+    """W&B group; in a comparison ``None`` = the comparison's ``name``."""
+    name: str | None = None
+    """Run name; ``None`` = the run directory's name. A GRPO run without ``training.output_dir``
+    or ``--output-dir`` also names its directory ``runs/<name>``."""
+    tags: tuple[str, ...] = ()
+    """W&B tags."""
+    mode: Literal["auto", "online", "offline", "disabled"] = "auto"
+    """``auto``: ``WANDB_MODE`` when it is set, else ``online`` with an API key (``WANDB_API_KEY``
+    or ``~/.netrc``), else ``offline`` (``wandb sync <dir>`` uploads later)."""
+    dir: str | None = None
+    """Folder W&B writes its files in; ``None`` = the run directory."""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.enabled, bool):
+            raise ConfigError(f"wandb.enabled must be true or false, got {self.enabled!r}")
+        if not isinstance(self.project, str) or not self.project:
+            raise ConfigError(f"wandb.project must be a non-empty name, got {self.project!r}")
+        if self.mode not in MODES:
+            raise ConfigError(f"wandb.mode must be one of {', '.join(MODES)}, got {self.mode!r}")
+        tags = (self.tags,) if isinstance(self.tags, str) else tuple(self.tags)
+        if not all(isinstance(t, str) and t for t in tags):
+            raise ConfigError(f"wandb.tags must be a list of names, got {self.tags!r}")
+        object.__setattr__(self, "tags", tags)
+
+    @classmethod
+    def from_section(cls, section: Any) -> WandbConfig:
+        """Parse a ``wandb:`` mapping (``None`` = the defaults).
+
+        Raises:
+            ConfigError: naming each unknown key and the valid ones, or a bad value.
+        """
+        if section is None:
+            return cls()
+        if not isinstance(section, Mapping):
+            raise ConfigError(f"section 'wandb' must be a mapping, got {section!r}")
+        valid = [f.name for f in dataclasses.fields(cls)]
+        unknown = sorted(set(section) - set(valid))
+        if unknown:
+            raise ConfigError(
+                f"unknown key(s) in section 'wandb': {', '.join(unknown)}; the keys are "
+                f"{', '.join(valid)}"
+            )
+        return cls(**section)
+
+
+def refuse_old_keys(config: Mapping[str, Any]) -> None:
+    """Refuse the W&B keys of earlier releases, naming the ``wandb:`` key that replaced each.
+
+    Raises:
+        ConfigError: ``training.wandb`` / ``training.wandb_project`` is set,
+            ``training.report_to`` names ``wandb`` (or ``all``, which includes it), or is
+            ``none`` / ``[]`` while ``wandb.enabled`` is true (it used to switch W&B off).
+    """
+    training = config.get("training")
+    if not isinstance(training, Mapping):
+        return
+    moved = {"wandb": "wandb.enabled", "wandb_project": "wandb.project"}
+    for old, new in moved.items():
+        if old in training:
+            raise ConfigError(
+                f"training.{old} moved to the top-level wandb: section: set {new} "
+                f"(e.g. wandb: {{{new.split('.')[1]}: {_yaml(training[old])}}})"
+            )
+    report_to = training.get("report_to")
+    named = [report_to] if isinstance(report_to, str) else list(report_to or [])
+    if "wandb" in named or "all" in named:
+        raise ConfigError(
+            f"training.report_to={report_to!r}: W&B is switched by the top-level wandb: section "
+            "(wandb.enabled, default true); drop wandb/all from training.report_to"
+        )
+    section = config.get("wandb")
+    enabled = section.get("enabled", True) if isinstance(section, Mapping) else True
+    if "report_to" in training and named in ([], ["none"]) and enabled is True:
+        raise ConfigError(
+            f"training.report_to={report_to!r} asks for no W&B run, but wandb.enabled is true "
+            "(the default): set wandb.enabled: false and drop training.report_to"
+        )
+
+
+def _yaml(value: Any) -> str:
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def _environment(w: WandbConfig, run_dir: Path) -> dict[str, str | None]:
+    return {
+        "WANDB_PROJECT": w.project,
+        "WANDB_ENTITY": w.entity,
+        "WANDB_RUN_GROUP": w.group,
+        "WANDB_NAME": w.name or run_dir.name,
+        "WANDB_TAGS": ",".join(w.tags) or None,
+        "WANDB_MODE": None if w.mode == "auto" else w.mode,
+    }
+
+
+@contextmanager
+def wandb_environment(w: WandbConfig, run_dir: str | Path) -> Iterator[str | None]:
+    """Set W&B's environment for one run; restore the previous one when the block ends.
+
+    Yields the mode W&B will run in (``online``, ``offline``, ``disabled``), or ``None`` with
+    ``enabled: false`` (nothing is set then). A ``WANDB_JOB_TYPE`` set by the caller (a
+    comparison's condition) is kept.
+    """
+    if not w.enabled:
+        yield None
+        return
+    run_dir = Path(run_dir)
+    values = _environment(w, run_dir)
+    with restored_environ((*values, "WANDB_DIR", "WANDB_SILENT")):
+        for k, v in values.items():
+            if v is not None:
+                os.environ[k] = v
+            elif k != "WANDB_MODE":  # an unset mode keeps the user's WANDB_MODE (auto)
+                os.environ.pop(k, None)
+        yield configure_wandb(w.dir or run_dir)
+
+
+@contextmanager
+def restored_environ(keys: Iterable[str]) -> Iterator[None]:
+    """Put the environment variables ``keys`` back as they were (set or unset) when the block ends."""
+    old = {k: os.environ.get(k) for k in keys}
+    try:
+        yield
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def describe_wandb(w: WandbConfig, run_dir: str | Path) -> str:
+    """The dry run's line: the resolved settings, as :func:`wandb_environment` would apply them.
+
+    >>> describe_wandb(WandbConfig(enabled=False), "runs/x")
+    'wandb: off (wandb.enabled: false)'
+    """
+    if not w.enabled:
+        return "wandb: off (wandb.enabled: false)"
+    run_dir = Path(run_dir)
+    mode = w.mode
+    if mode == "auto":
+        env_mode = os.environ.get("WANDB_MODE")
+        key = "online (API key found)" if wandb_key_configured() else "offline (no API key)"
+        mode = f"{env_mode} (WANDB_MODE)" if env_mode else key
+    return (
+        f"wandb: project {w.project}, entity {w.entity or '(default)'}, group "
+        f"{w.group or '(none)'}, name {w.name or run_dir.name}, tags {list(w.tags)}, mode {mode}, "
+        f"dir {w.dir or run_dir}"
+    )
