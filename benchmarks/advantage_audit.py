@@ -58,11 +58,20 @@ def sample(config: dict[str, Any], n_prompts: int, seed: int) -> dict[str, Any]:
     path = resolve_model((config.get("model") or {}).get("name"))
     tok = AutoTokenizer.from_pretrained(path)
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
-    prompts = [tok.apply_chat_template(r["prompt"], tokenize=False, add_generation_prompt=True)
-               for r in data]  # fmt: skip
+    prompts = [
+        tok.apply_chat_template(r["prompt"], tokenize=False, add_generation_prompt=True)
+        for r in data
+    ]
     with forked_rng(seed):
-        texts = _generate(model, tok, prompts, max_new_tokens=int(tr["max_completion_length"]),
-                          temperature=float(tr.get("temperature", 1.0)), n=g, batch_size=16)  # fmt: skip
+        texts = _generate(
+            model,
+            tok,
+            prompts,
+            max_new_tokens=int(tr["max_completion_length"]),
+            temperature=float(tr.get("temperature", 1.0)),
+            n=g,
+            batch_size=16,
+        )
     return {
         "problems": [r["problem"] for r in data for _ in range(g)],
         "prompts": [r["prompt"] for r in data for _ in range(g)],
@@ -84,8 +93,12 @@ def judge(samples: dict[str, Any], config: dict[str, Any]) -> list[float | None]
         (reward,), _ = build_reward_funcs(
             RewardConfig(type="dense", track=False, audit=False), verifier
         )
-        return reward(prompts=samples["prompts"], completions=samples["completions"],
-                      answer=samples["answers"], problem=samples["problems"])  # fmt: skip
+        return reward(
+            prompts=samples["prompts"],
+            completions=samples["completions"],
+            answer=samples["answers"],
+            problem=samples["problems"],
+        )
     finally:
         verifier.close()
 
@@ -100,17 +113,31 @@ def audit(correct, dense, g: int, per_step: int) -> dict[str, dict[str, float]]:
         "sparse / group (TRL default)": (lambda s, j, gr: list(s), "group"),
         "dense / group": (lambda s, j, gr: list(j), "group"),
         "dense / none": (lambda s, j, gr: list(j), "none"),
-        "earlier gated: sparse + 0.5 judge / group": (lambda s, j, gr: list(s + 0.5 * np.nan_to_num(j)), "group"),
+        "earlier gated: sparse + 0.5 judge / group": (
+            lambda s, j, gr: list(s + 0.5 * np.nan_to_num(j)),
+            "group",
+        ),
         "earlier gated / batch": (lambda s, j, gr: list(s + 0.5 * np.nan_to_num(j)), "batch"),
         "earlier gated / none": (lambda s, j, gr: list(s + 0.5 * np.nan_to_num(j)), "none"),
         "gated (stratified [1, 0.1], floor 0.02, skip) / group": (
-            lambda s, j, gr: stratified_rewards(list(s), [None if np.isnan(x) else x for x in j], gr)[0], "group"),
+            lambda s, j, gr: stratified_rewards(
+                list(s), [None if np.isnan(x) else x for x in j], gr
+            )[0],
+            "group",
+        ),
         "gated (stratified [1, 0.1], floor 0.02, skip) / none (library default)": (
-            lambda s, j, gr: stratified_rewards(list(s), [None if np.isnan(x) else x for x in j], gr)[0], "none"),
+            lambda s, j, gr: stratified_rewards(
+                list(s), [None if np.isnan(x) else x for x in j], gr
+            )[0],
+            "none",
+        ),
         "gated (stratified, keep judge-only steps) / none": (
-            lambda s, j, gr: stratified_rewards(list(s), [None if np.isnan(x) else x for x in j], gr,
-                                                judge_only_steps="keep")[0], "none"),
-    }  # fmt: skip
+            lambda s, j, gr: stratified_rewards(
+                list(s), [None if np.isnan(x) else x for x in j], gr, judge_only_steps="keep"
+            )[0],
+            "none",
+        ),
+    }
     step = g * per_step
     out: dict[str, dict[str, float]] = {}
     for name, (fn, scale) in schemes.items():
@@ -150,20 +177,34 @@ def main() -> int:
     ok = np.array([x == 1.0 for x in correct])
     groups = ok.reshape(-1, g)
     result = {
-        "config": str(Path(args.config).relative_to(REPO)) if Path(args.config).is_relative_to(REPO) else args.config,
-        "n_prompts": args.prompts, "num_generations": g, "groups_per_step": per_step,
+        "config": str(Path(args.config).relative_to(REPO))
+        if Path(args.config).is_relative_to(REPO)
+        else args.config,
+        "n_prompts": args.prompts,
+        "num_generations": g,
+        "groups_per_step": per_step,
         "pass_rate": float(ok.mean()),
         "frac_groups_all_wrong": float((~groups.any(axis=1)).mean()),
         "frac_groups_mixed": float((groups.any(axis=1) & ~groups.all(axis=1)).mean()),
-        "judge_mean_correct": float(np.mean([d for d, c in zip(dense, ok, strict=True) if c and d is not None])) if ok.any() else None,
-        "judge_mean_wrong": float(np.mean([d for d, c in zip(dense, ok, strict=True) if not c and d is not None])),
+        "judge_mean_correct": float(
+            np.mean([d for d, c in zip(dense, ok, strict=True) if c and d is not None])
+        )
+        if ok.any()
+        else None,
+        "judge_mean_wrong": float(
+            np.mean([d for d, c in zip(dense, ok, strict=True) if not c and d is not None])
+        ),
         "n_judge_abstained": sum(d is None for d in dense),
         "schemes": table,
         "wall_s": round(time.perf_counter() - t0, 1),
         "machine": platform.machine(),
-        "samples": [{"problem": p, "completion": t, "correct": c, "judge": d} for p, t, c, d in
-                    zip(samples["problems"], samples["completions"], correct, dense, strict=True)],
-    }  # fmt: skip
+        "samples": [
+            {"problem": p, "completion": t, "correct": c, "judge": d}
+            for p, t, c, d in zip(
+                samples["problems"], samples["completions"], correct, dense, strict=True
+            )
+        ],
+    }
     figs = REPO / "docs" / "figures"
     (figs / f"{args.name}.json").write_text(json.dumps(result, indent=1) + "\n")
     lines = [
@@ -178,10 +219,12 @@ def main() -> int:
         "",
         "| scheme / scale_rewards | wrong_up_share | correct_down_share | constant_group_share | judge_only_step | mean abs A |",
         "|---|---|---|---|---|---|",
-    ]  # fmt: skip
+    ]
     for name, m in table.items():
-        lines.append(f"| {name} | {m['wrong_up_share']:.3f} | {m['correct_down_share']:.3f} | "
-                     f"{m['constant_group_share']:.3f} | {m['judge_only_step']:.2f} | {m['abs_mean']:.3f} |")  # fmt: skip
+        lines.append(
+            f"| {name} | {m['wrong_up_share']:.3f} | {m['correct_down_share']:.3f} | "
+            f"{m['constant_group_share']:.3f} | {m['judge_only_step']:.2f} | {m['abs_mean']:.3f} |"
+        )
     lines += [
         "",
         f"{result['wall_s']:.0f} s on {result['machine']}, {time.strftime('%Y-%m-%d')}.",

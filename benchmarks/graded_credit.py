@@ -55,8 +55,9 @@ def build_items(answers: list[str], seed: int) -> list[dict[str, Any]]:
         near = int(rng.choice([-2, -1, 1, 2]))
         far = int(rng.integers(10, 31)) * int(rng.choice([-1, 1]))
         for cls, off in zip(CLASSES, (0, near, far), strict=True):
-            items.append({"problem_index": i, "class": cls, "offset": off,
-                          "answer": str(value + off)})  # fmt: skip
+            items.append(
+                {"problem_index": i, "class": cls, "offset": off, "answer": str(value + off)}
+            )
     return items
 
 
@@ -85,8 +86,12 @@ def summarise(items: list[dict[str, Any]], *, n_resamples: int, seed: int) -> di
     fns["auroc_correct_vs_near"] = auc_of(0, 1)
     fns["near_minus_far"] = lambda t: float(np.nanmean(t[:, 1] - t[:, 2]))
     rows = np.arange(n)
-    stats = bootstrap_many({k: (lambda idx, f=f: f(table[idx.astype(int)])) for k, f in fns.items()},
-                           rows, n_resamples=n_resamples, seed=seed)  # fmt: skip
+    stats = bootstrap_many(
+        {k: (lambda idx, f=f: f(table[idx.astype(int)])) for k, f in fns.items()},
+        rows,
+        n_resamples=n_resamples,
+        seed=seed,
+    )
     by_offset: dict[str, list[float]] = {}
     for it in items:
         if it["score"] is not None:
@@ -97,9 +102,11 @@ def summarise(items: list[dict[str, Any]], *, n_resamples: int, seed: int) -> di
         "n_problems": n,
         "n_abstained": sum(it["score"] is None for it in items),
         "stats": stats,
-        "by_abs_offset": {k: {"n": len(v), "mean": float(np.mean(v))}
-                          for k, v in sorted(by_offset.items(), key=lambda kv: (kv[0] == "10-30", kv[0]))},
-    }  # fmt: skip
+        "by_abs_offset": {
+            k: {"n": len(v), "mean": float(np.mean(v))}
+            for k, v in sorted(by_offset.items(), key=lambda kv: (kv[0] == "10-30", kv[0]))
+        },
+    }
 
 
 def _fmt(s: dict[str, float]) -> str:
@@ -123,7 +130,7 @@ def render(res: dict[str, Any]) -> str:
         f"Command: `{res['command']}`; {res['wall_s']:.0f} s wall on {res['machine']}.",
         "",
         f"{s['n_problems']} problems ({res['task']['task']} {res['task']['task_config']}), three "
-        "answers each in the policy's form (\"The answer is X.\"): correct, near (off by 1 or 2), "
+        'answers each in the policy\'s form ("The answer is X."): correct, near (off by 1 or 2), '
         "far (off by 10-30). Scores: the dense GRPO reward (expected score in [0, 1]), reference-guided "
         f"`answer_match` prompt, G = {res['verifier']['granularity']}, dtype {res['verifier']['dtype']}. "
         f"95% problem-level bootstrap CIs ({res['n_resamples']} resamples); {s['n_abstained']} reads abstained.",
@@ -143,7 +150,7 @@ def render(res: dict[str, Any]) -> str:
         "",
         f"**Verdict:** {verdict}.",
         "",
-    ]  # fmt: skip
+    ]
     return "\n".join(lines)
 
 
@@ -155,8 +162,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--model", default="qwen2.5-coder-0.5b", help="verifier (offline name or path)")
     p.add_argument("--granularity", type=int, default=20)
     p.add_argument("--dtype", default="auto", help="verifier dtype (auto: bf16 with AMX)")
-    p.add_argument("--task-config", default='{"min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 1}',
-                   help="reasoning-gym chain_sum knobs (JSON)")  # fmt: skip
+    p.add_argument(
+        "--task-config",
+        default='{"min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 1}',
+        help="reasoning-gym chain_sum knobs (JSON)",
+    )
     p.add_argument(
         "--data-seed", type=int, default=1, help="task seed (1: the held-out problems' seed)"
     )
@@ -182,12 +192,23 @@ def main(argv: list[str] | None = None) -> int:
     from densereward.rewards import RewardConfig, build_reward_funcs
     from densereward.verifier import VerifierFactory
 
-    task = {"source": "reasoning_gym", "task": "chain_sum", "task_config": json.loads(args.task_config),
-            "size": args.problems, "seed": args.data_seed, "system_prompt": SYSTEM_PROMPT}  # fmt: skip
+    task = {
+        "source": "reasoning_gym",
+        "task": "chain_sum",
+        "task_config": json.loads(args.task_config),
+        "size": args.problems,
+        "seed": args.data_seed,
+        "system_prompt": SYSTEM_PROMPT,
+    }
     ds = load_tasks(task)
     items = build_items(list(ds["answer"]), args.seed)
-    vcfg = VerifierConfig(model=args.model, granularity=args.granularity, style="direct", batch_size=8,
-                          backend_options={"device": "cpu", "dtype": args.dtype})  # fmt: skip
+    vcfg = VerifierConfig(
+        model=args.model,
+        granularity=args.granularity,
+        style="direct",
+        batch_size=8,
+        backend_options={"device": "cpu", "dtype": args.dtype},
+    )
     rcfg = RewardConfig(
         type="dense", track=False, reference_guided=True, reference_prompt="answer_match"
     )
@@ -206,16 +227,21 @@ def main(argv: list[str] | None = None) -> int:
             problem=r["problem"], reference=r["answer"], score=None if s is None else float(s)
         )
     res = {
-        "command": "python benchmarks/graded_credit.py " + " ".join(sys.argv[1:] if argv is None else argv),
+        "command": "python benchmarks/graded_credit.py "
+        + " ".join(sys.argv[1:] if argv is None else argv),
         "task": {k: task[k] for k in ("task", "task_config", "seed")},
-        "verifier": {"model": args.model, "granularity": args.granularity, "dtype": args.dtype,
-                     "prompt": "answer_match (reference-guided)"},
+        "verifier": {
+            "model": args.model,
+            "granularity": args.granularity,
+            "dtype": args.dtype,
+            "prompt": "answer_match (reference-guided)",
+        },
         "n_resamples": args.n_resamples,
         "wall_s": wall,
         "machine": f"{platform.machine()} CPU, torch threads as set by the backend",
         "summary": summarise(items, n_resamples=args.n_resamples, seed=args.seed),
         "items": items,
-    }  # fmt: skip
+    }
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / f"{args.name}.json").write_text(json.dumps(res, indent=1) + "\n")

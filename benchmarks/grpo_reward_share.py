@@ -88,8 +88,17 @@ def main() -> int:
         else config["data"]
     )
     reward_type = [f"reward.type={a.reward}"] if a.reward else []
-    apply_overrides(config, [*reward_type, f"training.max_steps={a.steps}", "wandb.enabled=false",
-                             "training.save_strategy='no'", "training.log_completions=false", *a.overrides])  # fmt: skip
+    apply_overrides(
+        config,
+        [
+            *reward_type,
+            f"training.max_steps={a.steps}",
+            "wandb.enabled=false",
+            "training.save_strategy='no'",
+            "training.log_completions=false",
+            *a.overrides,
+        ],
+    )
     if config["reward"].get("type") not in ("mixed", "gated"):
         config["reward"].pop("weights", None)
     parts = resolve_config(config)
@@ -102,8 +111,12 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         args = build_grpo_args(parts, Path(tmp))
         tracker = RewardQualityTracker(None, threshold=parts["verifier"].threshold)
-        funcs, _ = build_reward_funcs(parts["reward"], VerifierFactory(parts["verifier"]), tracker=tracker,
-                                      num_generations=args.num_generations)  # fmt: skip
+        funcs, _ = build_reward_funcs(
+            parts["reward"],
+            VerifierFactory(parts["verifier"]),
+            tracker=tracker,
+            num_generations=args.num_generations,
+        )
         # Build the verifier before timing (model load is a one-off, not per-step cost).
         for f in funcs:
             if hasattr(f, "verifier"):
@@ -121,16 +134,23 @@ def main() -> int:
                 reward_times.append(sum(per_call))
 
         policy = parts["model"].name or str(ensure_default_model())
-        trainer = GRPOTrainer(model=policy, reward_funcs=wrapped, args=args, train_dataset=load_tasks(parts["data"]),
-                              callbacks=[StepTimer()])  # fmt: skip
+        trainer = GRPOTrainer(
+            model=policy,
+            reward_funcs=wrapped,
+            args=args,
+            train_dataset=load_tasks(parts["data"]),
+            callbacks=[StepTimer()],
+        )
         trainer.train()
         for f in funcs:
             if hasattr(f, "close"):
                 f.close()
 
-    print(f"\nreward={parts['reward'].type} style={parts['verifier'].style} G={parts['verifier'].granularity} "
-          f"K={parts['verifier'].n_repeats} completions/step={args.per_device_train_batch_size} "
-          f"max_completion_length={args.max_completion_length} torch_threads={torch.get_num_threads()}")  # fmt: skip
+    print(
+        f"\nreward={parts['reward'].type} style={parts['verifier'].style} G={parts['verifier'].granularity} "
+        f"K={parts['verifier'].n_repeats} completions/step={args.per_device_train_batch_size} "
+        f"max_completion_length={args.max_completion_length} torch_threads={torch.get_num_threads()}"
+    )
     print(f"{'step':>4} {'step_s':>8} {'reward_s':>9} {'share':>7}")
     for i, (st, rt) in enumerate(zip(step_times, reward_times, strict=True), 1):
         print(f"{i:>4} {st:8.2f} {rt:9.2f} {rt / st:7.1%}")
@@ -139,8 +159,10 @@ def main() -> int:
         zip(step_times, reward_times, strict=True)
     )
     share = sum(r for _, r in steady) / sum(s for s, _ in steady)
-    print(f"steady-state (steps 2..): step {statistics.mean(s for s, _ in steady):.2f} s, "
-          f"reward {statistics.mean(r for _, r in steady):.2f} s, share {share:.1%} (target <= 10%)")  # fmt: skip
+    print(
+        f"steady-state (steps 2..): step {statistics.mean(s for s, _ in steady):.2f} s, "
+        f"reward {statistics.mean(r for _, r in steady):.2f} s, share {share:.1%} (target <= 10%)"
+    )
     return 0
 
 

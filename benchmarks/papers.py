@@ -97,9 +97,14 @@ def ranking(rows, scores, n_boot: int) -> dict[str, Any]:
         "tie_rate": lambda a, b, c: M.tie_rate(a, b, c),
     }
     ci = M.bootstrap_many(
-        fns, s, y, groups=g.tolist(), n_resamples=n_boot, seed=0,
+        fns,
+        s,
+        y,
+        groups=g.tolist(),
+        n_resamples=n_boot,
+        seed=0,
         pass_groups=("pairwise_accuracy", "tie_rate"),
-    )  # fmt: skip
+    )
     return out | ci
 
 
@@ -182,19 +187,35 @@ def zhou_rq2(rows, scores, threshold: float, n_boot: int) -> dict[str, Any]:
     out["differences"] = _ci(diffs, s, y, fam, groups=g.tolist(), n_boot=n_boot)
     out["differences"].update(
         _ci(
-            {"tnr_finetuning_minus_verification": gap(M.tnr, True),
-             "tpr_finetuning_minus_verification": gap(M.tpr, True)},
-            s, y, kind, groups=g.tolist(), n_boot=n_boot,
+            {
+                "tnr_finetuning_minus_verification": gap(M.tnr, True),
+                "tpr_finetuning_minus_verification": gap(M.tpr, True),
+            },
+            s,
+            y,
+            kind,
+            groups=g.tolist(),
+            n_boot=n_boot,
         )
-    )  # fmt: skip
+    )
     easy = (d >= 0.5).astype(np.float64)  # 1 = easier half of d(x)
     out["differences"].update(
         _ci(
-            {"tpr_easy_minus_hard": lambda a, b, c: M.tpr(a[c == 1], b[c == 1], t) - M.tpr(a[c == 0], b[c == 0], t),
-             "tnr_easy_minus_hard": lambda a, b, c: M.tnr(a[c == 1], b[c == 1], t) - M.tnr(a[c == 0], b[c == 0], t)},
-            s, y, easy, groups=g.tolist(), n_boot=n_boot,
+            {
+                "tpr_easy_minus_hard": lambda a, b, c: (
+                    M.tpr(a[c == 1], b[c == 1], t) - M.tpr(a[c == 0], b[c == 0], t)
+                ),
+                "tnr_easy_minus_hard": lambda a, b, c: (
+                    M.tnr(a[c == 1], b[c == 1], t) - M.tnr(a[c == 0], b[c == 0], t)
+                ),
+            },
+            s,
+            y,
+            easy,
+            groups=g.tolist(),
+            n_boot=n_boot,
         )
-    )  # fmt: skip
+    )
     out["pass_rate_by_family"] = {
         "6b": float(y[fam == 0].mean()) if (fam == 0).any() else NAN,
         "175b": float(y[fam == 1].mean()) if (fam == 1).any() else NAN,
@@ -218,11 +239,18 @@ def lu_gain(rows, scores, threshold: float, rs_m: int) -> dict[str, Any]:
     )
     d = np.asarray([diff[p] for p in g])
     cells = []
-    for fam_name, fam_ok in (("4 generators", lambda x: True), ("6b", lambda x: x.startswith("6b")),
-                             ("175b", lambda x: x.startswith("175b"))):  # fmt: skip
+    for fam_name, fam_ok in (
+        ("4 generators", lambda x: True),
+        ("6b", lambda x: x.startswith("6b")),
+        ("175b", lambda x: x.startswith("175b")),
+    ):
         fm = np.asarray([fam_ok(x) for x in gens])
-        for dname, dm in (("all", np.ones_like(d, bool)), ("d=0.25", np.isclose(d, 0.25)),
-                          ("d=0.5", np.isclose(d, 0.5)), ("d=0.75", np.isclose(d, 0.75))):  # fmt: skip
+        for dname, dm in (
+            ("all", np.ones_like(d, bool)),
+            ("d=0.25", np.isclose(d, 0.25)),
+            ("d=0.5", np.isclose(d, 0.5)),
+            ("d=0.75", np.isclose(d, 0.75)),
+        ):
             m = fm & dm
             if m.sum() < 2:
                 continue
@@ -260,8 +288,11 @@ def correlation(cells: list[dict[str, Any]]) -> dict[str, Any]:
         out = {"pearson": NAN, "pearson_p": NAN, "spearman": NAN, "n_cells": int(ok.sum())}
         if ok.sum() >= 3 and np.ptp(vg[ok]) > 0 and np.ptp(rg[ok]) > 0:
             pr = pearsonr(vg[ok], rg[ok])
-            out.update(pearson=float(pr.statistic), pearson_p=float(pr.pvalue),
-                       spearman=float(spearmanr(vg[ok], rg[ok]).statistic))  # fmt: skip
+            out.update(
+                pearson=float(pr.statistic),
+                pearson_p=float(pr.pvalue),
+                spearman=float(spearmanr(vg[ok], rg[ok]).statistic),
+            )
         return out
 
     disjoint = [
@@ -296,8 +327,15 @@ def plot(res: dict[str, Any], path: Path) -> None:
     for j, (k, c) in enumerate((("tpr", "tab:green"), ("tnr", "tab:red"))):
         for i, gname in enumerate(names):
             v, e = err(a["per_generator"][gname][k])
-            ax.errorbar(i + (j - 0.5) * 0.2, v, yerr=e, fmt="o", color=c, capsize=4,
-                        label=k.upper() if i == 0 else None)  # fmt: skip
+            ax.errorbar(
+                i + (j - 0.5) * 0.2,
+                v,
+                yerr=e,
+                fmt="o",
+                color=c,
+                capsize=4,
+                label=k.upper() if i == 0 else None,
+            )
     ax.set_xticks(
         range(len(names)),
         [f"{n}\npass {a['per_generator'][n]['pass_rate']:.2f}" for n in names],
@@ -311,12 +349,27 @@ def plot(res: dict[str, Any], path: Path) -> None:
     for j, (k, c) in enumerate((("tpr", "tab:green"), ("tnr", "tab:red"))):
         for i, b in enumerate(bins):
             v, e = err(b.get(k, {}))
-            ax.errorbar(i + (j - 0.5) * 0.2, v, yerr=e, fmt="o", color=c, capsize=4,
-                        label=k.upper() if i == 0 else None)  # fmt: skip
+            ax.errorbar(
+                i + (j - 0.5) * 0.2,
+                v,
+                yerr=e,
+                fmt="o",
+                color=c,
+                capsize=4,
+                label=k.upper() if i == 0 else None,
+            )
             if not math.isfinite(v):
                 why = "no correct response" if k == "tpr" else "no wrong response"
-                ax.text(i + (j - 0.5) * 0.2, 0.5, f"{k.upper()} undefined: {why}", rotation=90,
-                        fontsize=7, ha="center", va="center", color=c)  # fmt: skip
+                ax.text(
+                    i + (j - 0.5) * 0.2,
+                    0.5,
+                    f"{k.upper()} undefined: {why}",
+                    rotation=90,
+                    fontsize=7,
+                    ha="center",
+                    va="center",
+                    color=c,
+                )
     ax.set_xticks(range(len(bins)), [f"{b['label']}\nn={b['n']}" for b in bins], fontsize=8)
     ax.set_ylim(-0.05, 1.05)
     ax.set_xlabel("difficulty d(x) (left = hardest)")
@@ -364,11 +417,25 @@ def plot(res: dict[str, Any], path: Path) -> None:
                 label=k if i == 0 else None,
             )
             if not math.isfinite(v):
-                ax.text(i + (j - 1) * width, 0.02, "undefined", rotation=90, fontsize=7,
-                        ha="center", va="bottom")  # fmt: skip
+                ax.text(
+                    i + (j - 1) * width,
+                    0.02,
+                    "undefined",
+                    rotation=90,
+                    fontsize=7,
+                    ha="center",
+                    va="bottom",
+                )
     if all(r["tie_rate"].get("value") == 0 for _, r in groups):
-        ax.text(0.02, 0.97, "tie rate 0 in every setting (no bar)", transform=ax.transAxes,
-                fontsize=8, va="top", color="tab:gray")  # fmt: skip
+        ax.text(
+            0.02,
+            0.97,
+            "tie rate 0 in every setting (no bar)",
+            transform=ax.transAxes,
+            fontsize=8,
+            va="top",
+            color="tab:gray",
+        )
     ax.set_xticks(range(len(groups)), [n for n, _ in groups])
     ax.set_ylim(0, 1.05)
     ax.set_title(
@@ -390,8 +457,12 @@ def plot(res: dict[str, Any], path: Path) -> None:
         )
         ax.scatter(cell["verifier_gain"], cell["rs_gain"], color=col)
         ax.annotate(cell["cell"], (cell["verifier_gain"], cell["rs_gain"]), fontsize=7)
-    lim = [min([0.0] + [x["verifier_gain"] for x in c["cells"]] + [x["rs_gain"] for x in c["cells"]]) - 0.02,
-           max([0.0] + [x["verifier_gain"] for x in c["cells"]] + [x["rs_gain"] for x in c["cells"]]) + 0.02]  # fmt: skip
+    lim = [
+        min([0.0] + [x["verifier_gain"] for x in c["cells"]] + [x["rs_gain"] for x in c["cells"]])
+        - 0.02,
+        max([0.0] + [x["verifier_gain"] for x in c["cells"]] + [x["rs_gain"] for x in c["cells"]])
+        + 0.02,
+    ]
     ax.plot(lim, lim, "k--", lw=0.8)
     ax.axhline(0, color="gray", lw=0.5)
     ax.axvline(0, color="gray", lw=0.5)
@@ -421,8 +492,13 @@ def plot(res: dict[str, Any], path: Path) -> None:
         ax.bar(
             i, v, yerr=e, capsize=4, color="tab:blue" if i < len(d["conditions"]) else "tab:green"
         )
-        ax.text(i + 0.22, (v if math.isfinite(v) else 0) + 0.02, format_number(v, 2) if math.isfinite(v) else "undefined", ha="center",
-                fontsize=8)  # fmt: skip
+        ax.text(
+            i + 0.22,
+            (v if math.isfinite(v) else 0) + 0.02,
+            format_number(v, 2) if math.isfinite(v) else "undefined",
+            ha="center",
+            fontsize=8,
+        )
     ax.axhline(0.5, color="gray", lw=0.8, ls="--")
     ax.axhline(0.7, color="tab:red", lw=0.8, ls=":")
     ax.set_xticks(range(len(bars)), [n for n, _ in bars], rotation=20, ha="right", fontsize=8)
@@ -478,72 +554,129 @@ def findings(res: dict[str, Any]) -> list[tuple[str, str, str, str]]:
         else None
     )
     rows = [
-        ("Zhou RQ2", "TNR falls as the generator gets stronger (6B errors are easier to catch than 175B's)",
-         ceiling or _verdict(D["tnr_6b_minus_175b"], +1), f"TNR(6B) - TNR(175B) = {_vci(D['tnr_6b_minus_175b'])}; TNR "
-         + " / ".join(format_number(a["per_generator"][gn]["tnr"]["value"], 2) for gn in a["per_generator"])
-         + f" ({' / '.join(a['per_generator'])}), threshold {format_number(a['threshold'])}"),
-        ("Zhou RQ2", "TNR: finetuning (weaker) vs verification-trained generators",
-         ceiling or _verdict(D["tnr_finetuning_minus_verification"], +1),
-         f"TNR(ft) - TNR(ver) = {_vci(D['tnr_finetuning_minus_verification'])}; TPR "
-         + " / ".join(format_number(a["per_generator"][gn]["tpr"]["value"], 2) for gn in a["per_generator"])),
-        ("Zhou RQ2", "TPR rises on easier problems",
-         _verdict(D["tpr_easy_minus_hard"], +1), f"TPR(d>=0.5) - TPR(d<0.5) = {_vci(D['tpr_easy_minus_hard'])}"),
-    ]  # fmt: skip
+        (
+            "Zhou RQ2",
+            "TNR falls as the generator gets stronger (6B errors are easier to catch than 175B's)",
+            ceiling or _verdict(D["tnr_6b_minus_175b"], +1),
+            f"TNR(6B) - TNR(175B) = {_vci(D['tnr_6b_minus_175b'])}; TNR "
+            + " / ".join(
+                format_number(a["per_generator"][gn]["tnr"]["value"], 2)
+                for gn in a["per_generator"]
+            )
+            + f" ({' / '.join(a['per_generator'])}), threshold {format_number(a['threshold'])}",
+        ),
+        (
+            "Zhou RQ2",
+            "TNR: finetuning (weaker) vs verification-trained generators",
+            ceiling or _verdict(D["tnr_finetuning_minus_verification"], +1),
+            f"TNR(ft) - TNR(ver) = {_vci(D['tnr_finetuning_minus_verification'])}; TPR "
+            + " / ".join(
+                format_number(a["per_generator"][gn]["tpr"]["value"], 2)
+                for gn in a["per_generator"]
+            ),
+        ),
+        (
+            "Zhou RQ2",
+            "TPR rises on easier problems",
+            _verdict(D["tpr_easy_minus_hard"], +1),
+            f"TPR(d>=0.5) - TPR(d<0.5) = {_vci(D['tpr_easy_minus_hard'])}",
+        ),
+    ]
     G = b["granularity"]
     gs = sorted(G, key=int)
     tie_lo, tie_hi = G[gs[0]]["tie_rate"], G[gs[-1]]["tie_rate"]
     dtie = tie_lo["value"] - tie_hi["value"]
-    rows.append((
-        "Kwok", f"tie rate falls as G grows (G={gs[0]} -> {gs[-1]})",
-        "not measurable: expected-value scores never tie" if max(G[g]["tie_rate"]["value"] for g in gs) == 0
-        else "reproduced" if dtie > 0 and tie_lo["low"] > tie_hi["high"] else ("direction only" if dtie > 0 else "not reproduced"),
-        ", ".join(f"G={g}: {format_number(G[g]['tie_rate']['value'])}" for g in gs),
-    ))  # fmt: skip
-    rows.append((
-        "Kwok", "AUROC / pairwise accuracy rise with G",
-        _rise(G[gs[0]]["auroc"], G[gs[-1]]["auroc"]),
-        "; ".join(f"G={g}: AUROC {_vci(G[g]['auroc'])} pairwise {_vci(G[g]['pairwise_accuracy'])}" for g in gs),
-    ))  # fmt: skip
+    rows.append(
+        (
+            "Kwok",
+            f"tie rate falls as G grows (G={gs[0]} -> {gs[-1]})",
+            "not measurable: expected-value scores never tie"
+            if max(G[g]["tie_rate"]["value"] for g in gs) == 0
+            else "reproduced"
+            if dtie > 0 and tie_lo["low"] > tie_hi["high"]
+            else ("direction only" if dtie > 0 else "not reproduced"),
+            ", ".join(f"G={g}: {format_number(G[g]['tie_rate']['value'])}" for g in gs),
+        )
+    )
+    rows.append(
+        (
+            "Kwok",
+            "AUROC / pairwise accuracy rise with G",
+            _rise(G[gs[0]]["auroc"], G[gs[-1]]["auroc"]),
+            "; ".join(
+                f"G={g}: AUROC {_vci(G[g]['auroc'])} pairwise {_vci(G[g]['pairwise_accuracy'])}"
+                for g in gs
+            ),
+        )
+    )
     K = b["repeats"]
     ks = list(K)
-    rows.append((
-        "Kwok", "more repeats K (sampled analyses) raise AUROC / cut ties",
-        _rise(K[ks[0]]["auroc"], K[ks[-1]]["auroc"]),
-        "; ".join(f"{k}: AUROC {_vci(K[k]['auroc'])} ties {format_number(K[k]['tie_rate']['value'])} abst. {K[k]['n_abstained']}" for k in ks)
-        + f" ({K[ks[0]]['n_problems']} problems)"
-        + f"; direct reads: {b['direct_repeats_identical']}",
-    ))  # fmt: skip
+    rows.append(
+        (
+            "Kwok",
+            "more repeats K (sampled analyses) raise AUROC / cut ties",
+            _rise(K[ks[0]]["auroc"], K[ks[-1]]["auroc"]),
+            "; ".join(
+                f"{k}: AUROC {_vci(K[k]['auroc'])} ties {format_number(K[k]['tie_rate']['value'])} abst. {K[k]['n_abstained']}"
+                for k in ks
+            )
+            + f" ({K[ks[0]]['n_problems']} problems)"
+            + f"; direct reads: {b['direct_repeats_identical']}",
+        )
+    )
     C = b["criteria"]
     cs = list(C)
-    rows.append((
-        "Kwok", "more criteria C raise AUROC",
-        _rise(C[cs[0]]["auroc"], C[cs[-1]]["auroc"]),
-        "; ".join(f"{k}: AUROC {_vci(C[k]['auroc'])} pairwise {format_number(C[k]['pairwise_accuracy']['value'])}" for k in cs)
-        + f" ({C[cs[0]]['n_problems']} problems, pointwise + reference)",
-    ))  # fmt: skip
+    rows.append(
+        (
+            "Kwok",
+            "more criteria C raise AUROC",
+            _rise(C[cs[0]]["auroc"], C[cs[-1]]["auroc"]),
+            "; ".join(
+                f"{k}: AUROC {_vci(C[k]['auroc'])} pairwise {format_number(C[k]['pairwise_accuracy']['value'])}"
+                for k in cs
+            )
+            + f" ({C[cs[0]]['n_problems']} problems, pointwise + reference)",
+        )
+    )
     r = c["correlation"]
-    rows.append((
-        "Lu 5.1", "verifier gain predicts the rejection-sampling gain (positive correlation across cells)",
-        "not measurable" if not math.isfinite(r["pearson"]) else
-        ("reproduced" if r["pearson"] > 0 and r["pearson_p"] < 0.05 else
-         ("direction only (p >= 0.05)" if r["pearson"] > 0 else "not reproduced")),
-        f"Pearson r = {format_number(r['pearson'], 2)} (p = {format_number(r['pearson_p'], 3)}), Spearman {format_number(r['spearman'], 2)} over "
-        f"{r['n_cells']} disjoint cells (family x d(x)); over all {r['all_cells']['n_cells']} cells incl. pooled ones "
-        f"r = {format_number(r['all_cells']['pearson'], 2)} (p = {format_number(r['all_cells']['pearson_p'], 3)})",
-    ))  # fmt: skip
+    rows.append(
+        (
+            "Lu 5.1",
+            "verifier gain predicts the rejection-sampling gain (positive correlation across cells)",
+            "not measurable"
+            if not math.isfinite(r["pearson"])
+            else (
+                "reproduced"
+                if r["pearson"] > 0 and r["pearson_p"] < 0.05
+                else ("direction only (p >= 0.05)" if r["pearson"] > 0 else "not reproduced")
+            ),
+            f"Pearson r = {format_number(r['pearson'], 2)} (p = {format_number(r['pearson_p'], 3)}), Spearman {format_number(r['spearman'], 2)} over "
+            f"{r['n_cells']} disjoint cells (family x d(x)); over all {r['all_cells']['n_cells']} cells incl. pooled ones "
+            f"r = {format_number(r['all_cells']['pearson'], 2)} (p = {format_number(r['all_cells']['pearson_p'], 3)})",
+        )
+    )
     dc = d["conditions"]
     ref, free = dc["reference-guided answer_match"]["auroc"], dc["reference-free"]["auroc"]
-    rows.append((
-        "this library", "the reference-guided prompt beats the reference-free one",
-        "reproduced" if ref["low"] > free["high"] else ("direction only" if ref["value"] > free["value"] else "not reproduced"),
-        "; ".join(f"{k}: AUROC {_vci(v['auroc'])}" for k, v in dc.items()) + f" ({d['n_problems']} problems)",
-    ))  # fmt: skip
-    rows.append((
-        "this library", f"held-out reference-guided AUROC >= 0.70 (tuned G={e['best_G']} vs default G={e['default_G']})",
-        "reached" if e["test"]["best"]["auroc"]["value"] >= 0.70 else "not reached",
-        f"held-out: default {_vci(e['test']['default']['auroc'])}, tuned {_vci(e['test']['best']['auroc'])}; "
-        f"difference {_vci(e['test']['difference'])}; {e['decision']}",
-    ))  # fmt: skip
+    rows.append(
+        (
+            "this library",
+            "the reference-guided prompt beats the reference-free one",
+            "reproduced"
+            if ref["low"] > free["high"]
+            else ("direction only" if ref["value"] > free["value"] else "not reproduced"),
+            "; ".join(f"{k}: AUROC {_vci(v['auroc'])}" for k, v in dc.items())
+            + f" ({d['n_problems']} problems)",
+        )
+    )
+    rows.append(
+        (
+            "this library",
+            f"held-out reference-guided AUROC >= 0.70 (tuned G={e['best_G']} vs default G={e['default_G']})",
+            "reached" if e["test"]["best"]["auroc"]["value"] >= 0.70 else "not reached",
+            f"held-out: default {_vci(e['test']['default']['auroc'])}, tuned {_vci(e['test']['best']['auroc'])}; "
+            f"difference {_vci(e['test']['difference'])}; {e['decision']}",
+        )
+    )
     return rows
 
 
@@ -648,12 +781,17 @@ def render(res: dict[str, Any]) -> str:
         ),
     ]
     e = res["e_tuning"]
-    lines += ["", "## (e) Tuned on the first half, reported on the second", "",
-              f"Tuning half ({e['n_tune_problems']} problems) AUROC by G: "
-              + ", ".join(f"G={g}: {format_number(v)}" for g, v in e["tune_auroc"].items()),
-              "", f"Held-out half ({e['n_test_problems']} problems): default G={e['default_G']} {_vci(e['test']['default']['auroc'])}, "
-              f"tuned G={e['best_G']} {_vci(e['test']['best']['auroc'])}, paired difference {_vci(e['test']['difference'])}; "
-              f"cost {format_number(e['cost_per_response_s'], 2)} s / response (G={e['best_G']}, one read). {e['decision']}"]  # fmt: skip
+    lines += [
+        "",
+        "## (e) Tuned on the first half, reported on the second",
+        "",
+        f"Tuning half ({e['n_tune_problems']} problems) AUROC by G: "
+        + ", ".join(f"G={g}: {format_number(v)}" for g, v in e["tune_auroc"].items()),
+        "",
+        f"Held-out half ({e['n_test_problems']} problems): default G={e['default_G']} {_vci(e['test']['default']['auroc'])}, "
+        f"tuned G={e['best_G']} {_vci(e['test']['best']['auroc'])}, paired difference {_vci(e['test']['difference'])}; "
+        f"cost {format_number(e['cost_per_response_s'], 2)} s / response (G={e['best_G']}, one read). {e['decision']}",
+    ]
     lines += [
         "",
         "## Timings",
@@ -787,9 +925,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         if k > 1:
             reads = [r["per_repeat"] for r in recs if r["per_repeat"]]
             same = sum(1 for pr in reads if len(set(pr)) == 1)
-            identical = (f"{same}/{len(reads)} responses got {k} identical direct reads at G={g} "
-                         f"(greedy logprob reads of the same prompt; the engine deduplicates them: "
-                         f"{timings[f'answer_match G={g} K={k} direct']['model_reads']} reads requested)")  # fmt: skip
+            identical = (
+                f"{same}/{len(reads)} responses got {k} identical direct reads at G={g} "
+                f"(greedy logprob reads of the same prompt; the engine deduplicates them: "
+                f"{timings[f'answer_match G={g} K={k} direct']['model_reads']} reads requested)"
+            )
     scores_g = {g: [r["score"] for r in by_g[g]] for g in gs}
     kwok_g = {}
     for g in gs:
@@ -800,10 +940,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     rrows = [r for r in rows if r["problem_id"] in rep_p]
     recs_k = _score(
         rrows,
-        VerifierConfig(granularity=default_g, n_repeats=k_max, style="reasoning",
-                       max_reasoning_tokens=args.max_reasoning_tokens, **base),
-        True, f"answer_match reasoning K={k_max}", timings,
-    )  # fmt: skip
+        VerifierConfig(
+            granularity=default_g,
+            n_repeats=k_max,
+            style="reasoning",
+            max_reasoning_tokens=args.max_reasoning_tokens,
+            **base,
+        ),
+        True,
+        f"answer_match reasoning K={k_max}",
+        timings,
+    )
     ks = [k for k in (1, 2, 4, 8) if k <= k_max]
     kwok_k = {}
     for k in ks:
@@ -831,8 +978,13 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     # --- C axis and (d): the long pointwise prompt, on the first --long-problems problems.
     lrows = [r for r in rows if r["problem_id"] in long_p]
-    recs_c = _score(lrows, VerifierConfig(granularity=default_g, criteria=dict(CRITERIA_3), **base), True,
-                    "pointwise + reference, C=3", timings)  # fmt: skip
+    recs_c = _score(
+        lrows,
+        VerifierConfig(granularity=default_g, criteria=dict(CRITERIA_3), **base),
+        True,
+        "pointwise + reference, C=3",
+        timings,
+    )
     first = next(iter(CRITERIA_3))
     sc1 = [None if r["score"] is None else (r["per_criterion"] or {}).get(first) for r in recs_c]
     kwok_c = {
@@ -877,25 +1029,41 @@ def main(argv: Sequence[str] | None = None) -> int:
             g == default_g,
         ),
     )
-    test_ix = [i for i, r in enumerate(rows) if r["problem_id"] not in tune
-               and scores_g[best_g][i] is not None and scores_g[default_g][i] is not None]  # fmt: skip
+    test_ix = [
+        i
+        for i, r in enumerate(rows)
+        if r["problem_id"] not in tune
+        and scores_g[best_g][i] is not None
+        and scores_g[default_g][i] is not None
+    ]
     sb = np.asarray([scores_g[best_g][i] for i in test_ix])
     sd = np.asarray([scores_g[default_g][i] for i in test_ix])
     yt = y_all[test_ix]
     gt = [rows[i]["problem_id"] for i in test_ix]
     test = M.bootstrap_many(
-        {"best": lambda a, b, c: M.auroc(a, c), "default": lambda a, b, c: M.auroc(b, c),
-         "difference": lambda a, b, c: M.auroc(a, c) - M.auroc(b, c)},
-        sb, sd, yt, groups=gt, n_resamples=args.bootstrap, seed=0,
-    )  # fmt: skip
+        {
+            "best": lambda a, b, c: M.auroc(a, c),
+            "default": lambda a, b, c: M.auroc(b, c),
+            "difference": lambda a, b, c: M.auroc(a, c) - M.auroc(b, c),
+        },
+        sb,
+        sd,
+        yt,
+        groups=gt,
+        n_resamples=args.bootstrap,
+        seed=0,
+    )
     test = {k: {"auroc": v} if k != "difference" else v for k, v in test.items()}
     clearly = best_g != default_g and test["difference"]["low"] > 0
     decision = (
         f"G={best_g} beats the default on the held-out half (CI of the difference > 0): recommended as default"
         if clearly
-        else ("the tuned G is the default G" if best_g == default_g
-              else f"G={best_g} does not clearly beat G={default_g} on the held-out half: default kept")
-    )  # fmt: skip
+        else (
+            "the tuned G is the default G"
+            if best_g == default_g
+            else f"G={best_g} does not clearly beat G={default_g} on the held-out half: default kept"
+        )
+    )
 
     # --- (a) and (c) at the threshold calibrated on the tuning half (default setting).
     s_def = scores_g[default_g]
@@ -989,9 +1157,19 @@ def compare(paths: Sequence[str | Path]) -> str:
 
 
 _NUMERIC_KEYS = frozenset(
-    ("value", "low", "high", "base_accuracy", "verifier_gain", "rs_gain", "rs_gain_infinite_m",
-     "acceptance_rate", "pass_rate", "threshold")
-)  # fmt: skip
+    (
+        "value",
+        "low",
+        "high",
+        "base_accuracy",
+        "verifier_gain",
+        "rs_gain",
+        "rs_gain_infinite_m",
+        "acceptance_rate",
+        "pass_rate",
+        "threshold",
+    )
+)
 
 
 def _nanify(obj: Any) -> Any:

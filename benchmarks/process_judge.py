@@ -59,10 +59,16 @@ def build(n: int, seed: int) -> list[dict[str, Any]]:
     from densereward.data import DataConfig, load_tasks
     from densereward.rewards.process import CHAIN_SUM_FORMAT, chain_terms, process_score
 
-    ds = load_tasks(DataConfig(
-        source="reasoning_gym", task="chain_sum", size=n, seed=seed, system_prompt=CHAIN_SUM_FORMAT,
-        task_config={"min_terms": 3, "max_terms": 4, "min_digits": 1, "max_digits": 1},
-    ))  # fmt: skip
+    ds = load_tasks(
+        DataConfig(
+            source="reasoning_gym",
+            task="chain_sum",
+            size=n,
+            seed=seed,
+            system_prompt=CHAIN_SUM_FORMAT,
+            task_config={"min_terms": 3, "max_terms": 4, "min_digits": 1, "max_digits": 1},
+        )
+    )
     rng = np.random.default_rng(seed)
     items = []
     for i, row in enumerate(ds):
@@ -71,11 +77,22 @@ def build(n: int, seed: int) -> list[dict[str, Any]]:
         for slip in [None, *range(steps)]:
             delta = int(rng.integers(1, 4)) * int(rng.choice([-1, 1]))
             text = chain_text(terms, slip, delta)
-            items.append({"problem_index": i, "problem": row["problem"], "prompt": row["prompt"],
-                          "answer": row["answer"], "slip_at": slip, "steps": steps, "text": text,
-                          "oracle": process_score(row["problem"], text)})  # fmt: skip
-    assert all(it["oracle"] == (1.0 if it["slip_at"] is None else it["slip_at"] / it["steps"])
-               for it in items)  # fmt: skip
+            items.append(
+                {
+                    "problem_index": i,
+                    "problem": row["problem"],
+                    "prompt": row["prompt"],
+                    "answer": row["answer"],
+                    "slip_at": slip,
+                    "steps": steps,
+                    "text": text,
+                    "oracle": process_score(row["problem"], text),
+                }
+            )
+    assert all(
+        it["oracle"] == (1.0 if it["slip_at"] is None else it["slip_at"] / it["steps"])
+        for it in items
+    )
     return items
 
 
@@ -87,8 +104,12 @@ def score(items: list[dict[str, Any]], verifier: Any, prompt: str) -> list[float
     out: list[float | None] = []
     for i in range(0, len(items), 16):
         part = items[i : i + 16]
-        out += reward(prompts=[it["prompt"] for it in part], completions=[it["text"] for it in part],
-                      answer=[it["answer"] for it in part], problem=[it["problem"] for it in part])  # fmt: skip
+        out += reward(
+            prompts=[it["prompt"] for it in part],
+            completions=[it["text"] for it in part],
+            answer=[it["answer"] for it in part],
+            problem=[it["problem"] for it in part],
+        )
     return out
 
 
@@ -114,8 +135,9 @@ def metrics(items: list[dict[str, Any]], scores: list, *, n_boot: int, seed: int
             neg = [s for p in sample for it, s in by[p] if it["slip_at"] == k]
             out[f"auroc_step{k + 1}"] = (
                 float(auroc(np.r_[pos, neg], np.r_[np.ones(len(pos)), np.zeros(len(neg))]))
-                if pos and neg else float("nan")
-            )  # fmt: skip
+                if pos and neg
+                else float("nan")
+            )
         wins = n = 0.0
         for p in sample:
             wrong = [(it["slip_at"], s) for it, s in by[p] if it["slip_at"] is not None]
@@ -136,13 +158,17 @@ def metrics(items: list[dict[str, Any]], scores: list, *, n_boot: int, seed: int
     res = {}
     for key, v in point.items():
         b = np.array([x[key] for x in boots if np.isfinite(x[key])])
-        res[key] = {"value": v, "low": float(np.percentile(b, 2.5)) if b.size else None,
-                    "high": float(np.percentile(b, 97.5)) if b.size else None}  # fmt: skip
+        res[key] = {
+            "value": v,
+            "low": float(np.percentile(b, 2.5)) if b.size else None,
+            "high": float(np.percentile(b, 97.5)) if b.size else None,
+        }
     res["mean_score"] = {
-        ("correct" if k is None else f"slip_step{k + 1}"): float(np.mean(
-            [s for it, s in (x for p in pids for x in by[p]) if it["slip_at"] == k]))
+        ("correct" if k is None else f"slip_step{k + 1}"): float(
+            np.mean([s for it, s in (x for p in pids for x in by[p]) if it["slip_at"] == k])
+        )
         for k in [None, *range(max_steps)]
-    }  # fmt: skip
+    }
     res["n_abstained"] = sum(s is None for s in scores)
     return res
 
@@ -164,15 +190,24 @@ def main() -> int:
     from densereward import Verifier, VerifierConfig
 
     items = build(args.problems, args.seed)
-    verifier = Verifier(VerifierConfig(
-        backend="transformers", model=args.model, granularity=20, style="direct", batch_size=8,
-        backend_options={"device": "cpu", "dtype": args.dtype},
-    ))  # fmt: skip
+    verifier = Verifier(
+        VerifierConfig(
+            backend="transformers",
+            model=args.model,
+            granularity=20,
+            style="direct",
+            batch_size=8,
+            backend_options={"device": "cpu", "dtype": args.dtype},
+        )
+    )
     result: dict[str, Any] = {
-        "problems": args.problems, "task_seed": args.seed, "n_solutions": len(items),
+        "problems": args.problems,
+        "task_seed": args.seed,
+        "n_solutions": len(items),
         "verifier": f"{args.model} (4-bit Q4_K_M GGUF converted), transformers, G=20, direct, dtype {args.dtype}",
-        "machine": platform.machine(), "prompts": {},
-    }  # fmt: skip
+        "machine": platform.machine(),
+        "prompts": {},
+    }
     try:
         for prompt in args.prompts:
             t0 = time.perf_counter()
@@ -184,8 +219,9 @@ def main() -> int:
             logging.info("%s: %s", prompt, {k: v for k, v in m.items() if k != "scores"})
     finally:
         verifier.close()
-    result["items"] = [{k: it[k] for k in ("problem_index", "slip_at", "steps", "text", "oracle")}
-                       for it in items]  # fmt: skip
+    result["items"] = [
+        {k: it[k] for k in ("problem_index", "slip_at", "steps", "text", "oracle")} for it in items
+    ]
     figs = REPO / "docs" / "figures"
     (figs / f"{args.name}.json").write_text(json.dumps(result, indent=1) + "\n")
     steps = sorted({k for m in result["prompts"].values() for k in m if k.startswith("auroc_step")})
@@ -201,16 +237,24 @@ def main() -> int:
         "per step (later totals follow the slip; the final answer is wrong). Oracle: the share of correct "
         "running totals. 95% CIs: problem-level percentile bootstrap.",
         "",
-        "| prompt | " + " | ".join(f"AUROC correct vs slip at step {s[10:]}" for s in steps)
+        "| prompt | "
+        + " | ".join(f"AUROC correct vs slip at step {s[10:]}" for s in steps)
         + " | progress accuracy (later slip > earlier) | Spearman with the oracle | s/read |",
         "|---|" + "---|" * (len(steps) + 3),
-    ]  # fmt: skip
+    ]
     for prompt, m in result["prompts"].items():
-        lines.append(f"| {prompt} | " + " | ".join(ci(m[s]) for s in steps)
-                     + f" | {ci(m['progress_accuracy'])} | {ci(m['spearman_oracle'])} | {m['seconds_per_read']:.2f} |")  # fmt: skip
-    lines += ["", "Mean score by solution:", "",
-              "| prompt | " + " | ".join(next(iter(result["prompts"].values()))["mean_score"]) + " |",
-              "|---|" + "---|" * len(next(iter(result["prompts"].values()))["mean_score"])]  # fmt: skip
+        lines.append(
+            f"| {prompt} | "
+            + " | ".join(ci(m[s]) for s in steps)
+            + f" | {ci(m['progress_accuracy'])} | {ci(m['spearman_oracle'])} | {m['seconds_per_read']:.2f} |"
+        )
+    lines += [
+        "",
+        "Mean score by solution:",
+        "",
+        "| prompt | " + " | ".join(next(iter(result["prompts"].values()))["mean_score"]) + " |",
+        "|---|" + "---|" * len(next(iter(result["prompts"].values()))["mean_score"]),
+    ]
     for prompt, m in result["prompts"].items():
         lines.append(
             f"| {prompt} | " + " | ".join(f"{v:.3f}" for v in m["mean_score"].values()) + " |"

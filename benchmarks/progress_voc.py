@@ -84,11 +84,20 @@ def measure_episodes(v: Verifier, n_episodes: int, stride: int) -> dict:
                 float(np.linalg.norm(obs[s]["achieved_goal"] - obs[s]["desired_goal"]))
                 for s in steps
             ]
-            row = {"kind": kind, "seed": 100 + ep, "success": success, "steps": steps,
-                   "dist_cm": [round(100 * x, 1) for x in dist]}  # fmt: skip
+            row = {
+                "kind": kind,
+                "seed": 100 + ep,
+                "success": success,
+                "steps": steps,
+                "dist_cm": [round(100 * x, 1) for x in dist],
+            }
             for form in ("state", "trajectory"):
-                texts = [d.describe_state(obs[s]) if form == "state" else d.describe(obs[: s + 1], acts[:s])
-                         for s in steps]  # fmt: skip
+                texts = [
+                    d.describe_state(obs[s])
+                    if form == "state"
+                    else d.describe(obs[: s + 1], acts[:s])
+                    for s in steps
+                ]
                 res = v.progress_batch(tasks=[d.task(obs[0])] * len(texts), trajectories=texts)
                 n_reads += len(texts)
                 progress = [r.value for r in res]
@@ -116,8 +125,12 @@ def measure_phrasings(v: Verifier) -> dict:
             tasks=[TASK] * len(DISTANCES_CM), trajectories=[text(d) for d in DISTANCES_CM]
         )
         progress = [r.value for r in res]
-        out[name] = {"distance_cm": DISTANCES_CM, "progress": progress, "example": text(10),
-                     "spearman_vs_closeness": value_order_correlation(progress)}  # fmt: skip
+        out[name] = {
+            "distance_cm": DISTANCES_CM,
+            "progress": progress,
+            "example": text(10),
+            "spearman_vs_closeness": value_order_correlation(progress),
+        }
         print(name, [round(p, 3) for p in progress], flush=True)
     return out
 

@@ -125,9 +125,13 @@ def main() -> int:
     keep = {f"gsm8k-dev-{i}" for i in range(args.start, args.start + args.problems)}
     rows = [r for r in rows if r["problem_id"] in keep]
     cfg = VerifierConfig(
-        backend="transformers", model=args.model, granularity=args.granularity, style="direct",
-        batch_size=8, backend_options={"device": "cpu", "dtype": args.dtype},
-    )  # fmt: skip
+        backend="transformers",
+        model=args.model,
+        granularity=args.granularity,
+        style="direct",
+        batch_size=8,
+        backend_options={"device": "cpu", "dtype": args.dtype},
+    )
     verifier = Verifier(cfg)
     out: dict[str, Any] = {
         "responses": Path(args.responses).name,
@@ -145,9 +149,12 @@ def main() -> int:
             res["seconds_per_read"] = secs / max(1, len(rows))
             res["scores"] = scores
             out["kinds"][kind] = res
-            print(f"{kind:15s} AUROC {res['auroc']:.3f} [{res['auroc_ci'][0]:.3f}, {res['auroc_ci'][1]:.3f}]  "
-                  f"correct {res['mean_correct']:.3f} incorrect {res['mean_incorrect']:.3f}  "
-                  f"abstained {res['n_abstained']}  {res['seconds_per_read']:.2f} s/read", flush=True)  # fmt: skip
+            print(
+                f"{kind:15s} AUROC {res['auroc']:.3f} [{res['auroc_ci'][0]:.3f}, {res['auroc_ci'][1]:.3f}]  "
+                f"correct {res['mean_correct']:.3f} incorrect {res['mean_incorrect']:.3f}  "
+                f"abstained {res['n_abstained']}  {res['seconds_per_read']:.2f} s/read",
+                flush=True,
+            )
     finally:
         verifier.close()
     out["labels"] = [bool(r["is_correct"]) for r in rows]

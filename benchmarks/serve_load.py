@@ -56,11 +56,14 @@ def _serve(base_urls: list[str], args: argparse.Namespace):
 
     config = {
         "reward": {"type": "dense", "track": False, "reference_guided": False, "use_async": True},
-        "verifier": {"backend": "openai", "granularity": 20, "calibrate": False,
-                     "backend_options": {"base_url": base_urls,
-                                         "max_concurrency": args.concurrency}},
+        "verifier": {
+            "backend": "openai",
+            "granularity": 20,
+            "calibrate": False,
+            "backend_options": {"base_url": base_urls, "max_concurrency": args.concurrency},
+        },
         "serve": {"max_batch": args.max_batch, "batch_wait_ms": args.batch_wait_ms},
-    }  # fmt: skip
+    }
     service, close = build_service(config)
     port = free_port()
     server = uvicorn.Server(
@@ -70,7 +73,7 @@ def _serve(base_urls: list[str], args: argparse.Namespace):
             port=port,
             log_level="warning",
             timeout_graceful_shutdown=30,
-        )  # fmt: skip
+        )
     )
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
@@ -93,8 +96,11 @@ async def _load(url: str, args: argparse.Namespace, offset: int) -> tuple[list[f
             prompt = f"<|im_start|>user\nProblem {c}: what is the number?<|im_end|>\n<|im_start|>assistant\n"
             for j in range(args.requests):
                 k = offset + c * args.requests + j
-                payload = {"query": [f"{prompt}The answer is {k}.<|im_end|>"], "prompts": [prompt],
-                           "labels": [None]}  # fmt: skip
+                payload = {
+                    "query": [f"{prompt}The answer is {k}.<|im_end|>"],
+                    "prompts": [prompt],
+                    "labels": [None],
+                }
                 t0 = time.perf_counter()
                 try:
                     got = (await client.post(f"{url}/get_reward", json=payload)).json()
@@ -122,8 +128,13 @@ def _run(base_urls: list[str], args: argparse.Namespace, offset: int) -> dict:
         thread.join(timeout=60)
     n = args.clients * args.requests
     q = statistics.quantiles(latencies, n=100) if len(latencies) > 1 else [float("nan")] * 99
-    return {"rps": n / seconds, "p50": statistics.median(latencies), "p99": q[98],
-            "lost": lost, "calls": service.n_calls}  # fmt: skip
+    return {
+        "rps": n / seconds,
+        "p50": statistics.median(latencies),
+        "p99": q[98],
+        "lost": lost,
+        "calls": service.n_calls,
+    }
 
 
 def main() -> None:
@@ -143,8 +154,13 @@ def main() -> None:
     ap.add_argument("--max-batch", type=int, default=64)
     ap.add_argument("--batch-wait-ms", type=float, default=5.0)
     ap.add_argument("--vllm", action="store_true", help="real vLLM CPU servers (embedded SmolLM2)")
-    ap.add_argument("--vllm-replicas", type=int, default=2, choices=(1, 2),
-                    help="with --vllm: start one server (the 1-replica row only) or two")  # fmt: skip
+    ap.add_argument(
+        "--vllm-replicas",
+        type=int,
+        default=2,
+        choices=(1, 2),
+        help="with --vllm: start one server (the 1-replica row only) or two",
+    )
     args = ap.parse_args()
     rows = {}
     with contextlib.ExitStack() as stack:
@@ -153,34 +169,56 @@ def main() -> None:
 
             model = ensure_default_model()
             flags = ["--max-logprobs", "40", "-O0"]
-            urls = [stack.enter_context(start_vllm_server(model, extra_flags=flags)).base_url
-                    for _ in range(args.vllm_replicas)]  # fmt: skip
+            urls = [
+                stack.enter_context(start_vllm_server(model, extra_flags=flags)).base_url
+                for _ in range(args.vllm_replicas)
+            ]
             servers = []
         else:
             fault = Fault("stall", delay_s=args.latency_ms / 1000)
-            servers = [stack.enter_context(MisbehavingServer(default=fault, capacity=args.capacity,
-                                                             answer=_answer)) for _ in range(2)]  # fmt: skip
+            servers = [
+                stack.enter_context(
+                    MisbehavingServer(default=fault, capacity=args.capacity, answer=_answer)
+                )
+                for _ in range(2)
+            ]
             urls = [s.base_url for s in servers]
         n = args.clients * args.requests
         rows["1 replica"] = _run(urls[:1], args, 0)
         if len(urls) > 1:
             rows["2 replicas"] = _run(urls, args, n)
         if servers:
-            ids = [int(_ID.findall([m["content"] for m in b["messages"] if m["role"] == "user"][-1])[-1])
-                   for s in servers for b in s.answered]  # fmt: skip
+            ids = [
+                int(
+                    _ID.findall([m["content"] for m in b["messages"] if m["role"] == "user"][-1])[
+                        -1
+                    ]
+                )
+                for s in servers
+                for b in s.answered
+            ]
             duplicated = len(ids) - len(set(ids))
             missing = 2 * n - len(set(ids))
         else:
             duplicated = missing = float("nan")
-    what = "vLLM CPU (SmolLM2-135M)" if args.vllm else (
-        f"scripted (capacity {args.capacity}, {args.latency_ms:g} ms; ceiling "
-        f"{1000 * args.capacity / args.latency_ms:.0f} reads/s per replica)")  # fmt: skip
-    print(f"{args.clients} clients x {args.requests} OpenRLHF requests (1 query each) per condition; "
-          f"verifier replicas: {what}; max_concurrency {args.concurrency} per replica")  # fmt: skip
+    what = (
+        "vLLM CPU (SmolLM2-135M)"
+        if args.vllm
+        else (
+            f"scripted (capacity {args.capacity}, {args.latency_ms:g} ms; ceiling "
+            f"{1000 * args.capacity / args.latency_ms:.0f} reads/s per replica)"
+        )
+    )
+    print(
+        f"{args.clients} clients x {args.requests} OpenRLHF requests (1 query each) per condition; "
+        f"verifier replicas: {what}; max_concurrency {args.concurrency} per replica"
+    )
     print(f"{'condition':<12}{'req/s':>8}{'p50 ms':>9}{'p99 ms':>9}{'lost':>6}{'reward calls':>14}")
     for name, r in rows.items():
-        print(f"{name:<12}{r['rps']:>8.1f}{1000 * r['p50']:>9.1f}{1000 * r['p99']:>9.1f}"
-              f"{r['lost']:>6d}{r['calls']:>14d}")  # fmt: skip
+        print(
+            f"{name:<12}{r['rps']:>8.1f}{1000 * r['p50']:>9.1f}{1000 * r['p99']:>9.1f}"
+            f"{r['lost']:>6d}{r['calls']:>14d}"
+        )
     print(f"verifier reads answered twice: {duplicated}; never answered: {missing}")
 
 

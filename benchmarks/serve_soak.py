@@ -214,10 +214,20 @@ class Server:
         env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO / "src")}
         with self.log.open("a") as log:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "densereward.cli", "serve", "--config", str(self.config),
-                 "--port", str(self.port)],
-                stdout=log, stderr=subprocess.STDOUT, env=env,
-            )  # fmt: skip
+                [
+                    sys.executable,
+                    "-m",
+                    "densereward.cli",
+                    "serve",
+                    "--config",
+                    str(self.config),
+                    "--port",
+                    str(self.port),
+                ],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=env,
+            )
         self.incarnation += 1
         while time.monotonic() - t0 < 120:
             if self.proc.poll() is not None:
@@ -304,11 +314,12 @@ async def openrlhf_client(c: int, url: str, tally: Tally, stop: asyncio.Event) -
                     break
                 if status == "ok":
                     result = (
-                        got["rewards"] == got["scores"] and len(got["rewards"]) == 1
+                        got["rewards"] == got["scores"]
+                        and len(got["rewards"]) == 1
                         and abs(got["rewards"][0] - want) < 1e-3
                         and got["extra_logs"]["densereward_abstained"] == [float(flag)]
                         and header == str(int(flag))
-                    )  # fmt: skip
+                    )
                     detail = f"k={k}: {got} header {header}"
                     break
             except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as e:
@@ -326,8 +337,11 @@ async def slime_client(c: int, url: str, tally: Tally, stop: asyncio.Event, sess
     while not stop.is_set():
         k = tally.next_id()
         want, flag = _want(k)
-        payload = {"prompt": f"Problem s{c}: what is the number?", "response": _text(k),
-                   "label": None}  # fmt: skip
+        payload = {
+            "prompt": f"Problem s{c}: what is the number?",
+            "response": _text(k),
+            "label": None,
+        }
         t0, result, detail = time.monotonic(), None, ""
         for attempt in range(10):
             try:
@@ -382,10 +396,14 @@ def verl_client(c: int, url: str, tally: Tally, stop: threading.Event, batch: in
         result: bool | str | None
         try:
             got = compute_score_batch(
-                ["gsm8k"] * batch, [_text(k) for k in ks], [None] * batch,
+                ["gsm8k"] * batch,
+                [_text(k) for k in ks],
+                [None] * batch,
                 [{"question": f"Problem v{c}: what is the number?"}] * batch,
-                url=url, abstain_reward=ABSTAIN_REWARD, timeout_s=60,
-            )  # fmt: skip
+                url=url,
+                abstain_reward=ABSTAIN_REWARD,
+                timeout_s=60,
+            )
             wants = [_want(k) for k in ks]
             result = len(got) == batch and all(
                 abs(g["score"] - w) < 1e-3 and g["abstained"] == float(f)
@@ -429,12 +447,16 @@ def _disconnect(port: int, how: str) -> None:
     """A client that leaves: mid-body, right after a whole request, or before a byte."""
     with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
         if how == "mid-body":
-            s.sendall(b"POST /get_reward HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                      b"Content-Length: 1000\r\n\r\n{\"query\": [")  # fmt: skip
+            s.sendall(
+                b"POST /get_reward HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                b'Content-Length: 1000\r\n\r\n{"query": ['
+            )
         elif how == "after request":
             body = json.dumps({"problems": ["Problem d"], "responses": ["The answer is 5."]})
-            s.sendall(f"POST /score HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                      f"Content-Length: {len(body)}\r\n\r\n{body}".encode())  # fmt: skip
+            s.sendall(
+                f"POST /score HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                f"Content-Length: {len(body)}\r\n\r\n{body}".encode()
+            )
         time.sleep(0.05)
 
 
@@ -462,8 +484,11 @@ async def fault_client(
             for _ in range(5):
                 content = body if body is not None else _chunks()  # no Content-Length
                 try:
-                    r = await client.post(f"{url}{path}", content=content,
-                                          headers={"Content-Type": "application/json"})  # fmt: skip
+                    r = await client.post(
+                        f"{url}{path}",
+                        content=content,
+                        headers={"Content-Type": "application/json"},
+                    )
                 except httpx.TransportError as e:
                     tally.connection_error("invalid bodies", e)
                     await asyncio.sleep(1)
@@ -501,12 +526,17 @@ def _memory(samples: list[tuple[float, int, float]]) -> list[dict[str, Any]]:
         t, y = ts[skip:], rss[skip:]
         third = max(1, len(y) // 3)
         slope = statistics.linear_regression(t, y).slope * 60 if len(set(t)) > 1 else 0.0
-        out.append({
-            "incarnation": inc, "samples": len(rss), "first_mb": round(rss[0], 1),
-            "max_mb": round(max(rss), 1), "last_mb": round(rss[-1], 1),
-            "growth_mb": round(statistics.median(y[-third:]) - statistics.median(y[:third]), 1),
-            "slope_mb_per_min": round(slope, 2),
-        })  # fmt: skip
+        out.append(
+            {
+                "incarnation": inc,
+                "samples": len(rss),
+                "first_mb": round(rss[0], 1),
+                "max_mb": round(max(rss), 1),
+                "last_mb": round(rss[-1], 1),
+                "growth_mb": round(statistics.median(y[-third:]) - statistics.median(y[:third]), 1),
+                "slope_mb_per_min": round(slope, 2),
+            }
+        )
     return out
 
 
@@ -527,16 +557,24 @@ async def _run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
         slime_session = aiohttp.ClientSession(
             connector=aiohttp.TCPConnector(limit=64, enable_cleanup_closed=True),
             timeout=aiohttp.ClientTimeout(total=120),
-        )  # fmt: skip
+        )
         clients = [
             openrlhf_client(c, server.url, tally, stop) for c in range(args.openrlhf_clients)
         ]
-        clients += [slime_client(c, server.url, tally, stop, slime_session)
-                    for c in range(args.slime_clients)]  # fmt: skip
+        clients += [
+            slime_client(c, server.url, tally, stop, slime_session)
+            for c in range(args.slime_clients)
+        ]
         clients.append(fault_client(server.url, server.port, tally, stop, args.fault_interval_s))
-        threads = [threading.Thread(target=verl_client, name=f"verl-{c}", daemon=True,
-                                    args=(c, server.url, tally, tstop, args.verl_batch))
-                   for c in range(args.verl_clients)]  # fmt: skip
+        threads = [
+            threading.Thread(
+                target=verl_client,
+                name=f"verl-{c}",
+                daemon=True,
+                args=(c, server.url, tally, tstop, args.verl_batch),
+            )
+            for c in range(args.verl_clients)
+        ]
         for t in threads:
             t.start()
         tasks = [asyncio.create_task(c) for c in clients]
@@ -545,8 +583,13 @@ async def _run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
             await asyncio.sleep(max(0.0, frac * duration - tally.now()))
 
         async def schedule() -> None:
-            for frac, what in ((0.15, "kill 1"), (0.25, "restart 1"), (0.50, "sigterm"),
-                               (0.70, "kill 0"), (0.80, "restart 0")):  # fmt: skip
+            for frac, what in (
+                (0.15, "kill 1"),
+                (0.25, "restart 1"),
+                (0.50, "sigterm"),
+                (0.70, "kill 0"),
+                (0.80, "restart 0"),
+            ):
                 await at(frac)
                 t = tally.now()
                 if what == "sigterm":
@@ -554,8 +597,13 @@ async def _run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
                     rc = await asyncio.to_thread(server.stop)
                     took = await asyncio.to_thread(server.start)
                     tally.windows[-1][1] = tally.now() + 1.0
-                    events.append({"t": round(t, 1), "event": f"server SIGTERM: exit {rc}, "
-                                   f"restarted in {took:.1f} s; window {tally.now() - t:.1f} s"})  # fmt: skip
+                    events.append(
+                        {
+                            "t": round(t, 1),
+                            "event": f"server SIGTERM: exit {rc}, "
+                            f"restarted in {took:.1f} s; window {tally.now() - t:.1f} s",
+                        }
+                    )
                 elif what.startswith("kill"):
                     replicas.kill(int(what[-1]))
                     events.append({"t": round(t, 1), "event": f"replica {what[-1]} killed"})
@@ -593,10 +641,15 @@ async def _run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
         restore()
     log = server.log.read_text()
     return {
-        "tally": tally, "events": events, "samples": samples, "server_statuses": server.statuses,
-        "exit_codes": server.exit_codes, "tracebacks": log.count("Traceback"), "seconds": tally.now(),
+        "tally": tally,
+        "events": events,
+        "samples": samples,
+        "server_statuses": server.statuses,
+        "exit_codes": server.exit_codes,
+        "tracebacks": log.count("Traceback"),
+        "seconds": tally.now(),
         "windows_s": [round(b - a, 1) for a, b in tally.windows],
-    }  # fmt: skip
+    }
 
 
 def _shown(path: Path) -> str:
@@ -611,17 +664,31 @@ def _report(args: argparse.Namespace, run: dict[str, Any]) -> dict[str, Any]:
     for kind in ("OpenRLHF", "slime", "verl", "invalid bodies", "disconnecting clients"):
         o = tally.outcomes[kind]
         lat = tally.latencies[kind]
-        rows.append({
-            "client": f"verl ({args.verl_batch} items a call)" if kind == "verl" else kind,
-            "requests": sum(o[k] for k in ("correct", "wrong", "lost", "refused_4xx", "sent",
-                                           "gave_up_in_restart")),  # fmt: skip
-            "gave_up_in_restart": o["gave_up_in_restart"],
-            "correct": o["correct"], "wrong": o["wrong"], "refused_4xx": o["refused_4xx"],
-            "lost": o["lost"] + o["conn_errors_outside"], "5xx": o["5xx"],
-            "retried_in_restart": o["conn_errors_in_restart"],
-            "p50_ms": round(1000 * statistics.median(lat), 1) if lat else None,
-            "p99_ms": round(1000 * _quantile(lat, 99), 1) if lat else None,
-        })  # fmt: skip
+        rows.append(
+            {
+                "client": f"verl ({args.verl_batch} items a call)" if kind == "verl" else kind,
+                "requests": sum(
+                    o[k]
+                    for k in (
+                        "correct",
+                        "wrong",
+                        "lost",
+                        "refused_4xx",
+                        "sent",
+                        "gave_up_in_restart",
+                    )
+                ),
+                "gave_up_in_restart": o["gave_up_in_restart"],
+                "correct": o["correct"],
+                "wrong": o["wrong"],
+                "refused_4xx": o["refused_4xx"],
+                "lost": o["lost"] + o["conn_errors_outside"],
+                "5xx": o["5xx"],
+                "retried_in_restart": o["conn_errors_in_restart"],
+                "p50_ms": round(1000 * statistics.median(lat), 1) if lat else None,
+                "p99_ms": round(1000 * _quantile(lat, 99), 1) if lat else None,
+            }
+        )
     valid = rows[:3]  # OpenRLHF, slime, verl
     memory = _memory(run["samples"])
     statuses = dict(sorted(run["server_statuses"].items()))
@@ -644,12 +711,18 @@ def _report(args: argparse.Namespace, run: dict[str, Any]) -> dict[str, Any]:
         "date": time.strftime("%Y-%m-%d"),
         "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, {platform.platform()}, "
         f"load average at the end {os.getloadavg()[0]:.1f}",
-        "args": {**vars(args), "json": _shown(args.json)}, "seconds": round(run["seconds"], 1), "rows": rows,
-        "server_statuses": statuses, "events": run["events"], "memory": memory,
+        "args": {**vars(args), "json": _shown(args.json)},
+        "seconds": round(run["seconds"], 1),
+        "rows": rows,
+        "server_statuses": statuses,
+        "events": run["events"],
+        "memory": memory,
         "restart_windows_s": run["windows_s"],
-        "rss_samples": run["samples"], "errors": tally.errors, "checks": checks,
+        "rss_samples": run["samples"],
+        "errors": tally.errors,
+        "checks": checks,
         "passed": all(checks.values()),
-    }  # fmt: skip
+    }
 
 
 def _markdown(result: dict[str, Any]) -> str:
@@ -659,8 +732,18 @@ def _markdown(result: dict[str, Any]) -> str:
     ]
     for r in result["rows"]:
         answered = "-" if r["client"] == "disconnecting clients" else r["correct"]
-        cells = [r["client"], r["requests"], answered, r["refused_4xx"], r["lost"], r["5xx"],
-                 r["retried_in_restart"], r["gave_up_in_restart"], r["p50_ms"] or "-", r["p99_ms"] or "-"]  # fmt: skip
+        cells = [
+            r["client"],
+            r["requests"],
+            answered,
+            r["refused_4xx"],
+            r["lost"],
+            r["5xx"],
+            r["retried_in_restart"],
+            r["gave_up_in_restart"],
+            r["p50_ms"] or "-",
+            r["p99_ms"] or "-",
+        ]
         lines.append("| " + " | ".join(str(c) for c in cells) + " |")
     mem = "; ".join(
         f"process {m['incarnation']}: {m['first_mb']} -> {m['last_mb']} MB (max {m['max_mb']}; "

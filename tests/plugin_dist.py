@@ -12,8 +12,14 @@ from pathlib import Path
 from typing import Any
 
 
-def install(tmp_path: Path, monkeypatch: Any, module: str, source: str, entry_points: str,
-            registries: Sequence[Any]) -> Iterator[Path]:  # fmt: skip
+def install(
+    tmp_path: Path,
+    monkeypatch: Any,
+    module: str,
+    source: str,
+    entry_points: str,
+    registries: Sequence[Any],
+) -> Iterator[Path]:
     """Yield the site directory holding ``module`` (a generator for a pytest fixture)."""
     site = tmp_path / "site"
     site.mkdir()

@@ -157,9 +157,18 @@ def start_vllm_server(
     last_tail = ""
     for mem in ("0.1", "0.3"):
         flags = [
-            "--model", str(model_dir), "--port", str(port), "--host", "127.0.0.1",
-            "--gpu-memory-utilization", mem, "--dtype", "float32", *extra_flags,
-        ]  # fmt: skip
+            "--model",
+            str(model_dir),
+            "--port",
+            str(port),
+            "--host",
+            "127.0.0.1",
+            "--gpu-memory-utilization",
+            mem,
+            "--dtype",
+            "float32",
+            *extra_flags,
+        ]
         cmd = ["nice", sys.executable, "-m", "vllm.entrypoints.openai.api_server", *flags]
         t0 = time.monotonic()
         with open(log_path, "ab") as log:
@@ -439,10 +448,11 @@ class MisbehavingServer:
         """The recorded chat-completions requests; the verifiers' start-up calibration reads
         (a demonstration graded again, :func:`_demonstrated_letter`) only with ``calibration``."""
         return [
-            r for r in self.requests
+            r
+            for r in self.requests
             if r["path"].rstrip("/").endswith("/chat/completions")
             and (calibration or _demonstrated_letter(r["body"] or {}) is None)
-        ]  # fmt: skip
+        ]
 
     def _record(self, method: str, path: str, headers: dict[str, str], body: Any) -> None:
         with self._lock:

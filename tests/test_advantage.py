@@ -104,8 +104,13 @@ def test_stratified_rewards_floor_skip_and_keep():
     r, info = stratified_rewards(
         [1, 0, 0, 0, 0, 0, 0, 0], [0.9, 0.1, 0.5, 0.3, 0.2, 0.6, 0.4, 0.3], groups
     )
-    assert info == {"judge_only": 0.0, "judge_skipped": 0.0, "tied_strata": 0.0, "n_strata": 2.0,
-                    "n_tied": 0.0}  # fmt: skip
+    assert info == {
+        "judge_only": 0.0,
+        "judge_skipped": 0.0,
+        "tied_strata": 0.0,
+        "n_strata": 2.0,
+        "n_tied": 0.0,
+    }
     assert r[4:] == pytest.approx([-0.05, 0.05, 0.0, -0.025])
     # spreads below the floor are ties
     r, info = stratified_rewards([1, 0, 0, 0], [0.9, 0.30, 0.31, 0.30], [slice(0, 4)])
@@ -146,15 +151,29 @@ def _call(funcs, completions, answers, g):
     out = []
     logged = {}
     for f in funcs:
-        out.append(f(prompts=prompts, completions=completions, answer=answers,
-                     log_metric=lambda k, v: logged.__setitem__(k, v)))  # fmt: skip
+        out.append(
+            f(
+                prompts=prompts,
+                completions=completions,
+                answer=answers,
+                log_metric=lambda k, v: logged.__setitem__(k, v),
+            )
+        )
     return out, logged
 
 
 def test_built_in_kinds_report_the_audit_with_the_runs_scale():
     checker = MathChecker(executor="inline")
-    comps = ["The answer is 3.", "The answer is 4.", "The answer is 5.", "The answer is 6.",
-             "The answer is 1.", "The answer is 2.", "The answer is 9.", "The answer is 8."]  # fmt: skip
+    comps = [
+        "The answer is 3.",
+        "The answer is 4.",
+        "The answer is 5.",
+        "The answer is 6.",
+        "The answer is 1.",
+        "The answer is 2.",
+        "The answer is 9.",
+        "The answer is 8.",
+    ]
     answers = ["3"] * 4 + ["7"] * 4
     table = {"3": 0.9, "4": 0.2, "5": 0.6, "6": 0.3, "1": 0.1, "2": 0.8, "9": 0.4, "8": 0.7}
     v = _Scripted(table)
@@ -195,8 +214,9 @@ def test_reward_config_weights_and_kinds():
 
 
 def test_seed_recipe_is_correctness_format_and_the_groups_win_rate():
-    funcs, weights = build_reward_funcs(RewardConfig(type="seed_recipe", track=False), lambda: None,
-                                        num_generations=4)  # fmt: skip
+    funcs, weights = build_reward_funcs(
+        RewardConfig(type="seed_recipe", track=False), lambda: None, num_generations=4
+    )
     assert [f.__name__ for f in funcs] == ["math_correctness", "answer_format", "verifier_group"]
     assert weights == [1.0, 1.0, 0.1]
 
@@ -207,7 +227,10 @@ def test_a_hand_built_verifier_reward_takes_the_reward_configs_defaults():
     r = VerifierReward(lambda: None)
     c = RewardConfig()
     assert (r.reference_guided, r.reference_prompt, r.injection_penalty) == (
-        c.reference_guided, c.reference_prompt, c.injection_penalty)  # fmt: skip
+        c.reference_guided,
+        c.reference_prompt,
+        c.injection_penalty,
+    )
 
 
 def test_audit_waits_for_every_component():
@@ -223,8 +246,11 @@ def test_audit_waits_for_every_component():
 def test_training_scale_rewards_is_set_or_warned_about(caplog):
     from densereward.trainers.grpo_config import build_grpo_args, resolve_config
 
-    base = {"reward": {"type": "gated", "track": False}, "wandb": {"enabled": False},
-            "training": {"use_cpu": True, "num_generations": 2, "per_device_train_batch_size": 2}}  # fmt: skip
+    base = {
+        "reward": {"type": "gated", "track": False},
+        "wandb": {"enabled": False},
+        "training": {"use_cpu": True, "num_generations": 2, "per_device_train_batch_size": 2},
+    }
     args = build_grpo_args(
         resolve_config(base), __import__("pathlib").Path("/tmp/x"), cpu_check=True
     )

@@ -43,7 +43,7 @@ SPARSE_CASES = [
         "7",
         0.0,
         "unclosed_thinking",
-    ),  # fmt: skip
+    ),
     ("<think>\nmaybe \\boxed{5}? no.\n</think>\nThe answer is \\boxed{7}.", "7", 1.0, None),
     # a template that opens <think> in the prompt: the completion holds only </think>
     ("maybe 5\n</think>\n\nFinal answer: 7", "7", 1.0, None),
@@ -325,8 +325,9 @@ def test_tracker_logs_frac_no_answer_sparse_and_warns_once(caplog, tmp_path):
         logged: dict[str, float] = {}
         kwargs = {"problem": ["2+2?"] * 4, "answer": ["4"] * 4}
         with caplog.at_level(logging.WARNING, logger="densereward.rewards.tracking"):
-            out = reward(prompts=["2+2?"] * 4, completions=comps, log_metric=logged.__setitem__,
-                         **kwargs)  # fmt: skip
+            out = reward(
+                prompts=["2+2?"] * 4, completions=comps, log_metric=logged.__setitem__, **kwargs
+            )
             reward(prompts=["2+2?"] * 4, completions=comps, **kwargs)
         v.close()
         # the unclosed-thinking completion was shown as empty: 0 with no request for it
@@ -355,12 +356,21 @@ def test_no_answer_counts_have_names_that_say_what_they_count(tmp_path, referenc
     comps = ["I believe it is 4", "4, I guess", "\\boxed{4}", "The answer is 5."]
     with MisbehavingServer() as srv:
         v = scripted_verifier(srv.base_url, granularity=5)
-        reward = VerifierReward(v, reference_guided=reference_guided, injection_penalty=None,
-                                tracker=RewardQualityTracker(tmp_path),
-                                checker=MathChecker(executor="inline"))  # fmt: skip
+        reward = VerifierReward(
+            v,
+            reference_guided=reference_guided,
+            injection_penalty=None,
+            tracker=RewardQualityTracker(tmp_path),
+            checker=MathChecker(executor="inline"),
+        )
         logged: dict[str, float] = {}
-        reward(prompts=["2+2?"] * 4, completions=comps, problem=["2+2?"] * 4, answer=["4"] * 4,
-               log_metric=logged.__setitem__)  # fmt: skip
+        reward(
+            prompts=["2+2?"] * 4,
+            completions=comps,
+            problem=["2+2?"] * 4,
+            answer=["4"] * 4,
+            log_metric=logged.__setitem__,
+        )
         assert v.stats.n_unread_no_answer == unread
         v.close()
     rec = json.loads((tmp_path / "reward_quality.jsonl").read_text().splitlines()[0])
@@ -381,19 +391,27 @@ def test_unread_completions_are_counted_apart_per_batch_and_in_total(tmp_path, c
     from densereward.rewards import RewardQualityTracker, VerifierReward
     from densereward.rewards.tracking_plot import _empty_panel_reason
 
-    batches = [["I believe it is 4", "4, I guess"] * 2,
-               ["I believe it is 4", "4, I guess", "\\boxed{4}", "The answer is 5."]]  # fmt: skip
+    batches = [
+        ["I believe it is 4", "4, I guess"] * 2,
+        ["I believe it is 4", "4, I guess", "\\boxed{4}", "The answer is 5."],
+    ]
     tracker = RewardQualityTracker(tmp_path, threshold=0.5)
     logged: list[dict[str, float]] = []
     with MisbehavingServer() as srv, caplog.at_level(logging.WARNING):
         srv.default = Fault("ok", top_logprobs=(("E", -0.05), ("A", -3.0)), text="E")  # reads ~1
         v = scripted_verifier(srv.base_url, granularity=5)
-        reward = VerifierReward(v, injection_penalty=None, tracker=tracker,
-                                checker=MathChecker(executor="inline"))  # fmt: skip
+        reward = VerifierReward(
+            v, injection_penalty=None, tracker=tracker, checker=MathChecker(executor="inline")
+        )
         for comps in batches:
             logged.append({})
-            reward(prompts=["2+2?"] * 4, completions=comps, problem=["2+2?"] * 4,
-                   answer=["4"] * 4, log_metric=logged[-1].__setitem__)  # fmt: skip
+            reward(
+                prompts=["2+2?"] * 4,
+                completions=comps,
+                problem=["2+2?"] * 4,
+                answer=["4"] * 4,
+                log_metric=logged[-1].__setitem__,
+            )
         v.close()
     rows = [json.loads(x) for x in (tmp_path / "reward_quality.jsonl").read_text().splitlines()]
     for got in (logged, rows):
@@ -426,8 +444,13 @@ def test_eval_verifier_reports_agreement_and_labels_unlabelled(data_dir: Path, t
     with path.open("w") as f:
         for i, rec in enumerate(src):
             for gen in ("6b_finetuning", "175b_verification"):
-                row = {"problem_id": f"p{i}", "problem": rec["question"], "generator": gen,
-                       "response": rec[gen]["solution"], "reference": rec["ground_truth"]}  # fmt: skip
+                row = {
+                    "problem_id": f"p{i}",
+                    "problem": rec["question"],
+                    "generator": gen,
+                    "response": rec[gen]["solution"],
+                    "reference": rec["ground_truth"],
+                }
                 if i < 3:  # half the file is labelled
                     row["is_correct"] = rec[gen]["is_correct"]
                 f.write(json.dumps(row) + "\n")
@@ -437,8 +460,18 @@ def test_eval_verifier_reports_agreement_and_labels_unlabelled(data_dir: Path, t
             for gen in ("6b_finetuning", "175b_verification"):
                 f.write(json.dumps({"problem_id": f"p{i}", "generator": gen, "score": 0.5}) + "\n")
     out = tmp_path / "out"
-    args = ["eval-verifier", "--responses", str(path), "--scores", str(scores), "--out", str(out),
-            "--bootstrap", "0", "--no-plots"]  # fmt: skip
+    args = [
+        "eval-verifier",
+        "--responses",
+        str(path),
+        "--scores",
+        str(scores),
+        "--out",
+        str(out),
+        "--bootstrap",
+        "0",
+        "--no-plots",
+    ]
     assert cli_main(args) != 0
     err = capsys.readouterr().err
     assert "is_correct" in err and "--label-with-sparse" in err
@@ -446,11 +479,15 @@ def test_eval_verifier_reports_agreement_and_labels_unlabelled(data_dir: Path, t
     meta = json.loads((out / "metrics.json").read_text())["meta"]
     assert meta["n_labelled_by_sparse_reward"] == 6
     assert meta["sparse_agreement"]["overall"] == {
-        "agreement": 1.0, "n": 6,
-        "n_positive_labels": sum(src[i][g]["is_correct"] for i in range(3)
-                                 for g in ("6b_finetuning", "175b_verification")),
+        "agreement": 1.0,
+        "n": 6,
+        "n_positive_labels": sum(
+            src[i][g]["is_correct"]
+            for i in range(3)
+            for g in ("6b_finetuning", "175b_verification")
+        ),
         "n_positive_rewards": meta["sparse_agreement"]["overall"]["n_positive_rewards"],
-    }  # fmt: skip
+    }
     assert "sparse reward vs labels" in (out / "report.md").read_text()
 
 
@@ -491,11 +528,18 @@ def test_low_mass_counted_in_grpo_and_sac_metrics(server):
     v = scripted_verifier(server.base_url, granularity=20)
     logged: dict[str, float] = {}
     reward = VerifierReward(
-        v, tracker=RewardQualityTracker(), checker=MathChecker(executor="inline"),
-        reference_guided=False, injection_penalty=None,
-    )  # fmt: skip
-    out = reward(prompts=["q", "q"], completions=["\\boxed{1}", "\\boxed{2}"], answer=["1", "1"],
-                 log_metric=logged.__setitem__)  # fmt: skip
+        v,
+        tracker=RewardQualityTracker(),
+        checker=MathChecker(executor="inline"),
+        reference_guided=False,
+        injection_penalty=None,
+    )
+    out = reward(
+        prompts=["q", "q"],
+        completions=["\\boxed{1}", "\\boxed{2}"],
+        answer=["1", "1"],
+        log_metric=logged.__setitem__,
+    )
     assert out == [None, None] and logged["verifier/total/n_low_mass"] == 2.0
     cb = VerifierDynamicsCallback(engine_stats=v.stats)
     assert cb.metrics()["verifier/total/n_low_mass"] == 2.0

@@ -31,9 +31,15 @@ from densereward.errors import ConfigError
 from densereward.verifier import Verifier
 
 DEFAULTS = Capabilities(
-    supports_images=False, text_reads=False, thinking_template=False, dtype=None,
-    loads_model=False, calibration_hint="", thread_safe=False, boundary_logprobs=None,
-)  # fmt: skip
+    supports_images=False,
+    text_reads=False,
+    thinking_template=False,
+    dtype=None,
+    loads_model=False,
+    calibration_hint="",
+    thread_safe=False,
+    boundary_logprobs=None,
+)
 
 
 class Bare:
@@ -70,8 +76,11 @@ class Mixed(LocalAsyncMixin):
 
     name, model_id = "mixed", "mixed-v1"
     tokenize, next_token_logprobs, generate, close = (
-        Bare.tokenize, Bare.next_token_logprobs, Bare.generate, Bare.close,
-    )  # fmt: skip
+        Bare.tokenize,
+        Bare.next_token_logprobs,
+        Bare.generate,
+        Bare.close,
+    )
 
 
 @pytest.fixture
@@ -85,8 +94,11 @@ def test_a_backend_that_declares_nothing_gets_the_defaults():
     assert capabilities(Mixed()) == DEFAULTS
     m = Mixed()
     assert (m.text_reads, m.supports_images, m.boundary_logprobs, m.loads_model) == (
-        False, False, None, False,
-    )  # fmt: skip
+        False,
+        False,
+        None,
+        False,
+    )
     cfg = VerifierConfig(granularity=5, calibrate=False)
     for backend in (Bare(), Mixed()):
         with Verifier(cfg, backend=backend) as v:
@@ -130,13 +142,23 @@ def test_the_builtin_backends_inherit_the_base_and_declare_what_they_do():
     [
         (lambda config: Bare(config), "not a backend: register a 'module:ClassName' string"),
         (Bare(), "not a backend: register a 'module:ClassName' string or a class"),
-        (type("Half", (), {"tokenize": lambda s, t: []}), "lacks next_token_logprobs, "
-         "anext_token_logprobs, generate, agenerate, close"),
-        (type("NoAsync", (), {k: Bare.__dict__[k] for k in ("tokenize", "next_token_logprobs",
-                                                             "generate", "close")}),
-         "lacks anext_token_logprobs, agenerate .*LocalAsyncMixin"),
+        (
+            type("Half", (), {"tokenize": lambda s, t: []}),
+            "lacks next_token_logprobs, anext_token_logprobs, generate, agenerate, close",
+        ),
+        (
+            type(
+                "NoAsync",
+                (),
+                {
+                    k: Bare.__dict__[k]
+                    for k in ("tokenize", "next_token_logprobs", "generate", "close")
+                },
+            ),
+            "lacks anext_token_logprobs, agenerate .*LocalAsyncMixin",
+        ),
     ],
-)  # fmt: skip
+)
 def test_registering_what_is_not_a_backend_fails_at_registration(scratch_registry, thing, match):
     with pytest.raises(ConfigError, match=match):
         register_backend("not_a_backend", thing)

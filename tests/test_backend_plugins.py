@@ -136,12 +136,15 @@ def test_a_plugin_backend_is_used_by_name_from_yaml(plugin, tmp_path):
 @pytest.mark.parametrize(
     ("options", "match"),
     [
-        ("{lettre: B}", r"'verifier.backend_options.lettre' \(did you mean "
-                        r"'verifier.backend_options.letter'\?\); it takes letter, mass"),
+        (
+            "{lettre: B}",
+            r"'verifier.backend_options.lettre' \(did you mean "
+            r"'verifier.backend_options.letter'\?\); it takes letter, mass",
+        ),
         ("{mass: 2}", r"backend='const'.*mass must be in \(0, 1\], got 2"),
         ("{mass: lots}", r"verifier.backend_options.mass: expected float, got 'lots'"),
     ],
-)  # fmt: skip
+)
 def test_a_plugin_backends_options_are_validated_at_load(plugin, tmp_path, options, match):
     with pytest.raises(ConfigError, match=match):
         _yaml(tmp_path, f"verifier:\n  backend: const\n  backend_options: {options}\n")
@@ -155,16 +158,34 @@ def test_a_plugin_backend_is_named_on_the_command_line(plugin, tmp_path):
         '{"problem": "2+3", "response": "6", "is_correct": false, "generator": "g"}\n'
     )
     env = {"PYTHONPATH": str(plugin), "HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin"}
-    cmd = [sys.executable, "-m", "densereward.cli", "eval-verifier", "--responses", str(data),
-           "--out", str(tmp_path / "out"), "--no-plots", "--bootstrap", "0",
-           "verifier.backend=const",
-           "verifier.granularity=5", "verifier.calibrate=false",
-           "verifier.backend_options.letter=B"]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "densereward.cli",
+        "eval-verifier",
+        "--responses",
+        str(data),
+        "--out",
+        str(tmp_path / "out"),
+        "--no-plots",
+        "--bootstrap",
+        "0",
+        "verifier.backend=const",
+        "verifier.granularity=5",
+        "verifier.calibrate=false",
+        "verifier.backend_options.letter=B",
+    ]
     done = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=REPO, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     assert '"backend": "const"' in (tmp_path / "out" / "metrics.json").read_text()
-    bad = subprocess.run([*cmd, "verifier.backend_options.lettr=B"], capture_output=True,
-                         text=True, env=env, cwd=REPO, timeout=300)  # fmt: skip
+    bad = subprocess.run(
+        [*cmd, "verifier.backend_options.lettr=B"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=REPO,
+        timeout=300,
+    )
     assert bad.returncode != 0 and "did you mean 'verifier.backend_options.letter'" in bad.stderr
 
 

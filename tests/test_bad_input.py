@@ -141,9 +141,14 @@ def mixed_call(verifier, checker, tmp_path_factory):
     after = verifier.stats.as_dict()
     delta = {k: after[k] - before[k] for k in after if k != "mean_mass"}
     return {
-        "out": out, "delta": delta, "spy": spy, "logged": logged, "extra": extra,
-        "tracker": tracker, "seconds": seconds,
-    }  # fmt: skip
+        "out": out,
+        "delta": delta,
+        "spy": spy,
+        "logged": logged,
+        "extra": extra,
+        "tracker": tracker,
+        "seconds": seconds,
+    }
 
 
 @pytest.mark.slow
@@ -315,7 +320,7 @@ def _http_verifier(base_url: str, **overrides):
         "api_key_env": "DENSEREWARD_TEST_BAD_INPUT_KEY",
         **overrides.pop("backend_options", {}),
     }
-    kw = dict(on_error="abstain", granularity=20, backend_options=options)  # fmt: skip
+    kw = dict(on_error="abstain", granularity=20, backend_options=options)
     return scripted_verifier(base_url, **{**kw, **overrides})
 
 
@@ -351,8 +356,12 @@ def test_mid_run_faults_abstain_count_and_reach_the_tracker(server, checker, tmp
         # step 2: the server breaks (every request, retries included)
         server.default = FAULTS[fault]
         logged: dict[str, float] = {}
-        bad = reward(prompts=prompts, completions=[r"\boxed{42}.", r"\boxed{40}"],
-                     log_metric=logged.__setitem__, **cols)  # fmt: skip
+        bad = reward(
+            prompts=prompts,
+            completions=[r"\boxed{42}.", r"\boxed{40}"],
+            log_metric=logged.__setitem__,
+            **cols,
+        )
         assert bad == [None, None]
         assert v.stats.n_failures == 2 and v.stats.n_abstained == 2
         # bounded: at most one try + max_retries (= 1) retry per prompt
@@ -380,8 +389,13 @@ def test_failure_counter_is_in_the_logged_metrics(server, checker):
         )
         server.default = Fault("status", status=500)
         logged: dict[str, float] = {}
-        reward(prompts=[PROBLEM], completions=["42"], problem=[PROBLEM], answer=["42"],
-               log_metric=logged.__setitem__)  # fmt: skip
+        reward(
+            prompts=[PROBLEM],
+            completions=["42"],
+            problem=[PROBLEM],
+            answer=["42"],
+            log_metric=logged.__setitem__,
+        )
         assert logged.get("verifier/total/n_failures") == 1
     finally:
         v.close()
@@ -485,9 +499,13 @@ def test_unreachable_server_fails_grpo_before_the_first_training_step(
         "granularity": 5,
     }
     config["training"].update(
-        max_steps=1, max_completion_length=4, per_device_train_batch_size=2, num_generations=2,
-        save_strategy="no", report_to=[],
-    )  # fmt: skip
+        max_steps=1,
+        max_completion_length=4,
+        per_device_train_batch_size=2,
+        num_generations=2,
+        save_strategy="no",
+        report_to=[],
+    )
     with pytest.raises(BackendUnavailableError, match=url.replace(".", r"\.")) as info:
         run(config, output_dir=tmp_path / "run")
     frames = [entry.name for entry in info.traceback]

@@ -33,8 +33,16 @@ def _fetch(n_envs: int = 1, seed: int = 0, **kwargs):
 
 
 def _tiny_sac(venv, learning_starts=50, policy="MultiInputPolicy", **kwargs):
-    return SAC(policy, venv, seed=0, learning_starts=learning_starts, batch_size=32,
-               policy_kwargs={"net_arch": [16, 16]}, device="cpu", **kwargs)  # fmt: skip
+    return SAC(
+        policy,
+        venv,
+        seed=0,
+        learning_starts=learning_starts,
+        batch_size=32,
+        policy_kwargs={"net_arch": [16, 16]},
+        device="cpu",
+        **kwargs,
+    )
 
 
 # ---- constructor checks ---------------------------------------------------------------------
@@ -94,9 +102,15 @@ def test_dynamics_metrics_on_known_episodes():
 def test_dynamics_window_keeps_the_last_episodes_and_abstained_finals_are_not_judged():
     cb = VerifierDynamicsCallback(threshold=0.5, window=2, min_episodes=1)
     for final, success in [(0.9, True), (0.1, True), (None, True)]:
-        cb.episodes.append({"scored_steps": [0, 5], "progress": [0.2, final],
-                            "final_progress": final, "is_success": success,
-                            "verifier_return": 1.0})  # fmt: skip
+        cb.episodes.append(
+            {
+                "scored_steps": [0, 5],
+                "progress": [0.2, final],
+                "final_progress": final,
+                "is_success": success,
+                "verifier_return": 1.0,
+            }
+        )
     m = cb.metrics()
     assert m["rollout/success_rate"] == 1.0  # the first episode left the window
     assert m["verifier/tpr"] == 0.0  # only (0.1, success) is judged: rejected
@@ -105,8 +119,13 @@ def test_dynamics_window_keeps_the_last_episodes_and_abstained_finals_are_not_ju
 
 
 def _episode(final, success):
-    return {"scored_steps": [0, 10], "progress": [0.0, final], "final_progress": final,
-            "is_success": success, "verifier_return": 0.0}  # fmt: skip
+    return {
+        "scored_steps": [0, 10],
+        "progress": [0.0, final],
+        "final_progress": final,
+        "is_success": success,
+        "verifier_return": 0.0,
+    }
 
 
 def test_rates_of_few_episodes_are_null_beside_their_counts():
@@ -123,8 +142,11 @@ def test_rates_of_few_episodes_are_null_beside_their_counts():
     cb.add_episode(_episode(0.9, True))
     cb.add_episode(_episode(0.1, False))
     m = cb.metrics()
-    assert (m["verifier/n_success_episodes"], m["verifier/n_failure_episodes"],
-            m["verifier/n_voc_success_episodes"]) == (1.0, 1.0, 1.0)  # fmt: skip
+    assert (
+        m["verifier/n_success_episodes"],
+        m["verifier/n_failure_episodes"],
+        m["verifier/n_voc_success_episodes"],
+    ) == (1.0, 1.0, 1.0)
     undefined = (
         "verifier/tpr",
         "verifier/tnr",
@@ -163,8 +185,11 @@ def test_dynamics_auto_threshold_is_youdens_j_of_earlier_episodes(caplog):
     assert m["verifier/tpr"] == 0.5  # 0.3 rejected at 0.5; 0.35 accepted at 0.3
     assert m["verifier/tnr"] == 1.0
     assert m["verifier/threshold_fallback"] == 0.0
-    assert m["verifier/threshold"] == best_threshold([0.2, 0.3, 0.1, 0.35], [0, 1, 0, 1])[
-        "threshold"] == 0.3  # fmt: skip
+    assert (
+        m["verifier/threshold"]
+        == best_threshold([0.2, 0.3, 0.1, 0.35], [0, 1, 0, 1])["threshold"]
+        == 0.3
+    )
     said = [r.getMessage() for r in caplog.records if "threshold=auto" in r.getMessage()]
     assert len(said) == 2  # the 0.5 fallback (a warning, once) and the calibration
     assert "until then" in said[0] and "at 0.5" in said[0]
@@ -185,10 +210,17 @@ def test_dynamics_leaves_success_metrics_out_for_an_env_without_is_success(caplo
         for final in (0.2, 0.9, None):
             cb.add_episode(_episode(final, None))
     m = cb.metrics()
-    needs_success = {"verifier/tpr", "verifier/tnr", "verifier/balanced_accuracy",
-                     "verifier/threshold", "verifier/threshold_fallback", "rollout/success_rate",
-                     "verifier/voc_success", "verifier/progress_success_mean",
-                     "verifier/progress_failure_mean"}  # fmt: skip
+    needs_success = {
+        "verifier/tpr",
+        "verifier/tnr",
+        "verifier/balanced_accuracy",
+        "verifier/threshold",
+        "verifier/threshold_fallback",
+        "rollout/success_rate",
+        "verifier/voc_success",
+        "verifier/progress_success_mean",
+        "verifier/progress_failure_mean",
+    }
     assert not needs_success & set(m), sorted(needs_success & set(m))
     assert m["verifier/final_progress_mean"] == pytest.approx(0.55)
     assert m["verifier/voc"] == pytest.approx(1.0) and "rollout/ep_verifier_rew_mean" in m
@@ -217,8 +249,9 @@ def test_curves_of_an_env_without_is_success_are_returns_not_zero_success(tmp_pa
     assert venv.info_keywords == ()  # the success key only where a step reports it
     returns = LearningCurveCallback(tmp_path / "train.jsonl", every=10, success=False)
     expects_success = LearningCurveCallback(tmp_path / "success.jsonl", every=10)
-    evaluation = EvaluationCallback(pendulum(10_000), tmp_path / "eval.jsonl", every=20,
-                                    n_episodes=1, success=False)  # fmt: skip
+    evaluation = EvaluationCallback(
+        pendulum(10_000), tmp_path / "eval.jsonl", every=20, n_episodes=1, success=False
+    )
     model = _tiny_sac(venv, learning_starts=100, policy="MlpPolicy")
     model.set_logger(configure(str(tmp_path / "log"), ["csv"]))
     model.learn(40, callback=[returns, expects_success, evaluation])
@@ -260,10 +293,13 @@ def test_dynamics_with_the_verifier_wrapper_counts_its_calls(server):
     v = scripted_verifier(server.base_url, granularity=20)
     try:
         venv = _fetch(
-            2, reward="verifier", progress_fn=verifier_progress_fn(v),
+            2,
+            reward="verifier",
+            progress_fn=verifier_progress_fn(v),
             describer=envs.FetchDescriber.for_env_id("FetchReach-v4"),
-            reward_config=ProgressRewardConfig(score_every=10), gamma=0.99,
-        )  # fmt: skip
+            reward_config=ProgressRewardConfig(score_every=10),
+            gamma=0.99,
+        )
         (stats,) = find_verifier_stats(venv)  # once, though VecMonitor forwards `core`
         cb = VerifierDynamicsCallback(engine_stats=v.stats)
         _tiny_sac(venv, learning_starts=200).learn(100, callback=cb)  # 50 steps per env
@@ -303,8 +339,9 @@ def test_learning_curve_is_sb3_success_rate_and_appends(tmp_path):
 def _normalized_fetch(seed: int, *, training: bool = True):
     from stable_baselines3.common.vec_env import VecNormalize
 
-    return VecNormalize(_fetch(2, seed=seed, reward="sparse"), norm_obs=True, norm_reward=False,
-                        training=training)  # fmt: skip
+    return VecNormalize(
+        _fetch(2, seed=seed, reward="sparse"), norm_obs=True, norm_reward=False, training=training
+    )
 
 
 @pytest.mark.slow
@@ -367,8 +404,13 @@ def test_evaluation_says_which_reward_its_mean_reward_sums(tmp_path):
     from stable_baselines3.common.logger import configure
 
     label = "sparse success reward (1 per step at the goal, else 0), summed"
-    cb = EvaluationCallback(_fetch(1, seed=10_000, reward="sparse"), tmp_path / "eval.jsonl",
-                            every=30, n_episodes=1, reward_label=label)  # fmt: skip
+    cb = EvaluationCallback(
+        _fetch(1, seed=10_000, reward="sparse"),
+        tmp_path / "eval.jsonl",
+        every=30,
+        n_episodes=1,
+        reward_label=label,
+    )
     model = _tiny_sac(_fetch(1, reward="sparse"), learning_starts=200)
     model.set_logger(configure(str(tmp_path / "log"), ["csv"]))
     model.learn(30, callback=cb)
@@ -398,20 +440,34 @@ class _EpisodeEndRewards(gym.Wrapper):
         obs, reward, terminated, truncated, info = self.env.step(action)
         self.t += 1
         if terminated or truncated:
-            info = {**info, "verifier_episode": {
-                "rewards": list(range(1, self.n_rewards(self.t) + 1))}}  # fmt: skip
+            info = {
+                **info,
+                "verifier_episode": {"rewards": list(range(1, self.n_rewards(self.t) + 1))},
+            }
         return obs, 0.0, terminated, truncated, info
 
 
 def _pendulum(n_rewards=lambda t: t):
-    return sb3_make_vec_env("Pendulum-v1", n_envs=2, seed=0, wrapper_class=_EpisodeEndRewards,
-                            wrapper_kwargs={"n_rewards": n_rewards},
-                            env_kwargs={"max_episode_steps": 10})  # fmt: skip
+    return sb3_make_vec_env(
+        "Pendulum-v1",
+        n_envs=2,
+        seed=0,
+        wrapper_class=_EpisodeEndRewards,
+        wrapper_kwargs={"n_rewards": n_rewards},
+        env_kwargs={"max_episode_steps": 10},
+    )
 
 
 def test_replay_relabel_writes_each_episode_end_reward_into_its_rows():
-    model = SAC("MlpPolicy", _pendulum(), learning_starts=1000, buffer_size=100, seed=0,
-                device="cpu", policy_kwargs={"net_arch": [8]})  # fmt: skip
+    model = SAC(
+        "MlpPolicy",
+        _pendulum(),
+        learning_starts=1000,
+        buffer_size=100,
+        seed=0,
+        device="cpu",
+        policy_kwargs={"net_arch": [8]},
+    )
     cb = ReplayRelabelCallback()
     model.learn(50, callback=cb)  # 25 steps per env: episodes end at steps 10 and 20
     assert cb.n_relabelled_episodes == 4 and cb.n_relabelled_steps == 40
@@ -423,12 +479,23 @@ def test_replay_relabel_writes_each_episode_end_reward_into_its_rows():
 
 
 def test_replay_relabel_rejects_a_wrong_reward_count_her_and_on_policy_models():
-    model = SAC("MlpPolicy", _pendulum(n_rewards=lambda t: t - 1), learning_starts=1000,
-                buffer_size=100, seed=0, device="cpu")  # fmt: skip
+    model = SAC(
+        "MlpPolicy",
+        _pendulum(n_rewards=lambda t: t - 1),
+        learning_starts=1000,
+        buffer_size=100,
+        seed=0,
+        device="cpu",
+    )
     with pytest.raises(DataError, match="episode of 10 stored steps got 9 relabelled rewards"):
         model.learn(30, callback=ReplayRelabelCallback())
-    ppo = PPO("MlpPolicy", sb3_make_vec_env("Pendulum-v1", n_envs=1, seed=0), n_steps=8,
-              batch_size=8, device="cpu")  # fmt: skip
+    ppo = PPO(
+        "MlpPolicy",
+        sb3_make_vec_env("Pendulum-v1", n_envs=1, seed=0),
+        n_steps=8,
+        batch_size=8,
+        device="cpu",
+    )
     with pytest.raises(ConfigError, match="needs an off-policy model with a replay buffer"):
         ppo.learn(8, callback=ReplayRelabelCallback())
     her = _tiny_sac(_fetch(1, reward="sparse"), replay_buffer_class=HerReplayBuffer)

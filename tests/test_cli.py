@@ -53,17 +53,25 @@ def _config(argv: list[str]) -> dict:
 @pytest.mark.parametrize(
     ("command", "override", "get"),
     [
-        (["score", "--problem", "p", "--response", "r"], "verifier.granularity=5",
-         lambda c: c["verifier"]["granularity"]),
-        (["eval-verifier", "--responses", "x.jsonl"], "verifier.granularity=5",
-         lambda c: c["verifier"]["granularity"]),
-        (["train", "grpo", "--config", GRPO_CPU], "verifier.granularity=5",
-         lambda c: c["verifier"]["granularity"]),
-        (["train", "sac", "--config", SAC_SPARSE], "training.seed=5",
-         lambda c: c["training"].seed),
+        (
+            ["score", "--problem", "p", "--response", "r"],
+            "verifier.granularity=5",
+            lambda c: c["verifier"]["granularity"],
+        ),
+        (
+            ["eval-verifier", "--responses", "x.jsonl"],
+            "verifier.granularity=5",
+            lambda c: c["verifier"]["granularity"],
+        ),
+        (
+            ["train", "grpo", "--config", GRPO_CPU],
+            "verifier.granularity=5",
+            lambda c: c["verifier"]["granularity"],
+        ),
+        (["train", "sac", "--config", SAC_SPARSE], "training.seed=5", lambda c: c["training"].seed),
         (["compare", "--config", COMPARE], "budget=5", lambda c: c["budget"]),
     ],
-)  # fmt: skip
+)
 def test_every_command_takes_bare_and_set_overrides_alike(command, override, get):
     bare = _config([*command, override])
     with_set = _config([*command, "--set", override])
@@ -73,18 +81,28 @@ def test_every_command_takes_bare_and_set_overrides_alike(command, override, get
 @pytest.mark.parametrize(
     ("argv", "hint"),
     [
-        (["train", "grpo", "--config", GRPO_CPU, "trainng.learning_rate=1e-6"],
-         "'trainng' (did you mean 'training'?)"),
-        (["train", "grpo", "--config", GRPO_CPU, "learning_rate=1e-6"],
-         "'learning_rate' (did you mean 'training.learning_rate'?)"),
-        (["train", "sac", "--config", SAC_SPARSE, "learning_rate=1e-3"],
-         "'learning_rate' (did you mean 'sac.learning_rate'?)"),
-        (["score", "--problem", "p", "--response", "r", "granularity=5"],
-         "'granularity' (did you mean 'verifier.granularity'?)"),
-        (["eval-verifier", "--responses", "x.jsonl", "--set", "verifer.granularity=5"],
-         "'verifer' (did you mean 'verifier'?)"),
+        (
+            ["train", "grpo", "--config", GRPO_CPU, "trainng.learning_rate=1e-6"],
+            "'trainng' (did you mean 'training'?)",
+        ),
+        (
+            ["train", "grpo", "--config", GRPO_CPU, "learning_rate=1e-6"],
+            "'learning_rate' (did you mean 'training.learning_rate'?)",
+        ),
+        (
+            ["train", "sac", "--config", SAC_SPARSE, "learning_rate=1e-3"],
+            "'learning_rate' (did you mean 'sac.learning_rate'?)",
+        ),
+        (
+            ["score", "--problem", "p", "--response", "r", "granularity=5"],
+            "'granularity' (did you mean 'verifier.granularity'?)",
+        ),
+        (
+            ["eval-verifier", "--responses", "x.jsonl", "--set", "verifer.granularity=5"],
+            "'verifer' (did you mean 'verifier'?)",
+        ),
     ],
-)  # fmt: skip
+)
 def test_unknown_sections_and_bare_fields_get_a_hint(argv, hint):
     with pytest.raises(ConfigError) as err:
         _config(argv)
@@ -102,16 +120,22 @@ def test_unknown_key_message_names_the_section_plainly():
 @pytest.mark.parametrize(
     ("argv", "says"),
     [
-        (["train", "sac", "--config", GRPO_CPU, "--dry-run"],
-         "this is a `train grpo` config (it has model, data), not a `train sac` one: run "
-         "`densereward train grpo --config FILE`"),
-        (["train", "grpo", "--config", SAC_SPARSE, "--dry-run"],
-         "this is a `train sac` config (it has env"),
+        (
+            ["train", "sac", "--config", GRPO_CPU, "--dry-run"],
+            "this is a `train grpo` config (it has model, data), not a `train sac` one: run "
+            "`densereward train grpo --config FILE`",
+        ),
+        (
+            ["train", "grpo", "--config", SAC_SPARSE, "--dry-run"],
+            "this is a `train sac` config (it has env",
+        ),
         (["train", "sac", "--config", COMPARE, "--dry-run"], "this is a `compare` config"),
-        (["compare", "--config", GRPO_CPU, "--dry-run"],
-         "this is a `train grpo` config (it has model, data), not a `compare` one"),
+        (
+            ["compare", "--config", GRPO_CPU, "--dry-run"],
+            "this is a `train grpo` config (it has model, data), not a `compare` one",
+        ),
     ],
-)  # fmt: skip
+)
 def test_a_config_of_another_command_is_named_as_such(argv, says, capsys):
     """Issue 41 item 6c: ``train sac`` given a GRPO file listed its sections one by one and
     suggested ``verifier.model`` for ``model``; the file's command is named instead."""
@@ -144,8 +168,14 @@ _NOISE = (
 
 
 def _stderr_of(code: str) -> str:
-    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=OFFLINE_ENV,
-                          capture_output=True, text=True, timeout=300)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=REPO,
+        env=OFFLINE_ENV,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     return done.stderr
 
@@ -157,15 +187,22 @@ def test_trainer_imports_are_quiet_after_the_cli_set_up():
     imports = "from trl import GRPOTrainer; import vllm; import warnings; warnings.warn('other')"
     loud = _stderr_of(imports)
     assert all(n in loud for n in _NOISE), loud  # the control: this environment has the noise
-    quiet = _stderr_of("from densereward._quiet import quiet_known_notices; "
-                       f"quiet_known_notices(); {imports}")  # fmt: skip
+    quiet = _stderr_of(
+        f"from densereward._quiet import quiet_known_notices; quiet_known_notices(); {imports}"
+    )
     assert not any(n in quiet for n in _NOISE), quiet
     assert "UserWarning: other" in quiet  # other warnings still pass through
 
 
 def test_cli_help_and_a_config_error_print_nothing_else():
-    done = subprocess.run([sys.executable, "-m", "densereward.cli", "score", "--help"], cwd=REPO,
-                          env=OFFLINE_ENV, capture_output=True, text=True, timeout=120)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-m", "densereward.cli", "score", "--help"],
+        cwd=REPO,
+        env=OFFLINE_ENV,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0 and done.stderr == "" and "--set" in done.stdout
 
 
@@ -195,8 +232,15 @@ def test_score_explains_the_scale_and_the_embedded_model(default_model_dir, caps
 
 
 def _score_against(server, *argv: str) -> list[str]:
-    return ["score", "--problem", "What is 7+5?", *argv, "verifier.backend=openai",
-            f"verifier.backend_options.base_url={server.base_url}", "verifier.backend_options.max_retries=0"]  # fmt: skip
+    return [
+        "score",
+        "--problem",
+        "What is 7+5?",
+        *argv,
+        "verifier.backend=openai",
+        f"verifier.backend_options.base_url={server.base_url}",
+        "verifier.backend_options.max_retries=0",
+    ]
 
 
 def test_score_without_a_model_read_prints_its_score(server, capsys):
@@ -221,16 +265,29 @@ def test_score_names_its_verifier_and_prompt_and_reads_its_grade(server, capsys)
     from densereward.cli import main
 
     server.default = Fault("ok", top_logprobs=[("A", -0.05), ("B", -3.5)], text="A")
-    argv = _score_against(server, "--response", "The answer is 12.", "--reference", "12",
-                          "verifier.model=misbehaving-model", "verifier.granularity=5")  # fmt: skip
+    argv = _score_against(
+        server,
+        "--response",
+        "The answer is 12.",
+        "--reference",
+        "12",
+        "verifier.model=misbehaving-model",
+        "verifier.granularity=5",
+    )
     assert main(argv) == 0
     out = capsys.readouterr().out
-    assert ("verifier       : openai misbehaving-model (G = 5, K = 1), prompt answer_match: only "
-            "the response's final answer, matched against --reference") in out  # fmt: skip
-    assert ("argmax score   : A = 0.0000   (of A..E: the lowest grade: the verifier most likely "
-            "judges that the response fails the criterion)") in out  # fmt: skip
-    assert ("sparse check   : correct (Math-Verify: its final answer matches --reference); the "
-            "verifier disagrees: its most likely grade is in the lower half") in out  # fmt: skip
+    assert (
+        "verifier       : openai misbehaving-model (G = 5, K = 1), prompt answer_match: only "
+        "the response's final answer, matched against --reference"
+    ) in out
+    assert (
+        "argmax score   : A = 0.0000   (of A..E: the lowest grade: the verifier most likely "
+        "judges that the response fails the criterion)"
+    ) in out
+    assert (
+        "sparse check   : correct (Math-Verify: its final answer matches --reference); the "
+        "verifier disagrees: its most likely grade is in the lower half"
+    ) in out
     assert main([*argv, "--json"]) == 0
     got = json.loads(capsys.readouterr().out)
     assert got["prompt"] == "answer_match" and got["argmax"] == 0
@@ -290,9 +347,25 @@ def test_library_value_errors_are_its_own_errors_and_exit_2(monkeypatch, capsys)
 @pytest.mark.slow  # loads the embedded model (~10 s)
 def test_score_of_a_bare_answer_against_its_reference(default_model_dir):
     """The issue's command: a response that is only the answer is its own final answer."""
-    done = subprocess.run([sys.executable, "-m", "densereward.cli", "score", "--problem", "What is 7+5?",
-                           "--response", "12", "--reference", "12"], cwd=REPO, env=OFFLINE_ENV,
-                          capture_output=True, text=True, timeout=300)  # fmt: skip
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "densereward.cli",
+            "score",
+            "--problem",
+            "What is 7+5?",
+            "--response",
+            "12",
+            "--reference",
+            "12",
+        ],
+        cwd=REPO,
+        env=OFFLINE_ENV,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr[-2000:]
     assert "expected score : 0.0000" not in done.stdout
     assert "argmax score   : " in done.stdout and "n/a" not in done.stdout

@@ -221,8 +221,13 @@ def _sac_compare_config(out: Path, *, budget=300, seeds=(0, 1), wandb=False) -> 
         "trainer": "sac",
         "base": "configs/sac_fetchreach_sparse.yaml",
         "common": [
-            "sac.learning_starts=100", "sac.batch_size=64", "env.n_envs=1", "training.curve_every=100",
-            "training.metrics_window=5", "training.checkpoint_every=0", "training.eval_every=100",
+            "sac.learning_starts=100",
+            "sac.batch_size=64",
+            "env.n_envs=1",
+            "training.curve_every=100",
+            "training.metrics_window=5",
+            "training.checkpoint_every=0",
+            "training.eval_every=100",
             "training.eval_episodes=2",
         ],
         "conditions": {"sparse": {}, "env_dense": ["env.id=FetchReachDense-v4", "env.reward=env"]},
@@ -232,7 +237,7 @@ def _sac_compare_config(out: Path, *, budget=300, seeds=(0, 1), wandb=False) -> 
         "n_bootstrap": 200,
         "output_dir": str(out),
         "wandb": {"enabled": wandb},
-    }  # fmt: skip
+    }
 
 
 @pytest.mark.slow  # imports TRL to validate the GRPO config
@@ -312,8 +317,9 @@ def test_fetchreach_comparison_has_the_her_baseline_five_seeds_and_evaluation_cu
     assert set(runs) == {"sparse", "sparse_her", "env_dense", "verifier_dense"}
     # the HER condition is exactly configs/sac_fetchreach_sparse_her.yaml under the same
     # common overrides, budget and seeds
-    her_base = dataclasses.replace(cfg, base="configs/sac_fetchreach_sparse_her.yaml",
-                                   conditions={"a": {}, "b": {}})  # fmt: skip
+    her_base = dataclasses.replace(
+        cfg, base="configs/sac_fetchreach_sparse_her.yaml", conditions={"a": {}, "b": {}}
+    )
     assert C.build_run_configs(her_base, base_dir=path.parent)["a"] == runs["sparse_her"]
     for seeds in runs.values():
         for rc in seeds.values():
@@ -403,8 +409,10 @@ def test_kill_and_resume_does_not_redo_finished_runs(tmp_path):
     # the curves are the deterministic evaluation episodes, and the report says so
     assert results["metric"] == "eval/success_rate"
     assert "Learning curves: deterministic evaluation: 2 episodes every 100" in report
-    assert all([p["step"] for p in r["curve"]] == [0, 100, 200]
-               for r in map(json.loads, map(Path.read_text, finished)))  # fmt: skip
+    assert all(
+        [p["step"] for p in r["curve"]] == [0, 100, 200]
+        for r in map(json.loads, map(Path.read_text, finished))
+    )
     # the resume was announced and logged; the stored config is the one of these runs
     assert f"resuming {out}: {len(finished)} of 4 runs already finished and skipped" in done.stderr
     skips = {
@@ -461,13 +469,27 @@ def test_cli_flags_override_the_config_and_bad_condition_names_are_errors():
     parser = argparse.ArgumentParser()
     C.add_arguments(parser)
     path = str(REPO / "configs" / "compare_fetchreach.yaml")
-    args = parser.parse_args(["--config", path, "--seeds", "4", "5", "--budget", "300",
-                              "--conditions", "env_dense", "sparse"])  # fmt: skip
+    args = parser.parse_args(
+        [
+            "--config",
+            path,
+            "--seeds",
+            "4",
+            "5",
+            "--budget",
+            "300",
+            "--conditions",
+            "env_dense",
+            "sparse",
+        ]
+    )
     config = C.config_from_args(args)
     assert config["seeds"] == [4, 5] and config["budget"] == 300
     assert list(config["conditions"]) == ["env_dense", "sparse"]
-    for names, match in ((["sparse", "dense_env"], r"unknown \['dense_env'\]"),
-                         (["sparse", "sparse"], r"\['sparse'\] given more than once")):  # fmt: skip
+    for names, match in (
+        (["sparse", "dense_env"], r"unknown \['dense_env'\]"),
+        (["sparse", "sparse"], r"\['sparse'\] given more than once"),
+    ):
         with pytest.raises(ConfigError, match=match):
             C.config_from_args(parser.parse_args(["--config", path, "--conditions", *names]))
 
@@ -476,11 +498,15 @@ def test_cli_flags_override_the_config_and_bad_condition_names_are_errors():
 def test_dry_run_validates_every_condition_and_creates_nothing(tmp_path, data_dir):
     out = tmp_path / "cmp"
     config = {
-        "name": "tiny-grpo", "trainer": "grpo", "base": "configs/grpo_math_cpu.yaml",
+        "name": "tiny-grpo",
+        "trainer": "grpo",
+        "base": "configs/grpo_math_cpu.yaml",
         "common": [f"data.path={data_dir / 'math500' / 'tset.jsonl'}"],  # a typo
         "conditions": {"sparse": ["reward.type=sparse"], "dense": ["reward.type=dense"]},
-        "seeds": [0], "budget": 1, "output_dir": str(out),
-    }  # fmt: skip
+        "seeds": [0],
+        "budget": 1,
+        "output_dir": str(out),
+    }
     with pytest.raises(DataError, match="condition 'sparse'.*data file not found"):
         C.dry_run_comparison(config, base_dir=REPO)
     with pytest.raises(DataError, match="data file not found"):  # the real run: before any run
@@ -504,8 +530,12 @@ def test_iqm_interval_of_five_seeds_of_one_task_has_width():
     from densereward.metrics.bootstrap import cluster_resamples, stratified_bootstrap_ci
 
     finals = [0.1, 0.9, 0.2, 0.8, 0.5]
-    runs = {"dense": [{"seed": k, "curve": [{"step": 0, "value": 0.0}, {"step": 10, "value": v}]}
-                      for k, v in enumerate(finals)]}  # fmt: skip
+    runs = {
+        "dense": [
+            {"seed": k, "curve": [{"step": 0, "value": 0.0}, {"step": 10, "value": v}]}
+            for k, v in enumerate(finals)
+        ]
+    }
     ci = C.analyze(runs, budget=10, final_window=1, n_bootstrap=1000)["conditions"]["dense"][
         "final"
     ]
@@ -556,13 +586,23 @@ def _toy_run(config: dict, *, output_dir: Path) -> dict:
     steps, seed = config["training"]["steps"], config["training"]["seed"]
     rng = np.random.default_rng(seed)
     curve = [
-        {"step": t, "value": float(min(1.0, config["reward"]["rate"] * t / steps) + 0.02 * rng.standard_normal())}
+        {
+            "step": t,
+            "value": float(
+                min(1.0, config["reward"]["rate"] * t / steps) + 0.02 * rng.standard_normal()
+            ),
+        }
         for t in range(0, steps + 1, steps // 10)
-    ]  # fmt: skip
+    ]
     with (output_dir / "curve.jsonl").open("w") as f:
         f.writelines(json.dumps(p) + "\n" for p in curve)
-    return {"metric": "toy/score", "curve": curve, "final": curve[-1]["value"],
-            "run_dir": str(output_dir), "curve_source": "the toy trainer's score"}  # fmt: skip
+    return {
+        "metric": "toy/score",
+        "curve": curve,
+        "final": curve[-1]["value"],
+        "run_dir": str(output_dir),
+        "curve_source": "the toy trainer's score",
+    }
 
 
 def _toy_dry_run(config: dict, *, output_dir: Path) -> list[str]:
@@ -581,17 +621,27 @@ def _toy_spec(calls: list) -> C.TrainerSpec:
         calls.append((config["reward"]["rate"], config["training"]["seed"], output_dir))
         return _toy_run(config, output_dir=output_dir)
 
-    return C.TrainerSpec(run=run, dry_run=_toy_dry_run, budget_key=("training", "steps"),
-                         x_label="toy steps", validate=_toy_validate)  # fmt: skip
+    return C.TrainerSpec(
+        run=run,
+        dry_run=_toy_dry_run,
+        budget_key=("training", "steps"),
+        x_label="toy steps",
+        validate=_toy_validate,
+    )
 
 
 def _toy_config(out: Path) -> dict:
     return {
-        "name": "toy", "trainer": "toy", "output_dir": str(out), "n_bootstrap": 200,
+        "name": "toy",
+        "trainer": "toy",
+        "output_dir": str(out),
+        "n_bootstrap": 200,
         "base": {"training": {"steps": 10}, "reward": {"rate": 1.0}},
         "conditions": {"slow": ["reward.rate=0.3"], "fast": {"reward": {"rate": 3.0}}},
-        "seeds": [0, 1, 2], "budget": 100, "threshold": 0.9,
-    }  # fmt: skip
+        "seeds": [0, 1, 2],
+        "budget": 100,
+        "threshold": 0.9,
+    }
 
 
 def test_a_comparison_runs_a_run_function_given_to_it(tmp_path):
@@ -609,8 +659,10 @@ def test_a_comparison_runs_a_run_function_given_to_it(tmp_path):
         (0.3, 2),
         (3.0, 2),
     ]
-    assert all(d == out / "runs" / ("slow" if r == 0.3 else "fast") / f"seed{s}" / d.name
-               for r, s, d in calls)  # fmt: skip
+    assert all(
+        d == out / "runs" / ("slow" if r == 0.3 else "fast") / f"seed{s}" / d.name
+        for r, s, d in calls
+    )
     written = [json.loads(x) for x in (calls[0][2] / "curve.jsonl").read_text().splitlines()]
     stored = json.loads((out / "runs" / "slow" / "seed0" / "result.json").read_text())
     assert stored["curve"] == written and stored["config"]["training"]["steps"] == 100
@@ -677,8 +729,11 @@ def test_register_trainer_adds_a_name_and_never_overwrites_one(tmp_path):
         res = C.run_comparison(config, progress=False)  # the default registry
         assert res["trainer"] == name and len(calls) == 4
         with pytest.raises(ConfigError, match="set by the comparison"):
-            C.build_run_configs(C.parse_compare_config(
-                {**config, "conditions": {"a": {}, "b": ["training.steps=5"]}}))  # fmt: skip
+            C.build_run_configs(
+                C.parse_compare_config(
+                    {**config, "conditions": {"a": {}, "b": ["training.steps=5"]}}
+                )
+            )
     finally:
         C.TRAINERS._entries.pop(name, None)  # a registry never drops a name; the test does
 
@@ -696,8 +751,19 @@ def test_compare_dry_run_exits_2_when_a_condition_would_hit_a_problem(tmp_path, 
         assert main(["compare", "--config", str(path), "--dry-run"]) == 2
         out = capsys.readouterr().out
         assert "1 problem(s) the runs would hit" in out and "!! slow: a rate this low" in out
-        assert main(["compare", "--config", str(path), "--dry-run", "base.reward.rate=0.6",
-                     "conditions.slow=[reward.rate=0.6]"]) == 0  # fmt: skip
+        assert (
+            main(
+                [
+                    "compare",
+                    "--config",
+                    str(path),
+                    "--dry-run",
+                    "base.reward.rate=0.6",
+                    "conditions.slow=[reward.rate=0.6]",
+                ]
+            )
+            == 0
+        )
         assert "!!" not in capsys.readouterr().out and not (tmp_path / "cmp").exists()
     finally:
         C.TRAINERS._entries.pop(name, None)
@@ -737,8 +803,12 @@ def test_finished_runs_keep_no_checkpoints_unless_asked(tmp_path):
         run_dirs = [p for p in (out / "runs").glob("*/seed0/*") if p.is_dir()]
         assert len(run_dirs) == 2 and all((d / "curve.jsonl").is_file() for d in run_dirs)
         assert all((d / "checkpoint-notes.txt").is_file() for d in run_dirs)
-        left = [p for d in run_dirs for p in d.iterdir() if p.name.startswith("checkpoint")
-                and p.is_dir() or p.name == "checkpoints"]  # fmt: skip
+        left = [
+            p
+            for d in run_dirs
+            for p in d.iterdir()
+            if p.name.startswith("checkpoint") and p.is_dir() or p.name == "checkpoints"
+        ]
         assert bool(left) is keep
         events = [json.loads(x) for x in (out / "events.jsonl").read_text().splitlines()]
         deleted = [e for e in events if e["event"] == "checkpoints_deleted"]
@@ -753,14 +823,16 @@ def test_one_run_each_gives_no_probability_and_one_final_value(tmp_path, monkeyp
     runs, one computation of "final", and a title of the conditions that ran."""
     titles: list[str] = []
     real_plot = C.runner.plot_curves
-    monkeypatch.setattr(C.runner, "plot_curves",
-                        lambda *a, **k: titles.append(k["title"]) or real_plot(*a, **k))  # fmt: skip
+    monkeypatch.setattr(
+        C.runner, "plot_curves", lambda *a, **k: titles.append(k["title"]) or real_plot(*a, **k)
+    )
     out = tmp_path / "cmp"
     config = {**_toy_config(out), "name": "toy-slow-fast-never", "seeds": [0], "final_window": 3}
     res = C.run_comparison(config, trainers={"toy": _toy_spec([])}, progress=False)
     pair = res["pairs"][0]
-    assert pair["verdict"] == ("too few runs for a verdict between fast and slow (AUC): 1 and 1 "
-                               "finished, >= 2 each needed")  # fmt: skip
+    assert pair["verdict"] == (
+        "too few runs for a verdict between fast and slow (AUC): 1 and 1 finished, >= 2 each needed"
+    )
     assert pair["enough_runs"] is False
     report = (out / "report.md").read_text()
     verdicts = report[report.index("## Verdicts") : report.index("![learning curves]")]
@@ -789,12 +861,20 @@ def test_the_report_gives_each_sac_arm_its_cost_per_step_and_the_rewards_share()
     from densereward.sample_efficiency.report import step_cost
 
     assert step_cost({"steps_per_second": 200.0, "seconds": 50.0, "verifier_stats": None}) == {
-        "ms_per_step": 5.0, "reward_share": 0.0}  # fmt: skip
-    model = step_cost({"steps_per_second": 100.0, "seconds": 40.0,
-                       "verifier_stats": {"reward_model_calls": 8000, "reward_model_seconds": 2.0}})  # fmt: skip
+        "ms_per_step": 5.0,
+        "reward_share": 0.0,
+    }
+    model = step_cost(
+        {
+            "steps_per_second": 100.0,
+            "seconds": 40.0,
+            "verifier_stats": {"reward_model_calls": 8000, "reward_model_seconds": 2.0},
+        }
+    )
     assert model == {"ms_per_step": 10.0, "reward_share": 0.05}
-    verifier = step_cost({"steps_per_second": 10.0, "seconds": 100.0,
-                          "verifier_stats": {"seconds": 90.0}})  # fmt: skip
+    verifier = step_cost(
+        {"steps_per_second": 10.0, "seconds": 100.0, "verifier_stats": {"seconds": 90.0}}
+    )
     assert verifier["reward_share"] == 0.9
     assert step_cost({"steps_per_second": None}) == {"ms_per_step": None, "reward_share": None}
 
@@ -814,13 +894,24 @@ def test_two_processes_of_one_comparison_share_its_directory(tmp_path):
         result = spec.run(config, output_dir=output_dir)
         if config["training"]["seed"] == 0 and config["reward"]["rate"] == 0.3:
             # meanwhile "another process" (seeds [1]) finishes slow seed1
-            C.run_comparison({**cfg, "seeds": [1], "conditions": {"slow": ["reward.rate=0.3"],
-                              "fast": {"reward": {"rate": 3.0}}}},
-                             trainers={"toy": spec}, progress=False)  # fmt: skip
+            C.run_comparison(
+                {
+                    **cfg,
+                    "seeds": [1],
+                    "conditions": {"slow": ["reward.rate=0.3"], "fast": {"reward": {"rate": 3.0}}},
+                },
+                trainers={"toy": spec},
+                progress=False,
+            )
         return result
 
-    outer = C.TrainerSpec(run=run, dry_run=_toy_dry_run, budget_key=("training", "steps"),
-                          x_label="toy steps", validate=_toy_validate)  # fmt: skip
+    outer = C.TrainerSpec(
+        run=run,
+        dry_run=_toy_dry_run,
+        budget_key=("training", "steps"),
+        x_label="toy steps",
+        validate=_toy_validate,
+    )
     C.run_comparison({**cfg, "seeds": [0, 1]}, trainers={"toy": outer}, progress=False)
     ran = [(r, s) for r, s, _ in calls]
     assert sorted(ran) == sorted([(0.3, 0), (0.3, 1), (3.0, 1), (3.0, 0)]), ran  # each once
@@ -829,8 +920,15 @@ def test_two_processes_of_one_comparison_share_its_directory(tmp_path):
 
     from densereward.sample_efficiency.runner import record_config
 
-    C.run_comparison({**cfg, "seeds": [2], "conditions": {"slow": ["reward.rate=0.3"],
-                      "fast": {"reward": {"rate": 3.0}}}}, trainers={"toy": spec}, progress=False)  # fmt: skip
+    C.run_comparison(
+        {
+            **cfg,
+            "seeds": [2],
+            "conditions": {"slow": ["reward.rate=0.3"], "fast": {"reward": {"rate": 3.0}}},
+        },
+        trainers={"toy": spec},
+        progress=False,
+    )
     stored = yaml.safe_load((out / "compare_config.yaml").read_text())
     assert stored["seeds"] == [0, 1, 2] and set(stored["conditions"]) == {"slow", "fast"}
     record_config(out, {**cfg, "budget": 50, "seeds": [7]})  # another run config replaces it
@@ -844,8 +942,10 @@ def test_one_run_per_condition_gets_no_interval_in_the_report_or_the_plot(tmp_pa
 
     a = C.analyze(
         {"flat": _synthetic_runs(5000, seeds=(0,)), "dense": _synthetic_runs(200)},
-        budget=1000, threshold=0.8, n_bootstrap=50,
-    )  # fmt: skip
+        budget=1000,
+        threshold=0.8,
+        n_bootstrap=50,
+    )
     md = C.render_report(
         a, name="t", trainer="sac", metric="m", budget=1000, seeds=[0], x_label="steps"
     )
@@ -860,8 +960,11 @@ def test_one_run_per_condition_gets_no_interval_in_the_report_or_the_plot(tmp_pa
         "fill_between",
         lambda ax, *x, **k: bands.append(x) or real_fill(ax, *x, **k),
     )
-    monkeypatch.setattr(matplotlib.axes.Axes, "set_title",
-                        lambda ax, t, **k: titles.append(t) or real_title(ax, t, **k))  # fmt: skip
+    monkeypatch.setattr(
+        matplotlib.axes.Axes,
+        "set_title",
+        lambda ax, t, **k: titles.append(t) or real_title(ax, t, **k),
+    )
     C.plot_curves(a, tmp_path / "c.png", metric="m", x_label="steps", threshold=None, title="t")
     assert len(bands) == 1  # dense's band only
     assert "no band for flat (n=1: no interval)" in titles[-1], titles

@@ -29,8 +29,12 @@ REPO = Path(__file__).resolve().parents[1]
 def test_defaults_are_valid_and_frozen():
     c = VerifierConfig()
     assert (c.backend, c.granularity, c.n_repeats, c.style, c.threshold) == (
-        "transformers", 20, 1, "direct", "auto"
-    )  # fmt: skip
+        "transformers",
+        20,
+        1,
+        "direct",
+        "auto",
+    )
     with pytest.raises(dataclasses.FrozenInstanceError):
         c.granularity = 5  # type: ignore[misc]
 
@@ -68,29 +72,56 @@ _URL = {"base_url": "http://x/v1"}
     ("backend", "options", "match"),
     [
         # issue 29 item 2: each backend owns its options, validated when the config loads
-        ("openai", {}, r"backend='openai'.*backend_options\.base_url is required.*set "
-                       r"verifier\.backend_options\.base_url=http://"),
+        (
+            "openai",
+            {},
+            r"backend='openai'.*backend_options\.base_url is required.*set "
+            r"verifier\.backend_options\.base_url=http://",
+        ),
         ("sampled", {}, r"backend='sampled'.*backend_options\.base_url is required"),
-        ("transformers", {"dtype": "bfloat61"},
-         r"verifier\.backend_options\.dtype: 'bfloat61' \(did you mean 'bfloat16'\?\)"),
-        ("vllm", {"dtype": "fp32"}, r"verifier\.backend_options\.dtype: 'fp32'; use auto \| float32"),
-        ("openai", {**_URL, "max_concurrency": 0}, r"backend_options\.max_concurrency must be >= 1"),
+        (
+            "transformers",
+            {"dtype": "bfloat61"},
+            r"verifier\.backend_options\.dtype: 'bfloat61' \(did you mean 'bfloat16'\?\)",
+        ),
+        (
+            "vllm",
+            {"dtype": "fp32"},
+            r"verifier\.backend_options\.dtype: 'fp32'; use auto \| float32",
+        ),
+        (
+            "openai",
+            {**_URL, "max_concurrency": 0},
+            r"backend_options\.max_concurrency must be >= 1",
+        ),
         ("sampled", {**_URL, "n_samples": 0}, r"backend_options\.n_samples must be >= 1"),
         ("openai", {**_URL, "max_retries": -1}, r"backend_options\.max_retries must be >= 0"),
         ("openai", {**_URL, "timeout_s": 0}, r"backend_options\.timeout_s must be > 0"),
         ("openai", {**_URL, "requests_per_minute": 0}, r"requests_per_minute must be > 0"),
-        ("vllm", {"gpu_memory_utilization": 1.5},
-         r"backend_options\.gpu_memory_utilization must be in \(0, 1\]"),
-        ("openai", {"base_url": "http://x/v1", "timout_s": 3},
-         r"'verifier\.backend_options\.timout_s' \(did you mean 'verifier\.backend_options\.timeout_s'"),
-        ("transformers", {"base_url": "http://x/v1"},
-         r"unknown verifier\.backend_options for backend 'transformers'.*it takes dtype, device"),
+        (
+            "vllm",
+            {"gpu_memory_utilization": 1.5},
+            r"backend_options\.gpu_memory_utilization must be in \(0, 1\]",
+        ),
+        (
+            "openai",
+            {"base_url": "http://x/v1", "timout_s": 3},
+            r"'verifier\.backend_options\.timout_s' \(did you mean 'verifier\.backend_options\.timeout_s'",
+        ),
+        (
+            "transformers",
+            {"base_url": "http://x/v1"},
+            r"unknown verifier\.backend_options for backend 'transformers'.*it takes dtype, device",
+        ),
         ("transformers", {"batch_size": 4}, r"batch_size: shared, set verifier\.<name>"),
-        ("openai", {**_URL, "dtype": "float32"},
-         r"options of 'transformers', 'vllm': switching backends, set verifier\.backend_options="),
+        (
+            "openai",
+            {**_URL, "dtype": "float32"},
+            r"options of 'transformers', 'vllm': switching backends, set verifier\.backend_options=",
+        ),
         ("openai", {**_URL, "timeout_s": "soon"}, r"backend_options\.timeout_s: expected float"),
     ],
-)  # fmt: skip
+)
 def test_bad_backend_options_are_config_errors_naming_the_field(backend, options, match):
     with pytest.raises(ConfigError, match=match):
         VerifierConfig(backend=backend, backend_options=options)
@@ -158,8 +189,9 @@ class _Outer:
 
 
 def test_from_dict_coerces_strings_from_the_command_line():
-    o = from_dict(_Outer, {"flag": "yes", "n": "3", "x": "1e-3", "name": 7, "maybe": "4",
-                           "inner": {"k": "2"}})  # fmt: skip
+    o = from_dict(
+        _Outer, {"flag": "yes", "n": "3", "x": "1e-3", "name": 7, "maybe": "4", "inner": {"k": "2"}}
+    )
     assert o == _Outer(flag=True, n=3, x=1e-3, name="7", maybe=4, inner=_Inner(k=2))
     assert from_dict(_Outer, {"flag": "false", "maybe": None}).flag is False
     assert from_dict(_Outer, None) == _Outer()
@@ -348,11 +380,18 @@ def test_switching_the_backend_drops_the_files_options_the_new_one_does_not_take
     Options an override sets are kept (and refused if the backend does not take them)."""
     import copy
 
-    file = {"verifier": {"backend": "transformers", "model": None,
-                         "backend_options": {"device": "cpu", "dtype": "float32"}}}  # fmt: skip
+    file = {
+        "verifier": {
+            "backend": "transformers",
+            "model": None,
+            "backend_options": {"device": "cpu", "dtype": "float32"},
+        }
+    }
     with caplog.at_level("WARNING", logger="densereward.config"):
-        config = apply_overrides(copy.deepcopy(file), ["verifier.backend=openai",
-                                 "verifier.backend_options.base_url=http://h/v1"])  # fmt: skip
+        config = apply_overrides(
+            copy.deepcopy(file),
+            ["verifier.backend=openai", "verifier.backend_options.base_url=http://h/v1"],
+        )
     assert config["verifier"]["backend_options"] == {"base_url": "http://h/v1"}
     assert VerifierConfig(**config["verifier"]).options.base_url == "http://h/v1"
     assert [r.getMessage() for r in caplog.records] == [
@@ -366,8 +405,9 @@ def test_switching_the_backend_drops_the_files_options_the_new_one_does_not_take
     back = apply_overrides(copy.deepcopy(config), ["verifier.backend=transformers"])
     assert back["verifier"]["backend_options"] == {}
     # an option the user typed stays, so the config still refuses it by name
-    typed = apply_overrides(copy.deepcopy(file), ["verifier.backend_options.device=cuda",
-                                                  "verifier.backend=openai"])  # fmt: skip
+    typed = apply_overrides(
+        copy.deepcopy(file), ["verifier.backend_options.device=cuda", "verifier.backend=openai"]
+    )
     assert typed["verifier"]["backend_options"] == {"device": "cuda"}
     with pytest.raises(ConfigError, match="verifier.backend_options.device"):
         VerifierConfig(**typed["verifier"])

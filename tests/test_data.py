@@ -44,8 +44,10 @@ def test_rows_without_the_answer_field_are_named_counted_and_reported(tmp_path, 
 
 
 def test_a_level_filter_that_leaves_nothing_names_the_levels(tmp_path):
-    rows = [{"problem": "1+1?", "answer": "2", "level": "Level 1"},
-            {"problem": "2+2?", "answer": "4", "level": "Level 3"}]  # fmt: skip
+    rows = [
+        {"problem": "1+1?", "answer": "2", "level": "Level 1"},
+        {"problem": "2+2?", "answer": "4", "level": "Level 3"},
+    ]
     path = _jsonl(tmp_path / "levels.jsonl", rows)
     with pytest.raises(
         DataError, match=r"no rows of data.levels=\[5\] .* levels there are \[1, 3\]"

@@ -94,14 +94,26 @@ def test_distill_fits_resumed_reads_and_eval_progress_reads_the_model(tmp_path, 
     verifier, fits, saves; eval-progress --reward-model on unseen seeds orders FetchPush
     progress; SAC's `distilled` kind shapes with it."""
     out = tmp_path / "rm"
-    overrides = ["labels=pointwise", "texts=120", "episodes=3", "pairs=300", "expand=8",
-                 "fit.members=2"]  # fmt: skip
+    overrides = [
+        "labels=pointwise",
+        "texts=120",
+        "episodes=3",
+        "pairs=300",
+        "expand=8",
+        "fit.members=2",
+    ]
     cfg = DistillConfig(
         env_id="FetchPush-v4", episodes=3, labels="pointwise", texts=120, pairs=300, expand=8
     )
     _oracle_reads(out, cfg)
-    argv = ["distill", "--config", str(REPO / "configs/distill_fetchpush.yaml"), "--out",
-            str(out), *overrides]  # fmt: skip
+    argv = [
+        "distill",
+        "--config",
+        str(REPO / "configs/distill_fetchpush.yaml"),
+        "--out",
+        str(out),
+        *overrides,
+    ]
     assert cli_main(argv) == 0
     captured = capsys.readouterr()
     assert "pointwise labels: 120 reads" in captured.out
@@ -112,9 +124,20 @@ def test_distill_fits_resumed_reads_and_eval_progress_reads_the_model(tmp_path, 
     assert "state texts read" in (out / "report.md").read_text()
 
     ep = tmp_path / "ep"
-    argv = ["eval-progress", "--config", str(REPO / "configs/eval_progress_fetchpush.yaml"),
-            "--reward-model", str(out), "--episodes", "2", "--seed", "3000", "--out", str(ep),
-            "--no-plots"]  # fmt: skip
+    argv = [
+        "eval-progress",
+        "--config",
+        str(REPO / "configs/eval_progress_fetchpush.yaml"),
+        "--reward-model",
+        str(out),
+        "--episodes",
+        "2",
+        "--seed",
+        "3000",
+        "--out",
+        str(ep),
+        "--no-plots",
+    ]
     assert cli_main(argv) == 0
     m = json.loads((ep / "metrics.json").read_text())
     assert m["n_reads"] > 0 and m["n_abstained"] == 0
@@ -124,8 +147,14 @@ def test_distill_fits_resumed_reads_and_eval_progress_reads_the_model(tmp_path, 
     from densereward.envs import make_env
     from densereward.wrappers import RewardModelShaping
 
-    env = make_env("FetchPush-v4", reward="distilled", base="sparse", reward_model=str(out),
-                   gamma=0.9, monitor=False)  # fmt: skip
+    env = make_env(
+        "FetchPush-v4",
+        reward="distilled",
+        base="sparse",
+        reward_model=str(out),
+        gamma=0.9,
+        monitor=False,
+    )
     model = load_reward_model(out)
     obs, _ = env.reset(seed=5)
     phi = float(model.potential(obs)[0])
@@ -149,9 +178,19 @@ def test_the_distilled_kind_needs_its_model():
 def test_distill_refuses_labels_without_a_preference(tmp_path, capsys):
     """The embedded 135M prefers neither state text (margins ~0.01): nothing is fitted, exit 3,
     one line with the reason and the fix; the reads stay for a rerun."""
-    argv = ["distill", "--config", str(REPO / "configs/distill_fetchpush.yaml"), "--out",
-            str(tmp_path / "rm"), "labels=pairwise", "pairs=4", "episodes=1", "verifier.model=null",
-            "policies=[success, random]", "batch_size=4"]  # fmt: skip
+    argv = [
+        "distill",
+        "--config",
+        str(REPO / "configs/distill_fetchpush.yaml"),
+        "--out",
+        str(tmp_path / "rm"),
+        "labels=pairwise",
+        "pairs=4",
+        "episodes=1",
+        "verifier.model=null",
+        "policies=[success, random]",
+        "batch_size=4",
+    ]
     assert cli_main(argv) == 3
     err = capsys.readouterr().err
     assert "preferred neither state" in err and "Fix:" in err

@@ -131,8 +131,10 @@ def with_servers(command: DocCommand):
     ) or config_model(command)
     stack = contextlib.ExitStack()
     n = len(SERVED.findall(" ".join(command.argv))) or int(config_serves(command))
-    urls = [stack.enter_context(MisbehavingServer(**({"model": model} if model else {}))).base_url
-            for _ in range(n)]  # fmt: skip
+    urls = [
+        stack.enter_context(MisbehavingServer(**({"model": model} if model else {}))).base_url
+        for _ in range(n)
+    ]
     return stack, urls
 
 
@@ -190,8 +192,9 @@ def dry_runnable(command: DocCommand) -> bool:
     return command.argv[0] in DRY_RUNS or " ".join(command.argv[:2]) in DRY_RUNS
 
 
-@pytest.mark.parametrize("command", [c for c in distinct(COMMANDS) if dry_runnable(c)],
-                         ids=lambda c: c.id)  # fmt: skip
+@pytest.mark.parametrize(
+    "command", [c for c in distinct(COMMANDS) if dry_runnable(c)], ids=lambda c: c.id
+)
 def test_every_documented_command_with_a_dry_run_passes_it(command, tmp_path, monkeypatch, capsys):
     """As written, in its dry-run form: exit 0, or 2 only for what this machine lacks (the
     Hub); a documented server address is a scripted server listing the command's model."""

@@ -32,8 +32,17 @@ require("mkdocstrings_handlers.python", "dev")
 
 def mkdocs_build(config: Path, site_dir: Path) -> subprocess.CompletedProcess[str]:
     """``mkdocs build --strict`` of ``config`` into ``site_dir`` (a warning is an error)."""
-    cmd = [sys.executable, "-m", "mkdocs", "build", "--strict",
-           "--config-file", str(config), "--site-dir", str(site_dir)]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "mkdocs",
+        "build",
+        "--strict",
+        "--config-file",
+        str(config),
+        "--site-dir",
+        str(site_dir),
+    ]
     return subprocess.run(cmd, cwd=REPO, env=_ENV, capture_output=True, text=True, timeout=600)
 
 
@@ -116,8 +125,11 @@ def _temp_site(tmp_path: Path, page: str, module: str | None = None) -> Path:
     docs = tmp_path / "docs"
     docs.mkdir(parents=True)
     (docs / "index.md").write_text(page)
-    config.update(docs_dir=str(docs), nav=[{"Home": "index.md"}],
-                  hooks=[str(REPO / h) for h in config.get("hooks", [])])  # fmt: skip
+    config.update(
+        docs_dir=str(docs),
+        nav=[{"Home": "index.md"}],
+        hooks=[str(REPO / h) for h in config.get("hooks", [])],
+    )
     python = config["plugins"][-1]["mkdocstrings"]["handlers"]["python"]
     python["paths"] = [str(REPO / p) for p in python["paths"]]
     python["options"]["extensions"] = [str(REPO / e) for e in python["options"]["extensions"]]
@@ -144,13 +156,15 @@ def test_a_temporary_copy_of_the_config_builds(tmp_path):
 @pytest.mark.parametrize(
     ("page", "message"),
     [
-        ("::: densereward.scale\n\nSee [the scale][densereward.scale.NoSuchScale].\n",
-         "Could not find cross-reference target"),
+        (
+            "::: densereward.scale\n\nSee [the scale][densereward.scale.NoSuchScale].\n",
+            "Could not find cross-reference target",
+        ),
         ("See [the guide](no_such_page.md).\n", "no_such_page.md"),
         ("::: densereward.scale\n\n::: docs_probe\n", "densereward.scale.NoSuchScale"),
     ],
     ids=["cross-reference", "relative-link", "docstring-role"],
-)  # fmt: skip
+)
 def test_a_broken_reference_fails_the_strict_build(tmp_path, page, message):
     """In a page, or in a docstring (a Sphinx role naming a ``densereward`` object that does
     not exist; one that exists is a link, tested by the control above)."""

@@ -28,8 +28,14 @@ def test_the_scripted_success_policy_succeeds_and_the_others_fail(env_id):
     for kind in ("short", "wrong", "random"):
         assert not any(got[kind]), (kind, got)
     # the same initial states for every policy: the first observation's goal repeats
-    goals = {e.policy: [tuple(np.round(x.observations[0]["desired_goal"], 6)) for x in eps
-                        if x.policy == e.policy] for e in eps}  # fmt: skip
+    goals = {
+        e.policy: [
+            tuple(np.round(x.observations[0]["desired_goal"], 6))
+            for x in eps
+            if x.policy == e.policy
+        ]
+        for e in eps
+    }
     assert len({tuple(v) for v in goals.values()}) == 1
     assert eps[0].reads == [0, 10, 20, 30, 40, 50]
 
@@ -38,8 +44,16 @@ def _rows(progress_by_episode, success, policy):
     rows = []
     for e, (vals, ok, pol) in enumerate(zip(progress_by_episode, success, policy, strict=True)):
         for t, v in enumerate(vals):
-            rows.append({"episode": e, "policy": pol, "t": 5 * t, "progress": v, "success": ok,
-                         "closeness": -10.0 + t if ok else -10.0})  # fmt: skip
+            rows.append(
+                {
+                    "episode": e,
+                    "policy": pol,
+                    "t": 5 * t,
+                    "progress": v,
+                    "success": ok,
+                    "closeness": -10.0 + t if ok else -10.0,
+                }
+            )
     return rows
 
 
@@ -73,8 +87,13 @@ def test_nearly_constant_reads_lead_the_report(tmp_path):
     from densereward.eval_progress.cli import write_outputs
 
     rows = _rows([[0.52, 0.521, 0.522], [0.52, 0.52, 0.519]], [True, False], ["success", "random"])
-    meta = {"env": "FetchReach-v4", "verifier": "v", "read": "pointwise", "episodes": "1",
-            "machine": "m"}  # fmt: skip
+    meta = {
+        "env": "FetchReach-v4",
+        "verifier": "v",
+        "read": "pointwise",
+        "episodes": "1",
+        "machine": "m",
+    }
     paths = write_outputs(tmp_path, rows, progress_metrics(rows), meta)
     text = paths["report"].read_text()
     assert "**The reads are nearly constant** (every read in [0.519, 0.522])" in text
@@ -106,15 +125,33 @@ def test_settings_errors_name_the_fix(tmp_path):
 @pytest.mark.parametrize("mode", ["pointwise", "pairwise"])
 def test_eval_progress_end_to_end_with_the_embedded_model(tmp_path, mode, capsys):
     out = tmp_path / mode
-    argv = ["eval-progress", "--config", str(REPO / "configs/eval_progress_fetchreach.yaml"), "--episodes",
-            "1", "--seed", "3", "--stride", "25", "--out", str(out), "verifier.model=null",
-            "policies=[success, random]", f"read_mode={mode}"]  # fmt: skip
+    argv = [
+        "eval-progress",
+        "--config",
+        str(REPO / "configs/eval_progress_fetchreach.yaml"),
+        "--episodes",
+        "1",
+        "--seed",
+        "3",
+        "--stride",
+        "25",
+        "--out",
+        str(out),
+        "verifier.model=null",
+        "policies=[success, random]",
+        f"read_mode={mode}",
+    ]
     assert cli_main(argv) == 0
     assert "final-progress AUROC" in capsys.readouterr().out
     rows = [json.loads(line) for line in (out / "scores.jsonl").read_text().splitlines()]
     assert [(r["policy"], r["t"]) for r in rows] == [
-        ("success", 0), ("success", 25), ("success", 50), ("random", 0), ("random", 25), ("random", 50)
-    ]  # fmt: skip
+        ("success", 0),
+        ("success", 25),
+        ("success", 50),
+        ("random", 0),
+        ("random", 25),
+        ("random", 50),
+    ]
     assert all(0.0 <= r["progress"] <= 1.0 for r in rows)
     assert [r["success"] for r in rows] == [True] * 3 + [False] * 3
     assert all("gripper_target_cm" in r and r["text"].startswith("Gripper-target") for r in rows)

@@ -89,7 +89,7 @@ def _generic_lines(n=4):
     return [
         json.dumps(
             {"problem": f"q{i}", "response": f"r{i}", "is_correct": i % 2 == 0, "generator": "g"}
-        )  # fmt: skip
+        )
         for i in range(n)
     ]
 
@@ -412,18 +412,33 @@ def test_cli_with_real_default_verifier(gsm8k, tmp_path, default_model_dir, monk
 def _rows(spec):
     """Rows from ``[(problem_id, generator, is_correct), ...]``."""
     return [
-        {"problem_id": p, "problem": f"question {p}", "response": f"{g} answers {p}",
-         "is_correct": ok, "generator": g, "family": None, "reference": None}
+        {
+            "problem_id": p,
+            "problem": f"question {p}",
+            "response": f"{g} answers {p}",
+            "is_correct": ok,
+            "generator": g,
+            "family": None,
+            "reference": None,
+        }
         for p, g, ok in spec
-    ]  # fmt: skip
+    ]
 
 
 def test_abstained_responses_are_rejects_in_test_time_scaling():
     """Issue 28 item 17: an abstained response stays in its problem's base pass rate and pool and
     is never accepted, as in deployment (it used to be dropped before both)."""
-    spec = [("p1", "g1", True), ("p1", "g2", False), ("p1", "g3", False),
-            ("p2", "g1", True), ("p2", "g2", False), ("p2", "g3", True),
-            ("p3", "g1", False), ("p3", "g2", True), ("p3", "g3", False)]  # fmt: skip
+    spec = [
+        ("p1", "g1", True),
+        ("p1", "g2", False),
+        ("p1", "g3", False),
+        ("p2", "g1", True),
+        ("p2", "g2", False),
+        ("p2", "g3", True),
+        ("p3", "g1", False),
+        ("p3", "g2", True),
+        ("p3", "g3", False),
+    ]
     scores = [0.3, None, None, None, 0.2, 0.8, 0.7, 0.6, None]
     m = E.evaluate(_rows(spec), scores, threshold=0.5, n_bootstrap=20)
     base = (1 / 3 + 2 / 3 + 1 / 3) / 3  # every response counts: 4/9 (2/3 without the abstained)
@@ -455,22 +470,45 @@ def _abstaining_file(tmp_path, n_scored: int):
     """5 problems x 4 generators, and a scores.jsonl in which all but ``n_scored`` abstained."""
     gens = ["g1", "g2", "g3", "g4"]
     responses = tmp_path / "responses.jsonl"
-    rows = [{"problem_id": f"p{p}", "problem": f"What is {p}+{p}?", "response": f"{g}: {2 * p}",
-             "is_correct": (p + k) % 2 == 0, "generator": g}
-            for p in range(5) for k, g in enumerate(gens)]  # fmt: skip
+    rows = [
+        {
+            "problem_id": f"p{p}",
+            "problem": f"What is {p}+{p}?",
+            "response": f"{g}: {2 * p}",
+            "is_correct": (p + k) % 2 == 0,
+            "generator": g,
+        }
+        for p in range(5)
+        for k, g in enumerate(gens)
+    ]
     responses.write_text("".join(json.dumps(r) + "\n" for r in rows))
     loaded = E.load_responses(responses)
     scores = tmp_path / "scores.jsonl"
     with open(scores, "w") as f:
         for i, (key, row) in enumerate(zip(row_keys(loaded), loaded, strict=True)):
             scored = i < n_scored
-            reason = None if scored else (
-                "backend error: TimeoutError" if i % 10 == 9
-                else f"low score-token mass: 0.{i:02d} < min_mass 0.5"
-            )  # fmt: skip
-            f.write(json.dumps({"problem_id": key[0], "generator": key[1], "response_index": key[2],
-                                "is_correct": row["is_correct"], "score": 0.7 if scored else None,
-                                "reason": reason}) + "\n")  # fmt: skip
+            reason = (
+                None
+                if scored
+                else (
+                    "backend error: TimeoutError"
+                    if i % 10 == 9
+                    else f"low score-token mass: 0.{i:02d} < min_mass 0.5"
+                )
+            )
+            f.write(
+                json.dumps(
+                    {
+                        "problem_id": key[0],
+                        "generator": key[1],
+                        "response_index": key[2],
+                        "is_correct": row["is_correct"],
+                        "score": 0.7 if scored else None,
+                        "reason": reason,
+                    }
+                )
+                + "\n"
+            )
     return responses, scores
 
 
@@ -481,13 +519,23 @@ def test_most_reads_abstained_leads_the_report_and_exits_3(tmp_path, capsys, n_s
     abstentions and their reasons counted, and the command exits 3 (documented in --help)."""
     responses, scores = _abstaining_file(tmp_path, n_scored)
     out = tmp_path / "out"
-    rc = run_cli("--responses", str(responses), "--scores", str(scores), "--out", str(out),
-                 "--bootstrap", "20")  # fmt: skip
+    rc = run_cli(
+        "--responses",
+        str(responses),
+        "--scores",
+        str(scores),
+        "--out",
+        str(out),
+        "--bootstrap",
+        "20",
+    )
     assert rc == 3 == E.cli.EXIT_MOST_ABSTAINED
     n_abst = 20 - n_scored
     n_backend = 2  # rows 9 and 19
-    headline = (f"{n_abst} of 20 reads abstained (low score-token mass {n_abst - n_backend}, "
-                f"backend error {n_backend})")  # fmt: skip
+    headline = (
+        f"{n_abst} of 20 reads abstained (low score-token mass {n_abst - n_backend}, "
+        f"backend error {n_backend})"
+    )
     assert headline in capsys.readouterr().err
     report = (out / "report.md").read_text()
     assert report.startswith(f"# Verifier evaluation\n\n## {headline}\n")
@@ -496,8 +544,9 @@ def test_most_reads_abstained_leads_the_report_and_exits_3(tmp_path, capsys, n_s
     assert "=n/a" not in report
     m = json.loads((out / "metrics.json").read_text())
     assert m["abstentions"]["reasons"] == {
-        "low score-token mass": n_abst - n_backend, "backend error": n_backend
-    }  # fmt: skip
+        "low score-token mass": n_abst - n_backend,
+        "backend error": n_backend,
+    }
     assert m["counts"]["n_generators"] == 4 and m["abstentions"]["most"] is True
     assert (out / "abstentions.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     if n_scored:
@@ -532,8 +581,20 @@ def test_most_reads_abstained_with_a_real_verifier(gsm8k, tmp_path, default_mode
     fields = {f.name for f in dataclasses.fields(VerifierConfig)}
     extra = ["verifier.calibrate=false"] if "calibrate" in fields else []
     out = tmp_path / "real"
-    rc = run_cli("--responses", str(gsm8k), "--limit", "1", "--out", str(out), "--no-plots",
-                 "--bootstrap", "0", "verifier.granularity=5", "verifier.min_mass=0.999", *extra)  # fmt: skip
+    rc = run_cli(
+        "--responses",
+        str(gsm8k),
+        "--limit",
+        "1",
+        "--out",
+        str(out),
+        "--no-plots",
+        "--bootstrap",
+        "0",
+        "verifier.granularity=5",
+        "verifier.min_mass=0.999",
+        *extra,
+    )
     assert rc == 3
     assert "4 of 4 reads abstained (low score-token mass 4)" in capsys.readouterr().err
     m = json.loads((out / "metrics.json").read_text())
@@ -588,26 +649,52 @@ def _hand_made_file(tmp_path):
     in which 3 responses were scored 0 without a read (2 with no final answer, 1 empty) and one
     read abstained. Problems 0-3 are all correct or all wrong (tied d(x))."""
     spec = [  # (problem, generator, is_correct, score, reason)
-        (0, "small", True, 0.9, None), (0, "small", True, 0.8, None), (0, "big", True, 0.7, None),
-        (1, "small", False, 0.0, "no final answer"), (1, "big", False, 0.6, None),
-        (2, "small", True, 0.4, None), (2, "small", True, 0.65, None), (2, "small", True, 0.75, None),
+        (0, "small", True, 0.9, None),
+        (0, "small", True, 0.8, None),
+        (0, "big", True, 0.7, None),
+        (1, "small", False, 0.0, "no final answer"),
+        (1, "big", False, 0.6, None),
+        (2, "small", True, 0.4, None),
+        (2, "small", True, 0.65, None),
+        (2, "small", True, 0.75, None),
         (2, "big", True, 0.55, None),
-        (3, "small", False, 0.0, "empty response"), (3, "big", False, 0.5, None),
-        (4, "small", True, 0.0, "no final answer"), (4, "big", False, 0.3, None),
-        (5, "small", False, 0.35, None), (5, "big", True, None, "backend error: TimeoutError"),
-    ]  # fmt: skip
-    rows = [{"problem_id": f"p{p}", "problem": f"What is {p}+1?", "generator": g,
-             "response": "" if why == "empty response" else f"{g} #{i}: wait, let me check: {p + 1}",
-             "is_correct": ok} for i, (p, g, ok, _, why) in enumerate(spec)]  # fmt: skip
+        (3, "small", False, 0.0, "empty response"),
+        (3, "big", False, 0.5, None),
+        (4, "small", True, 0.0, "no final answer"),
+        (4, "big", False, 0.3, None),
+        (5, "small", False, 0.35, None),
+        (5, "big", True, None, "backend error: TimeoutError"),
+    ]
+    rows = [
+        {
+            "problem_id": f"p{p}",
+            "problem": f"What is {p}+1?",
+            "generator": g,
+            "response": "" if why == "empty response" else f"{g} #{i}: wait, let me check: {p + 1}",
+            "is_correct": ok,
+        }
+        for i, (p, g, ok, _, why) in enumerate(spec)
+    ]
     responses = tmp_path / "mine.jsonl"
     responses.write_text("".join(json.dumps(r) + "\n" for r in rows))
     loaded = E.load_responses(responses)
     scores = tmp_path / "scores.jsonl"
-    scores.write_text("".join(
-        json.dumps({"problem_id": key[0], "generator": key[1], "response_index": key[2],
-                    "is_correct": ok, "score": s, "reason": why}) + "\n"
-        for key, (_, _, ok, s, why) in zip(row_keys(loaded), spec, strict=True)
-    ))  # fmt: skip
+    scores.write_text(
+        "".join(
+            json.dumps(
+                {
+                    "problem_id": key[0],
+                    "generator": key[1],
+                    "response_index": key[2],
+                    "is_correct": ok,
+                    "score": s,
+                    "reason": why,
+                }
+            )
+            + "\n"
+            for key, (_, _, ok, s, why) in zip(row_keys(loaded), spec, strict=True)
+        )
+    )
     return responses, scores
 
 
@@ -618,21 +705,39 @@ def test_the_report_counts_unread_zeros_and_shows_no_filler(tmp_path, capsys):
     "self-verif. kw" with no word on what it counts."""
     responses, scores = _hand_made_file(tmp_path)
     out = tmp_path / "out"
-    assert run_cli("--responses", str(responses), "--scores", str(scores), "--out", str(out),
-                   "--bootstrap", "20", "--no-plots") == 0  # fmt: skip
+    assert (
+        run_cli(
+            "--responses",
+            str(responses),
+            "--scores",
+            str(scores),
+            "--out",
+            str(out),
+            "--bootstrap",
+            "20",
+            "--no-plots",
+        )
+        == 0
+    )
     printed = capsys.readouterr().out
     m = json.loads((out / "metrics.json").read_text())
     assert m["counts"]["n_scored"] == 14 and m["counts"]["n_scored_unread"] == 3
-    assert m["unread"] == {"n": 3, "reasons": {"no final answer": 2, "empty response": 1},
-                           "n_correct": 1, "n_incorrect": 2}  # fmt: skip
+    assert m["unread"] == {
+        "n": 3,
+        "reasons": {"no final answer": 2, "empty response": 1},
+        "n_correct": 1,
+        "n_incorrect": 2,
+    }
     read = [(s, ok) for *_, ok, s, why in _spec_of(scores) if s is not None and why is None]
     assert m["overall"]["auroc_read_only"] == pytest.approx(
         M.auroc([s for s, _ in read], [ok for _, ok in read])
     )
     assert m["overall"]["auroc_read_only"] != pytest.approx(m["overall"]["auroc"])
     report = (out / "report.md").read_text()
-    assert ("responses: 15 (14 scored: 11 read by the verifier, 3 scored 0 without a read "
-            "(no final answer 2, empty response 1); 1 abstained") in report  # fmt: skip
+    assert (
+        "responses: 15 (14 scored: 11 read by the verifier, 3 scored 0 without a read "
+        "(no final answer 2, empty response 1); 1 abstained"
+    ) in report
     assert "over the 11 read response(s) alone AUROC is " in report
     assert "(3 of them 0 without a read; AUROC " in printed
     # the accept threshold: auto chose the in-sample best, so one row says both
@@ -655,23 +760,43 @@ def test_the_report_counts_unread_zeros_and_shows_no_filler(tmp_path, capsys):
 
 def _spec_of(scores):
     """(problem_id, generator, is_correct, score, reason) of a scores.jsonl."""
-    return [(r["problem_id"], r["generator"], r["is_correct"], r["score"], r["reason"])
-            for r in map(json.loads, scores.read_text().splitlines())]  # fmt: skip
+    return [
+        (r["problem_id"], r["generator"], r["is_correct"], r["score"], r["reason"])
+        for r in map(json.loads, scores.read_text().splitlines())
+    ]
 
 
 def _labelled(tmp_path, spec, name="f"):
     """A responses file and its scores.jsonl from ``[(problem, generator, is_correct, score)]``."""
-    rows = [{"problem_id": f"p{p}", "problem": f"What is {p}+1?", "generator": g,
-             "response": f"{g} #{i}: {p + 1}", "is_correct": ok}
-            for i, (p, g, ok, _) in enumerate(spec)]  # fmt: skip
+    rows = [
+        {
+            "problem_id": f"p{p}",
+            "problem": f"What is {p}+1?",
+            "generator": g,
+            "response": f"{g} #{i}: {p + 1}",
+            "is_correct": ok,
+        }
+        for i, (p, g, ok, _) in enumerate(spec)
+    ]
     responses = tmp_path / f"{name}.jsonl"
     responses.write_text("".join(json.dumps(r) + "\n" for r in rows))
     scores = tmp_path / f"{name}_scores.jsonl"
-    scores.write_text("".join(
-        json.dumps({"problem_id": k[0], "generator": k[1], "response_index": k[2],
-                    "is_correct": ok, "score": s, "reason": None}) + "\n"
-        for k, (_, _, ok, s) in zip(row_keys(E.load_responses(responses)), spec, strict=True)
-    ))  # fmt: skip
+    scores.write_text(
+        "".join(
+            json.dumps(
+                {
+                    "problem_id": k[0],
+                    "generator": k[1],
+                    "response_index": k[2],
+                    "is_correct": ok,
+                    "score": s,
+                    "reason": None,
+                }
+            )
+            + "\n"
+            for k, (_, _, ok, s) in zip(row_keys(E.load_responses(responses)), spec, strict=True)
+        )
+    )
     return responses, scores
 
 
@@ -681,8 +806,20 @@ def test_two_responses_print_their_counts_and_no_verdict(tmp_path, capsys):
     under the shown resolution are said (console and report), as are per-generator counts."""
     responses, scores = _labelled(tmp_path, [(1, "me", True, 0.5004), (1, "me", False, 0.5001)])
     out = tmp_path / "out"
-    assert run_cli("--responses", str(responses), "--scores", str(scores), "--out", str(out),
-                   "--bootstrap", "0", "--no-plots") == 0  # fmt: skip
+    assert (
+        run_cli(
+            "--responses",
+            str(responses),
+            "--scores",
+            str(scores),
+            "--out",
+            str(out),
+            "--bootstrap",
+            "0",
+            "--no-plots",
+        )
+        == 0
+    )
     printed = capsys.readouterr().out
     assert "AUROC 1.000 (1 correct / 1 incorrect)" in printed
     assert "TPR 1.000 (1 correct)" in printed and "TNR 1.000 (1 incorrect)" in printed
@@ -706,15 +843,28 @@ def test_two_responses_print_their_counts_and_no_verdict(tmp_path, capsys):
 def test_enough_responses_are_no_warning(tmp_path, capsys):
     spec = [(p, "g", p % 2 == 0, 0.7 if p % 2 == 0 else 0.3) for p in range(2 * E.MIN_PER_CLASS)]
     responses, scores = _labelled(tmp_path, spec)
-    assert run_cli("--responses", str(responses), "--scores", str(scores), "--out",
-                   str(tmp_path / "o"), "--bootstrap", "0", "--no-plots") == 0  # fmt: skip
+    assert (
+        run_cli(
+            "--responses",
+            str(responses),
+            "--scores",
+            str(scores),
+            "--out",
+            str(tmp_path / "o"),
+            "--bootstrap",
+            "0",
+            "--no-plots",
+        )
+        == 0
+    )
     printed = capsys.readouterr().out
     assert "AUROC 1.000 (10 correct / 10 incorrect)" in printed
     assert "too few" not in printed and "differ by" not in printed
 
 
-def test_one_class_says_why_once_and_figures_draw_only_bins_with_data(tmp_path, capsys,
-                                                                      monkeypatch):  # fmt: skip
+def test_one_class_says_why_once_and_figures_draw_only_bins_with_data(
+    tmp_path, capsys, monkeypatch
+):
     """Issue 41 rerun, findings A3/A4: a file of correct responses only printed a screen of n/a
     and a blank TNR panel; empty quartiles were empty slots. Now the reason is printed once,
     the empty panel says it, and only bins with data are drawn."""
@@ -728,7 +878,8 @@ def test_one_class_says_why_once_and_figures_draw_only_bins_with_data(tmp_path, 
 
     def record(fig, path, *a, **k):  # the texts and x tick labels of each saved figure
         texts = [t.get_text() for ax in fig.axes for t in ax.texts] + [
-            t.get_text() for t in fig.texts]  # fmt: skip
+            t.get_text() for t in fig.texts
+        ]
         ticks = [[t.get_text() for t in ax.get_xticklabels()] for ax in fig.axes]
         drawn[len(drawn)] = (texts, ticks, fig._suptitle.get_text() if fig._suptitle else "")
         return save(fig, path, *a, **k)
@@ -737,11 +888,24 @@ def test_one_class_says_why_once_and_figures_draw_only_bins_with_data(tmp_path, 
     spec = [(p % 4, "g1" if p % 3 else "g2", True, 0.5 + 0.03 * p) for p in range(12)]
     responses, scores = _labelled(tmp_path, spec)
     out = tmp_path / "out"
-    assert run_cli("--responses", str(responses), "--scores", str(scores), "--out", str(out),
-                   "--bootstrap", "0") == 0  # fmt: skip
+    assert (
+        run_cli(
+            "--responses",
+            str(responses),
+            "--scores",
+            str(scores),
+            "--out",
+            str(out),
+            "--bootstrap",
+            "0",
+        )
+        == 0
+    )
     printed = capsys.readouterr().out
-    why = ("all 12 responses are labelled correct: TNR, balanced accuracy, AUROC and the accept "
-           "threshold need both classes")  # fmt: skip
+    why = (
+        "all 12 responses are labelled correct: TNR, balanced accuracy, AUROC and the accept "
+        "threshold need both classes"
+    )
     assert printed.count(why) == 1 and "best accept threshold n/a" not in printed
     assert "TNR n/a (0 incorrect)" in printed
     texts, ticks, title = drawn[0]  # tpr_tnr_by_difficulty.png
@@ -762,10 +926,15 @@ def test_reference_guided_refuses_rows_without_reference(tmp_path, with_referenc
     the first file:line, and the fix."""
     path = tmp_path / "r.jsonl"
     rows = [
-        {"problem": f"What is {i}+1?", "response": f"A: {i + 1}", "is_correct": True,
-         "generator": "g", **({"reference": f"A: {i + 1}"} if i in with_reference else {})}
+        {
+            "problem": f"What is {i}+1?",
+            "response": f"A: {i + 1}",
+            "is_correct": True,
+            "generator": "g",
+            **({"reference": f"A: {i + 1}"} if i in with_reference else {}),
+        }
         for i in range(4)
-    ]  # fmt: skip
+    ]
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     n, first = (4, 1) if not with_reference else (2, 2)
     for flags in (["--reference-guided"], ["--prompt", "anchored"]):

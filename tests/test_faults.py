@@ -36,8 +36,13 @@ PLANTED_KEY = "sk-planted-4f9c2b7e1d0a-do-not-leak"
 def make_config(base_url: str, *, backend_options=None, **overrides) -> VerifierConfig:
     """An ``openai`` config at ``base_url``: 2 retries, 2 s timeout, the test key variable;
     ``backend_options`` update those, ``overrides`` set shared fields."""
-    options = {"base_url": base_url, "max_retries": 2, "timeout_s": 2.0,
-               "api_key_env": "DENSEREWARD_TEST_KEY", **(backend_options or {})}  # fmt: skip
+    options = {
+        "base_url": base_url,
+        "max_retries": 2,
+        "timeout_s": 2.0,
+        "api_key_env": "DENSEREWARD_TEST_KEY",
+        **(backend_options or {}),
+    }
     return VerifierConfig(**{"backend": "openai", **overrides}, backend_options=options)
 
 

@@ -423,8 +423,11 @@ def test_vllm_offline_engine_inputs_carry_one_placeholder_per_frame(vlm_dir, def
     tokenizer = get_tokenizer(str(vlm_dir))
     text = ({"role": "user", "content": "Move the gripper to the red disc."},)
     frames = [scene(i, size=(120, 160)) for i in range(3)]
-    prompts = [ChatPrompt(text, "<score>"), ChatPrompt(text, "<score>", images=tuple(frames)),
-               ChatPrompt(text, "<score>", images=(frames[2],))]  # fmt: skip
+    prompts = [
+        ChatPrompt(text, "<score>"),
+        ChatPrompt(text, "<score>", images=tuple(frames)),
+        ChatPrompt(text, "<score>", images=(frames[2],)),
+    ]
     seqs = [render_prompt_ids(tokenizer, p) for p in prompts]
     plain, three, one = engine_inputs(tokenizer, seqs, prompts)
     assert plain == {"prompt_token_ids": seqs[0]}

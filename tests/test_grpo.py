@@ -44,9 +44,21 @@ def test_help_documents_flags_and_example():
 def test_overrides_and_shortcuts_compose():
     from densereward.trainers.grpo import config_from_args
 
-    args = _parse(["--config", str(REPO / "configs/grpo_math_cpu.yaml"), "verifier.granularity=5",
-                   "--set", "training.learning_rate=2e-6", "--data", "x.jsonl", "--max-steps", "3",
-                   "--reward", "group"])  # fmt: skip
+    args = _parse(
+        [
+            "--config",
+            str(REPO / "configs/grpo_math_cpu.yaml"),
+            "verifier.granularity=5",
+            "--set",
+            "training.learning_rate=2e-6",
+            "--data",
+            "x.jsonl",
+            "--max-steps",
+            "3",
+            "--reward",
+            "group",
+        ]
+    )
     cfg = config_from_args(args)
     assert cfg["verifier"]["granularity"] == 5 and cfg["training"]["learning_rate"] == 2e-6
     assert cfg["data"]["path"] == "x.jsonl" and "source" not in cfg["data"]
@@ -65,8 +77,16 @@ def test_dry_run_qwen3_8b_config_validates_without_weights(capsys, monkeypatch):
 
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
     with MisbehavingServer(model="Qwen/Qwen3-8B") as server:
-        rc = main(_parse(["--config", str(REPO / "configs/grpo_math_qwen3_8b.yaml"), "--dry-run",
-                          f"verifier.backend_options.base_url={server.base_url}"]))  # fmt: skip
+        rc = main(
+            _parse(
+                [
+                    "--config",
+                    str(REPO / "configs/grpo_math_qwen3_8b.yaml"),
+                    "--dry-run",
+                    f"verifier.backend_options.base_url={server.base_url}",
+                ]
+            )
+        )
     out = capsys.readouterr().out
     assert rc == 2, out
     assert "weights NOT loaded" in out and "use_vllm=True" in out and "verifier_gated" in out
@@ -90,10 +110,24 @@ def test_unknown_keys_are_errors_naming_the_fix():
     with pytest.raises(
         ConfigError, match="num_generations"
     ):  # groups must fit in a generation batch
-        run({"reward": {"type": "group"}, "training": {"per_device_train_batch_size": 2, "num_generations": 4,
-                                                       "use_cpu": True}}, dry_run=True)  # fmt: skip
-    assert run({"reward": {"type": "group"}, "training": {"use_cpu": True, "per_device_train_batch_size": 4,
-                                                          "num_generations": 4}}, dry_run=True)["dry_run"]  # fmt: skip
+        run(
+            {
+                "reward": {"type": "group"},
+                "training": {
+                    "per_device_train_batch_size": 2,
+                    "num_generations": 4,
+                    "use_cpu": True,
+                },
+            },
+            dry_run=True,
+        )
+    assert run(
+        {
+            "reward": {"type": "group"},
+            "training": {"use_cpu": True, "per_device_train_batch_size": 4, "num_generations": 4},
+        },
+        dry_run=True,
+    )["dry_run"]
 
 
 @pytest.mark.slow
@@ -108,8 +142,13 @@ def test_real_two_step_grpo_run_dense_reward(tmp_path, data_dir, default_model_d
     config = load_yaml(REPO / "configs/grpo_math_cpu.yaml")
     config_tags = config["wandb"]["tags"]
     config["data"] = {"path": str(data_dir / "math500" / "test.jsonl"), "limit": 4, "levels": [1]}
-    config["training"].update(max_steps=2, max_completion_length=16, per_device_train_batch_size=4,
-                              num_generations=2, save_steps=2)  # fmt: skip
+    config["training"].update(
+        max_steps=2,
+        max_completion_length=16,
+        per_device_train_batch_size=4,
+        num_generations=2,
+        save_steps=2,
+    )
     config["verifier"]["granularity"] = 5
     run_dir = tmp_path / "run"
     result = run(config, output_dir=run_dir)
@@ -132,7 +171,7 @@ def test_real_two_step_grpo_run_dense_reward(tmp_path, data_dir, default_model_d
         "verifier/balanced_accuracy",
         "verifier/verifier_gain",
     ):
-        assert key in rows[0]  # fmt: skip
+        assert key in rows[0]
     assert (run_dir / "reward_quality.png").stat().st_size > 5000
     offline = list((run_dir / "wandb").glob("offline-run-*"))
     assert len(offline) == 1 and list(offline[0].glob("*.wandb"))
@@ -233,9 +272,19 @@ def test_a_failed_start_leaves_no_run_directory_and_prints_no_known_noise(tmp_pa
     import sys
 
     out = tmp_path / "run"
-    cmd = [sys.executable, "-m", "densereward.cli", "train", "grpo", "--config",
-           str(REPO / "configs/grpo_math_cpu.yaml"), "--data", str(tmp_path / "tset.jsonl"),
-           "--output-dir", str(out)]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "densereward.cli",
+        "train",
+        "grpo",
+        "--config",
+        str(REPO / "configs/grpo_math_cpu.yaml"),
+        "--data",
+        str(tmp_path / "tset.jsonl"),
+        "--output-dir",
+        str(out),
+    ]
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
     done = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 2, done.stderr[-2000:]
@@ -254,11 +303,25 @@ def test_a_one_step_grpo_start_prints_each_known_notice_at_most_once(tmp_path):
     import subprocess
     import sys
 
-    cmd = [sys.executable, "-m", "densereward.cli", "train", "grpo", "--config",
-           str(REPO / "configs/grpo_math_cpu.yaml"), "--max-steps", "1", "--output-dir",
-           str(tmp_path / "run"), "data.size=4", "data.limit=4", "training.num_generations=2",
-           "training.per_device_train_batch_size=2", "training.max_completion_length=16",
-           "wandb.enabled=false"]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "densereward.cli",
+        "train",
+        "grpo",
+        "--config",
+        str(REPO / "configs/grpo_math_cpu.yaml"),
+        "--max-steps",
+        "1",
+        "--output-dir",
+        str(tmp_path / "run"),
+        "data.size=4",
+        "data.limit=4",
+        "training.num_generations=2",
+        "training.per_device_train_batch_size=2",
+        "training.max_completion_length=16",
+        "wandb.enabled=false",
+    ]
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
     done = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -306,8 +369,10 @@ def test_dry_run_fails_naming_the_model_dtype_and_batch_size_fields(tmp_path, ca
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
     assert main(_parse([*dry, "model.name=Qwen/Qwen3-8B", "verifier.model=Qwen/Qwen3-0.6B"])) == 2
     out = capsys.readouterr().out
-    assert ("!!  model.name='Qwen/Qwen3-8B' is not in the local Hugging Face cache and the Hub "
-            "cannot be reached (HF_HUB_OFFLINE is set): use an offline name") in out  # fmt: skip
+    assert (
+        "!!  model.name='Qwen/Qwen3-8B' is not in the local Hugging Face cache and the Hub "
+        "cannot be reached (HF_HUB_OFFLINE is set): use an offline name"
+    ) in out
     assert "!!  verifier.model='Qwen/Qwen3-0.6B' is not in the local Hugging Face cache" in out
     # an offline model name, the embedded model and a served model's name pass
     names = ["model.name=smollm2-135m", "verifier.model=smollm2-135m"]
@@ -328,8 +393,17 @@ def test_the_dry_run_contacts_a_served_verifier(tmp_path, capsys):
 
     from densereward.cli import main as cli_main
 
-    dry = ["train", "grpo", "--config", DYNAMICS_CPU, "--output-dir", str(tmp_path / "run"),
-           "--dry-run", "verifier.backend=openai", "verifier.model=my-served-name"]  # fmt: skip
+    dry = [
+        "train",
+        "grpo",
+        "--config",
+        DYNAMICS_CPU,
+        "--output-dir",
+        str(tmp_path / "run"),
+        "--dry-run",
+        "verifier.backend=openai",
+        "verifier.model=my-served-name",
+    ]
     closed = f"http://127.0.0.1:{free_port()}/v1"
     t0 = time.monotonic()
     assert cli_main([*dry, f"verifier.backend_options={{base_url: '{closed}'}}"]) == 2
@@ -354,32 +428,56 @@ def test_dry_run_catches_a_misspelt_backend_option_a_bad_dtype_and_a_missing_bas
     so ``densereward train grpo --dry-run`` names the field and the fix."""
     from densereward.cli import main as cli_main
 
-    dry = ["train", "grpo", "--config", DYNAMICS_CPU, "--output-dir", str(tmp_path / "run"),
-           "--dry-run"]  # fmt: skip
+    dry = [
+        "train",
+        "grpo",
+        "--config",
+        DYNAMICS_CPU,
+        "--output-dir",
+        str(tmp_path / "run"),
+        "--dry-run",
+    ]
     for overrides, message in [
-        (["verifier.backend_options.share_prefx=false"],
-         "'verifier.backend_options.share_prefx' (did you mean "
-         "'verifier.backend_options.share_prefix'?)"),
-        (["verifier.backend_options.dtype=bf16"],
-         "verifier.backend_options.dtype: 'bf16' (did you mean 'bfloat16'?); use auto | float32"),
-        (["verifier.backend=openai", "verifier.backend_options={}"],
-         "verifier.backend='openai': verifier.backend_options.base_url is required by this "
-         "backend: set verifier.backend_options.base_url=http://"),
-        (["verifier.backend=openai", "verifier.backend_options={base_url: 'http://h/v1'}",
-          "verifier.backend_options.timout_s=5"],
-         "(did you mean 'verifier.backend_options.timeout_s'?)"),
-        (["verifier.dtype=float32"],
-         "verifier.dtype moved into the backend's options: set "
-         "verifier.backend_options.dtype"),
-        (["training.report_to=[wandb]"],
-         "W&B is switched by the top-level wandb: section (wandb.enabled, default true)"),
+        (
+            ["verifier.backend_options.share_prefx=false"],
+            "'verifier.backend_options.share_prefx' (did you mean "
+            "'verifier.backend_options.share_prefix'?)",
+        ),
+        (
+            ["verifier.backend_options.dtype=bf16"],
+            "verifier.backend_options.dtype: 'bf16' (did you mean 'bfloat16'?); use auto | float32",
+        ),
+        (
+            ["verifier.backend=openai", "verifier.backend_options={}"],
+            "verifier.backend='openai': verifier.backend_options.base_url is required by this "
+            "backend: set verifier.backend_options.base_url=http://",
+        ),
+        (
+            [
+                "verifier.backend=openai",
+                "verifier.backend_options={base_url: 'http://h/v1'}",
+                "verifier.backend_options.timout_s=5",
+            ],
+            "(did you mean 'verifier.backend_options.timeout_s'?)",
+        ),
+        (
+            ["verifier.dtype=float32"],
+            "verifier.dtype moved into the backend's options: set verifier.backend_options.dtype",
+        ),
+        (
+            ["training.report_to=[wandb]"],
+            "W&B is switched by the top-level wandb: section (wandb.enabled, default true)",
+        ),
         (["wandb.projekt=x"], "unknown key(s) in section 'wandb': projekt; the keys are enabled"),
-    ]:  # fmt: skip
+    ]:
         assert cli_main([*dry, *overrides]) == 2, overrides
         captured = capsys.readouterr()
         assert message in captured.err and "ok  " not in captured.out, (overrides, captured)
-    served = ["verifier.backend=openai", "verifier.model=misbehaving-model",  # the served name
-              f"verifier.backend_options={{base_url: '{server.base_url}', timeout_s: 5}}"]  # fmt: skip
+    served = [
+        "verifier.backend=openai",
+        "verifier.model=misbehaving-model",  # the served name
+        f"verifier.backend_options={{base_url: '{server.base_url}', timeout_s: 5}}",
+    ]
     assert cli_main([*dry, *served]) == 0
     out = capsys.readouterr().out
     assert f"OpenAIOptions(base_url='{server.base_url}'" in out
@@ -398,8 +496,14 @@ def test_bf16_follows_the_device_like_dtype_auto_and_the_dry_run_says_so(
     from densereward.backends import dtype
     from densereward.trainers.grpo import main
 
-    dry = ["--config", DYNAMICS_CPU, "--output-dir", str(tmp_path / "run"), "--dry-run",
-           "model.dtype=auto"]  # fmt: skip
+    dry = [
+        "--config",
+        DYNAMICS_CPU,
+        "--output-dir",
+        str(tmp_path / "run"),
+        "--dry-run",
+        "model.dtype=auto",
+    ]
     monkeypatch.setattr(dtype, "bf16_supported", lambda device_type: False)  # a CPU without AMX
     assert main(_parse(dry)) == 0
     out = capsys.readouterr().out
@@ -448,8 +552,14 @@ def test_resume_keeps_the_tracker_window_and_the_card_names_the_model(tmp_path, 
         "TRANSFORMERS_OFFLINE": "1",
         "WANDB_MODE": "disabled",
     }
-    done = subprocess.run([sys.executable, "-c", _RESUME_SCRIPT, str(run_dir)], cwd=REPO, env=env,
-                          capture_output=True, text=True, timeout=900)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-c", _RESUME_SCRIPT, str(run_dir)],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     rows = [json.loads(x) for x in (run_dir / "reward_quality.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [1, 2]
@@ -482,9 +592,14 @@ def test_a_start_that_fails_after_creating_its_run_directory_removes_it(tmp_path
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     config = apply_overrides(
         load_yaml(REPO / "configs/grpo_math_cpu.yaml"),
-        ["data.size=4", "data.limit=4", "reward.type=sparse", "reward.track=false",
-         "wandb.enabled=false"],
-    )  # fmt: skip
+        [
+            "data.size=4",
+            "data.limit=4",
+            "reward.type=sparse",
+            "reward.track=false",
+            "wandb.enabled=false",
+        ],
+    )
     out = tmp_path / "run"
     with pytest.raises(RuntimeError, match="refused before training"):
         grpo.run(config, output_dir=out)

@@ -190,9 +190,17 @@ def test_the_cache_key_holds_what_changes_a_read_not_how_it_is_made(tmp_path):
         finally:
             v.close()
 
-    transport = {"timeout_s": 5.0, "max_retries": 1, "retry_base_s": 0.1, "retry_max_s": 2.0,
-                 "health_timeout_s": 2.0, "health_interval_s": 1.0, "max_imbalance": 3,
-                 "max_concurrency": 2, "requests_per_minute": 600}  # fmt: skip
+    transport = {
+        "timeout_s": 5.0,
+        "max_retries": 1,
+        "retry_base_s": 0.1,
+        "retry_max_s": 2.0,
+        "health_timeout_s": 2.0,
+        "health_interval_s": 1.0,
+        "max_imbalance": 3,
+        "max_concurrency": 2,
+        "requests_per_minute": 600,
+    }
     with MisbehavingServer(model="m-a") as a, MisbehavingServer(model="m-b") as b:
         assert read(a, model="m-a") == 0 and len(a.chat_requests()) == 1
         for name, value in transport.items():
@@ -212,12 +220,27 @@ def test_every_builtin_backend_option_is_sorted_into_answer_or_transport():
 
     transport = {
         "TransformersOptions": {"dtype", "device", "prefix_cache_size"},
-        "VLLMOptions": {"dtype", "device", "gpu_memory_utilization", "max_model_len",
-                        "kv_cache_bytes"},
-        "OpenAIOptions": {"base_url", "api_key_env", "max_concurrency", "requests_per_minute",
-                          "timeout_s", "max_retries", "retry_base_s", "retry_max_s",
-                          "health_timeout_s", "health_interval_s", "max_imbalance"},
-    }  # fmt: skip
+        "VLLMOptions": {
+            "dtype",
+            "device",
+            "gpu_memory_utilization",
+            "max_model_len",
+            "kv_cache_bytes",
+        },
+        "OpenAIOptions": {
+            "base_url",
+            "api_key_env",
+            "max_concurrency",
+            "requests_per_minute",
+            "timeout_s",
+            "max_retries",
+            "retry_base_s",
+            "retry_max_s",
+            "health_timeout_s",
+            "health_interval_s",
+            "max_imbalance",
+        },
+    }
     transport["SampledOptions"] = transport["OpenAIOptions"]
     for cls, expected in transport.items():
         fields = dataclasses.fields(getattr(bo, cls))

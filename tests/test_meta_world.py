@@ -177,9 +177,14 @@ def _short(kind: str, **sac) -> dict:
     config["sac"].update({"learning_starts": 250, "batch_size": 32, "buffer_size": 1000, **sac})
     config["sac"]["policy_kwargs"] = {"net_arch": [32, 32]}
     config["training"].update(
-        {"total_timesteps": 500, "checkpoint_every": 0, "eval_every": 0,
-         "log_interval": 1, "curve_every": 250}
-    )  # fmt: skip
+        {
+            "total_timesteps": 500,
+            "checkpoint_every": 0,
+            "eval_every": 0,
+            "log_interval": 1,
+            "curve_every": 250,
+        }
+    )
     config["wandb"] = {"enabled": False}
     return config
 

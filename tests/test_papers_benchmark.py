@@ -32,11 +32,25 @@ def _benchmark():
 def test_papers_benchmark_runs_end_to_end(tmp_path, data_dir, default_model_dir):
     out = tmp_path / "figs"
     argv = [
-        "--data", str(data_dir / "gsm8k" / "model_solutions_dev.jsonl"),
-        "--problems", "2", "--long-problems", "1", "--repeat-problems", "1",
-        "--granularities", "2,20", "--repeats", "2", "--max-reasoning-tokens", "8",
-        "--bootstrap", "20", "--out", str(out),
-    ]  # fmt: skip
+        "--data",
+        str(data_dir / "gsm8k" / "model_solutions_dev.jsonl"),
+        "--problems",
+        "2",
+        "--long-problems",
+        "1",
+        "--repeat-problems",
+        "1",
+        "--granularities",
+        "2,20",
+        "--repeats",
+        "2",
+        "--max-reasoning-tokens",
+        "8",
+        "--bootstrap",
+        "20",
+        "--out",
+        str(out),
+    ]
     assert _benchmark().main(argv) == 0
     res = json.loads((out / "papers.json").read_text())
     md = (out / "papers.md").read_text()

@@ -15,17 +15,32 @@ GRPO_CPU = str(REPO / "configs" / "grpo_math_cpu.yaml")
 SAC_SPARSE = str(REPO / "configs" / "sac_fetchreach_sparse.yaml")
 
 BAD = [
-    (["train", "grpo", "--config", GRPO_CPU], "training.learning_rate=abc",
-     "training.learning_rate='abc': trl.GRPOConfig takes a finite number"),
-    (["train", "grpo", "--config", GRPO_CPU], "training.learning_rate=nan",
-     "training.learning_rate='nan': trl.GRPOConfig takes a finite number here (got NaN/inf)"),
-    (["train", "grpo", "--config", GRPO_CPU], "training.max_completion_length=-5",
-     "training.max_completion_length=-5: trl.GRPOConfig takes an integer >= 1"),
-    (["train", "sac", "--config", SAC_SPARSE], "sac.learning_rate=abc",
-     "sac.learning_rate='abc': stable_baselines3.SAC takes a finite number"),
-    (["train", "sac", "--config", SAC_SPARSE], "sac.gamma=nan",
-     "sac.gamma='nan': stable_baselines3.SAC takes a finite number here (got NaN/inf)"),
-]  # fmt: skip
+    (
+        ["train", "grpo", "--config", GRPO_CPU],
+        "training.learning_rate=abc",
+        "training.learning_rate='abc': trl.GRPOConfig takes a finite number",
+    ),
+    (
+        ["train", "grpo", "--config", GRPO_CPU],
+        "training.learning_rate=nan",
+        "training.learning_rate='nan': trl.GRPOConfig takes a finite number here (got NaN/inf)",
+    ),
+    (
+        ["train", "grpo", "--config", GRPO_CPU],
+        "training.max_completion_length=-5",
+        "training.max_completion_length=-5: trl.GRPOConfig takes an integer >= 1",
+    ),
+    (
+        ["train", "sac", "--config", SAC_SPARSE],
+        "sac.learning_rate=abc",
+        "sac.learning_rate='abc': stable_baselines3.SAC takes a finite number",
+    ),
+    (
+        ["train", "sac", "--config", SAC_SPARSE],
+        "sac.gamma=nan",
+        "sac.gamma='nan': stable_baselines3.SAC takes a finite number here (got NaN/inf)",
+    ),
+]
 
 
 @pytest.mark.parametrize(("argv", "override", "says"), BAD)
@@ -66,8 +81,15 @@ def test_valid_grpo_values_pass_and_numeric_strings_become_numbers():
     """YAML 1.1 reads ``1e-5`` as a string; TRL would hand it to the optimizer as one."""
     from densereward.trainers.grpo_config import grpo_config_kwargs
 
-    given = {"learning_rate": "1e-5", "max_steps": -1, "seed": 0, "save_strategy": "no",
-             "lr_scheduler_type": "cosine", "report_to": [], "pad_to_multiple_of": "auto"}  # fmt: skip
+    given = {
+        "learning_rate": "1e-5",
+        "max_steps": -1,
+        "seed": 0,
+        "save_strategy": "no",
+        "lr_scheduler_type": "cosine",
+        "report_to": [],
+        "pad_to_multiple_of": "auto",
+    }
     assert grpo_config_kwargs(given) == {**given, "learning_rate": 1e-5}
 
 
@@ -94,9 +116,15 @@ def test_valid_sac_values_pass():
     episode]``) and its sentinels (``learning_starts: 0``, ``gradient_steps: -1``) pass."""
     from densereward.trainers.sac_config import parse_config
 
-    given = {"ent_coef": "auto_0.1", "learning_rate": "3e-4", "gamma": 0.98,
-             "train_freq": [1, "episode"], "learning_starts": 0, "gradient_steps": -1,
-             "policy_kwargs": {"net_arch": [64, 64]}}  # fmt: skip
+    given = {
+        "ent_coef": "auto_0.1",
+        "learning_rate": "3e-4",
+        "gamma": 0.98,
+        "train_freq": [1, "episode"],
+        "learning_starts": 0,
+        "gradient_steps": -1,
+        "policy_kwargs": {"net_arch": [64, 64]},
+    }
     assert parse_config({"sac": given}).sac == {**given, "learning_rate": 3e-4}
 
 

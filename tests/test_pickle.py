@@ -69,9 +69,12 @@ def test_every_reward_function_computes_the_same_after_a_round_trip(kind, use_as
     verifier, _ = make(granularity=10)
     checker = MathChecker(executor="inline")
     funcs, _ = build_reward_funcs(
-        RewardConfig(type=kind, use_async=use_async, reference_prompt="anchored"), verifier,  # shows "quality="
-        tracker=RewardQualityTracker(threshold=0.5), checker=checker, num_generations=2,
-    )  # fmt: skip
+        RewardConfig(type=kind, use_async=use_async, reference_prompt="anchored"),
+        verifier,  # shows "quality="
+        tracker=RewardQualityTracker(threshold=0.5),
+        checker=checker,
+        num_generations=2,
+    )
     kw = batch()
     before = [call(f, **kw) for f in funcs]
     copies = [round_trip(f) for f in funcs]
@@ -156,9 +159,13 @@ def test_the_gymnasium_wrapper_continues_after_a_round_trip():
     environments as their constructor arguments (``EzPickle``), so the copy starts afresh: reset
     with the same seed, the copy and the original give the same rewards and observations."""
     env = envs.make_env(
-        "FetchReach-v4", reward="verifier", progress_fn=distance_progress,
-        reward_config=PROGRESS, gamma=0.9, monitor=False,
-    )  # fmt: skip
+        "FetchReach-v4",
+        reward="verifier",
+        progress_fn=distance_progress,
+        reward_config=PROGRESS,
+        gamma=0.9,
+        monitor=False,
+    )
     env.reset(seed=0)
     for a in reach_actions(3):
         env.step(a)
@@ -217,9 +224,14 @@ def test_subproc_vec_env_runs_the_verifier_progress_wrapper(server):
         warnings.filterwarnings("ignore", message=".*cannot tokenize.*")
         progress_fn = verifier_progress_fn(scripted_verifier(server.base_url, granularity=20))
     make_one = functools.partial(
-        envs.make_env, "FetchReach-v4", reward="verifier", progress_fn=progress_fn,
-        reward_config=PROGRESS, gamma=0.9, monitor=False,
-    )  # fmt: skip
+        envs.make_env,
+        "FetchReach-v4",
+        reward="verifier",
+        progress_fn=progress_fn,
+        reward_config=PROGRESS,
+        gamma=0.9,
+        monitor=False,
+    )
     actions = reach_actions(4)
     rewards = {}
     for name, cls, kw in [
@@ -274,9 +286,11 @@ def test_rewards_score_in_a_spawned_child_as_trls_async_rollout_worker_runs_them
         warnings.filterwarnings("ignore", message=".*cannot tokenize.*")
         verifier = scripted_verifier(server.base_url, granularity=20)
         funcs, _ = build_reward_funcs(
-            RewardConfig(type="gated", track=False), verifier, num_generations=2,
+            RewardConfig(type="gated", track=False),
+            verifier,
+            num_generations=2,
             checker=MathChecker(executor="inline"),
-        )  # fmt: skip
+        )
         kw = batch()
         want = [f(**kw) for f in funcs]
         with ProcessPoolExecutor(1, mp_context=mp.get_context("spawn")) as pool:

@@ -172,8 +172,11 @@ def test_every_group_lists_the_plugin_and_builtins_stay(plugin):
         build_reward_funcs(RewardConfig(type="plugin_broken", track=False), lambda: None)
     with pytest.raises(ConfigError, match="Did you mean 'plugin_short'"):
         RewardConfig(type="plugin_shrt")
-    with pytest.raises(ConfigError, match=r"reward.type: GRPO reward kind 'plugin_bare' must be a "
-                       r"densereward.rewards.kinds.RewardKind.*RewardKind\(build=your_function\)"):  # fmt: skip
+    with pytest.raises(
+        ConfigError,
+        match=r"reward.type: GRPO reward kind 'plugin_bare' must be a "
+        r"densereward.rewards.kinds.RewardKind.*RewardKind\(build=your_function\)",
+    ):
         RewardConfig(type="plugin_bare")
 
 
@@ -182,18 +185,25 @@ def test_a_plugin_reward_kinds_options_are_read_from_yaml(plugin):
     from densereward.config import from_dict
     from densereward.rewards import RewardConfig, build_reward_funcs
 
-    reward = from_dict(RewardConfig, _yaml("""
+    reward = from_dict(
+        RewardConfig,
+        _yaml("""
         type: plugin_short
         track: false
         options: {limit: '3'}
-    """), prefix="reward.")  # fmt: skip
+    """),
+        prefix="reward.",
+    )
     assert type(reward.options).__name__ == "ShortOptions" and reward.options.limit == 3
     funcs, weights = build_reward_funcs(reward, lambda: None)
     assert funcs[0]([[]] * 2, ["abc", "abcd"]) == [1.0, 0.0] and weights is None
     assert RewardConfig(type="plugin_short").options.limit == 64  # the defaults, filled in
-    with pytest.raises(ConfigError, match=r"unknown reward.options for reward.type=plugin_short: "
-                       r"'reward.options.limt' \(did you mean 'reward.options.limit'\?\); "
-                       r"it takes limit"):  # fmt: skip
+    with pytest.raises(
+        ConfigError,
+        match=r"unknown reward.options for reward.type=plugin_short: "
+        r"'reward.options.limt' \(did you mean 'reward.options.limit'\?\); "
+        r"it takes limit",
+    ):
         RewardConfig(type="plugin_short", options={"limt": 3})
     with pytest.raises(ConfigError, match="reward.options.limit: expected int, got 'many'"):
         RewardConfig(type="plugin_short", options={"limit": "many"})
@@ -212,14 +222,21 @@ def test_grpo_reward_kind_from_yaml_dry_run_and_real_completions(plugin, tmp_pat
     from densereward.trainers import grpo
 
     config = load_yaml(REPO / "configs" / "grpo_math_cpu.yaml")
-    config.update(_yaml(f"""
+    config.update(
+        _yaml(f"""
         model: {{name: plugin-smol}}
         data: {{path: {data_dir / "math500" / "test.jsonl"}, limit: 4, levels: [1]}}
         reward: {{type: plugin_short, track: false, options: {{limit: 64}}}}
         verifier: {{model: plugin-smol, granularity: 5}}
-    """))  # fmt: skip
-    config["training"].update(max_steps=1, max_completion_length=8, per_device_train_batch_size=2,
-                              num_generations=2, save_steps=10)  # fmt: skip
+    """)
+    )
+    config["training"].update(
+        max_steps=1,
+        max_completion_length=8,
+        per_device_train_batch_size=2,
+        num_generations=2,
+        save_steps=10,
+    )
     config["wandb"] = {"enabled": False}
     dry = grpo.dry_run(config, output_dir=tmp_path / "dry")
     assert not any(line.startswith("!! ") for line in dry), dry
@@ -235,8 +252,9 @@ def test_grpo_reward_kind_from_yaml_dry_run_and_real_completions(plugin, tmp_pat
     from densereward.rewards import RewardQualityTracker, build_reward_funcs
 
     parts = grpo.resolve_config(config)
-    funcs, weights = build_reward_funcs(parts["reward"], lambda: None,
-                                        tracker=RewardQualityTracker(None), num_generations=2)  # fmt: skip
+    funcs, weights = build_reward_funcs(
+        parts["reward"], lambda: None, tracker=RewardQualityTracker(None), num_generations=2
+    )
     assert [f.__name__ for f in funcs] == ["plugin_short"] and weights is None
     lines = (data_dir / "gsm8k" / "model_solutions_dev.jsonl").read_text().splitlines()[:4]
     rows = [json.loads(x) for x in lines]
@@ -302,7 +320,7 @@ def test_a_plugin_sac_reward_kind_with_options_in_the_dry_run(plugin, tmp_path):
               n_envs: 1}
         training: {total_timesteps: 10}
         wandb: {enabled: false}
-    """)  # fmt: skip
+    """)
     lines = sac.dry_run(config, output_dir=tmp_path / "dry")
     assert any("reward: 'plugin_neg_distance' built and stepped once" in x for x in lines), lines
     cfg = sac.parse_config(config)
@@ -310,17 +328,31 @@ def test_a_plugin_sac_reward_kind_with_options_in_the_dry_run(plugin, tmp_path):
     assert cfg.env.reward_options.scale == 100.0
     from densereward import envs
 
-    env = envs.make_env("FetchReach-v4", reward="plugin_neg_distance", monitor=False,
-                        reward_options=cfg.env.reward_options)  # fmt: skip
+    env = envs.make_env(
+        "FetchReach-v4",
+        reward="plugin_neg_distance",
+        monitor=False,
+        reward_options=cfg.env.reward_options,
+    )
     env.reset(seed=0)
     assert -50.0 < env.step(np.zeros(4, dtype=np.float32))[1] < 0.0  # minus 100 x metres
-    with pytest.raises(ConfigError, match=r"unknown env.reward_options for "
-                       r"env.reward=plugin_neg_distance: 'env.reward_options.scal' "
-                       r"\(did you mean 'env.reward_options.scale'\?\); it takes scale"):  # fmt: skip
+    with pytest.raises(
+        ConfigError,
+        match=r"unknown env.reward_options for "
+        r"env.reward=plugin_neg_distance: 'env.reward_options.scal' "
+        r"\(did you mean 'env.reward_options.scale'\?\); it takes scale",
+    ):
         sac.parse_config({"env": {"reward": "plugin_neg_distance", "reward_options": {"scal": 1}}})
     # under the verifier the options are the base kind's; the built-in kinds take none
-    cfg = sac.parse_config({"env": {"reward": "verifier", "base": "plugin_neg_distance",
-                                    "reward_options": {"scale": 2}}})  # fmt: skip
+    cfg = sac.parse_config(
+        {
+            "env": {
+                "reward": "verifier",
+                "base": "plugin_neg_distance",
+                "reward_options": {"scale": 2},
+            }
+        }
+    )
     assert cfg.env.reward_options.scale == 2.0
     with pytest.raises(ConfigError, match="env.reward_options: env.reward=sparse takes no options"):
         sac.parse_config({"env": {"reward": "sparse", "reward_options": {"scale": 2}}})

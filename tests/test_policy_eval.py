@@ -104,7 +104,7 @@ def test_heldout_every_steps_makes_the_run_curve_held_out(tmp_path, default_mode
             "n_problems": 4,
             "n_samples": 0,
             "every_steps": 2,
-        },  # fmt: skip
+        },
         "training": {
             "use_cpu": True,
             "max_steps": 3,
@@ -114,7 +114,7 @@ def test_heldout_every_steps_makes_the_run_curve_held_out(tmp_path, default_mode
             "save_steps": 100,
             "learning_rate": 3e-5,
             "logging_steps": 1,  # a training-batch point per step
-        },  # fmt: skip
+        },
     }
     result = run(config, output_dir=tmp_path / "run")
     rows = [json.loads(x) for x in (tmp_path / "run/heldout_curve.jsonl").read_text().splitlines()]

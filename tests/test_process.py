@@ -39,10 +39,15 @@ def test_the_oracle_judges_inside_the_gated_reward():
     funcs, _ = build_reward_funcs(
         RewardConfig(type="gated", judge="process_oracle", judge_only_steps="keep", track=False),
         lambda: pytest.fail("the oracle reads no model"),
-        checker=MathChecker(executor="inline"), num_generations=4,
-    )  # fmt: skip
-    comps = ["4+3=7; 7-2=5; 5+6=12; The answer is 12.", "4+3=8; 8-2=6; 6+6=12; The answer is 12.",
-             "4+3=7; 7-2=6; 6+6=12; The answer is 12.", "The answer is 3."]  # fmt: skip
+        checker=MathChecker(executor="inline"),
+        num_generations=4,
+    )
+    comps = [
+        "4+3=7; 7-2=5; 5+6=12; The answer is 12.",
+        "4+3=8; 8-2=6; 6+6=12; The answer is 12.",
+        "4+3=7; 7-2=6; 6+6=12; The answer is 12.",
+        "The answer is 3.",
+    ]
     r = funcs[0](prompts=[P] * 4, completions=comps, answer=["11"] * 4, problem=[P] * 4)
     assert r[0] > r[2] > r[1] and r[3] == pytest.approx(r[1])  # 2/3, 1/3, 0, 0 correct steps
     assert max(r) == pytest.approx(0.05) and min(r) == pytest.approx(-0.05)
@@ -64,8 +69,9 @@ def _two_groups(funcs, completions):
 def test_a_judge_that_ties_everywhere_is_said_once(caplog):
     """A judge whose scores never span the spread floor ranks nothing: the run must be told."""
     cfg = RewardConfig(type="gated", judge="process_oracle", judge_only_steps="keep", track=False)
-    funcs, _ = build_reward_funcs(cfg, None, checker=MathChecker(executor="inline"),
-                                  num_generations=4)  # fmt: skip
+    funcs, _ = build_reward_funcs(
+        cfg, None, checker=MathChecker(executor="inline"), num_generations=4
+    )
     wrong = ["The answer is 3.", "The answer is 4.", "The answer is 5.", "The answer is 6."]
     with caplog.at_level("WARNING", logger="densereward.rewards.gated"):
         for _ in range(3):  # 2 all-wrong groups per call, process score 0 everywhere: 6 ties
@@ -76,10 +82,15 @@ def test_a_judge_that_ties_everywhere_is_said_once(caplog):
     assert caplog.text.count("spanned less than reward.spread_floor=0.02") == 1
     assert "in 8 of the 8 correctness strata" in caplog.text
     caplog.clear()
-    funcs, _ = build_reward_funcs(cfg, None, checker=MathChecker(executor="inline"),
-                                  num_generations=4)  # fmt: skip
-    ranked = ["4+3=7; 7-2=5; 5+6=12; The answer is 12.", "4+3=8; The answer is 3.",
-              "4+3=7; 7-2=6; The answer is 6.", "The answer is 3."]  # fmt: skip
+    funcs, _ = build_reward_funcs(
+        cfg, None, checker=MathChecker(executor="inline"), num_generations=4
+    )
+    ranked = [
+        "4+3=7; 7-2=5; 5+6=12; The answer is 12.",
+        "4+3=8; The answer is 3.",
+        "4+3=7; 7-2=6; The answer is 6.",
+        "The answer is 3.",
+    ]
     with caplog.at_level("WARNING", logger="densereward.rewards.gated"):
         for _ in range(5):
             _two_groups(funcs, ranked)

@@ -42,8 +42,16 @@ def test_root_names_are_the_objects_of_their_home_modules():
 
 
 # the verbs and config classes of the verifier, eagerly imported (issue 29 item 4)
-CORE = {"Verifier", "VerifierConfig", "VerifierFactory", "ScoreScale", "ScoreResult",
-        "PairwiseResult", "RankResult", "default_model_path"}  # fmt: skip
+CORE = {
+    "Verifier",
+    "VerifierConfig",
+    "VerifierFactory",
+    "ScoreScale",
+    "ScoreResult",
+    "PairwiseResult",
+    "RankResult",
+    "default_model_path",
+}
 
 
 def test_the_root_exports_what_trl_and_sb3_users_come_for_and_nothing_else():

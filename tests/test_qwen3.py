@@ -201,11 +201,24 @@ def test_tiny_config_mirrors_the_8b_config_except_sizes():
             for k in big[section].keys() | tiny[section].keys()
             if big[section].get(k) != tiny[section].get(k)
         }
-        assert diff <= {"model"}, (section, diff)  # the served model's name  # fmt: skip
-    sizes = {"per_device_train_batch_size", "gradient_accumulation_steps", "num_generations",
-             "max_completion_length", "max_steps", "warmup_steps"}  # fmt: skip
-    cpu = {"bf16", "use_vllm", "vllm_mode", "vllm_gpu_memory_utilization", "use_cpu",
-           "dataloader_num_workers", "num_completions_to_print"}  # fmt: skip
+        assert diff <= {"model"}, (section, diff)  # the served model's name
+    sizes = {
+        "per_device_train_batch_size",
+        "gradient_accumulation_steps",
+        "num_generations",
+        "max_completion_length",
+        "max_steps",
+        "warmup_steps",
+    }
+    cpu = {
+        "bf16",
+        "use_vllm",
+        "vllm_mode",
+        "vllm_gpu_memory_utilization",
+        "use_cpu",
+        "dataloader_num_workers",
+        "num_completions_to_print",
+    }
     t_big, t_tiny = big["training"], tiny["training"]
     diff = {k for k in t_big.keys() | t_tiny.keys() if t_big.get(k) != t_tiny.get(k)}
     assert diff <= sizes | cpu, diff - sizes - cpu
@@ -254,7 +267,12 @@ def test_http_backend_sends_chat_template_kwargs_and_the_server_renders_the_same
     assert all(t.endswith(EMPTY_THINK_SCORE[:-1]) or t.endswith(EMPTY_THINK_SCORE) for t in texts)
 
     # reasoning over HTTP: the server's template is not visible, thinking is switched on in config
-    thinking = _verifier(qwen3_server.model, style="reasoning", chat_template_kwargs={"enable_thinking": True}, **common)  # fmt: skip
+    thinking = _verifier(
+        qwen3_server.model,
+        style="reasoning",
+        chat_template_kwargs={"enable_thinking": True},
+        **common,
+    )
     assert thinking.thinking
     seen = _spy_server_prompts(thinking)
     assert thinking.score(problem="What is 2+3?", response="5").value is not None
@@ -294,16 +312,36 @@ def test_grpo_two_processes_with_a_served_qwen3_verifier(
     """The 8B topology in miniature: configs/grpo_math_qwen3_tiny.yaml, torchrun, 2 steps."""
     run_dir, log_dir = tmp_path / "run", tmp_path / "torchrun-logs"
     n_before = _served_requests(qwen3_server)
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
-           "OMP_NUM_THREADS": "1", "WANDB_MODE": "offline", "PYTHONPATH": str(REPO)}  # fmt: skip
+    env = {
+        **os.environ,
+        "HF_HUB_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+        "TOKENIZERS_PARALLELISM": "false",
+        "OMP_NUM_THREADS": "1",
+        "WANDB_MODE": "offline",
+        "PYTHONPATH": str(REPO),
+    }
     env.pop("WANDB_API_KEY", None)
     cmd = [
-        sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
-        "--log-dir", str(log_dir), "--redirects", "3",
-        str(REPO / "trainers/grpo.py"), "--config", str(REPO / "configs/grpo_math_qwen3_tiny.yaml"),
-        "--data", str(data_dir / "math500/test.jsonl"), "--output-dir", str(run_dir),
-        f"model.name={qwen3_tiny_policy}", f"verifier.backend_options.base_url={qwen3_server.base_url}",
-    ]  # fmt: skip
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc_per_node",
+        "2",
+        "--log-dir",
+        str(log_dir),
+        "--redirects",
+        "3",
+        str(REPO / "trainers/grpo.py"),
+        "--config",
+        str(REPO / "configs/grpo_math_qwen3_tiny.yaml"),
+        "--data",
+        str(data_dir / "math500/test.jsonl"),
+        "--output-dir",
+        str(run_dir),
+        f"model.name={qwen3_tiny_policy}",
+        f"verifier.backend_options.base_url={qwen3_server.base_url}",
+    ]
     proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
     logs = _rank_logs(log_dir)
     tail = "\n".join(f"--- rank {r}\n{t[-3000:]}" for r, t in sorted(logs.items()))
@@ -353,8 +391,10 @@ def test_grpo_two_processes_with_a_served_qwen3_verifier(
         top = p.relative_to(run_dir).parts[0] if len(p.relative_to(run_dir).parts) > 1 else "."
         by_dir[top] = by_dir.get(top, 0) + 1
     step_s = [round(h["step_time"], 1) for h in state["log_history"] if "step_time" in h]
-    print(f"\ntwo-process run directory: {len(files)} files {dict(sorted(by_dir.items()))}; "
-          f"seconds per step {step_s}; server requests {n_requests}")  # fmt: skip
+    print(
+        f"\ntwo-process run directory: {len(files)} files {dict(sorted(by_dir.items()))}; "
+        f"seconds per step {step_s}; server requests {n_requests}"
+    )
 
 
 # ------------------------------------------------------------------ item 5: the GPU smoke script

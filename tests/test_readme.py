@@ -75,10 +75,23 @@ def test_python_api_section_runs_as_written(tmp_path, default_model_dir):
     assert len(blocks) == 2, "the section has a GRPO and an SB3 example"
     script = tmp_path / "readme_python_api.py"
     script.write_text("\n\n".join(blocks), encoding="utf-8")
-    env = {**os.environ, "PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
-           "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1", "WANDB_MODE": "offline"}  # fmt: skip
-    done = subprocess.run([sys.executable, str(script)], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=1200)  # fmt: skip
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(REPO),
+        "HF_HUB_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+        "TOKENIZERS_PARALLELISM": "false",
+        "OMP_NUM_THREADS": "1",
+        "WANDB_MODE": "offline",
+    }
+    done = subprocess.run(
+        [sys.executable, str(script)],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=1200,
+    )
     assert done.returncode == 0, done.stderr[-4000:]
     # what the comments promise: the tracker's plot where the callback put it, SAC's metrics
     assert (tmp_path / "runs" / "my-grpo" / "reward_quality.png").stat().st_size > 5000
@@ -93,10 +106,21 @@ _NOISE = (
 
 
 def _stderr_of(code: str, tmp_path: Path) -> str:
-    env = {**os.environ, "PYTHONPATH": str(REPO / "src"), "HF_HUB_OFFLINE": "1",
-           "TRANSFORMERS_OFFLINE": "1", "WANDB_MODE": "offline"}  # fmt: skip
-    done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=300)  # fmt: skip
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(REPO / "src"),
+        "HF_HUB_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+        "WANDB_MODE": "offline",
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     return done.stderr
 

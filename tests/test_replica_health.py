@@ -27,8 +27,15 @@ def prompt(i: int) -> ChatPrompt:
 
 
 def backend(urls, model: str | None = None, **options) -> OpenAIBackend:
-    opts = {"base_url": urls, "max_retries": 3, "timeout_s": 0.5, "max_concurrency": 2,
-            "health_interval_s": 0.2, "retry_base_s": 0.01, **options}  # fmt: skip
+    opts = {
+        "base_url": urls,
+        "max_retries": 3,
+        "timeout_s": 0.5,
+        "max_concurrency": 2,
+        "health_interval_s": 0.2,
+        "retry_base_s": 0.01,
+        **options,
+    }
     return OpenAIBackend(VerifierConfig(backend="openai", model=model, backend_options=opts))
 
 

@@ -48,8 +48,12 @@ def read_of(body) -> int:
 
 
 def backend(urls, **kw) -> OpenAIBackend:
-    options = {"base_url": urls, "max_retries": 3, "timeout_s": 5.0,
-               "max_concurrency": kw.pop("max_concurrency", 4)}  # fmt: skip
+    options = {
+        "base_url": urls,
+        "max_retries": 3,
+        "timeout_s": 5.0,
+        "max_concurrency": kw.pop("max_concurrency", 4),
+    }
     cfg = VerifierConfig(backend="openai", backend_options=options)
     return OpenAIBackend(cfg, retry_base_s=0.01, **kw)
 
@@ -148,9 +152,11 @@ def test_every_reward_arrives_through_the_verifier_when_a_replica_dies():
     slow = Fault("stall", delay_s=0.1)
     a = MisbehavingServer(default=slow).__enter__()
     with MisbehavingServer(default=slow) as b:
-        v = scripted_verifier([a.base_url, b.base_url], granularity=20,
-                              backend_options={"health_interval_s": 0.2, "retry_base_s": 0.01,
-                                               "max_concurrency": 4})  # fmt: skip
+        v = scripted_verifier(
+            [a.base_url, b.base_url],
+            granularity=20,
+            backend_options={"health_interval_s": 0.2, "retry_base_s": 0.01, "max_concurrency": 4},
+        )
         problems = [f"Problem {g}: what is {g}+{g}?" for g in range(6) for _ in range(8)]
         killer = threading.Timer(0.3, a.kill)
         killer.start()

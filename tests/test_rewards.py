@@ -162,8 +162,15 @@ def test_length_mismatch_raises(checker):
 
 
 def test_completion_texts_joins_multi_message_completions():
-    texts = completion_texts([[{"role": "assistant", "content": "a"}, {"role": "tool", "content": "t"},
-                               {"role": "assistant", "content": [{"type": "text", "text": "b"}]}]])  # fmt: skip
+    texts = completion_texts(
+        [
+            [
+                {"role": "assistant", "content": "a"},
+                {"role": "tool", "content": "t"},
+                {"role": "assistant", "content": [{"type": "text", "text": "b"}]},
+            ]
+        ]
+    )
     assert texts == ["a\nb"]
 
 
@@ -203,14 +210,16 @@ def test_reward_config_and_build(checker):
     ("kwargs", "match"),
     [
         ({"reference_prompt": "fuzzy"}, "reference_prompt='fuzzy'; use anchored | answer_match"),
-        ({"reference_guided": True, "reference_prompt": "answer_match", "guard_prompt": True},
-         "guard_prompt needs the response"),
+        (
+            {"reference_guided": True, "reference_prompt": "answer_match", "guard_prompt": True},
+            "guard_prompt needs the response",
+        ),
         ({"injection_penalty": -0.1}, r"injection_penalty must be in \[0, 1\]"),
         ({"verifier_input": "thinking"}, "use final_answer | full"),
         ({"group_method": "swiss"}, "group_method='swiss'; use ppt | round_robin"),
         ({"pivots": 0}, "pivots must be >= 1"),
     ],
-)  # fmt: skip
+)
 def test_one_validation_for_config_and_reward_classes(kwargs, match):
     """RewardConfig (YAML) and the reward classes built directly reject the same options with the
     same check; the config's message names the YAML field (reward.*)."""
@@ -235,8 +244,13 @@ def test_reward_quality_metrics_values():
     scores = [0.9, 0.8, 0.3, 0.1, 0.6, 0.6, None, 0.2]
     correct = [1, 1, 0, 0, 0, 0, 1, 1]
     levels = [1, 1, 2, 2, 1, 1, 2, 2]
-    m = reward_quality_metrics(scores, correct, groups=[slice(0, 4), slice(4, 8)], levels=levels,
-                               masses=[0.5] * 6 + [None, 0.7])  # fmt: skip
+    m = reward_quality_metrics(
+        scores,
+        correct,
+        groups=[slice(0, 4), slice(4, 8)],
+        levels=levels,
+        masses=[0.5] * 6 + [None, 0.7],
+    )
     # valid: idx 0..5,7 -> positives 0,1,7 (accepted 0,1) ; negatives 2,3,4,5 (rejected 2,3)
     assert m["tpr"] == pytest.approx(2 / 3) and m["tnr"] == pytest.approx(0.5)
     assert m["precision"] == pytest.approx(0.5)
@@ -260,11 +274,16 @@ def test_tracker_logs_records_and_plots(tmp_path):
     for step in range(3):
         State.global_step = step
         tracker.update(
-            prompts=["a", "a", "b", "b"], scores=[0.9, 0.1, 0.7, None], correct=[1, 0, 1, 1],
-            levels=[3, 3, 5, 5], masses=[0.4, 0.5, 0.6, None], num_generations=2, trainer_state=State,
+            prompts=["a", "a", "b", "b"],
+            scores=[0.9, 0.1, 0.7, None],
+            correct=[1, 0, 1, 1],
+            levels=[3, 3, 5, 5],
+            masses=[0.4, 0.5, 0.6, None],
+            num_generations=2,
+            trainer_state=State,
             log_metric=lambda k, v: metrics.setdefault(k, []).append(v),
             log_extra=lambda k, v: extra.setdefault(k, []).extend(v),
-        )  # fmt: skip
+        )
     rows = [
         json.loads(line) for line in (tmp_path / "reward_quality.jsonl").read_text().splitlines()
     ]
@@ -292,8 +311,13 @@ def test_tracker_auto_threshold_is_chosen_on_earlier_batches_and_windows_roll(tm
         ([0.40, 0.33, 0.08, 0.22], [1, 1, 0, 0]),
     ]
     for step, (s, c) in enumerate(batches):
-        tracker.update(prompts=["p", "p", "q", "q"], scores=s, correct=c, num_generations=2,
-                       trainer_state=type("S", (), {"global_step": step}))  # fmt: skip
+        tracker.update(
+            prompts=["p", "p", "q", "q"],
+            scores=s,
+            correct=c,
+            num_generations=2,
+            trainer_state=type("S", (), {"global_step": step}),
+        )
     rows = [
         json.loads(line) for line in (tmp_path / "reward_quality.jsonl").read_text().splitlines()
     ]
@@ -333,16 +357,24 @@ def test_tracker_state_survives_a_resume_through_json(tmp_path):
     from densereward.io import atomic_write_json
     from densereward.rewards.hacking import HackingAlarm
 
-    batches = [([0.30, 0.10, 0.20, 0.15], [1, 0, 0, 0]), ([0.35, 0.12, 0.28, 0.05], [1, 0, 1, 0]),
-               ([0.40, 0.33, 0.08, 0.22], [1, 1, 0, 0])]  # fmt: skip
+    batches = [
+        ([0.30, 0.10, 0.20, 0.15], [1, 0, 0, 0]),
+        ([0.35, 0.12, 0.28, 0.05], [1, 0, 1, 0]),
+        ([0.40, 0.33, 0.08, 0.22], [1, 1, 0, 0]),
+    ]
 
     def tracker():
         return RewardQualityTracker(None, window=6, alarm=HackingAlarm(window=2, min_negatives=1))
 
     def update(t, step):
         s, c = batches[step]
-        return t.update(prompts=["p", "p", "q", "q"], scores=s, correct=c, num_generations=2,
-                        trainer_state=type("S", (), {"global_step": step}))  # fmt: skip
+        return t.update(
+            prompts=["p", "p", "q", "q"],
+            scores=s,
+            correct=c,
+            num_generations=2,
+            trainer_state=type("S", (), {"global_step": step}),
+        )
 
     straight = tracker()
     expected = [update(straight, k) for k in range(3)][-1]
@@ -410,8 +442,9 @@ def test_async_grpo_checkpoints_the_tracker_its_rollout_child_updates(tmp_path):
     with ProcessPoolExecutor(1, spawn, initializer=_hold, initargs=(resumed,)) as child:
         child.submit(len, "started").result(timeout=120)  # the copy is in the child now
         callback.on_step_begin(args, SimpleNamespace(global_step=2), None)
-        got = child.submit(_child_update, scores=[0.5, 0.1], correct=[1, 0], prompts=["r", "r"],
-                           num_generations=2).result(timeout=120)  # fmt: skip
+        got = child.submit(
+            _child_update, scores=[0.5, 0.1], correct=[1, 0], prompts=["r", "r"], num_generations=2
+        ).result(timeout=120)
     assert got["verifier/window/n"] == 8.0  # the two new and six of the checkpoint's
     (tmp_path / "checkpoint-3").mkdir()
     callback.on_save(args, SimpleNamespace(global_step=3, is_world_process_zero=True), None)
@@ -550,8 +583,14 @@ def abstaining_verifier(default_model_dir):
     fields = {f.name for f in dataclasses.fields(VerifierConfig)}
     # the start-up calibration read refuses such a verifier (its job); these tests need one that runs
     skip_calibration = {"calibrate": False} if "calibrate" in fields else {}
-    v = Verifier(VerifierConfig(granularity=5, min_mass=0.999,
-                                **skip_calibration, backend_options={"device": "cpu", "dtype": "float32"}))  # fmt: skip
+    v = Verifier(
+        VerifierConfig(
+            granularity=5,
+            min_mass=0.999,
+            **skip_calibration,
+            backend_options={"device": "cpu", "dtype": "float32"},
+        )
+    )
     yield v
     v.close()
 
@@ -580,8 +619,11 @@ def test_dense_reward_warns_once_when_most_reads_abstain(abstaining_verifier, ca
     }
 
     def said() -> list[str]:
-        return [r.getMessage() for r in caplog.records
-                if r.name == "densereward.rewards.verifier" and "abstained" in r.getMessage()]  # fmt: skip
+        return [
+            r.getMessage()
+            for r in caplog.records
+            if r.name == "densereward.rewards.verifier" and "abstained" in r.getMessage()
+        ]
 
     reward = VerifierReward(abstaining_verifier, reference_guided=True)
     with caplog.at_level("WARNING", logger="densereward.rewards.verifier"):
@@ -623,12 +665,17 @@ def test_grpo_step_leaves_a_completion_every_reward_abstained_on_out_of_its_grou
 
     def rollout(prompts, trainer):  # the scripted completions instead of sampling
         tok = trainer.processing_class
-        text = [tok.apply_chat_template(p, add_generation_prompt=True, tokenize=False)
-                for p in prompts]  # fmt: skip
-        ids = [tok(c, add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
-               for c in completions]  # fmt: skip
-        return {"prompt_ids": [tok(t, add_special_tokens=False)["input_ids"] for t in text],
-                "completion_ids": ids[: len(prompts)], "logprobs": None}  # fmt: skip
+        text = [
+            tok.apply_chat_template(p, add_generation_prompt=True, tokenize=False) for p in prompts
+        ]
+        ids = [
+            tok(c, add_special_tokens=False)["input_ids"] + [tok.eos_token_id] for c in completions
+        ]
+        return {
+            "prompt_ids": [tok(t, add_special_tokens=False)["input_ids"] for t in text],
+            "completion_ids": ids[: len(prompts)],
+            "logprobs": None,
+        }
 
     advantages: list[list[float]] = []
 
@@ -640,18 +687,35 @@ def test_grpo_step_leaves_a_completion_every_reward_abstained_on_out_of_its_grou
 
     checker = MathChecker(timeout_s=1.0)
     try:
-        funcs, weights = build_reward_funcs(RewardConfig(type="gated", track=False),
-                                            abstaining_verifier, checker=checker,
-                                            num_generations=4)  # fmt: skip
+        funcs, weights = build_reward_funcs(
+            RewardConfig(type="gated", track=False),
+            abstaining_verifier,
+            checker=checker,
+            num_generations=4,
+        )
         dataset = Dataset.from_list(
             [{"prompt": [{"role": "user", "content": "What is 2+2?"}], "answer": "4"}] * 4
         )
-        args = GRPOConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False, max_steps=1,
-                          per_device_train_batch_size=4, num_generations=4, report_to=[],
-                          max_completion_length=16, save_strategy="no", logging_steps=1,
-                          reward_weights=weights)  # fmt: skip
-        trainer = Trainer(model=str(default_model_dir), reward_funcs=funcs, args=args,
-                          train_dataset=dataset, rollout_func=rollout)  # fmt: skip
+        args = GRPOConfig(
+            output_dir=str(tmp_path),
+            use_cpu=True,
+            bf16=False,
+            max_steps=1,
+            per_device_train_batch_size=4,
+            num_generations=4,
+            report_to=[],
+            max_completion_length=16,
+            save_strategy="no",
+            logging_steps=1,
+            reward_weights=weights,
+        )
+        trainer = Trainer(
+            model=str(default_model_dir),
+            reward_funcs=funcs,
+            args=args,
+            train_dataset=dataset,
+            rollout_func=rollout,
+        )
         with caplog.at_level("WARNING", logger="densereward.rewards.verifier"):
             trainer.train()
         # gated: the verdict, plus nothing from a judge that abstained everywhere; the first
@@ -669,8 +733,12 @@ def test_grpo_step_leaves_a_completion_every_reward_abstained_on_out_of_its_grou
         monkeypatch.setattr(trl, "__version__", "1.5.0")
         for func in funcs:
             with pytest.raises(ImportError, match=r"trl>=1\.6 \(installed: 1\.5\.0\)"):
-                func(prompts=["What is 2+2?"], completions=[r"\boxed{4}"], answer=["4"],
-                     trainer_state=trainer.state)  # fmt: skip
+                func(
+                    prompts=["What is 2+2?"],
+                    completions=[r"\boxed{4}"],
+                    answer=["4"],
+                    trainer_state=trainer.state,
+                )
     finally:
         checker.close()
 
@@ -682,8 +750,9 @@ def test_dense_reward_with_default_model(verifier, checker, tmp_path, data_dir):
     from densereward.rewards import AsyncVerifierReward, VerifierReward
 
     tracker = RewardQualityTracker(tmp_path)
-    reward = VerifierReward(verifier, tracker=tracker, checker=checker, num_generations=3,
-                            reference_guided=True)  # fmt: skip
+    reward = VerifierReward(
+        verifier, tracker=tracker, checker=checker, num_generations=3, reference_guided=True
+    )
     # Rows 3 (540 vs 60) and 6 (260 vs 15): the two clearest of the first 16 rows that have a
     # correct and a wrong solution, excluding references that appear in the prompt's examples.
     # Measured (G=10, fp32): 0.442 vs 0.414 and 0.466 vs 0.447. Over all 16 the correct one
@@ -701,8 +770,12 @@ def test_dense_reward_with_default_model(verifier, checker, tmp_path, data_dir):
     aout = asyncio.run(AsyncVerifierReward(verifier, reference_guided=True)(**cols))
     assert aout == pytest.approx(out, abs=1e-6)
     with pytest.raises(ValueError, match="length mismatch"):
-        reward(prompts=cols["prompts"][:1], completions=cols["completions"][:2],
-               problem=cols["problem"][:2], answer=cols["answer"][:2])  # fmt: skip
+        reward(
+            prompts=cols["prompts"][:1],
+            completions=cols["completions"][:2],
+            problem=cols["problem"][:2],
+            answer=cols["answer"][:2],
+        )
 
 
 @pytest.mark.slow
@@ -711,8 +784,9 @@ def test_group_reward_with_default_model(verifier, data_dir):
     every comparison; the correct solution beats the wrong one, in either order of the group."""
     from densereward.rewards import GroupVerifierReward
 
-    reward = GroupVerifierReward(verifier, num_generations=3, method="round_robin",
-                                 reference_guided=True)  # fmt: skip
+    reward = GroupVerifierReward(
+        verifier, num_generations=3, method="round_robin", reference_guided=True
+    )
     # Row 24 (26 vs 5): the clearest of the first 16 rows with a correct and a wrong solution;
     # measured (G=10, fp32, n_repeats=2) 0.767 vs 0.733. Over all 16 the correct one wins 14,
     # mostly by < 0.005.
@@ -738,8 +812,10 @@ def test_group_reward_refuses_a_partial_group(prompts, server):
     def no_verifier():
         raise AssertionError("a partial group must be refused before the verifier is used")
 
-    match = (r"num_generations=4.*per_device_train_batch_size \* steps_per_generation a "
-             r"multiple of num_generations \(4\)")  # fmt: skip
+    match = (
+        r"num_generations=4.*per_device_train_batch_size \* steps_per_generation a "
+        r"multiple of num_generations \(4\)"
+    )
     completions = [f"\\boxed{{{i}}}" for i in range(len(prompts))]
     with pytest.raises(DataError, match=match):
         GroupVerifierReward(no_verifier, num_generations=4, reference_guided=False)(
@@ -778,13 +854,20 @@ def test_track_without_a_tracker_creates_one_and_logs_its_metrics(server, caplog
     v = scripted_verifier(server.base_url, granularity=5)
     with caplog.at_level("WARNING"):
         funcs, _ = build_reward_funcs(
-            RewardConfig(type="dense", track=True), v,
-            checker=MathChecker(executor="inline"), num_generations=2,
-        )  # fmt: skip
+            RewardConfig(type="dense", track=True),
+            v,
+            checker=MathChecker(executor="inline"),
+            num_generations=2,
+        )
     assert "RewardQualityCallback(tracker)" in caplog.text
     logged: dict[str, float] = {}
-    funcs[0](prompts=["What is 7+5?"] * 2, completions=["\\boxed{12}", "\\boxed{13}"],
-             problem=["What is 7+5?"] * 2, answer=["12", "12"], log_metric=logged.__setitem__)  # fmt: skip
+    funcs[0](
+        prompts=["What is 7+5?"] * 2,
+        completions=["\\boxed{12}", "\\boxed{13}"],
+        problem=["What is 7+5?"] * 2,
+        answer=["12", "12"],
+        log_metric=logged.__setitem__,
+    )
     assert logged["verifier/pass_rate"] == 0.5 and "verifier/n" in logged
     v.close()
 

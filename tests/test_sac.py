@@ -203,16 +203,27 @@ def _normalized_fetch(seed: int, *, training: bool = True):
 def _tiny_sac(venv, learning_starts=50, **kwargs):
     from stable_baselines3 import SAC
 
-    return SAC("MultiInputPolicy", venv, seed=0, learning_starts=learning_starts, batch_size=32,
-               policy_kwargs={"net_arch": [16, 16]}, device="cpu", **kwargs)  # fmt: skip
+    return SAC(
+        "MultiInputPolicy",
+        venv,
+        seed=0,
+        learning_starts=learning_starts,
+        batch_size=32,
+        policy_kwargs={"net_arch": [16, 16]},
+        device="cpu",
+        **kwargs,
+    )
 
 
 @pytest.mark.slow
 def test_run_reports_the_evaluation_curve(tmp_path):
     config = small_config(
-        "sac_fetchreach_sparse.yaml", total_timesteps=200, checkpoint_every=0, eval_every=100,
+        "sac_fetchreach_sparse.yaml",
+        total_timesteps=200,
+        checkpoint_every=0,
+        eval_every=100,
         eval_episodes=2,
-    )  # fmt: skip
+    )
     config["sac"].update({"learning_starts": 100, "batch_size": 32})
     summary = sac.run(config, output_dir=tmp_path)
     assert summary["metric"] == "eval/success_rate"
@@ -239,8 +250,12 @@ def test_her_relabels_with_the_sparse_success_reward(tmp_path):
     her = load_yaml(REPO / "configs" / "sac_fetchreach_sparse_her.yaml")
     assert sac.parse_config(her).her == {"n_sampled_goal": 4, "goal_selection_strategy": "future"}
     venv = _normalized_fetch(seed=0)
-    model = _tiny_sac(venv, learning_starts=120,  # HER samples finished episodes (50 steps)
-                      replay_buffer_class=HerReplayBuffer, replay_buffer_kwargs=her["her"])  # fmt: skip
+    model = _tiny_sac(
+        venv,
+        learning_starts=120,  # HER samples finished episodes (50 steps)
+        replay_buffer_class=HerReplayBuffer,
+        replay_buffer_kwargs=her["her"],
+    )
     model.learn(160)
     batch = model.replay_buffer.sample(256, env=None)  # raw goals (no normalisation)
     rewards = batch.rewards.numpy().ravel()
@@ -249,8 +264,9 @@ def test_her_relabels_with_the_sparse_success_reward(tmp_path):
     desired = batch.observations["desired_goal"].numpy().astype(np.float64)
     np.testing.assert_array_equal(rewards, np.linalg.norm(achieved - desired, axis=-1) < 0.05)
     # and the shipped config trains end to end
-    her["training"].update({"total_timesteps": 120, "checkpoint_every": 0,
-                            "eval_every": 100, "eval_episodes": 2})  # fmt: skip
+    her["training"].update(
+        {"total_timesteps": 120, "checkpoint_every": 0, "eval_every": 100, "eval_episodes": 2}
+    )
     her["wandb"] = {"enabled": False}
     her["sac"].update({"learning_starts": 110, "batch_size": 32})
     summary = sac.run(her, output_dir=tmp_path / "her")
@@ -299,8 +315,14 @@ def test_sac_dry_run_exits_2_when_its_served_verifier_does_not_answer(tmp_path, 
     from servers import free_port
 
     closed = f"http://127.0.0.1:{free_port()}/v1"
-    argv = ["--config", str(REPO / "configs" / "sac_fetchreach_frames.yaml"), "--dry-run",
-            "--output-dir", str(tmp_path / "run"), f"verifier.backend_options.base_url={closed}"]  # fmt: skip
+    argv = [
+        "--config",
+        str(REPO / "configs" / "sac_fetchreach_frames.yaml"),
+        "--dry-run",
+        "--output-dir",
+        str(tmp_path / "run"),
+        f"verifier.backend_options.base_url={closed}",
+    ]
     assert sac.main(_sac_args(*argv)) == 2
     printed = capsys.readouterr().out
     assert "1 problem(s) the run would hit here" in printed
@@ -412,8 +434,9 @@ def test_resume_of_a_finished_run_without_checkpoints_gives_one_consistent_choic
 
 def test_learning_starts_past_the_run_warns_once_with_the_fix(tmp_path, caplog):
     """SAC with learning_starts >= total_timesteps trains nothing: the run and the dry run say so."""
-    config = small_config("sac_fetchreach_sparse.yaml", total_timesteps=60, checkpoint_every=0,
-                          eval_every=0)  # fmt: skip
+    config = small_config(
+        "sac_fetchreach_sparse.yaml", total_timesteps=60, checkpoint_every=0, eval_every=0
+    )
     config["sac"].update({"learning_starts": 100, "batch_size": 32})
     with caplog.at_level(logging.WARNING, logger="densereward.trainers.sac"):
         sac.run(config, output_dir=tmp_path / "run")
@@ -435,11 +458,21 @@ def test_learning_starts_past_the_run_warns_once_with_the_fix(tmp_path, caplog):
 def test_sac_run_plots_its_curves_and_labels_the_evaluation_reward(tmp_path, capsys):
     """A SAC run writes training_curves.png, and its evaluation's mean_reward says which reward."""
     out = tmp_path / "run"
-    args = _sac_args("--config", str(REPO / "configs" / "sac_fetchreach_sparse.yaml"),
-                     "--output-dir", str(out), "--total-timesteps", "100",
-                     "sac.learning_starts=60", "sac.batch_size=32", "training.eval_every=50",
-                     "training.eval_episodes=2", "training.checkpoint_every=0",
-                     "wandb.enabled=false", "training.curve_every=50")  # fmt: skip
+    args = _sac_args(
+        "--config",
+        str(REPO / "configs" / "sac_fetchreach_sparse.yaml"),
+        "--output-dir",
+        str(out),
+        "--total-timesteps",
+        "100",
+        "sac.learning_starts=60",
+        "sac.batch_size=32",
+        "training.eval_every=50",
+        "training.eval_episodes=2",
+        "training.checkpoint_every=0",
+        "wandb.enabled=false",
+        "training.curve_every=50",
+    )
     assert sac.main(args) == 0
     printed = capsys.readouterr().out
     summary = json.loads((out / "summary.json").read_text())
@@ -449,10 +482,13 @@ def test_sac_run_plots_its_curves_and_labels_the_evaluation_reward(tmp_path, cap
     # printed "success_rate" for the evaluation beside "verifier/success_rate" for training)
     assert re.search(r"eval/success_rate=[01]\.\d{3} ", printed)
     assert "verifier/success_rate" not in printed and " success_rate=" not in printed
-    assert re.search(r"evaluation at step 100: eval/success_rate [01]\.\d{3} \(fraction of 2 "
-                     r"deterministic episodes ending at the goal\), mean_reward \d+\.\d{3} "
-                     r"\(sparse success reward \(1 per step at the goal, else 0\), summed over an "
-                     r"episode; not the verifier's shaped reward\)", printed)  # fmt: skip
+    assert re.search(
+        r"evaluation at step 100: eval/success_rate [01]\.\d{3} \(fraction of 2 "
+        r"deterministic episodes ending at the goal\), mean_reward \d+\.\d{3} "
+        r"\(sparse success reward \(1 per step at the goal, else 0\), summed over an "
+        r"episode; not the verifier's shaped reward\)",
+        printed,
+    )
     assert summary["plot"] == str(out / "training_curves.png")
     assert (out / "training_curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert summary["threshold_source"] is None  # no verifier: no verifier panels
@@ -505,10 +541,15 @@ def test_own_environment_by_its_module_id_in_the_api_dry_run_and_compare(myreach
     assert any(line.startswith("describer: BoxDescriber") for line in lines)
     assert not (tmp_path / "run").exists()
     compare = {
-        "name": "own", "trainer": "sac", "base": "configs/sac_fetchreach_sparse.yaml",
-        "common": ["env.id=myreach:Reach1D-v0"], "conditions": {"sparse": {}, "env": ["env.reward=env"]},
-        "seeds": [0], "budget": 100, "output_dir": str(tmp_path / "cmp"),
-    }  # fmt: skip
+        "name": "own",
+        "trainer": "sac",
+        "base": "configs/sac_fetchreach_sparse.yaml",
+        "common": ["env.id=myreach:Reach1D-v0"],
+        "conditions": {"sparse": {}, "env": ["env.reward=env"]},
+        "seeds": [0],
+        "budget": 100,
+        "output_dir": str(tmp_path / "cmp"),
+    }
     assert any("Reach1D-v0" in line for line in dry_run_comparison(compare, base_dir=REPO))
     assert not (tmp_path / "cmp").exists()
     # a module that is not there: one line naming it, from the API and from the dry run
@@ -527,14 +568,28 @@ def test_train_sac_dry_run_takes_a_module_id_from_the_command_line(tmp_path):
 
     own_env_module(tmp_path)
     src = Path(densereward.__file__).parents[1]  # the densereward under test
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
-           "PYTHONPATH": os.pathsep.join([str(tmp_path), str(src),
-                                          os.environ.get("PYTHONPATH", "")])}  # fmt: skip
+    env = {
+        **os.environ,
+        "HF_HUB_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+        "PYTHONPATH": os.pathsep.join([str(tmp_path), str(src), os.environ.get("PYTHONPATH", "")]),
+    }
     out = tmp_path / "run"
-    cmd = [sys.executable, "-m", "densereward.cli", "train", "sac", "--config",
-           str(REPO / "configs" / "sac_fetchreach_verifier.yaml"), "--dry-run", "--output-dir",
-           str(out), "env.id=myreach:Reach1D-v0", "env.describer=box",
-           "env.task=Move the point right until x >= 0.5."]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "densereward.cli",
+        "train",
+        "sac",
+        "--config",
+        str(REPO / "configs" / "sac_fetchreach_verifier.yaml"),
+        "--dry-run",
+        "--output-dir",
+        str(out),
+        "env.id=myreach:Reach1D-v0",
+        "env.describer=box",
+        "env.task=Move the point right until x >= 0.5.",
+    ]
     done = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "ok  env: Reach1D-v0" in done.stdout and "ok  describer: BoxDescriber" in done.stdout
@@ -557,11 +612,18 @@ def test_sac_on_an_env_without_is_success_trains_with_success_metrics_off(tmp_pa
     from densereward import envs
 
     envs._NO_SUCCESS_SAID.discard("Pendulum-v1")
-    config = small_config("sac_fetchreach_dense.yaml", total_timesteps=400, checkpoint_every=0,
-                          eval_every=200, eval_episodes=1, curve_every=200)  # fmt: skip
+    config = small_config(
+        "sac_fetchreach_dense.yaml",
+        total_timesteps=400,
+        checkpoint_every=0,
+        eval_every=200,
+        eval_episodes=1,
+        curve_every=200,
+    )
     config["env"].update(id="Pendulum-v1", n_envs=1)
-    config["sac"].update({"learning_starts": 300, "batch_size": 32,
-                          "policy_kwargs": {"net_arch": [16, 16]}})  # fmt: skip
+    config["sac"].update(
+        {"learning_starts": 300, "batch_size": 32, "policy_kwargs": {"net_arch": [16, 16]}}
+    )
     lines = sac.dry_run(config, output_dir=tmp_path / "dry")
     assert (
         "no 'is_success': success-rate metrics off, the learning curve is eval/mean_reward"
@@ -601,12 +663,19 @@ def test_training_curves_give_a_constant_curve_a_sane_axis_and_say_the_episode_c
     from densereward.trainers import sac_plots
 
     for step in (100, 200, 300):
-        append_jsonl(tmp_path / "eval_curve.jsonl",
-                     {"step": step, "value": 0.0, "n_episodes": 5, "mean_reward": 0.0})  # fmt: skip
+        append_jsonl(
+            tmp_path / "eval_curve.jsonl",
+            {"step": step, "value": 0.0, "n_episodes": 5, "mean_reward": 0.0},
+        )
     figs = []
     monkeypatch.setattr(sac_plots, "_save", lambda fig, plt, path: figs.append(fig) or path)
-    sac_plots.plot_sac_run(tmp_path, eval_reward="sparse success reward", training_reward=None,
-                           threshold_source=None, title="t")  # fmt: skip
+    sac_plots.plot_sac_run(
+        tmp_path,
+        eval_reward="sparse success reward",
+        training_reward=None,
+        threshold_source=None,
+        title="t",
+    )
     axes = {ax.get_title(): ax for ax in figs[0].axes}
     ret = axes["evaluation episodes: mean return of 5 episodes"]
     assert ret.get_ylim() == (-1.0, 1.0)
@@ -640,11 +709,15 @@ def test_an_unknown_id_of_ones_own_module_suggests_only_that_modules_ids(myreach
 
     config = load_yaml(REPO / "configs" / "sac_fetchreach_verifier.yaml")
     for env_id, expect in (
-        ("myreach:Nope-v0", "unknown environment 'myreach:Nope-v0': module 'myreach' registers "
-                            "['Reach1D-v0']"),
-        ("myreach:Reach1D-v1", "unknown environment 'myreach:Reach1D-v1': did you mean "
-                               "['Reach1D-v0']?"),
-    ):  # fmt: skip
+        (
+            "myreach:Nope-v0",
+            "unknown environment 'myreach:Nope-v0': module 'myreach' registers ['Reach1D-v0']",
+        ),
+        (
+            "myreach:Reach1D-v1",
+            "unknown environment 'myreach:Reach1D-v1': did you mean ['Reach1D-v0']?",
+        ),
+    ):
         with pytest.raises(ConfigError) as api:
             envs.make_vec_env(env_id, 1)
         with pytest.raises(ConfigError) as dry:
@@ -652,7 +725,10 @@ def test_an_unknown_id_of_ones_own_module_suggests_only_that_modules_ids(myreach
         assert str(api.value) == expect and str(dry.value) == f"env.id: {expect}"
         assert "Hopper" not in str(dry.value) and "Fetch" not in str(dry.value)
     (tmp_path / "registers_nothing_41.py").write_text("X = 1\n")
-    with pytest.raises(ConfigError, match=r"importing module 'registers_nothing_41' registered no "
-                       r"environment \(it must call gymnasium.register\(id='Nope-v0'"):  # fmt: skip
+    with pytest.raises(
+        ConfigError,
+        match=r"importing module 'registers_nothing_41' registered no "
+        r"environment \(it must call gymnasium.register\(id='Nope-v0'",
+    ):
         envs.make_vec_env("registers_nothing_41:Nope-v0", 1)
     sys.modules.pop("registers_nothing_41", None)

@@ -293,9 +293,14 @@ def _frames_run_config(verifier: dict, *, frames: bool) -> dict:
         learning_starts=100, batch_size=32, buffer_size=1000, policy_kwargs={"net_arch": [32, 32]}
     )
     config["training"].update(
-        total_timesteps=SAC_STEPS, eval_every=SAC_STEPS, eval_episodes=2, checkpoint_every=0,
-        log_interval=1, curve_every=100, seed=0,
-    )  # fmt: skip
+        total_timesteps=SAC_STEPS,
+        eval_every=SAC_STEPS,
+        eval_episodes=2,
+        checkpoint_every=0,
+        log_interval=1,
+        curve_every=100,
+        seed=0,
+    )
     config["wandb"] = {"enabled": False}
     return config
 

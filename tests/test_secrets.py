@@ -131,13 +131,18 @@ def test_grpo_run_directory_never_contains_the_key(server, tmp_path, data_dir, m
     # every completion is read (answer_match would skip these 4-token answers without a request)
     config["reward"]["reference_prompt"] = "anchored"
     config["verifier"] = {
-        "backend": "openai", "granularity": 5, "cache_dir": str(run_dir / "score_cache"),
+        "backend": "openai",
+        "granularity": 5,
+        "cache_dir": str(run_dir / "score_cache"),
         "backend_options": {"base_url": server.base_url, "max_retries": 1, "timeout_s": 5.0},
-    }  # fmt: skip
+    }
     config["training"].update(
-        max_steps=2, max_completion_length=4, per_device_train_batch_size=2, num_generations=2,
+        max_steps=2,
+        max_completion_length=4,
+        per_device_train_batch_size=2,
+        num_generations=2,
         save_strategy="no",
-    )  # fmt: skip
+    )
     # a user's logging set-up: everything of ours and of the HTTP stack, DEBUG included
     handler = logging.FileHandler(log_file)
     handler.setLevel(logging.DEBUG)

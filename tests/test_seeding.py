@@ -93,7 +93,7 @@ def test_grpo_runs_with_different_training_seeds_sample_differently(tmp_path, de
                     "n_samples": 1,
                     "every_steps": 1,
                     "seed": 0,
-                },  # fmt: skip
+                },
                 "training": {
                     "use_cpu": True,
                     "max_steps": 2,
@@ -104,7 +104,7 @@ def test_grpo_runs_with_different_training_seeds_sample_differently(tmp_path, de
                     "learning_rate": 3e-5,
                     "seed": seed,
                     "temperature": 1.0,
-                },  # fmt: skip
+                },
             }
             run(config, output_dir=tmp_path / f"seed{seed}")
     finally:

@@ -47,8 +47,9 @@ class Running:
 
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        cfg = uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning",
-                             timeout_graceful_shutdown=60)  # fmt: skip
+        cfg = uvicorn.Config(
+            app, host="127.0.0.1", port=self.port, log_level="warning", timeout_graceful_shutdown=60
+        )
         self.server = uvicorn.Server(cfg)
         self.thread = threading.Thread(target=self.server.run, daemon=True)
         self.thread.start()
@@ -76,8 +77,12 @@ def test_openrlhf_request_as_openrlhf_sends_it_gets_one_reward_per_query(served)
     aiohttp = require("aiohttp", "dev")
     service, running = served
     q = "What is 2 + 2?"
-    cases = [("2 + 2 = 4. The answer is 4.", "4"), ("2 + 2 = 5. The answer is 5.", "4"),
-             ("3 * 3 = 9. The answer is 9.", "9"), ("3 * 3 = 6. The answer is 6.", "9")]  # fmt: skip
+    cases = [
+        ("2 + 2 = 4. The answer is 4.", "4"),
+        ("2 + 2 = 5. The answer is 5.", "4"),
+        ("3 * 3 = 9. The answer is 9.", "9"),
+        ("3 * 3 = 6. The answer is 6.", "9"),
+    ]
     questions = [q, q, "What is 3 * 3?", "What is 3 * 3?"]
 
     async def one(session, question, response, label):
@@ -117,22 +122,29 @@ def test_openrlhf_request_as_openrlhf_sends_it_gets_one_reward_per_query(served)
 @pytest.mark.slow
 def test_slime_score_rank_health_and_verl(served):
     service, running = served
-    slime = {"prompt": [{"role": "user", "content": "What is 2 + 2?"}],
-             "response": "The answer is 4.", "label": "4"}  # fmt: skip
+    slime = {
+        "prompt": [{"role": "user", "content": "What is 2 + 2?"}],
+        "response": "The answer is 4.",
+        "label": "4",
+    }
     reward = httpx.post(f"{running.url}/slime", json=slime, timeout=120).json()
     assert isinstance(reward, float) and reward >= 0.95
     body = {"problems": ["What is 2 + 2?"] * 2, "responses": ["4", "5"], "references": ["4", "4"]}
     scored = httpx.post(f"{running.url}/score", json=body, timeout=120).json()
     assert scored["abstained"] == [False, False] and scored["rewards"][0] > scored["rewards"][1]
-    ranked = httpx.post(f"{running.url}/rank", timeout=120, json={
-        "problem": "What is 2 + 2?", "candidates": ["2 + 2 = 4", "2 + 2 = 5", "It is 4."]}).json()  # fmt: skip
+    ranked = httpx.post(
+        f"{running.url}/rank",
+        timeout=120,
+        json={"problem": "What is 2 + 2?", "candidates": ["2 + 2 = 4", "2 + 2 = 5", "It is 4."]},
+    ).json()
     assert sorted(ranked["order"]) == [0, 1, 2] and len(ranked["win_rate"]) == 3
     health = httpx.get(f"{running.url}/health").json()
     assert health["status"] == "ok" and "SmolLM2" in health["model"]
     from densereward.serve.verl_reward import compute_score
 
-    value = compute_score("openai/gsm8k", "The answer is 4.", "4",
-                          {"question": "What is 2 + 2?"}, url=running.url)  # fmt: skip
+    value = compute_score(
+        "openai/gsm8k", "The answer is 4.", "4", {"question": "What is 2 + 2?"}, url=running.url
+    )
     # gated: a correct answer is in [0.95, 1.05]; the flag for verl's reward_extra_info
     assert value["score"] >= 0.95 and value["abstained"] == 0.0
     metrics = httpx.get(f"{running.url}/metrics").text
@@ -152,8 +164,11 @@ def refusing():
 
     with MisbehavingServer() as verifier_server:
         config = json.loads(json.dumps(CONFIG))
-        config["verifier"] = {"backend": "openai", "granularity": 10,
-                              "backend_options": {"base_url": verifier_server.base_url}}  # fmt: skip
+        config["verifier"] = {
+            "backend": "openai",
+            "granularity": 10,
+            "backend_options": {"base_url": verifier_server.base_url},
+        }
         with warnings.catch_warnings():  # the scripted server has no /tokenize endpoint
             warnings.filterwarnings("ignore", message=".*cannot tokenize.*")
             service, close = build_service(config)
@@ -181,8 +196,12 @@ def refusing():
 )
 def test_bad_requests_get_a_4xx_with_a_message(refusing, path, content, status, message):
     verifier_server, running = refusing
-    resp = httpx.post(f"{running.url}{path}", content=content, timeout=30,
-                      headers={"Content-Type": "application/json"})  # fmt: skip
+    resp = httpx.post(
+        f"{running.url}{path}",
+        content=content,
+        timeout=30,
+        headers={"Content-Type": "application/json"},
+    )
     assert resp.status_code == status and message in resp.json()["error"]
     # refused before any read: the verifier saw its start-up calibration and nothing else
     assert verifier_server.chat_requests() == []
@@ -193,8 +212,11 @@ def test_bad_requests_get_a_4xx_with_a_message(refusing, path, content, status, 
 def test_shutdown_finishes_requests_in_flight(served):
     service, _ = served
     running = Running(make_app(service))  # a second server on the same service
-    body = {"problems": ["What is 2 + 2?"] * 12, "responses": [f"It is {k}." for k in range(12)],
-            "references": ["4"] * 12}  # fmt: skip
+    body = {
+        "problems": ["What is 2 + 2?"] * 12,
+        "responses": [f"It is {k}." for k in range(12)],
+        "references": ["4"] * 12,
+    }
     out: dict = {}
 
     def send():
@@ -239,10 +261,21 @@ def test_densereward_serve_command_answers_and_exits_cleanly_on_sigterm(tmp_path
             "granularity: 20}\n"
         )
         proc = subprocess.Popen(
-            [sys.executable, "-m", "densereward.cli", "serve", "--config", str(cfg), "--port", str(port)],
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+            [
+                sys.executable,
+                "-m",
+                "densereward.cli",
+                "serve",
+                "--config",
+                str(cfg),
+                "--port",
+                str(port),
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
             env={**os.environ, "HF_HUB_OFFLINE": "1"},
-        )  # fmt: skip
+        )
         try:
             deadline = time.monotonic() + 120
             while time.monotonic() < deadline:
@@ -317,8 +350,12 @@ def test_serve_dry_run_exits_2_when_no_replica_answers(capsys):
     from densereward.cli import main
 
     closed = f"http://127.0.0.1:{free_port()}/v1"
-    argv = ["serve", "--dry-run", "verifier.backend=openai",
-            f"verifier.backend_options.base_url={closed}"]  # fmt: skip
+    argv = [
+        "serve",
+        "--dry-run",
+        "verifier.backend=openai",
+        f"verifier.backend_options.base_url={closed}",
+    ]
     assert main(argv) == 2
     assert f"!!  verifier server at {closed} is not reachable" in capsys.readouterr().out
 
@@ -332,8 +369,12 @@ def test_serve_dry_run_names_every_replica_that_is_down_and_the_ones_up(capsys):
     closed = [f"http://127.0.0.1:{free_port()}/v1" for _ in range(2)]
 
     def dry_run(urls):
-        argv = ["serve", "--dry-run", "verifier.backend=openai",
-                f"verifier.backend_options.base_url=[{','.join(urls)}]"]  # fmt: skip
+        argv = [
+            "serve",
+            "--dry-run",
+            "verifier.backend=openai",
+            f"verifier.backend_options.base_url=[{','.join(urls)}]",
+        ]
         return main(argv), capsys.readouterr().out
 
     with MisbehavingServer() as up:

@@ -167,8 +167,14 @@ def _read_response(sock: socket.socket) -> bytes:
             return data
         data += chunk
     head, _, body = data.partition(b"\r\n\r\n")
-    length = next((int(line.split(b":", 1)[1]) for line in head.split(b"\r\n")
-                   if line.lower().startswith(b"content-length:")), 0)  # fmt: skip
+    length = next(
+        (
+            int(line.split(b":", 1)[1])
+            for line in head.split(b"\r\n")
+            if line.lower().startswith(b"content-length:")
+        ),
+        0,
+    )
     while len(body) < length:
         chunk = sock.recv(65536)
         if not chunk:
@@ -209,12 +215,24 @@ def test_health_names_the_model_not_its_cache_path():
 @pytest.mark.parametrize(
     ("body", "status", "message"),
     [
-        ({"problems": [7], "responses": ["a"]}, 422, "'problems' must be a list of strings; item 0 is int (7)"),
+        (
+            {"problems": [7], "responses": ["a"]},
+            422,
+            "'problems' must be a list of strings; item 0 is int (7)",
+        ),
         ({"problems": ["a", None], "responses": ["a", "b"]}, 422, "item 1 is NoneType"),
-        ({"problems": ["a"] * 5, "responses": ["a"] * 5}, 413, "at most 4 per request (serve.max_items)"),
-        ({"problems": ["x" * 3000], "responses": ["a"]}, 413, "at most 2000 (serve.max_body_bytes)"),
+        (
+            {"problems": ["a"] * 5, "responses": ["a"] * 5},
+            413,
+            "at most 4 per request (serve.max_items)",
+        ),
+        (
+            {"problems": ["x" * 3000], "responses": ["a"]},
+            413,
+            "at most 2000 (serve.max_body_bytes)",
+        ),
     ],
-)  # fmt: skip
+)
 def test_refusals_name_the_item_and_the_setting(body, status, message):
     """Issue 40 item 7: "'problems' must be a list of strings, got list" for an int item; 413s
     that did not say which setting to raise."""
@@ -234,11 +252,17 @@ def test_a_served_format_warning_names_the_clients_length_setting(caplog):
     from densereward.serve.cli import build_service
 
     with MisbehavingServer() as verifier:
-        service, close = build_service({
-            "reward": {"type": "dense", "use_async": True},
-            "verifier": {"backend": "openai", "granularity": 20, "calibrate": False,
-                         "backend_options": {"base_url": verifier.base_url}},
-        })  # fmt: skip
+        service, close = build_service(
+            {
+                "reward": {"type": "dense", "use_async": True},
+                "verifier": {
+                    "backend": "openai",
+                    "granularity": 20,
+                    "calibrate": False,
+                    "backend_options": {"base_url": verifier.base_url},
+                },
+            }
+        )
         served = Served([], service=service)
         try:
             with caplog.at_level("WARNING"):
@@ -265,10 +289,21 @@ def _serve_command(tmp_path, verifier_url: str, port: int, shutdown_timeout_s: f
         f"serve: {{shutdown_timeout_s: {shutdown_timeout_s}, require_labels: false}}\n"
     )
     proc = subprocess.Popen(
-        [sys.executable, "-m", "densereward.cli", "serve", "--config", str(cfg), "--port", str(port)],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        [
+            sys.executable,
+            "-m",
+            "densereward.cli",
+            "serve",
+            "--config",
+            str(cfg),
+            "--port",
+            str(port),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
         env={**os.environ, "HF_HUB_OFFLINE": "1"},
-    )  # fmt: skip
+    )
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
         try:
@@ -369,8 +404,13 @@ def test_verl_functions_pickle_however_the_file_is_loaded(monkeypatch):
         "assert 'custom_module' not in sys.modules; print(sorted({f.__name__ for f in fns}))"
     )
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
-    got = subprocess.run([sys.executable, "-c", code, *(d.hex() for d in dumps)],
-                         capture_output=True, text=True, env=env, timeout=120)  # fmt: skip
+    got = subprocess.run(
+        [sys.executable, "-c", code, *(d.hex() for d in dumps)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
     assert got.returncode == 0, got.stderr
     assert got.stdout.strip() == "['compute_score', 'compute_score_batch']"
 
@@ -387,8 +427,16 @@ def test_verl_reward_retries_through_a_restart_and_refuses_at_once_on_a_4xx():
 
     def call() -> None:
         t0 = time.monotonic()
-        out["value"] = compute_score("gsm8k", "hello", "5", {"question": "q"}, url=url,
-                                     retry_base_s=0.2, retry_max_s=0.5, max_retries=20)  # fmt: skip
+        out["value"] = compute_score(
+            "gsm8k",
+            "hello",
+            "5",
+            {"question": "q"},
+            url=url,
+            retry_base_s=0.2,
+            retry_max_s=0.5,
+            max_retries=20,
+        )
         out["took"] = time.monotonic() - t0
 
     t = threading.Thread(target=call, daemon=True)
@@ -403,8 +451,14 @@ def test_verl_reward_retries_through_a_restart_and_refuses_at_once_on_a_4xx():
         with pytest.raises(RuntimeError, match=r"refused the request: HTTP 413 .*serve.max_items"):
             from densereward.serve.verl_reward import compute_score_batch
 
-            compute_score_batch(["d"] * 2000, ["x"] * 2000, ["1"] * 2000,
-                                [{"question": "q"}] * 2000, url=url, retry_base_s=5)  # fmt: skip
+            compute_score_batch(
+                ["d"] * 2000,
+                ["x"] * 2000,
+                ["1"] * 2000,
+                [{"question": "q"}] * 2000,
+                url=url,
+                retry_base_s=5,
+            )
         assert time.monotonic() - t0 < 3
     finally:
         served.stop()
@@ -421,12 +475,18 @@ def test_an_answer_that_hangs_math_verify_does_not_stall_other_requests():
     from densereward.serve.cli import build_service
 
     with MisbehavingServer() as verifier:
-        service, close = build_service({
-            "reward": {"type": "sparse", "track": False, "math_timeout_s": 6.0},
-            "verifier": {"backend": "openai", "granularity": 20, "calibrate": False,
-                         "backend_options": {"base_url": verifier.base_url}},
-            "serve": {"math_workers": 2},
-        })  # fmt: skip
+        service, close = build_service(
+            {
+                "reward": {"type": "sparse", "track": False, "math_timeout_s": 6.0},
+                "verifier": {
+                    "backend": "openai",
+                    "granularity": 20,
+                    "calibrate": False,
+                    "backend_options": {"base_url": verifier.base_url},
+                },
+                "serve": {"math_workers": 2},
+            }
+        )
         served = Served([], service=service)
         try:
             warm = {**score_body(r"\boxed{1}", r"\boxed{2}"), "references": ["1", "2"]}
@@ -439,8 +499,11 @@ def test_an_answer_that_hangs_math_verify_does_not_stall_other_requests():
             )
             time.sleep(0.5)
             t0 = time.monotonic()
-            fine = httpx.post(f"{served.url}/score", timeout=60,
-                              json={**score_body(r"\boxed{4}"), "references": ["4"]})  # fmt: skip
+            fine = httpx.post(
+                f"{served.url}/score",
+                timeout=60,
+                json={**score_body(r"\boxed{4}"), "references": ["4"]},
+            )
             took = time.monotonic() - t0
             hung["thread"].join(timeout=60)
         finally:
@@ -461,11 +524,18 @@ def test_a_long_rank_on_a_served_verifier_does_not_hold_the_reward_calls():
     def rank(problem, candidates, pivots):
         ranking.set()
         time.sleep(3.0)
-        return SimpleNamespace(winner=0, order=list(range(len(candidates))),
-                               win_rate=[0.5] * len(candidates), n_comparisons=1)  # fmt: skip
+        return SimpleNamespace(
+            winner=0,
+            order=list(range(len(candidates))),
+            win_rate=[0.5] * len(candidates),
+            n_comparisons=1,
+        )
 
-    verifier = SimpleNamespace(config=SimpleNamespace(model="judge"), rank=rank,
-                               backend=SimpleNamespace(thread_safe=OpenAIBackend.thread_safe))  # fmt: skip
+    verifier = SimpleNamespace(
+        config=SimpleNamespace(model="judge"),
+        rank=rank,
+        backend=SimpleNamespace(thread_safe=OpenAIBackend.thread_safe),
+    )
     served = Served([], service=RewardService([SyncHangs()], None, verifier, ServeConfig()))
     try:
         ranked = served.post_in_thread("/rank", {"problem": "p", "candidates": ["a", "b"]})

@@ -101,19 +101,25 @@ def plugin(tmp_path, monkeypatch):
 def test_a_plugin_reward_kind_and_protocol_are_served_from_yaml(plugin, tmp_path):
     path = tmp_path / "serve.yaml"
     with MisbehavingServer() as verifier_server:
-        path.write_text(textwrap.dedent(f"""
+        path.write_text(
+            textwrap.dedent(f"""
             reward: {{type: plugin_length, options: {{limit: '5'}}, track: false,
                       reference_guided: false}}
             verifier: {{backend: openai, calibrate: false,
                         backend_options: {{base_url: "{verifier_server.base_url}"}}}}
             serve: {{protocols: [plugin_values, score], batch_wait_ms: 1}}
-        """))  # fmt: skip
+        """)
+        )
         service, close = build_service(load_yaml(path))
         running = Running(make_app(service))
         try:
-            body = {"samples": [{"prompt": "2+2", "completion": "4"},
-                                {"prompt": "2+2", "completion": "the answer is 4"},
-                                {"prompt": "2+2", "completion": "ABSTAIN"}]}  # fmt: skip
+            body = {
+                "samples": [
+                    {"prompt": "2+2", "completion": "4"},
+                    {"prompt": "2+2", "completion": "the answer is 4"},
+                    {"prompt": "2+2", "completion": "ABSTAIN"},
+                ]
+            }
             r = httpx.post(f"{running.url}/v2/values?scale=2", json=body, timeout=30)
             assert r.status_code == 200, r.text
             assert r.json() == {"values": [2.0, 0.0, None]}  # limit 5 from reward.options
@@ -121,8 +127,9 @@ def test_a_plugin_reward_kind_and_protocol_are_served_from_yaml(plugin, tmp_path
             bad = httpx.post(f"{running.url}/v2/values", json={"samples": []}, timeout=30)
             assert bad.status_code == 422 and "'samples' must be" in bad.json()["error"]
             # the built-in /score beside it, the same reward; /get_reward is not served
-            r = httpx.post(f"{running.url}/score", timeout=30,
-                           json={"problems": ["q"], "responses": ["12345"]})  # fmt: skip
+            r = httpx.post(
+                f"{running.url}/score", timeout=30, json={"problems": ["q"], "responses": ["12345"]}
+            )
             assert r.json() == {"rewards": [1.0], "abstained": [False]}
             assert httpx.post(f"{running.url}/get_reward", json={}, timeout=30).status_code == 404
             metrics = httpx.get(f"{running.url}/metrics", timeout=30).text

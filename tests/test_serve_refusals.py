@@ -154,8 +154,10 @@ def test_end_of_sequence_markers_of_other_families_are_not_scored(scripted, mark
 
 
 def test_split_without_prompts_takes_the_last_assistant_turn_of_known_templates():
-    llama3 = ("<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\nHi?<|eot_id|>"
-              "<|start_header_id|>assistant<|end_header_id|>\n\nHello.<|eot_id|>")  # fmt: skip
+    llama3 = (
+        "<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\nHi?<|eot_id|>"
+        "<|start_header_id|>assistant<|end_header_id|>\n\nHello.<|eot_id|>"
+    )
     gemma = "<bos><start_of_turn>user\nHi?<end_of_turn>\n<start_of_turn>model\nHello.<end_of_turn>"
     for query in (llama3, gemma, "<s>[INST] Hi? [/INST] Hello.</s>", chat("Hi?") + "Hello."):
         assert split_query(query, None) == ("Hi?", "Hello."), query
@@ -177,16 +179,22 @@ def test_split_without_prompts_takes_the_last_assistant_turn_of_known_templates(
 def test_bodies_too_deep_or_not_text_get_400_with_a_message(scripted, content, message):
     """Before: 500 with a traceback in the log (the first two), or a surrogate sent on."""
     _, _, running = scripted
-    got = httpx.post(f"{running.url}/get_reward", content=content, timeout=30,
-                     headers={"Content-Type": "application/json"})  # fmt: skip
+    got = httpx.post(
+        f"{running.url}/get_reward",
+        content=content,
+        timeout=30,
+        headers={"Content-Type": "application/json"},
+    )
     assert got.status_code == 400 and message in got.json()["error"], got.text
 
 
 def test_a_client_that_disconnects_mid_body_is_not_a_server_error(scripted):
     _, _, running = scripted
     with socket.create_connection(("127.0.0.1", running.port)) as s:
-        s.sendall(b"POST /get_reward HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                  b"Content-Length: 1000\r\n\r\n{\"query\": [")  # fmt: skip
+        s.sendall(
+            b"POST /get_reward HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b'Content-Length: 1000\r\n\r\n{"query": ['
+        )
         time.sleep(0.2)
     deadline = time.monotonic() + 10
     while _metric(running, "densereward_requests_total", endpoint="get_reward", status="499") < 1:
@@ -281,8 +289,10 @@ def test_abstentions_are_flagged_to_every_client_kind(scripted):
 
     _, _, running = scripted
     url, header = running.url, "X-Densereward-Abstained"
-    before = {e: _metric(running, "densereward_abstentions_total", endpoint=e)
-              for e in ("get_reward", "slime", "score")}  # fmt: skip
+    before = {
+        e: _metric(running, "densereward_abstentions_total", endpoint=e)
+        for e in ("get_reward", "slime", "score")
+    }
     # OpenRLHF: extra_logs (a logged tensor per name), and the header counts them
     prompt = chat("What is 2 + 2?")
     payload = {"query": [prompt + "ABSTAIN", prompt + "It is 5."], "prompts": [prompt] * 2}
@@ -303,11 +313,18 @@ def test_abstentions_are_flagged_to_every_client_kind(scripted):
     # verl: a dict per item, as verl's reward managers take it (score + reward_extra_info)
     one = compute_score("gsm8k", "ABSTAIN", None, {"question": "What is 2 + 2?"}, url=url)
     assert one == {"score": 0.0, "abstained": 1.0}
-    many = compute_score_batch(["gsm8k"] * 2, ["It is 5.", "ABSTAIN"], [None, None],
-                               [{"question": "What is 2 + 2?"}] * 2, url=url, abstain_reward=-1.0)  # fmt: skip
+    many = compute_score_batch(
+        ["gsm8k"] * 2,
+        ["It is 5.", "ABSTAIN"],
+        [None, None],
+        [{"question": "What is 2 + 2?"}] * 2,
+        url=url,
+        abstain_reward=-1.0,
+    )
     assert many == [{"score": 0.0, "abstained": 0.0}, {"score": -1.0, "abstained": 1.0}]
-    bare = compute_score_batch(["gsm8k"], ["ABSTAIN"], [None], [{"question": "What is 2 + 2?"}],
-                               url=url, return_dict=False)  # fmt: skip
+    bare = compute_score_batch(
+        ["gsm8k"], ["ABSTAIN"], [None], [{"question": "What is 2 + 2?"}], url=url, return_dict=False
+    )
     assert bare == [0.0]
     # counted per client kind (verl's requests are /score's)
     after = {e: _metric(running, "densereward_abstentions_total", endpoint=e) for e in before}
@@ -326,19 +343,26 @@ def test_verl_without_the_question_abstains_and_says_so_once(scripted, monkeypat
     with caplog.at_level("WARNING", logger="densereward.serve.verl_reward"):
         one = verl_reward.compute_score("gsm8k", "RIGHT: 4.", "4", {"index": 3}, url=running.url)
         many = verl_reward.compute_score_batch(
-            ["gsm8k"] * 3, ["RIGHT: 4.", "RIGHT: 4.", "RIGHT: 4."], ["4"] * 3,
-            [None, {"question": "What is 2 + 2?"}, {"question": "  "}], url=running.url,
-        )  # fmt: skip
+            ["gsm8k"] * 3,
+            ["RIGHT: 4.", "RIGHT: 4.", "RIGHT: 4."],
+            ["4"] * 3,
+            [None, {"question": "What is 2 + 2?"}, {"question": "  "}],
+            url=running.url,
+        )
     assert one == {"score": 0.0, "abstained": 1.0}
-    assert many == [{"score": 0.0, "abstained": 1.0}, {"score": 1.0, "abstained": 0.0},
-                    {"score": 0.0, "abstained": 1.0}]  # fmt: skip
+    assert many == [
+        {"score": 0.0, "abstained": 1.0},
+        {"score": 1.0, "abstained": 0.0},
+        {"score": 0.0, "abstained": 1.0},
+    ]
     assert _responses_scored(server)[n_reads:] == ["RIGHT: 4."]  # only the one with its question
     said = [r.getMessage() for r in caplog.records]
     assert len(said) == 1 and "1 of 1 responses came without the problem" in said[0], said
     assert "put the question into extra_info in verl's data preprocessing" in said[0]
     # scoring without the problem is a choice the user makes by name
-    scored = verl_reward.compute_score("gsm8k", "RIGHT: 4.", "4", url=running.url,
-                                       missing_problem="score")  # fmt: skip
+    scored = verl_reward.compute_score(
+        "gsm8k", "RIGHT: 4.", "4", url=running.url, missing_problem="score"
+    )
     assert scored == {"score": 1.0, "abstained": 0.0}
     with pytest.raises(ValueError, match="missing_problem='skip'; use abstain"):
         verl_reward.compute_score("gsm8k", "x", "4", url=running.url, missing_problem="skip")
@@ -416,8 +440,11 @@ def test_a_gated_reward_served_is_the_same_alone_in_a_batch_and_beside_another_c
     others = ["LOW so \\boxed{6}", "so \\boxed{7}", "LOW MID? \\boxed{4}"]
 
     def get_reward(responses):
-        payload = {"query": [prompt + r for r in responses], "prompts": [prompt] * len(responses),
-                   "labels": ["5"] * len(responses)}  # fmt: skip
+        payload = {
+            "query": [prompt + r for r in responses],
+            "prompts": [prompt] * len(responses),
+            "labels": ["5"] * len(responses),
+        }
         got = httpx.post(f"{running.url}/get_reward", json=payload, timeout=60)
         assert got.status_code == 200, got.text
         return got.json()["rewards"]

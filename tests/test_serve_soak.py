@@ -29,10 +29,21 @@ def test_a_30_s_soak_loses_nothing_and_answers_no_5xx(tmp_path):
     out = tmp_path / "soak.json"
     env = {**os.environ, "PYTHONPATH": str(REPO / "src"), "HF_HUB_OFFLINE": "1"}
     run = subprocess.run(
-        [sys.executable, str(REPO / "benchmarks/serve_soak.py"), "--minutes", "0.5",
-         "--json", str(out), "--rss-interval-s", "2"],
-        capture_output=True, text=True, env=env, timeout=300,
-    )  # fmt: skip
+        [
+            sys.executable,
+            str(REPO / "benchmarks/serve_soak.py"),
+            "--minutes",
+            "0.5",
+            "--json",
+            str(out),
+            "--rss-interval-s",
+            "2",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
     assert out.exists(), run.stdout + run.stderr
     result = json.loads(out.read_text())
     rows = {r["client"].split(" ")[0]: r for r in result["rows"]}

@@ -397,8 +397,11 @@ def test_every_verb_has_an_async_form_equal_to_its_sync_form():
     v, _ = make(granularity=10, n_repeats=2)
     probs, resps = ["p"] * 3, ["quality=0.1", "quality=0.5", "quality=0.9"]
     steps = ["quality=0.2 reached", "quality=0.6 closer", "quality=0.9 there"]
-    pairs = {"problems": ["p", "q"], "a": ["quality=0.8", "quality=0.3"],
-             "b": ["quality=0.2", "quality=0.7"]}  # fmt: skip
+    pairs = {
+        "problems": ["p", "q"],
+        "a": ["quality=0.8", "quality=0.3"],
+        "b": ["quality=0.2", "quality=0.7"],
+    }
     calls = {
         "score": {"problem": "p", "response": "quality=0.4"},
         "score_batch": {"problems": probs, "responses": resps},

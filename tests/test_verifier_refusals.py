@@ -20,10 +20,21 @@ def _build(url: str):
     require("prometheus_client", "serve")
     from densereward.serve.cli import build_service
 
-    return build_service({
-        "reward": {"type": "dense", "track": False, "use_async": True, "reference_guided": False},
-        "verifier": {"backend": "openai", "backend_options": {"base_url": url}, "granularity": 20},
-    })  # fmt: skip
+    return build_service(
+        {
+            "reward": {
+                "type": "dense",
+                "track": False,
+                "use_async": True,
+                "reference_guided": False,
+            },
+            "verifier": {
+                "backend": "openai",
+                "backend_options": {"base_url": url},
+                "granularity": 20,
+            },
+        }
+    )
 
 
 def test_a_server_that_refuses_every_read_does_not_start():
@@ -55,8 +66,11 @@ def test_a_server_that_ignores_the_prefill_does_not_start():
 def test_a_transient_failure_does_not_stop_the_start_but_a_refusal_later_only_abstains():
     with MisbehavingServer() as server:
         server.script(*[Fault("status", status=503)] * 3)
-        v = scripted_verifier(server.base_url, granularity=20,
-                              backend_options={"max_retries": 2, "retry_base_s": 0.01})  # fmt: skip
+        v = scripted_verifier(
+            server.base_url,
+            granularity=20,
+            backend_options={"max_retries": 2, "retry_base_s": 0.01},
+        )
         with v:
             assert v.calibration_mass is None  # could not measure: started, logged
             assert (

@@ -87,11 +87,14 @@ def test_the_environment_is_set_for_one_run_and_restored(tmp_path, monkeypatch):
 @pytest.mark.parametrize(
     ("training", "message"),
     [
-        ({"wandb": False}, "training.wandb moved to the top-level wandb: section: set wandb.enabled "
-                           "(e.g. wandb: {enabled: false})"),
+        (
+            {"wandb": False},
+            "training.wandb moved to the top-level wandb: section: set wandb.enabled "
+            "(e.g. wandb: {enabled: false})",
+        ),
         ({"wandb_project": "p"}, "set wandb.project (e.g. wandb: {project: p})"),
     ],
-)  # fmt: skip
+)
 def test_sac_refuses_the_earlier_keys_naming_the_new_one(training, message):
     from densereward.trainers import sac
 
@@ -107,14 +110,17 @@ def test_grpo_refuses_wandb_in_report_to_and_adds_it_from_the_section(report_to,
 
     config = load_yaml(REPO / "configs" / "grpo_math_cpu.yaml")
     config["training"]["report_to"] = report_to
-    with pytest.raises(ConfigError, match="switched by the top-level wandb: section .*drop "
-                                          "wandb/all from training.report_to"):  # fmt: skip
+    with pytest.raises(
+        ConfigError,
+        match="switched by the top-level wandb: section .*drop wandb/all from training.report_to",
+    ):
         grpo.resolve_config(config)
     config["training"]["report_to"] = ["tensorboard"]
     parts = grpo.resolve_config(config)
     assert grpo.build_grpo_args(parts, tmp_path / "r", cpu_check=True).report_to == [
-        "tensorboard", "wandb"
-    ]  # fmt: skip
+        "tensorboard",
+        "wandb",
+    ]
     config["wandb"]["enabled"] = False
     parts = grpo.resolve_config(config)
     assert grpo.build_grpo_args(parts, tmp_path / "r", cpu_check=True).report_to == ["tensorboard"]
@@ -132,11 +138,27 @@ def test_every_commands_dry_run_shows_the_resolved_settings(tmp_path, capsys, mo
 
     monkeypatch.setenv("WANDB_MODE", "offline")
     sac_cfg = REPO / "configs" / "sac_fetchreach_sparse.yaml"
-    assert cli_main(["train", "sac", "--config", str(sac_cfg), "--output-dir",
-                     str(tmp_path / "sac-run"), "--dry-run", "wandb.group=g1", "wandb.tags=[x]"]) == 0  # fmt: skip
+    assert (
+        cli_main(
+            [
+                "train",
+                "sac",
+                "--config",
+                str(sac_cfg),
+                "--output-dir",
+                str(tmp_path / "sac-run"),
+                "--dry-run",
+                "wandb.group=g1",
+                "wandb.tags=[x]",
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
-    assert "wandb: project densereward, entity (default), group g1, name sac-run, tags ['x'], " \
-           f"mode offline (WANDB_MODE), dir {tmp_path / 'sac-run'}" in out  # fmt: skip
+    assert (
+        "wandb: project densereward, entity (default), group g1, name sac-run, tags ['x'], "
+        f"mode offline (WANDB_MODE), dir {tmp_path / 'sac-run'}" in out
+    )
     compare = tmp_path / "compare.yaml"
     compare.write_text(
         f"trainer: sac\nbase: {sac_cfg}\nname: tiny\noutput_dir: {tmp_path / 'cmp'}\n"
@@ -146,8 +168,10 @@ def test_every_commands_dry_run_shows_the_resolved_settings(tmp_path, capsys, mo
     assert cli_main(["compare", "--config", str(compare), "--dry-run"]) == 0
     out = capsys.readouterr().out
     assert out.count("wandb: ") == 1, out  # the comparison's line, not one per condition
-    assert "wandb: project dr-test, entity (default), group tiny, name <condition>-seed<k>, " \
-           "tags ['cmp'], mode offline (WANDB_MODE)" in out  # fmt: skip
+    assert (
+        "wandb: project dr-test, entity (default), group tiny, name <condition>-seed<k>, "
+        "tags ['cmp'], mode offline (WANDB_MODE)" in out
+    )
     bad = compare.read_text().replace(
         "conditions: {sparse: {}", "conditions: {sparse: [wandb.group=x]"
     )
@@ -160,11 +184,15 @@ def test_compare_gives_every_run_the_comparisons_section():
     from densereward.sample_efficiency import config as C
 
     cfg = C.parse_compare_config(
-        {"trainer": "sac", "base": "configs/sac_fetchreach_sparse.yaml",
-         "conditions": {"a": {}, "b": ["env.id=FetchReachDense-v4", "env.reward=env"]},
-         "seeds": [0, 1], "wandb": {"project": "p", "enabled": False}},
+        {
+            "trainer": "sac",
+            "base": "configs/sac_fetchreach_sparse.yaml",
+            "conditions": {"a": {}, "b": ["env.id=FetchReachDense-v4", "env.reward=env"]},
+            "seeds": [0, 1],
+            "wandb": {"project": "p", "enabled": False},
+        },
         name="cmp",
-    )  # fmt: skip
+    )
     runs = C.build_run_configs(cfg, base_dir=REPO)
     sections = [run["wandb"] for seeds in runs.values() for run in seeds.values()]
     assert len(sections) == 4 and all(s == sections[0] for s in sections)
@@ -189,8 +217,9 @@ def test_a_short_sac_run_writes_an_offline_run_with_the_configured_project_and_g
     config = load_yaml(REPO / "configs" / "sac_fetchreach_sparse.yaml")
     config["env"]["n_envs"] = 1
     config["sac"].update(learning_starts=30, batch_size=16, policy_kwargs={"net_arch": [16, 16]})
-    config["training"].update(total_timesteps=60, eval_every=0, curve_every=30,
-                              checkpoint_every=0, log_interval=1)  # fmt: skip
+    config["training"].update(
+        total_timesteps=60, eval_every=0, curve_every=30, checkpoint_every=0, log_interval=1
+    )
     config["wandb"] = {"project": "dr-wandb-test", "group": "dr-group", "tags": ["t1"]}
     sac.run(config, output_dir=tmp_path / "run-a")
     assert offline_run(tmp_path / "run-a") == ("dr-wandb-test", "dr-group", "run-a", ["t1"], "")
@@ -203,14 +232,25 @@ def test_a_comparison_groups_its_runs_and_names_each_after_its_run_directory(tmp
 
     monkeypatch.setenv("WANDB_MODE", "offline")
     config = {
-        "name": "tiny-cmp", "trainer": "sac", "base": "configs/sac_fetchreach_sparse.yaml",
-        "common": ["env.n_envs=1", "sac.learning_starts=30", "sac.batch_size=16",
-                   "sac.policy_kwargs={net_arch: [16, 16]}", "training.eval_every=0",
-                   "training.curve_every=30", "training.checkpoint_every=0"],
+        "name": "tiny-cmp",
+        "trainer": "sac",
+        "base": "configs/sac_fetchreach_sparse.yaml",
+        "common": [
+            "env.n_envs=1",
+            "sac.learning_starts=30",
+            "sac.batch_size=16",
+            "sac.policy_kwargs={net_arch: [16, 16]}",
+            "training.eval_every=0",
+            "training.curve_every=30",
+            "training.checkpoint_every=0",
+        ],
         "conditions": {"sparse": {}, "dense": ["env.id=FetchReachDense-v4", "env.reward=env"]},
-        "seeds": [0], "budget": 60, "n_bootstrap": 100, "output_dir": str(tmp_path / "cmp"),
+        "seeds": [0],
+        "budget": 60,
+        "n_bootstrap": 100,
+        "output_dir": str(tmp_path / "cmp"),
         "wandb": {"project": "dr-cmp-test", "tags": ["cmp"]},
-    }  # fmt: skip
+    }
     monkeypatch.chdir(REPO)
     run_comparison(config, progress=False)
     for cname in ("sparse", "dense"):

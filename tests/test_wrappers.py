@@ -271,8 +271,13 @@ def test_mostly_abstaining_progress_warns_once_with_the_reasons_counted(caplog):
     """Issue 26 item 2: reads that abstain feed nothing into the shaping; not silently."""
     from densereward.abstentions import FIXES
 
-    env = VerifierProgressReward(raw_env(), _Abstaining(), FetchDescriber("reach"),
-                                 ProgressRewardConfig(score_every=1), gamma=0.9)  # fmt: skip
+    env = VerifierProgressReward(
+        raw_env(),
+        _Abstaining(),
+        FetchDescriber("reach"),
+        ProgressRewardConfig(score_every=1),
+        gamma=0.9,
+    )
     with caplog.at_level(logging.WARNING, logger="densereward.progress_reward"):
         run_episode(env, seed=0)  # 51 reads, one per call
     said = [r.getMessage() for r in caplog.records if "abstained" in r.getMessage()]
@@ -301,12 +306,25 @@ def test_a_verifier_abstaining_on_every_read_warns_once_in_a_real_sac_loop(
     # verifier outright; here the reads during training are the ones that abstain
     v = Verifier(VerifierConfig(min_mass=0.999, calibrate=False))
     try:
-        venv = envs.make_vec_env("FetchReach-v4", 1, seed=0, reward="verifier",
-                                 progress_fn=verifier_progress_fn(v),
-                                 describer=FetchDescriber.for_env_id("FetchReach-v4"),
-                                 reward_config=ProgressRewardConfig(score_every=2), gamma=0.95)  # fmt: skip
-        model = SAC("MultiInputPolicy", venv, seed=0, learning_starts=10, batch_size=8,
-                    policy_kwargs={"net_arch": [16, 16]}, device="cpu")  # fmt: skip
+        venv = envs.make_vec_env(
+            "FetchReach-v4",
+            1,
+            seed=0,
+            reward="verifier",
+            progress_fn=verifier_progress_fn(v),
+            describer=FetchDescriber.for_env_id("FetchReach-v4"),
+            reward_config=ProgressRewardConfig(score_every=2),
+            gamma=0.95,
+        )
+        model = SAC(
+            "MultiInputPolicy",
+            venv,
+            seed=0,
+            learning_starts=10,
+            batch_size=8,
+            policy_kwargs={"net_arch": [16, 16]},
+            device="cpu",
+        )
         with caplog.at_level(logging.WARNING, logger="densereward.progress_reward"):
             model.learn(30)  # reads: s_0 and every 2nd state, 16 in all
     finally:
@@ -375,8 +393,10 @@ def test_sparse_success_compute_reward_takes_batches(batch):
     achieved = goal + rng.normal(0.0, 0.04, size=(batch, 3))  # about half within 5 cm
     r = venv.env_method("compute_reward", achieved, goal, [{}] * batch, indices=[0])[0]
     assert r.shape == (batch,) and r.dtype == np.float32
-    single = [venv.env_method("compute_reward", a, g, {}, indices=[0])[0]
-              for a, g in zip(achieved, goal, strict=True)]  # fmt: skip
+    single = [
+        venv.env_method("compute_reward", a, g, {}, indices=[0])[0]
+        for a, g in zip(achieved, goal, strict=True)
+    ]
     assert all(np.asarray(x).shape == () and np.asarray(x).dtype == np.float32 for x in single)
     np.testing.assert_array_equal(r, single)
     # the 1/0 of the episode's rewards: Fetch's own -1/0 goal test, shifted
@@ -492,9 +512,11 @@ def text_progress(tasks, trajectories, **kwargs):
 def _potential_after(history: list, mode: str) -> float:
     """Phi of the last state of ``history`` (dict observations), scored by the wrapper core."""
     core = ProgressRewardCore(
-        text_progress, FetchDescriber("reach"),
-        ProgressRewardConfig(mode=mode, score_every=1, cache_size=0), gamma=0.95,
-    )  # fmt: skip
+        text_progress,
+        FetchDescriber("reach"),
+        ProgressRewardConfig(mode=mode, score_every=1, cache_size=0),
+        gamma=0.95,
+    )
     core.resolve(core.start(0, history[0]))
     for obs in history[1:]:
         core.resolve(core.advance(0, np.zeros(4), obs, 0.0, done=False))
@@ -524,9 +546,11 @@ def test_shaping_potential_is_a_function_of_the_state_not_of_the_history():
         ProgressRewardCore(text_progress, TrajectoryOnly(), ProgressRewardConfig(), gamma=0.9)
     # and revisiting a state hits the cache: the text is that of the state alone
     core = ProgressRewardCore(
-        Recorder(text_progress), FetchDescriber("reach"), ProgressRewardConfig(score_every=1),
+        Recorder(text_progress),
+        FetchDescriber("reach"),
+        ProgressRewardConfig(score_every=1),
         gamma=0.95,
-    )  # fmt: skip
+    )
     core.resolve(core.start(0, state))
     core.resolve(core.advance(0, np.zeros(4), path[2], 0.0, done=False))
     core.resolve(core.advance(0, np.zeros(4), state, 0.0, done=False))

@@ -69,8 +69,14 @@ _BUILTINS = {  # name: (the backend class, its options class in this module)
     "sampled": ("densereward.backends.sampled:SampledBackend", "SampledOptions"),
 }
 
-BACKEND_METHODS = ("tokenize", "next_token_logprobs", "anext_token_logprobs", "generate",
-                   "agenerate", "close")  # fmt: skip
+BACKEND_METHODS = (
+    "tokenize",
+    "next_token_logprobs",
+    "anext_token_logprobs",
+    "generate",
+    "agenerate",
+    "close",
+)
 """The methods of :class:`densereward.backends.base.VerifierBackend` a backend class must have."""
 
 
@@ -291,11 +297,23 @@ class OpenAIOptions:
                 f"{_P}base_url=http://127.0.0.1:8000/v1 (the server's /v1 URL, or a list of "
                 "replicas)"
             )
-        _at_least(self, {"max_concurrency": 1, "max_retries": 0, "retry_base_s": 0,
-                         "retry_max_s": 0, "top_logprobs": 1, "max_imbalance": 0})  # fmt: skip
-        positive = {"timeout_s": self.timeout_s, "health_timeout_s": self.health_timeout_s,
-                    "health_interval_s": self.health_interval_s,
-                    "requests_per_minute": self.requests_per_minute}  # fmt: skip
+        _at_least(
+            self,
+            {
+                "max_concurrency": 1,
+                "max_retries": 0,
+                "retry_base_s": 0,
+                "retry_max_s": 0,
+                "top_logprobs": 1,
+                "max_imbalance": 0,
+            },
+        )
+        positive = {
+            "timeout_s": self.timeout_s,
+            "health_timeout_s": self.health_timeout_s,
+            "health_interval_s": self.health_interval_s,
+            "requests_per_minute": self.requests_per_minute,
+        }
         for name, value in positive.items():
             if value is not None and value <= 0:
                 raise ConfigError(f"{_P}{name} must be > 0, got {value}")

@@ -238,8 +238,11 @@ class VerifierDynamicsCallback(BaseCallback):
             t = best_threshold(*self._judged)["threshold"]
             if math.isfinite(t):
                 if self.threshold_fallback:
-                    logger.info("verifier.threshold=auto: Youden's J on %d episodes: %.4g",
-                                len(self._judged[1]), t)  # fmt: skip
+                    logger.info(
+                        "verifier.threshold=auto: Youden's J on %d episodes: %.4g",
+                        len(self._judged[1]),
+                        t,
+                    )
                 self.threshold, self.threshold_fallback = t, False
 
     def metrics(self) -> dict[str, float]:

@@ -114,8 +114,10 @@ def _run_score(args: argparse.Namespace) -> int:
             print(json.dumps(to_jsonable(out), indent=2))
             return EXIT_ABSTAINED if r.value is None else 0
         v_ = who["verifier"]
-        print(f"verifier       : {v_['backend']} {v_['model']} (G = {v_['granularity']}, "
-              f"K = {v_['n_repeats']}), prompt {who['prompt']}: {_PROMPT_WORDS[who['prompt']]}")  # fmt: skip
+        print(
+            f"verifier       : {v_['backend']} {v_['model']} (G = {v_['granularity']}, "
+            f"K = {v_['n_repeats']}), prompt {who['prompt']}: {_PROMPT_WORDS[who['prompt']]}"
+        )
         if r.value is None:
             print(f"abstained: {r.reason}")
             return EXIT_ABSTAINED
@@ -127,8 +129,10 @@ def _run_score(args: argparse.Namespace) -> int:
         else:
             mass = "n/a (restricted by backend)" if r.mass is None else f"{r.mass:.4f}"
             print(f"score mass     : {mass}")
-            print(f"argmax score   : {v.scale.tokens[r.argmax]} = {r.argmax_value:.4f}   "
-                  f"(of {worst}..{best}: {_grade_words(r.argmax, len(v.scale.tokens))})")  # fmt: skip
+            print(
+                f"argmax score   : {v.scale.tokens[r.argmax]} = {r.argmax_value:.4f}   "
+                f"(of {worst}..{best}: {_grade_words(r.argmax, len(v.scale.tokens))})"
+            )
         for name, val in r.per_criterion.items():
             print(f"  {name:<13}: {val if val is None else round(val, 4)}")
         if sparse is not None:
@@ -158,10 +162,16 @@ def _score_who(v, args: argparse.Namespace) -> dict:
         kind = "anchored"
     model = cfg.model or f"{DEFAULT_MODEL_NAME} (embedded)"
     return {
-        "verifier": {"backend": cfg.backend, "model": model, "model_path": str(v.backend.model_id),
-                     "granularity": cfg.granularity, "n_repeats": cfg.n_repeats, "style": cfg.style},
+        "verifier": {
+            "backend": cfg.backend,
+            "model": model,
+            "model_path": str(v.backend.model_id),
+            "granularity": cfg.granularity,
+            "n_repeats": cfg.n_repeats,
+            "style": cfg.style,
+        },
         "prompt": kind,
-    }  # fmt: skip
+    }
 
 
 def _grade_words(argmax: int, n_levels: int) -> str:
@@ -203,8 +213,11 @@ def _sparse_words(sparse: dict, r) -> str:
     wrong = why.get(sparse["reason"], sparse["reason"]) or (
         f"its final answer {sparse.get('predicted')!r} does not match --reference"
     )
-    verdict = ("correct (Math-Verify: its final answer matches --reference)" if correct
-               else f"incorrect (Math-Verify: {wrong})")  # fmt: skip
+    verdict = (
+        "correct (Math-Verify: its final answer matches --reference)"
+        if correct
+        else f"incorrect (Math-Verify: {wrong})"
+    )
     high = (r.argmax_value if r.argmax_value is not None else r.value) >= 0.5
     half = "upper" if high else "lower"
     agree = "agrees" if high == correct else "disagrees"
@@ -432,8 +445,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             return EXIT_ERROR
         if args.verbose:
             logging.getLogger("densereward").exception("unexpected error")
-        print(f"densereward: internal error: {type(err).__name__}: {err}. This is a bug; please "
-              "report it (--verbose prints the traceback)", file=sys.stderr)  # fmt: skip
+        print(
+            f"densereward: internal error: {type(err).__name__}: {err}. This is a bug; please "
+            "report it (--verbose prints the traceback)",
+            file=sys.stderr,
+        )
         return EXIT_INTERNAL
 
 

@@ -285,9 +285,19 @@ def _owners(names: set[str], backend: str) -> list[str]:
 
 
 _MOVED_TO_OPTIONS = frozenset(
-    {"base_url", "api_key_env", "dtype", "device", "n_samples", "max_concurrency",
-     "requests_per_minute", "timeout_s", "max_retries", "gpu_memory_utilization"}
-)  # fmt: skip
+    {
+        "base_url",
+        "api_key_env",
+        "dtype",
+        "device",
+        "n_samples",
+        "max_concurrency",
+        "requests_per_minute",
+        "timeout_s",
+        "max_retries",
+        "gpu_memory_utilization",
+    }
+)
 """Former ``verifier.<name>`` fields each backend owns now (``verifier.backend_options.<name>``):
 a config that still sets one gets a :class:`ConfigError` with the new spelling."""
 
@@ -540,8 +550,12 @@ def _drop_foreign_options(section: dict[str, Any], old: str, given: set[str]) ->
     if dropped:
         logging.getLogger(__name__).warning(
             "verifier.backend=%s: dropped verifier.backend_options %s of the config (options "
-            "of %r that %r does not take)", new, ", ".join(dropped), old, new,
-        )  # fmt: skip
+            "of %r that %r does not take)",
+            new,
+            ", ".join(dropped),
+            old,
+            new,
+        )
 
 
 def add_override_arguments(parser: Any, example: str) -> None:

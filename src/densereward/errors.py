@@ -57,8 +57,15 @@ class BackendRefusedError(BackendError):
             context), not on the configuration.
     """
 
-    def __init__(self, message: str, *, status: int, detail: str = "", setting: str | None = None,
-                 item_dependent: bool = False):  # fmt: skip
+    def __init__(
+        self,
+        message: str,
+        *,
+        status: int,
+        detail: str = "",
+        setting: str | None = None,
+        item_dependent: bool = False,
+    ):
         super().__init__(message)
         self.status = status
         self.detail = detail

@@ -197,10 +197,15 @@ def check_run_dir(
                 f"saving one, so there is nothing to continue from; choose another {flag} for a "
                 "new run (and a checkpoint interval within the budget to resume later)"
             )
-        why = "the directory does not exist" if not d.exists() else (
-            "the earlier run stopped before its first checkpoint" if any(d.iterdir())
-            else "the directory is empty"
-        )  # fmt: skip
+        why = (
+            "the directory does not exist"
+            if not d.exists()
+            else (
+                "the earlier run stopped before its first checkpoint"
+                if any(d.iterdir())
+                else "the directory is empty"
+            )
+        )
         raise ConfigError(
             f"--resume: no checkpoint in {d} ({why}). Choices: run the same command without "
             f"--resume to start the run afresh there, or pass {flag} of a run that has "

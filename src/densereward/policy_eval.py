@@ -107,8 +107,16 @@ def heldout_tasks(cfg: HeldoutConfig, train_problems: Sequence[str] = ()):
     return ds
 
 
-def _generate(model, tokenizer, prompts: list[str], *, max_new_tokens: int, temperature: float | None,
-              n: int, batch_size: int) -> list[list[str]]:  # fmt: skip
+def _generate(
+    model,
+    tokenizer,
+    prompts: list[str],
+    *,
+    max_new_tokens: int,
+    temperature: float | None,
+    n: int,
+    batch_size: int,
+) -> list[list[str]]:
     """``n`` completions per prompt (greedy when ``temperature`` is ``None``)."""
     import torch
 
@@ -128,8 +136,13 @@ def _generate(model, tokenizer, prompts: list[str], *, max_new_tokens: int, temp
             if temperature is not None:
                 kw = {"do_sample": True, "temperature": temperature, "top_p": 1.0, "top_k": 0}
             with torch.no_grad():
-                ids = model.generate(**enc, max_new_tokens=max_new_tokens, num_return_sequences=n,
-                                     pad_token_id=tokenizer.pad_token_id, **kw)  # fmt: skip
+                ids = model.generate(
+                    **enc,
+                    max_new_tokens=max_new_tokens,
+                    num_return_sequences=n,
+                    pad_token_id=tokenizer.pad_token_id,
+                    **kw,
+                )
             texts = tokenizer.batch_decode(
                 ids[:, enc["input_ids"].shape[1] :], skip_special_tokens=True
             )
@@ -174,8 +187,10 @@ def evaluate_pass_rate(
     checker = checker or default_checker()
     temperature = cfg.temperature if cfg.temperature is not None else temperature
     max_new_tokens = cfg.max_new_tokens or max_new_tokens
-    prompts = [tokenizer.apply_chat_template(r["prompt"], tokenize=False, add_generation_prompt=True)
-               for r in dataset]  # fmt: skip
+    prompts = [
+        tokenizer.apply_chat_template(r["prompt"], tokenize=False, add_generation_prompt=True)
+        for r in dataset
+    ]
     answers = [r["answer"] for r in dataset]
     was_training = model.training
     model.eval()
@@ -192,15 +207,29 @@ def evaluate_pass_rate(
             # cfg.seed seeds a fork of the CPU and every CUDA generator: the caller's streams
             # (a GRPO run's training samples) do not depend on the evaluation (issue 36)
             with forked_rng(cfg.seed):
-                texts = _generate(model, tokenizer, prompts, max_new_tokens=max_new_tokens,
-                                  temperature=temp, n=n, batch_size=cfg.batch_size)  # fmt: skip
+                texts = _generate(
+                    model,
+                    tokenizer,
+                    prompts,
+                    max_new_tokens=max_new_tokens,
+                    temperature=temp,
+                    n=n,
+                    batch_size=cfg.batch_size,
+                )
             flat_refs = [a for a in answers for _ in range(n)]
             checks = checker.check_batch(flat_refs, [t for ts in texts for t in ts])
             ok = np.array([c.reward == 1.0 for c in checks], dtype=np.float64).reshape(-1, n)
             result["n_abstained"] += sum(c.reward is None for c in checks)
             result[name] = ok.mean(axis=1).tolist()
-            result["examples"] += [{"mode": name, "problem": dataset[i]["problem"], "completion": texts[i][0],
-                                    "correct": bool(ok[i, 0])} for i in range(min(3, len(texts)))]  # fmt: skip
+            result["examples"] += [
+                {
+                    "mode": name,
+                    "problem": dataset[i]["problem"],
+                    "completion": texts[i][0],
+                    "correct": bool(ok[i, 0]),
+                }
+                for i in range(min(3, len(texts)))
+            ]
     finally:
         model.train(was_training)
     result.setdefault("greedy", None)
@@ -208,8 +237,14 @@ def evaluate_pass_rate(
     return result
 
 
-def paired_difference(before: Sequence[float], after: Sequence[float], *, confidence: float = 0.95,
-                      n_resamples: int = 2000, seed: int = 0) -> dict[str, dict[str, float]]:  # fmt: skip
+def paired_difference(
+    before: Sequence[float],
+    after: Sequence[float],
+    *,
+    confidence: float = 0.95,
+    n_resamples: int = 2000,
+    seed: int = 0,
+) -> dict[str, dict[str, float]]:
     """Pass rates before / after and their difference, with paired bootstrap intervals.
 
     Problems are resampled with replacement and each keeps its (before, after) pair

@@ -171,8 +171,11 @@ def check_sections(
 
 def _scalar_kinds(annotation: Any) -> set[type]:
     """The ones of ``int``, ``float``, ``str``, ``bool`` a type hint names (in a union too)."""
-    args = typing.get_args(annotation) if typing.get_origin(annotation) in (
-        typing.Union, types.UnionType) else (annotation,)  # fmt: skip
+    args = (
+        typing.get_args(annotation)
+        if typing.get_origin(annotation) in (typing.Union, types.UnionType)
+        else (annotation,)
+    )
     return {a for a in args if a in (int, float, str, bool)}
 
 

@@ -93,10 +93,13 @@ class VisionTransformersBackend(TransformersBackend):
         if self.processor is not None:
             return dict(
                 self.processor(
-                    text=texts, images=frames or None, return_tensors="pt", padding=True,
+                    text=texts,
+                    images=frames or None,
+                    return_tensors="pt",
+                    padding=True,
                     padding_side="left",
                 )
-            )  # fmt: skip
+            )
         enc: dict[str, Any] = {}
         if frames:
             enc = dict(self.image_processor(images=frames, return_tensors="pt"))

@@ -441,8 +441,14 @@ def resolve_hub_id(repo_id: str, field: str = "model") -> str:
         return repo_id
     if snapshot is None:
         raise BackendUnavailableError(hub_id_problem(repo_id, field))
-    logger.warning("%s=%r: the Hugging Face Hub cannot be reached (%s); loading the cached copy "
-                   "%s (set HF_HUB_OFFLINE=1 to skip this check)", field, repo_id, why, snapshot)  # fmt: skip
+    logger.warning(
+        "%s=%r: the Hugging Face Hub cannot be reached (%s); loading the cached copy "
+        "%s (set HF_HUB_OFFLINE=1 to skip this check)",
+        field,
+        repo_id,
+        why,
+        snapshot,
+    )
     return str(snapshot)
 
 

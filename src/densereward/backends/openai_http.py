@@ -160,10 +160,14 @@ class OpenAIBackend(BackendBase):
         self._loop = LoopThread(name=f"densereward-{self.name}-http")
         headers = {"Authorization": f"Bearer {self._api_key}"} if self._api_key else {}
         router_options = dict(
-            headers=headers, redact=self._redact, wait_s=self._wait_s, name=self.name,
-            max_imbalance=opts.max_imbalance, health_interval_s=opts.health_interval_s,
+            headers=headers,
+            redact=self._redact,
+            wait_s=self._wait_s,
+            name=self.name,
+            max_imbalance=opts.max_imbalance,
+            health_interval_s=opts.health_interval_s,
             health_timeout_s=health_timeout_s,
-        )  # fmt: skip
+        )
         try:
             self._router = self._loop.submit(self._open(router_options)).result()
             models = self._loop.submit(self._router.start(health_timeout_s, config.model)).result()
@@ -258,9 +262,12 @@ class OpenAIBackend(BackendBase):
             setting, item_dependent = refusal_setting(e.status, e.detail, payload, self.options)
             fix = f"; change {setting}" if setting else ""
             raise BackendRefusedError(
-                f"{e}{fix}", status=e.status, detail=e.detail, setting=setting,
+                f"{e}{fix}",
+                status=e.status,
+                detail=e.detail,
+                setting=setting,
                 item_dependent=item_dependent,
-            ) from None  # fmt: skip
+            ) from None
 
     def _messages(self, prompt: ChatPrompt) -> list[dict[str, Any]]:
         """The request's turns; frames become ``image_url`` parts (base64 PNG data URLs) before

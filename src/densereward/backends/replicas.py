@@ -289,8 +289,12 @@ class Router:
         """
         import httpx
 
-        payload = {"model": self.model, "messages": [{"role": "user", "content": "Say 1."}],
-                   "max_tokens": 1, "temperature": 0.0}  # fmt: skip
+        payload = {
+            "model": self.model,
+            "messages": [{"role": "user", "content": "Say 1."}],
+            "max_tokens": 1,
+            "temperature": 0.0,
+        }
         try:
             resp = await self.client.post(f"{replica.url}/chat/completions", json=payload)
         except httpx.HTTPError as e:
@@ -332,10 +336,13 @@ class Router:
         if model is None and listed and not all(listed[0][0] in ids for ids in listed):
             raise BackendUnavailableError(
                 "the verifier replicas serve different models ("
-                + "; ".join(f"{r.url}: {_ids(res)}" for r, res in zip(self.replicas, results, strict=True)
-                            if not isinstance(res, BaseException))
+                + "; ".join(
+                    f"{r.url}: {_ids(res)}"
+                    for r, res in zip(self.replicas, results, strict=True)
+                    if not isinstance(res, BaseException)
+                )
                 + "); set verifier.model to the one to read, or list only its replicas"
-            )  # fmt: skip
+            )
         self.model = model or (listed[0][0] if listed else None)
         serving: list[Any] | None = None
         why: list[str] = []
@@ -413,8 +420,11 @@ class Router:
                     self.set.take_out(replica, self.redact(str(e)))
                 elif replica.n_timeouts >= TIMEOUTS_TO_TAKE_OUT and len(self.replicas) > 1:
                     replica.probe = True
-                    self.set.take_out(replica, f"{replica.n_timeouts} reads in a row timed "
-                                      "out (its engine may hang while its API answers)")  # fmt: skip
+                    self.set.take_out(
+                        replica,
+                        f"{replica.n_timeouts} reads in a row timed "
+                        "out (its engine may hang while its API answers)",
+                    )
                 tried.append(replica)
                 if attempt == self.options.max_retries:
                     self.usage.n_failures += 1
@@ -434,8 +444,12 @@ class Router:
                 n_backoff += 1
                 logger.warning(
                     "%s: retry %d/%d of POST %s after %s",
-                    self.name, attempt, self.options.max_retries, path, self.redact(str(e)),
-                )  # fmt: skip
+                    self.name,
+                    attempt,
+                    self.options.max_retries,
+                    path,
+                    self.redact(str(e)),
+                )
                 await asyncio.sleep(self.wait_s(n_backoff, e))
             except BackendError:
                 replica.n_failures += 1

@@ -40,8 +40,14 @@ class RetryableError(BackendError):
     until a read answers again).
     """
 
-    def __init__(self, message: str, retry_after: float | None = None, *, lost: bool = False,
-                 timed_out: bool = False):  # fmt: skip
+    def __init__(
+        self,
+        message: str,
+        retry_after: float | None = None,
+        *,
+        lost: bool = False,
+        timed_out: bool = False,
+    ):
         super().__init__(message)
         self.retry_after = retry_after
         self.lost = lost

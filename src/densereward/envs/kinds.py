@@ -209,8 +209,13 @@ def reward_options(reward: str, base: str, given: Any) -> Any:
     from ..rewards.kinds import options_of
 
     name = base if sac_reward_kind(reward).shapes_base else reward
-    return options_of(sac_reward_kind(name), given, name=name, field="env.reward_options",
-                      owner=f"env.reward={reward}" + (f" on env.base={base}" if name != reward else ""))  # fmt: skip
+    return options_of(
+        sac_reward_kind(name),
+        given,
+        name=name,
+        field="env.reward_options",
+        owner=f"env.reward={reward}" + (f" on env.base={base}" if name != reward else ""),
+    )
 
 
 @dataclass(frozen=True)
@@ -260,10 +265,11 @@ DESCRIBERS: Registry[DescriberSpec] = Registry(
         "metaworld": "densereward.envs.meta_world:METAWORLD",
     },
     check=instances_of(
-        DescriberSpec, "trajectory describer",
+        DescriberSpec,
+        "trajectory describer",
         "declare DescriberSpec(YourDescriber, env_ids=(...,), priority=0)",
     ),
-)  # fmt: skip
+)
 """``env.describer`` -> a :class:`DescriberSpec` (plugins: ``densereward.describers``)."""
 
 _log = logging.getLogger(__name__)
@@ -330,6 +336,9 @@ def _chosen(env_id: str) -> str | None:
         _SAID.add((env_id, found[0][0]))
         _log.warning(
             "%r matches describers %s: using %r (the highest priority); set env.describer to "
-            "use another (said once)", env_id, listed, found[0][0],
-        )  # fmt: skip
+            "use another (said once)",
+            env_id,
+            listed,
+            found[0][0],
+        )
     return found[0][0]

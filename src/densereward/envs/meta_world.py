@@ -196,10 +196,14 @@ _TASKS: dict[str, tuple[str, str, float]] = {
     "push-wall": ("Push the puck around the wall to the goal", "object", 0.07),
     "push-back": ("Push the puck back to the goal", "object", 0.07),
     "pick-place": ("Pick up the puck and place it at the goal", "object", 0.07),
-    "pick-place-wall": ("Pick up the puck, lift it over the wall, place it at the goal", "object", 0.07),
+    "pick-place-wall": (
+        "Pick up the puck, lift it over the wall, place it at the goal",
+        "object",
+        0.07,
+    ),
     "sweep-into": ("Sweep the puck into the hole at the goal", "object", 0.05),
     "plate-slide": ("Slide the plate into the goal", "object", 0.07),
-}  # fmt: skip
+}
 
 
 class MetaWorldDescriber:
@@ -262,7 +266,12 @@ class MetaWorldDescriber:
             raise DataError(
                 f"MetaWorldDescriber reads Meta-World's 39-value observation, got {v.size} values"
             )
-        return {"gripper": v[0:3] + TCP_OFFSET, "opening": v[3:4], "object": v[4:7], "goal": v[36:39]}  # fmt: skip
+        return {
+            "gripper": v[0:3] + TCP_OFFSET,
+            "opening": v[3:4],
+            "object": v[4:7],
+            "goal": v[36:39],
+        }
 
     def _distance(self, obs: Any) -> float | None:
         """The success test's distance (m), or ``None`` for a task without a distance test."""

@@ -119,8 +119,15 @@ def _plot(rows: list[dict[str, Any]], path: Path, title: str) -> None:
         seen.add(pol)
         style = "-" if rs[0]["success"] else "--"
         for ax in axes:
-            ax.plot(*zip(*pts, strict=True), marker="o", ms=3, alpha=0.8, linestyle=style,
-                    color=colors.get(pol, "tab:blue"), label=label)  # fmt: skip
+            ax.plot(
+                *zip(*pts, strict=True),
+                marker="o",
+                ms=3,
+                alpha=0.8,
+                linestyle=style,
+                color=colors.get(pol, "tab:blue"),
+                label=label,
+            )
     for ax in axes:
         ax.set_xlabel("environment step t")
         ax.set_ylabel("progress read")
@@ -130,8 +137,10 @@ def _plot(rows: list[dict[str, Any]], path: Path, title: str) -> None:
     from matplotlib.lines import Line2D
 
     handles, _ = axes[0].get_legend_handles_labels()
-    handles += [Line2D([], [], color="k", linestyle="-", label="successful episode"),
-                Line2D([], [], color="k", linestyle="--", label="failed episode")]  # fmt: skip
+    handles += [
+        Line2D([], [], color="k", linestyle="-", label="successful episode"),
+        Line2D([], [], color="k", linestyle="--", label="failed episode"),
+    ]
     axes[0].legend(handles=handles, fontsize=8, loc="best")
     fig.suptitle(title, fontsize=9)
     fig.tight_layout()
@@ -190,9 +199,13 @@ def _report(metrics: dict[str, Any], meta: dict[str, Any]) -> str:
 
 
 def write_outputs(
-    out_dir: str | Path, rows: list[dict[str, Any]], metrics: dict[str, Any], meta: dict[str, Any],
-    *, plots: bool = True,
-) -> dict[str, Path]:  # fmt: skip
+    out_dir: str | Path,
+    rows: list[dict[str, Any]],
+    metrics: dict[str, Any],
+    meta: dict[str, Any],
+    *,
+    plots: bool = True,
+) -> dict[str, Path]:
     """``scores.jsonl``, ``metrics.json``, ``report.md`` and ``progress.png``, each atomically."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)

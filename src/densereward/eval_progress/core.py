@@ -225,10 +225,12 @@ def read_progress(
         n = len(texts)
         if cfg.read_mode == "pairwise":
             start = texts[0]  # reads start at t = 0: the start state's text in either form
-            fwd = verifier.compare_batch(problems=[task] * n, a=texts, b=[start] * n,
-                                         criteria=[PAIR_CRITERION])  # fmt: skip
-            back = verifier.compare_batch(problems=[task] * n, a=[start] * n, b=texts,
-                                          criteria=[PAIR_CRITERION])  # fmt: skip
+            fwd = verifier.compare_batch(
+                problems=[task] * n, a=texts, b=[start] * n, criteria=[PAIR_CRITERION]
+            )
+            back = verifier.compare_batch(
+                problems=[task] * n, a=[start] * n, b=texts, criteria=[PAIR_CRITERION]
+            )
             values, reasons = [], []
             for f, b in zip(fwd, back, strict=True):
                 if f.preference is None or b.preference is None:

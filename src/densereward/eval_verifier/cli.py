@@ -188,12 +188,17 @@ def main(args: argparse.Namespace) -> int:
     if all(v is None for v in scores):  # no metric exists: counts and reasons only
         summary = abstention_summary(rows, scores, reasons)
         metrics = {
-            "counts": {"n_responses": len(rows), "n_scored": 0, "n_abstained": len(rows),
-                       "n_problems": len({str(r["problem_id"]) for r in rows}),
-                       "n_generators": len(summary["per_generator"]), "n_generators_scored": 0},
+            "counts": {
+                "n_responses": len(rows),
+                "n_scored": 0,
+                "n_abstained": len(rows),
+                "n_problems": len({str(r["problem_id"]) for r in rows}),
+                "n_generators": len(summary["per_generator"]),
+                "n_generators_scored": 0,
+            },
             "abstentions": summary,
             "generators": list(summary["per_generator"]),
-        }  # fmt: skip
+        }
     else:
         metrics = evaluate(
             rows,
@@ -238,9 +243,13 @@ def main(args: argparse.Namespace) -> int:
     )
     rates = "  ".join(
         f"{name} {format_number(o[key])} ({counts_text(o, key)})"
-        for name, key in (("TPR", "tpr"), ("TNR", "tnr"), ("balanced accuracy", "balanced_accuracy"),
-                          ("AUROC", "auroc"))
-    )  # fmt: skip
+        for name, key in (
+            ("TPR", "tpr"),
+            ("TNR", "tnr"),
+            ("balanced accuracy", "balanced_accuracy"),
+            ("AUROC", "auroc"),
+        )
+    )
     print(f"{rates}  ({c['n_scored']} scored{unread}, {c['n_abstained']} abstained)")
     for note in evidence_notes(metrics):  # one class, too few to rank, a gap too small to read
         print(note)

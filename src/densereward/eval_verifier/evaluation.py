@@ -49,9 +49,15 @@ a smaller difference is not one a reader can see (two reads that differ by 0.000
 every figure of the report; AUROC still counts them as ordered)."""
 
 HEADLINE = (
-    "auroc", "score_gap", "pairwise_accuracy",  # threshold-free first
-    "tpr", "tnr", "balanced_accuracy", "precision", "verifier_gain",
-)  # fmt: skip
+    "auroc",
+    "score_gap",
+    "pairwise_accuracy",  # threshold-free first
+    "tpr",
+    "tnr",
+    "balanced_accuracy",
+    "precision",
+    "verifier_gain",
+)
 
 
 def _family_gap(scores, labels, pids, fams, threshold) -> dict[str, Any]:
@@ -123,8 +129,11 @@ def unread_summary(
     """
     if reasons is None:
         return None
-    ix = [i for i, (v, r) in enumerate(zip(scores, reasons, strict=True))
-          if v is not None and r in UNREAD_REASONS]  # fmt: skip
+    ix = [
+        i
+        for i, (v, r) in enumerate(zip(scores, reasons, strict=True))
+        if v is not None and r in UNREAD_REASONS
+    ]
     n_correct = sum(bool(rows[i]["is_correct"]) for i in ix)
     return {
         "n": len(ix),
@@ -403,8 +412,13 @@ def evaluate(
             )
         else:  # nothing scored here: every rate undefined
             rep = {key: math.nan for key in M.REPORT_KEYS} | {"n": 0.0, "n_pos": 0.0, "n_neg": 0.0}
-            rep.update(score_gap=math.nan, pairwise_accuracy=math.nan, tie_rate=math.nan,
-                       score_gap_snr=math.nan, mean_score=math.nan)  # fmt: skip
+            rep.update(
+                score_gap=math.nan,
+                pairwise_accuracy=math.nan,
+                tie_rate=math.nan,
+                score_gap_snr=math.nan,
+                mean_score=math.nan,
+            )
         a_s, a_y, a_p = s_all[ix], y_all[ix], [pids_all[i] for i in ix]
         rep.update(
             mean_problem_pass_rate=M.mean_problem_pass_rate(a_y, a_p),

@@ -40,11 +40,27 @@ def _bars(
         ns = (counts or {}).get(name)
         for k, (px, value) in enumerate(zip(pos, v, strict=True)):
             if np.isnan(value) and not no_bar:  # (an empty panel says why once, below)
-                ax.text(px, 0.02, "no data", rotation=90, ha="center", va="bottom", fontsize=6,
-                        color=bars.patches[k].get_facecolor(), alpha=0.9)  # fmt: skip
+                ax.text(
+                    px,
+                    0.02,
+                    "no data",
+                    rotation=90,
+                    ha="center",
+                    va="bottom",
+                    fontsize=6,
+                    color=bars.patches[k].get_facecolor(),
+                    alpha=0.9,
+                )
             elif ns is not None and ns[k] is not None:
-                ax.text(px, value + 0.01, f"n={int(ns[k])}", ha="center", va="bottom",
-                        fontsize=6, rotation=90)  # fmt: skip
+                ax.text(
+                    px,
+                    value + 0.01,
+                    f"n={int(ns[k])}",
+                    ha="center",
+                    va="bottom",
+                    fontsize=6,
+                    rotation=90,
+                )
     ax.set_xticks(x, labels, rotation=15, fontsize=8)
     ax.set_xlim(-0.5, len(labels) - 0.5)  # every slot, also those of bars with no value
     ax.set_ylim(0, 1.3)
@@ -55,9 +71,17 @@ def _bars(
     if empty and no_bar:
         import textwrap
 
-        ax.text(0.5, 0.55, textwrap.fill(f"no data: {empty}", 45), transform=ax.transAxes,
-                ha="center", va="center", fontsize=9, color="tab:red",
-                bbox={"facecolor": "white", "edgecolor": "tab:red"})  # fmt: skip
+        ax.text(
+            0.5,
+            0.55,
+            textwrap.fill(f"no data: {empty}", 45),
+            transform=ax.transAxes,
+            ha="center",
+            va="center",
+            fontsize=9,
+            color="tab:red",
+            bbox={"facecolor": "white", "edgecolor": "tab:red"},
+        )
 
 
 def _abstentions_plot(summary: Mapping[str, Any], path: Path, plt) -> Path:
@@ -122,8 +146,13 @@ def write_plots(metrics: Mapping[str, Any], out_dir: str | Path) -> list[Path]:
         _bars(ax, [b["label"] for b in bins], series, key.upper(), counts, why[key])
         ax.set_title(f"{key.upper()} by difficulty quartile (Q1 = hardest)")
     if left_out:
-        fig.text(0.5, -0.04, f"no problem in {', '.join(left_out)} (tied d(x) values share one "
-                 "quartile): not drawn", ha="center", fontsize=8)  # fmt: skip
+        fig.text(
+            0.5,
+            -0.04,
+            f"no problem in {', '.join(left_out)} (tied d(x) values share one quartile): not drawn",
+            ha="center",
+            fontsize=8,
+        )
     paths.append(_save(fig, out_dir / "tpr_tnr_by_difficulty.png", plt, banner or _join(notes)))
 
     fig, ax = plt.subplots(figsize=(7, 4))
@@ -190,8 +219,14 @@ def _save(fig, path: Path, plt, banner: str | None = None) -> Path:
     if banner:
         import textwrap
 
-        fig.suptitle(textwrap.fill(banner, 90), y=1.0, va="bottom", color="tab:red",
-                     fontweight="bold", fontsize=9)  # fmt: skip
+        fig.suptitle(
+            textwrap.fill(banner, 90),
+            y=1.0,
+            va="bottom",
+            color="tab:red",
+            fontweight="bold",
+            fontsize=9,
+        )
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".png", dir=path.parent)
     os.close(fd)

@@ -31,10 +31,19 @@ _RATE_COLUMNS = (
 """(header, metric key) of the rate columns shared by the per-generator and difficulty tables."""
 
 _OVERALL_COLUMNS = (
-    ("fpr", "fpr"), ("fnr", "fnr"), ("accuracy", "accuracy"), ("recall", "recall"), ("f1", "f1"),
-    ("auprc", "auprc"), ("ece", "ece"), ("brier", "brier"), ("pass rate", "pass_rate"),
-    ("pairwise acc.", "pairwise_accuracy"), ("tie rate", "tie_rate"), ("gap SNR", "score_gap_snr"),
-)  # fmt: skip
+    ("fpr", "fpr"),
+    ("fnr", "fnr"),
+    ("accuracy", "accuracy"),
+    ("recall", "recall"),
+    ("f1", "f1"),
+    ("auprc", "auprc"),
+    ("ece", "ece"),
+    ("brier", "brier"),
+    ("pass rate", "pass_rate"),
+    ("pairwise acc.", "pairwise_accuracy"),
+    ("tie rate", "tie_rate"),
+    ("gap SNR", "score_gap_snr"),
+)
 """(header, metric key) of the overall report's second table (``pass_rate``: pooled)."""
 
 
@@ -56,8 +65,10 @@ def _prompt_description(config: VerifierConfig, prompt: str | bool, *, scored: b
         prompt = "answer_match" if prompt else "reference_free"
     crit = ", ".join(config.criteria) if config.criteria else None
     if prompt == "anchored":
-        what = (f"anchored: the reference answer and the full response, "
-                f"{f'criteria {crit}' if crit else 'the correctness criterion'}")  # fmt: skip
+        what = (
+            f"anchored: the reference answer and the full response, "
+            f"{f'criteria {crit}' if crit else 'the correctness criterion'}"
+        )
         return f"reference-guided ({what}), style {config.style}"
     if prompt == "answer_match":
         return f"reference-guided (answer_match: the final answer against the reference), style {config.style}"
@@ -182,21 +193,37 @@ def render_report(
             if cv.get("n_splits")
             else "not estimable (one class or fewer than 2 problems)"
         )
-        best = [format_number(cal["threshold"]), format_number(ins["tpr"]), format_number(ins["tnr"]),
-                format_number(ins["balanced_accuracy"]), "best on these data (in-sample, optimistic)"]  # fmt: skip
+        best = [
+            format_number(cal["threshold"]),
+            format_number(ins["tpr"]),
+            format_number(ins["tnr"]),
+            format_number(ins["balanced_accuracy"]),
+            "best on these data (in-sample, optimistic)",
+        ]
         if cal["threshold"] == metrics["threshold"]:  # auto chose it: one row, not the same twice
             best[-1] += "; the accept threshold of this report"
             rows = [best]
         else:
             rows = [
-                [format_number(metrics["threshold"]), format_number(o.get("tpr")),
-                 format_number(o.get("tnr")), format_number(o.get("balanced_accuracy")),
-                 "the accept threshold of this report: "
-                 + str(metrics.get("threshold_source", "configured"))],
+                [
+                    format_number(metrics["threshold"]),
+                    format_number(o.get("tpr")),
+                    format_number(o.get("tnr")),
+                    format_number(o.get("balanced_accuracy")),
+                    "the accept threshold of this report: "
+                    + str(metrics.get("threshold_source", "configured")),
+                ],
                 best,
-            ]  # fmt: skip
-        rows.append(["per fold", format_number(cv["tpr"]), format_number(cv["tnr"]),
-                     format_number(cv["balanced_accuracy"]), cv_how])  # fmt: skip
+            ]
+        rows.append(
+            [
+                "per fold",
+                format_number(cv["tpr"]),
+                format_number(cv["tnr"]),
+                format_number(cv["balanced_accuracy"]),
+                cv_how,
+            ]
+        )
         parts += [
             "## Accept threshold",
             "",

@@ -376,9 +376,13 @@ def calibrate_threshold(scores, labels, groups, *, n_splits: int = 5) -> dict[st
         "threshold": best["threshold"],
         "in_sample": {k: best[k] for k in ("tpr", "tnr", "balanced_accuracy")},
         "cross_validated": {
-            "tpr": NAN, "tnr": NAN, "balanced_accuracy": NAN, "n_splits": 0, "thresholds": [],
+            "tpr": NAN,
+            "tnr": NAN,
+            "balanced_accuracy": NAN,
+            "n_splits": 0,
+            "thresholds": [],
         },
-    }  # fmt: skip
+    }
     k = min(n_splits, len(set(g.tolist())))
     if k < 2 or not math.isfinite(best["threshold"]):
         return out

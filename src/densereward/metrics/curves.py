@@ -256,9 +256,13 @@ def probability_of_improvement_ci(
     if a.size == 0 or b.size == 0:
         return {"value": NAN, "low": NAN, "high": NAN, "n_runs": int(a.size)}
     return stratified_bootstrap_ci(
-        rl_metrics.probability_of_improvement, a[:, None], b[:, None],
-        n_bootstrap=n_bootstrap, confidence=confidence, seed=seed,
-    )  # fmt: skip
+        rl_metrics.probability_of_improvement,
+        a[:, None],
+        b[:, None],
+        n_bootstrap=n_bootstrap,
+        confidence=confidence,
+        seed=seed,
+    )
 
 
 def mean_curve_ci(

@@ -221,9 +221,13 @@ class GatedVerifierReward(VerifierReward):
         super().__init__(verifier, **kwargs)
 
     def _rewards(
-        self, prompts: Sequence[Any], texts: list[Any], values: list[float | None],
-        columns: dict[str, Any], trainer_state: Any,
-    ) -> list[float | None]:  # fmt: skip
+        self,
+        prompts: Sequence[Any],
+        texts: list[Any],
+        values: list[float | None],
+        columns: dict[str, Any],
+        trainer_state: Any,
+    ) -> list[float | None]:
         from .math import default_checker
 
         refs = references_from_columns(columns, len(texts), self.answer_column)
@@ -236,14 +240,20 @@ class GatedVerifierReward(VerifierReward):
             # centred, inside the same band
             w_s, w_j = self.weights
             return [
-                None if c is None and d is None
+                None
+                if c is None and d is None
                 else w_s * float(c == 1.0) + w_j * ((0.5 if d is None else float(d)) - 0.5)
                 for c, d in zip(verdicts, values, strict=True)
-            ]  # fmt: skip
+            ]
         rewards, info = stratified_rewards(
-            verdicts, values, groups, w_sparse=self.weights[0], w_judge=self.weights[1],
-            spread_floor=self.spread_floor, judge_only_steps=self.judge_only_steps,
-        )  # fmt: skip
+            verdicts,
+            values,
+            groups,
+            w_sparse=self.weights[0],
+            w_judge=self.weights[1],
+            spread_floor=self.spread_floor,
+            judge_only_steps=self.judge_only_steps,
+        )
         self._strata += int(info["n_strata"])
         self._tied += int(info["n_tied"])
         if (
@@ -259,8 +269,11 @@ class GatedVerifierReward(VerifierReward):
                 "these completions: it cannot tell them apart (measure what it reads with densereward "
                 "eval-verifier or benchmarks/process_judge.py; a larger verifier.model or another "
                 "reward.reference_prompt); lowering reward.spread_floor would only let read noise in",
-                self.__name__, self._tied, self._strata, self.spread_floor,
-            )  # fmt: skip
+                self.__name__,
+                self._tied,
+                self._strata,
+                self.spread_floor,
+            )
         if info["judge_skipped"]:
             self._skipped += 1
             if self._skipped == 1:
@@ -272,8 +285,9 @@ class GatedVerifierReward(VerifierReward):
                     "reward; logged as verifier/advantage/judge_only_step). Said once. If most steps "
                     "are like this, the task is too hard for the policy (easier data, more "
                     "num_generations) or the judge should rank them: reward.judge_only_steps=keep",
-                    self.__name__, "" if step is None else f" at step {int(step) + 1}",
-                )  # fmt: skip
+                    self.__name__,
+                    "" if step is None else f" at step {int(step) + 1}",
+                )
         return rewards
 
 

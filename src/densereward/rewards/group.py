@@ -157,9 +157,16 @@ class GroupVerifierReward(_VerifierRewardBase):
         flags = self._screen(shown)
         values = self._penalise(values, flags)
         self._track(
-            prompts=prompts, texts=texts, scores=values, masses=None, columns=kwargs,
-            trainer_state=trainer_state, log_metric=log_metric, log_extra=log_extra, flags=flags,
-        )  # fmt: skip
+            prompts=prompts,
+            texts=texts,
+            scores=values,
+            masses=None,
+            columns=kwargs,
+            trainer_state=trainer_state,
+            log_metric=log_metric,
+            log_extra=log_extra,
+            flags=flags,
+        )
         return values
 
 
@@ -201,9 +208,16 @@ class AsyncGroupVerifierReward(GroupVerifierReward):
         values = self._penalise(values, flags)
         await asyncio.to_thread(
             self._track,
-            prompts=prompts, texts=texts, scores=values, masses=None, columns=kwargs,
-            trainer_state=trainer_state, log_metric=log_metric, log_extra=log_extra, flags=flags,
-        )  # fmt: skip
+            prompts=prompts,
+            texts=texts,
+            scores=values,
+            masses=None,
+            columns=kwargs,
+            trainer_state=trainer_state,
+            log_metric=log_metric,
+            log_extra=log_extra,
+            flags=flags,
+        )
         return values
 
 

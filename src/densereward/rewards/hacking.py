@@ -117,9 +117,14 @@ class HackingAlarm:
         thr = _NAN if threshold is None else float(threshold)
         self._batches.append((s, y, np.full(s.shape, thr)))
         self._n_batches += 1
-        out = {"hacking_alarm": _NAN, "hacking/dense_rise": _NAN, "hacking/dense_rise_t": _NAN,
-               "hacking/pass_rate_change": _NAN, "hacking/tnr_change": _NAN,
-               "hacking/window_n": float(sum(b[0].size for b in self._batches))}  # fmt: skip
+        out = {
+            "hacking_alarm": _NAN,
+            "hacking/dense_rise": _NAN,
+            "hacking/dense_rise_t": _NAN,
+            "hacking/pass_rate_change": _NAN,
+            "hacking/tnr_change": _NAN,
+            "hacking/window_n": float(sum(b[0].size for b in self._batches)),
+        }
         if len(self._batches) < self.window:
             return out
         half = self.window // 2
@@ -134,31 +139,52 @@ class HackingAlarm:
         d_tnr = _tnr(new, self.min_negatives) - _tnr(old, self.min_negatives)
         unexplained = rise >= self.min_rise and t >= self.z and d_pass <= self.pass_tolerance
         collapse = not math.isnan(d_tnr) and d_tnr <= -self.tnr_drop
-        out.update({"hacking_alarm": float(unexplained or collapse), "hacking/dense_rise": rise,
-                    "hacking/dense_rise_t": t, "hacking/pass_rate_change": d_pass,
-                    "hacking/tnr_change": d_tnr})  # fmt: skip
+        out.update(
+            {
+                "hacking_alarm": float(unexplained or collapse),
+                "hacking/dense_rise": rise,
+                "hacking/dense_rise_t": t,
+                "hacking/pass_rate_change": d_pass,
+                "hacking/tnr_change": d_tnr,
+            }
+        )
         if (unexplained or collapse) and self.fired_at is None:
             self.fired_at = self._n_batches - 1
-            why = "the dense reward rose while the pass rate did not" if unexplained else (
-                "the verifier's TNR collapsed")  # fmt: skip
+            why = (
+                "the dense reward rose while the pass rate did not"
+                if unexplained
+                else ("the verifier's TNR collapsed")
+            )
             logger.warning(
                 "reward hacking suspected%s: %s. Over the last %d batches (older half -> newer "
                 "half): mean dense reward %.3f -> %.3f (rise %+.3f, t = %.1f), Math-Verify pass "
                 "rate %.3f -> %.3f (%+.3f), TNR %s. Inspect the logged completions for text "
                 "addressed to the grader; reward.type=gated with the injection pre-filter keeps "
                 "the dense reward from outweighing correctness (docs/reward_hacking.md).",
-                "" if step is None else f" at step {step}", why, self.window,
-                float(old[0].mean()), float(new[0].mean()), rise, t,
-                float(old[1].mean()), float(new[1].mean()), d_pass,
-                "n/a" if math.isnan(d_tnr) else f"{_tnr(old, self.min_negatives):.3f} -> "
+                "" if step is None else f" at step {step}",
+                why,
+                self.window,
+                float(old[0].mean()),
+                float(new[0].mean()),
+                rise,
+                t,
+                float(old[1].mean()),
+                float(new[1].mean()),
+                d_pass,
+                "n/a"
+                if math.isnan(d_tnr)
+                else f"{_tnr(old, self.min_negatives):.3f} -> "
                 f"{_tnr(new, self.min_negatives):.3f} ({d_tnr:+.3f})",
-            )  # fmt: skip
+            )
         return out
 
     def state_dict(self) -> dict[str, Any]:
         """The window of batches and the first alarm, as JSON-able values (for a resumed run)."""
-        return {"batches": [[a.tolist() for a in b] for b in self._batches],
-                "n_batches": self._n_batches, "fired_at": self.fired_at}  # fmt: skip
+        return {
+            "batches": [[a.tolist() for a in b] for b in self._batches],
+            "n_batches": self._n_batches,
+            "fired_at": self.fired_at,
+        }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Continue from :meth:`state_dict` (the last ``window`` batches are kept)."""

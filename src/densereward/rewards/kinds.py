@@ -223,9 +223,14 @@ def gated(ctx: RewardContext) -> tuple[list[Any], list[float] | None]:
     c = ctx.config
     cls = AsyncGatedVerifierReward if c.use_async else GatedVerifierReward
     return [
-        cls(ctx.verifier, weights=c.judge_weights, spread_floor=c.spread_floor,
-            judge_only_steps=c.judge_only_steps, **ctx.verifier_kwargs())
-    ], None  # fmt: skip
+        cls(
+            ctx.verifier,
+            weights=c.judge_weights,
+            spread_floor=c.spread_floor,
+            judge_only_steps=c.judge_only_steps,
+            **ctx.verifier_kwargs(),
+        )
+    ], None
 
 
 def seed_recipe(ctx: RewardContext) -> tuple[list[Any], list[float] | None]:
@@ -274,20 +279,33 @@ _BUILTINS = {
     "dense": RewardKind(dense, continuous=True),
     "group": RewardKind(group, servable=False, needs_groups=True, continuous=True),
     "mixed": RewardKind(
-        mixed, weights=("w_sparse", "w_dense"), default_weights=(1.0, 1.0), continuous=True,
+        mixed,
+        weights=("w_sparse", "w_dense"),
+        default_weights=(1.0, 1.0),
+        continuous=True,
         checks_answer=True,
     ),
     "gated": RewardKind(
-        gated, weights=("w_sparse", "w_judge"), default_weights=GATED_WEIGHTS,
-        trl_weights=False, check_config=_check_gated, check_training=_gated_training,
-        needs_groups=True, continuous=True, checks_answer=True,
+        gated,
+        weights=("w_sparse", "w_judge"),
+        default_weights=GATED_WEIGHTS,
+        trl_weights=False,
+        check_config=_check_gated,
+        check_training=_gated_training,
+        needs_groups=True,
+        continuous=True,
+        checks_answer=True,
     ),
     "seed_recipe": RewardKind(
-        seed_recipe, weights=("w_correct", "w_format", "beta"),
-        default_weights=SEED_RECIPE_WEIGHTS, check_config=_check_seed_recipe, needs_groups=True,
-        continuous=True, checks_answer=True,
+        seed_recipe,
+        weights=("w_correct", "w_format", "beta"),
+        default_weights=SEED_RECIPE_WEIGHTS,
+        check_config=_check_seed_recipe,
+        needs_groups=True,
+        continuous=True,
+        checks_answer=True,
     ),
-}  # fmt: skip
+}
 
 CONTINUOUS_KINDS = frozenset(name for name, kind in _BUILTINS.items() if kind.continuous)
 """Built-in kinds whose spec says ``continuous`` (a plugin kind declares its own)."""

@@ -518,8 +518,13 @@ class AnswerFormatReward(MathCorrectnessReward):
         [1.0, 0.0]
     """
 
-    def __init__(self, *, checker: MathChecker | None = None, answer_column: str = "answer",
-                 name: str = "answer_format") -> None:  # fmt: skip
+    def __init__(
+        self,
+        *,
+        checker: MathChecker | None = None,
+        answer_column: str = "answer",
+        name: str = "answer_format",
+    ) -> None:
         super().__init__(checker=checker, answer_column=answer_column, name=name, log_columns=False)
 
     def _rewards(self, results: Sequence[MathCheck]) -> list[float | None]:

@@ -148,8 +148,13 @@ class ProcessOracle:
         out = []
         for p, r in zip(problems, responses, strict=True):
             v = process_score(p, r)
-            out.append(ScoreResult(value=v, mass=1.0 if v is not None else None,
-                                   reason=None if v is not None else "not a chain_sum problem"))  # fmt: skip
+            out.append(
+                ScoreResult(
+                    value=v,
+                    mass=1.0 if v is not None else None,
+                    reason=None if v is not None else "not a chain_sum problem",
+                )
+            )
         return out
 
     def close(self) -> None:

@@ -49,9 +49,16 @@ __all__ = [
 ]
 
 WINDOW_KEYS = (
-    "auroc", "pairwise_accuracy", "score_gap", "tpr", "tnr", "balanced_accuracy", "precision",
-    "verifier_gain", "pass_rate",
-)  # fmt: skip
+    "auroc",
+    "pairwise_accuracy",
+    "score_gap",
+    "tpr",
+    "tnr",
+    "balanced_accuracy",
+    "precision",
+    "verifier_gain",
+    "pass_rate",
+)
 """Metrics also computed over the tracker's rolling window (``verifier/window/<key>``; the
 window's count of reads is ``verifier/window/n_read``)."""
 
@@ -88,9 +95,11 @@ def undefined_reasons(metrics: dict[str, Any], prefix: str = "verifier/") -> dic
         if prefix + scope + key not in metrics or not nan(scope + key):
             continue
         if not n and unread:
-            why = (f"no completion {where} was read by the verifier ({unread:.0f} of "
-                   f"{metrics.get(prefix + 'n', 0):.0f} in this batch were scored 0 without a read: "
-                   "no final answer)")  # fmt: skip
+            why = (
+                f"no completion {where} was read by the verifier ({unread:.0f} of "
+                f"{metrics.get(prefix + 'n', 0):.0f} in this batch were scored 0 without a read: "
+                "no final answer)"
+            )
         elif not n:
             why = f"no completion {where} has both a verifier score and a Math-Verify label"
         elif key in _RATES and prefix + "threshold" in metrics and nan("threshold"):
@@ -174,8 +183,10 @@ def labelled_metrics(
         if decided.any()
         else {}
     )
-    out = {k: float(rates.get(k, _NAN)) for k in ("tpr", "tnr", "balanced_accuracy", "precision",
-                                                   "verifier_gain")}  # fmt: skip
+    out = {
+        k: float(rates.get(k, _NAN))
+        for k in ("tpr", "tnr", "balanced_accuracy", "precision", "verifier_gain")
+    }
     out["auroc"] = auroc(scores, labels)
     out["score_gap"] = mean_score_gap(scores, labels)
     out["pairwise_accuracy"] = (
@@ -321,8 +332,11 @@ def format_metrics(
             "final-answer line). (Said once.)"
         )
     vals = [s for s in scores if s is not None and not math.isnan(s)]
-    none_vals = [scores[i] for i in set(none_idx) - set(unread)
-                 if scores[i] is not None and not math.isnan(scores[i])]  # fmt: skip
+    none_vals = [
+        scores[i]
+        for i in set(none_idx) - set(unread)
+        if scores[i] is not None and not math.isnan(scores[i])
+    ]
     if (
         out["frac_no_answer_sparse"] < 0.5
         or not none_vals

@@ -278,8 +278,9 @@ class RewardQualityTracker:
         with self._lock:
             windowed = self._update_window(all_prompts, all_scores, all_correct, groups, all_read)
             if self.alarm is not None:
-                windowed.update(self.alarm.update(all_scores, all_correct,
-                                                  threshold=self.threshold, step=step))  # fmt: skip
+                windowed.update(
+                    self.alarm.update(all_scores, all_correct, threshold=self.threshold, step=step)
+                )
         metrics = reward_quality_metrics(
             all_scores,
             all_correct,
@@ -304,12 +305,18 @@ class RewardQualityTracker:
                 logger.warning(warn)
         metrics.update(extra_metrics or {})
         metrics = {self.prefix + k: v for k, v in metrics.items()}
-        fresh = {k: why for k, why in undefined_reasons(metrics, self.prefix).items()
-                 if k not in self._explained}  # fmt: skip
+        fresh = {
+            k: why
+            for k, why in undefined_reasons(metrics, self.prefix).items()
+            if k not in self._explained
+        }
         if fresh:  # each metric once per run, and one line per step, not one per metric
             self._explained.update(fresh)
-            logger.warning("undefined at step %d, not logged while undefined (each said once): %s",
-                           step, "; ".join(f"{self.prefix}{k} ({why})" for k, why in fresh.items()))  # fmt: skip
+            logger.warning(
+                "undefined at step %d, not logged while undefined (each said once): %s",
+                step,
+                "; ".join(f"{self.prefix}{k} ({why})" for k, why in fresh.items()),
+            )
         if log_metric is not None:
             for k, v in metrics.items():
                 if not math.isnan(v):
@@ -317,8 +324,13 @@ class RewardQualityTracker:
         if log_extra is not None:
             log_extra(score_name, [_nan_if_none(x) for x in scores])
             log_extra("ground_truth", [_nan_if_none(x) for x in correct])
-        record = {"step": step, "time_s": round(time.monotonic() - self._t0, 3),
-                  "threshold_source": self.threshold_source, "window": self.window, **metrics}  # fmt: skip
+        record = {
+            "step": step,
+            "time_s": round(time.monotonic() - self._t0, 3),
+            "threshold_source": self.threshold_source,
+            "window": self.window,
+            **metrics,
+        }
         with self._lock:
             self.records.append(record)
             self._n_updates += 1
@@ -331,9 +343,13 @@ class RewardQualityTracker:
         return metrics
 
     def _update_window(
-        self, prompts: Sequence[Any], scores: Sequence[float | None], correct: Sequence[float | None],
-        groups: list[slice], read: Sequence[bool] | None = None,
-    ) -> dict[str, float]:  # fmt: skip
+        self,
+        prompts: Sequence[Any],
+        scores: Sequence[float | None],
+        correct: Sequence[float | None],
+        groups: list[slice],
+        read: Sequence[bool] | None = None,
+    ) -> dict[str, float]:
         """Set this batch's threshold, add its labelled, read completions to the window; window
         metrics (``window/n_read``: the reads they rest on).
 
@@ -342,9 +358,11 @@ class RewardQualityTracker:
         """
         check_lengths(completions=scores, correct=correct, prompts=prompts)
         keys = [str(prompts[g.start]) for g in groups for _ in range(g.start, g.stop)]
-        valid = [i for i, (x, c) in enumerate(zip(scores, correct, strict=True))
-                 if x is not None and c is not None and not math.isnan(x)
-                 and (read is None or read[i])]  # fmt: skip
+        valid = [
+            i
+            for i, (x, c) in enumerate(zip(scores, correct, strict=True))
+            if x is not None and c is not None and not math.isnan(x) and (read is None or read[i])
+        ]
         s = np.array([scores[i] for i in valid], dtype=np.float64)
         y = np.array([correct[i] for i in valid], dtype=np.float64)
         self.threshold, in_sample = self._calibrate(s, y)
@@ -355,8 +373,12 @@ class RewardQualityTracker:
         ws, wy, wk, wt = (
             (list(v) for v in zip(*self._recent, strict=True)) if self._recent else ([], [], [], [])
         )
-        window = labelled_metrics(np.asarray(ws, dtype=np.float64), np.asarray(wy, dtype=np.float64), wk,
-                                  np.asarray(wt, dtype=np.float64))  # fmt: skip
+        window = labelled_metrics(
+            np.asarray(ws, dtype=np.float64),
+            np.asarray(wy, dtype=np.float64),
+            wk,
+            np.asarray(wt, dtype=np.float64),
+        )
         out = {f"window/{k}": window[k] for k in WINDOW_KEYS}
         out["window/n_read"] = window["n"]
         out["threshold"] = thr
@@ -391,8 +413,10 @@ class RewardQualityTracker:
         if self.shared_state_path is None:
             return
         now = time.time()
-        atomic_write_json(self.shared_state_path,
-                          {"writer": self._writer(), "written_at": now, "state": self.state_dict()})  # fmt: skip
+        atomic_write_json(
+            self.shared_state_path,
+            {"writer": self._writer(), "written_at": now, "state": self.state_dict()},
+        )
         self._state_at = now
 
     def _writer(self) -> str:
@@ -434,9 +458,12 @@ class RewardQualityTracker:
                 deque((float(x) for x in state["seen"][1]), maxlen=self.history),
             )
             self._recent = deque(
-                ((float(s), float(y), str(k), _NAN if t is None else float(t))
-                 for s, y, k, t in state["recent"]), maxlen=self.window,
-            )  # fmt: skip
+                (
+                    (float(s), float(y), str(k), _NAN if t is None else float(t))
+                    for s, y, k, t in state["recent"]
+                ),
+                maxlen=self.window,
+            )
             if self.alarm is not None and state.get("alarm") is not None:
                 self.alarm.load_state_dict(state["alarm"])
             self._explained = set(state.get("explained", ()))

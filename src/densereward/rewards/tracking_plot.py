@@ -168,9 +168,15 @@ def _reward_quality_figure(records: Sequence[dict[str, Any]], prefix: str) -> An
             ls, mk, lw = styles[j % len(styles)]
             if scope[key] != key:
                 (line,) = ax.plot(
-                    steps, series(scope[key]), ls=ls, marker=mk, lw=lw, ms=4, mfc="none",
+                    steps,
+                    series(scope[key]),
+                    ls=ls,
+                    marker=mk,
+                    lw=lw,
+                    ms=4,
+                    mfc="none",
                     label=key,
-                )  # fmt: skip
+                )
                 ax.plot(
                     steps,
                     series(key),
@@ -188,8 +194,17 @@ def _reward_quality_figure(records: Sequence[dict[str, Any]], prefix: str) -> An
             _annotate_rates(ax, records, by_step, steps, prefix, windowed)
         if not drawn:  # no axis made up around nothing: say that there is no data, and why
             reason = textwrap.fill(_empty_panel_reason(records, keys, prefix), 48)
-            ax.text(0.5, 0.5, f"no data: {', '.join(keys)}\n{reason}", transform=ax.transAxes,
-                    ha="center", va="center", fontsize=7, color="0.3", wrap=True)  # fmt: skip
+            ax.text(
+                0.5,
+                0.5,
+                f"no data: {', '.join(keys)}\n{reason}",
+                transform=ax.transAxes,
+                ha="center",
+                va="center",
+                fontsize=7,
+                color="0.3",
+                wrap=True,
+            )
         if steps:  # the steps of the run, also where a panel has no point (not -0.04..0.04)
             ax.set_xlim(steps[0] - pad, steps[-1] + pad)
         ax.set_xlabel("GRPO step")
@@ -228,20 +243,40 @@ def _reward_quality_figure(records: Sequence[dict[str, Any]], prefix: str) -> An
 
 
 def _annotate_rates(
-    ax: Any, records: Sequence[dict[str, Any]], by_step: dict[int, list[dict[str, Any]]],
-    steps: list[int], prefix: str, windowed: bool,
-) -> None:  # fmt: skip
+    ax: Any,
+    records: Sequence[dict[str, Any]],
+    by_step: dict[int, list[dict[str, Any]]],
+    steps: list[int],
+    prefix: str,
+    windowed: bool,
+) -> None:
     """On the TPR / TNR panel: a dotted line and "in-sample threshold" at each step whose
     threshold was chosen on its own batch, and the counts the last window's rates rest on."""
     for st in _in_sample_steps(records, prefix):
         ax.axvline(st, color="tab:red", ls=":", lw=1)
-        ax.text(st, 1.01, "in-sample threshold", color="tab:red", fontsize=6.5, ha="center",
-                va="bottom", transform=ax.get_xaxis_transform(), clip_on=False)  # fmt: skip
+        ax.text(
+            st,
+            1.01,
+            "in-sample threshold",
+            color="tab:red",
+            fontsize=6.5,
+            ha="center",
+            va="bottom",
+            transform=ax.get_xaxis_transform(),
+            clip_on=False,
+        )
     classes = _window_classes(by_step[steps[-1]][-1], prefix) if windowed and steps else None
     if classes is not None:
-        ax.text(0.98, 0.5, f"step {steps[-1]} window:\n{classes[0]} correct /\n{classes[1]} incorrect",
-                transform=ax.transAxes, ha="right", va="center", fontsize=7,
-                bbox={"boxstyle": "round", "fc": "white", "ec": "0.6", "alpha": 0.85})  # fmt: skip
+        ax.text(
+            0.98,
+            0.5,
+            f"step {steps[-1]} window:\n{classes[0]} correct /\n{classes[1]} incorrect",
+            transform=ax.transAxes,
+            ha="right",
+            va="center",
+            fontsize=7,
+            bbox={"boxstyle": "round", "fc": "white", "ec": "0.6", "alpha": 0.85},
+        )
 
 
 def plot_reward_quality(

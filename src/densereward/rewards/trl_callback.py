@@ -75,8 +75,12 @@ class RewardQualityCallback(TrainerCallback):
             self.tracker.publish()  # for a copy made before the step was known (async GRPO)
             logger.info("reward-quality tracker resumed from %s", path)
         else:
-            logger.warning("resumed at step %d without %s: the reward-quality window, auto "
-                           "threshold and alarm start afresh", state.global_step, path)  # fmt: skip
+            logger.warning(
+                "resumed at step %d without %s: the reward-quality window, auto "
+                "threshold and alarm start afresh",
+                state.global_step,
+                path,
+            )
 
     def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         ckpt = Path(args.output_dir) / f"checkpoint-{state.global_step}"

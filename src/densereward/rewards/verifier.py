@@ -189,8 +189,10 @@ class _VerifierRewardBase(VerifierHolder):
             crit = getattr(getattr(self.verifier, "config", None), "criteria", None)
             crit = crit or DEFAULT_CRITERIA
         if self.guard_prompt:
-            crit = {k: v + MANIPULATION_WARNING
-                    for k, v in normalize_criteria(crit, DEFAULT_CRITERIA).items()}  # fmt: skip
+            crit = {
+                k: v + MANIPULATION_WARNING
+                for k, v in normalize_criteria(crit, DEFAULT_CRITERIA).items()
+            }
         return crit
 
     def _screen(self, shown: Sequence[str | None]) -> list[bool] | None:
@@ -218,8 +220,10 @@ class _VerifierRewardBase(VerifierHolder):
     def _flag_metrics(flags: list[bool] | None) -> dict[str, float]:
         if flags is None or not flags:
             return {}
-        return {"n_injection_flagged": float(sum(flags)),
-                "frac_injection_flagged": sum(flags) / len(flags)}  # fmt: skip
+        return {
+            "n_injection_flagged": float(sum(flags)),
+            "frac_injection_flagged": sum(flags) / len(flags),
+        }
 
     def _references(self, columns: dict[str, Any], n: int) -> list[str | None] | None:
         """Reference answers for the verifier prompt when ``reference_guided`` (else ``None``)."""
@@ -421,9 +425,13 @@ class VerifierReward(_VerifierRewardBase):
         return {"prompt": "answer_match" if answer_match else "pointwise"}
 
     def _rewards(
-        self, prompts: Sequence[Any], texts: list[Any], values: list[float | None],
-        columns: dict[str, Any], trainer_state: Any,
-    ) -> list[float | None]:  # fmt: skip
+        self,
+        prompts: Sequence[Any],
+        texts: list[Any],
+        values: list[float | None],
+        columns: dict[str, Any],
+        trainer_state: Any,
+    ) -> list[float | None]:
         """The rewards returned to TRL from the judge's ``values`` (here: the values; a
         composition such as :class:`~densereward.rewards.gated.GatedVerifierReward` overrides
         it). The tracker always measures ``values``, the judge's scores."""
@@ -462,10 +470,18 @@ class VerifierReward(_VerifierRewardBase):
         values, masses, read = self._collect(results, idx, len(texts), flags)
         rewards = self._rewards(prompts, texts, values, kwargs, trainer_state)
         self._track(
-            prompts=prompts, texts=texts, scores=values, masses=masses, columns=kwargs,
-            trainer_state=trainer_state, log_metric=log_metric, log_extra=log_extra, flags=flags,
-            audit_values=self._for_audit(rewards), read=read,
-        )  # fmt: skip
+            prompts=prompts,
+            texts=texts,
+            scores=values,
+            masses=masses,
+            columns=kwargs,
+            trainer_state=trainer_state,
+            log_metric=log_metric,
+            log_extra=log_extra,
+            flags=flags,
+            audit_values=self._for_audit(rewards),
+            read=read,
+        )
         return rewards
 
 
@@ -493,10 +509,18 @@ class AsyncVerifierReward(VerifierReward):
         )
         await asyncio.to_thread(
             self._track,
-            prompts=prompts, texts=texts, scores=values, masses=masses, columns=kwargs,
-            trainer_state=trainer_state, log_metric=log_metric, log_extra=log_extra, flags=flags,
-            audit_values=self._for_audit(rewards), read=read,
-        )  # fmt: skip
+            prompts=prompts,
+            texts=texts,
+            scores=values,
+            masses=masses,
+            columns=kwargs,
+            trainer_state=trainer_state,
+            log_metric=log_metric,
+            log_extra=log_extra,
+            flags=flags,
+            audit_values=self._for_audit(rewards),
+            read=read,
+        )
         return rewards
 
 

@@ -123,18 +123,28 @@ def main(args: argparse.Namespace) -> int:
     config = config_from_args(args)
     cfg_path = Path(args.config)
     if getattr(args, "dry_run", False):
-        lines = dry_run_comparison(config, output_dir=args.output_dir,
-                                   base_dir=cfg_path.resolve().parent, name=cfg_path.stem)  # fmt: skip
+        lines = dry_run_comparison(
+            config,
+            output_dir=args.output_dir,
+            base_dir=cfg_path.resolve().parent,
+            name=cfg_path.stem,
+        )
         n_problems = sum(line.startswith("!! ") for line in lines)
-        print("dry run: comparison valid; nothing run, nothing created"
-              + (f"; {n_problems} problem(s) the runs would hit:" if n_problems else ""))  # fmt: skip
+        print(
+            "dry run: comparison valid; nothing run, nothing created"
+            + (f"; {n_problems} problem(s) the runs would hit:" if n_problems else "")
+        )
         for line in lines:
             print(f"  {line}" if line.startswith("!! ") else f"  ok  {line}")
         return 2 if n_problems else 0  # a run would stop (or train nothing) on this machine
     res = run_comparison(
-        config, output_dir=args.output_dir, base_dir=cfg_path.resolve().parent, name=cfg_path.stem,
-        progress=not args.no_progress, report_only=args.report_only,
-    )  # fmt: skip
+        config,
+        output_dir=args.output_dir,
+        base_dir=cfg_path.resolve().parent,
+        name=cfg_path.stem,
+        progress=not args.no_progress,
+        report_only=args.report_only,
+    )
     out = Path(res["output_dir"])
     print(
         f"report: {out / 'report.md'}\nlearning curves: {out / 'learning_curves.png'}\nresults: {out / 'results.json'}"

@@ -110,9 +110,11 @@ def trainer_spec(name: str, trainers: Trainers = TRAINERS) -> TrainerSpec:
         ConfigError: for a name not registered (listing the names, with a did-you-mean), an
             entry that cannot be imported, or one that is not a :class:`TrainerSpec`.
     """
-    registry = trainers if isinstance(trainers, Registry) else Registry(
-        "compare trainer", group=None, builtins=dict(trainers)
-    )  # fmt: skip
+    registry = (
+        trainers
+        if isinstance(trainers, Registry)
+        else Registry("compare trainer", group=None, builtins=dict(trainers))
+    )
     try:
         spec = registry.load(name)
     except ConfigError as e:

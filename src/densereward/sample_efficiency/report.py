@@ -96,8 +96,10 @@ def verdict(
     """
     p, lo, hi = poi.get("value", NAN), poi.get("low", NAN), poi.get("high", NAN)
     if min(n_a, n_b) < MIN_RUNS_FOR_A_VERDICT:
-        return (f"too few runs for a verdict between {a} and {b} ({score}): {n_a} and {n_b} "
-                f"finished, >= {MIN_RUNS_FOR_A_VERDICT} each needed")  # fmt: skip
+        return (
+            f"too few runs for a verdict between {a} and {b} ({score}): {n_a} and {n_b} "
+            f"finished, >= {MIN_RUNS_FOR_A_VERDICT} each needed"
+        )
     stat = f"P({a} > {b}) = {format_number(p, 2)} [{format_number(lo, 2)}, {format_number(hi, 2)}]"
     if not all(map(math.isfinite, (p, lo, hi))):
         return f"not comparable ({score}: a condition has no finished run with a curve): {stat}"
@@ -217,16 +219,22 @@ def analyze(
         n_b = int(np.isfinite([x[primary] for x in conditions[b]["runs"]]).sum())
         pairs.append(
             {
-                "a": a, "b": b, "score": primary,
+                "a": a,
+                "b": b,
+                "score": primary,
                 "p_improvement": poi,
                 # below it P is a count of one comparison, not an estimate (kept for the record)
                 "enough_runs": min(n_a, n_b) >= MIN_RUNS_FOR_A_VERDICT,
                 "verdict": verdict(
-                    a, b, poi[primary], score="AUC" if primary == "auc" else "final performance",
-                    n_a=n_a, n_b=n_b,
+                    a,
+                    b,
+                    poi[primary],
+                    score="AUC" if primary == "auc" else "final performance",
+                    n_a=n_a,
+                    n_b=n_b,
                 ),
             }
-        )  # fmt: skip
+        )
     return {"grid": grid, "conditions": conditions, "pairs": pairs}
 
 
@@ -267,9 +275,13 @@ def render_report(
     """
     pct = f"{round(confidence * 100)}%"
     headers = [
-        "condition", "runs", f"final {metric} IQM [{pct} CI]", f"AUC IQM [{pct} CI]",
-        "steps to threshold (median; reached)", "wall s / run",
-    ]  # fmt: skip
+        "condition",
+        "runs",
+        f"final {metric} IQM [{pct} CI]",
+        f"AUC IQM [{pct} CI]",
+        "steps to threshold (median; reached)",
+        "wall s / run",
+    ]
     rows = []
     for cname, c in analysis["conditions"].items():
         st = c.get("steps_to_threshold")
@@ -288,7 +300,7 @@ def render_report(
                 _ci_text(c["auc"], n=c["n_runs"]),
                 st_txt,
                 wall,
-            ]  # fmt: skip
+            ]
         )
         costs = [r for r in c["runs"] if r.get("ms_per_step") is not None]
         if costs:
@@ -331,9 +343,13 @@ def render_report(
             "verdicts as indicative and add seeds (`--seeds`) before drawing conclusions.",
         ]
     short = sorted(
-        {cname for cname, c in analysis["conditions"].items()
-         for r in c["runs"] if 0 < int(r.get("n_points") or 0) < 3}
-    )  # fmt: skip
+        {
+            cname
+            for cname, c in analysis["conditions"].items()
+            for r in c["runs"]
+            if 0 < int(r.get("n_points") or 0) < 3
+        }
+    )
     if short:
         lines += [
             "",

@@ -240,18 +240,39 @@ def run_comparison(
     )
     metric = cfg.metric or trainer_metric or "performance"
     analysis = analyze(
-        by_cond, budget=budget, threshold=cfg.threshold, final_window=cfg.final_window,
-        grid_points=cfg.grid_points, n_bootstrap=cfg.n_bootstrap, confidence=cfg.confidence,
-        seed=cfg.stats_seed, primary=cfg.primary,
-    )  # fmt: skip
+        by_cond,
+        budget=budget,
+        threshold=cfg.threshold,
+        final_window=cfg.final_window,
+        grid_points=cfg.grid_points,
+        n_bootstrap=cfg.n_bootstrap,
+        confidence=cfg.confidence,
+        seed=cfg.stats_seed,
+        primary=cfg.primary,
+    )
     wall = sum(float(r.get("wall_s") or 0.0) for rs in by_cond.values() for r in rs)
     report = render_report(
-        analysis, name=str(cfg.name), trainer=cfg.trainer, metric=metric, budget=budget, seeds=cfg.seeds,
-        x_label=spec.x_label, confidence=cfg.confidence, n_bootstrap=cfg.n_bootstrap,
-        final_window=cfg.final_window, wall_s=wall, missing=missing,
-        curve_sources=sorted({str(r["summary"]["curve_source"]) for rs in by_cond.values()
-                              for r in rs if (r.get("summary") or {}).get("curve_source")}),
-    )  # fmt: skip
+        analysis,
+        name=str(cfg.name),
+        trainer=cfg.trainer,
+        metric=metric,
+        budget=budget,
+        seeds=cfg.seeds,
+        x_label=spec.x_label,
+        confidence=cfg.confidence,
+        n_bootstrap=cfg.n_bootstrap,
+        final_window=cfg.final_window,
+        wall_s=wall,
+        missing=missing,
+        curve_sources=sorted(
+            {
+                str(r["summary"]["curve_source"])
+                for rs in by_cond.values()
+                for r in rs
+                if (r.get("summary") or {}).get("curve_source")
+            }
+        ),
+    )
     plot_curves(
         analysis,
         out / "learning_curves.png",
@@ -333,8 +354,13 @@ def dry_run_comparison(
     done, changed = 0, []
     for c, k in order:
         try:
-            done += _load_result(out / "runs" / c / k / "result.json",
-                                 fingerprint(cfg.trainer, run_configs[c][k])) is not None  # fmt: skip
+            done += (
+                _load_result(
+                    out / "runs" / c / k / "result.json",
+                    fingerprint(cfg.trainer, run_configs[c][k]),
+                )
+                is not None
+            )
         except _ChangedConfig as exc:
             changed.append(str(exc))
     lines = [
@@ -376,10 +402,16 @@ def _run_all(
     console = Console(stderr=True)
     n_done0 = n_total - len(todo)
     with Progress(
-        TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-        TextColumn("elapsed"), TimeElapsedColumn(), TextColumn("left ~{task.fields[eta]}"),
-        console=console, disable=not progress, transient=False,
-    ) as bar:  # fmt: skip
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("elapsed"),
+        TimeElapsedColumn(),
+        TextColumn("left ~{task.fields[eta]}"),
+        console=console,
+        disable=not progress,
+        transient=False,
+    ) as bar:
         task = bar.add_task(
             "runs",
             total=n_total,
@@ -441,15 +473,23 @@ def _run_all(
                 "run_dir": summary.get("run_dir", str(run_dir)),
                 "summary": {
                     k: v for k, v in summary.items() if k not in ("curve", "run_dir", "final")
-                },  # fmt: skip
+                },
                 "config": run_configs[cname][key],
             }
             atomic_write_json(seed_dir / "result.json", record)
             if not cfg.keep_checkpoints:
                 freed = drop_checkpoints(Path(record["run_dir"]))
                 if freed:
-                    append_jsonl(events, {"event": "checkpoints_deleted", "condition": cname,
-                                          "seed": key, "bytes": freed, "time": time.time()})  # fmt: skip
+                    append_jsonl(
+                        events,
+                        {
+                            "event": "checkpoints_deleted",
+                            "condition": cname,
+                            "seed": key,
+                            "bytes": freed,
+                            "time": time.time(),
+                        },
+                    )
             append_jsonl(
                 events,
                 {
@@ -481,8 +521,11 @@ def drop_checkpoints(run_dir: Path) -> int:
     """
     if not run_dir.is_dir():
         return 0
-    found = [p for p in run_dir.rglob("*") if p.is_dir()
-             and (p.name == "checkpoints" or re.fullmatch(r"checkpoint-\d+", p.name))]  # fmt: skip
+    found = [
+        p
+        for p in run_dir.rglob("*")
+        if p.is_dir() and (p.name == "checkpoints" or re.fullmatch(r"checkpoint-\d+", p.name))
+    ]
     freed = 0
     for p in sorted(found, key=lambda q: len(q.parts)):
         if p.exists():

@@ -109,8 +109,14 @@ class ServeConfig:
     ``score``, ``rank``; a plugin may add more); ``None`` (default): every registered one."""
 
     def __post_init__(self) -> None:
-        for name in ("max_batch", "max_items", "max_body_bytes", "max_concurrent_batches",
-                     "quality_history", "math_workers"):  # fmt: skip
+        for name in (
+            "max_batch",
+            "max_items",
+            "max_body_bytes",
+            "max_concurrent_batches",
+            "quality_history",
+            "math_workers",
+        ):
             if getattr(self, name) < 1:
                 raise ConfigError(f"serve.{name} must be >= 1, got {getattr(self, name)}")
         for name in ("batch_wait_ms", "shutdown_timeout_s", "abstain_reward"):
@@ -142,16 +148,40 @@ class _Metrics:
 
         self.registry = CollectorRegistry()
         r = self.registry
-        self.requests = Counter("densereward_requests", "HTTP requests", ["endpoint", "status"], registry=r)  # fmt: skip
-        self.latency = Histogram("densereward_request_seconds", "request latency (s)", ["endpoint"], registry=r)  # fmt: skip
+        self.requests = Counter(
+            "densereward_requests", "HTTP requests", ["endpoint", "status"], registry=r
+        )
+        self.latency = Histogram(
+            "densereward_request_seconds", "request latency (s)", ["endpoint"], registry=r
+        )
         self.items = Counter("densereward_items", "items scored", registry=r)
-        self.abstentions = Counter("densereward_abstentions", "items answered as abstained (every reward abstained), by endpoint", ["endpoint"], registry=r)  # fmt: skip
-        self.batch = Histogram("densereward_batch_items", "items per reward call", registry=r,
-                               buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024))  # fmt: skip
+        self.abstentions = Counter(
+            "densereward_abstentions",
+            "items answered as abstained (every reward abstained), by endpoint",
+            ["endpoint"],
+            registry=r,
+        )
+        self.batch = Histogram(
+            "densereward_batch_items",
+            "items per reward call",
+            registry=r,
+            buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024),
+        )
         self.in_flight = Gauge("densereward_in_flight", "requests being served", registry=r)
-        self.quality = Gauge("densereward_verifier_metric", "verifier/* reward-quality metrics", ["name"], registry=r)  # fmt: skip
-        self.refusals = Counter("densereward_refusals", "requests refused with a 4xx, by reason", ["endpoint", "reason"], registry=r)  # fmt: skip
-        self.non_finite = Counter("densereward_non_finite", "items whose weighted reward was not finite (sent as abstained)", registry=r)  # fmt: skip
+        self.quality = Gauge(
+            "densereward_verifier_metric", "verifier/* reward-quality metrics", ["name"], registry=r
+        )
+        self.refusals = Counter(
+            "densereward_refusals",
+            "requests refused with a 4xx, by reason",
+            ["endpoint", "reason"],
+            registry=r,
+        )
+        self.non_finite = Counter(
+            "densereward_non_finite",
+            "items whose weighted reward was not finite (sent as abstained)",
+            registry=r,
+        )
 
     def log_metric(self, name: str, value: float) -> None:
         with contextlib.suppress(TypeError, ValueError):
@@ -169,8 +199,13 @@ class RewardService:
         config: the server settings.
     """
 
-    def __init__(self, funcs: Sequence[Any], weights: Sequence[float] | None, verifier: Any,
-                 config: ServeConfig):  # fmt: skip
+    def __init__(
+        self,
+        funcs: Sequence[Any],
+        weights: Sequence[float] | None,
+        verifier: Any,
+        config: ServeConfig,
+    ):
         self.funcs = list(funcs)
         self.weights = list(weights) if weights is not None else [1.0] * len(self.funcs)
         if len(self.weights) != len(self.funcs):
@@ -206,11 +241,14 @@ class RewardService:
             with self._lock:
                 return f(**kwargs)
 
-        columns = await asyncio.gather(*(
-            f(**kwargs) if inspect.iscoroutinefunction(type(f).__call__)
-            or inspect.iscoroutinefunction(f) else asyncio.to_thread(locked, f)
-            for f in self.funcs
-        ))  # fmt: skip
+        columns = await asyncio.gather(
+            *(
+                f(**kwargs)
+                if inspect.iscoroutinefunction(type(f).__call__) or inspect.iscoroutinefunction(f)
+                else asyncio.to_thread(locked, f)
+                for f in self.funcs
+            )
+        )
         out: list[float | None] = []
         for i in range(len(items)):
             parts = [(w, col[i]) for w, col in zip(self.weights, columns, strict=True)]
@@ -259,8 +297,10 @@ class RewardService:
             except asyncio.TimeoutError:
                 logger.warning(
                     "serve: %d reward call(s) still running after serve.shutdown_timeout_s=%g s; "
-                    "abandoned", len(self._tasks), self.config.shutdown_timeout_s,
-                )  # fmt: skip
+                    "abandoned",
+                    len(self._tasks),
+                    self.config.shutdown_timeout_s,
+                )
         for task in [self._worker, *self._tasks]:
             if task is not None:
                 task.cancel()
@@ -384,11 +424,14 @@ def make_app(service: RewardService, *, on_close: Callable[[], None] | None = No
 
     def draining() -> Response:
         return JSONResponse(
-            {"error": "the server is shutting down and stopped waiting for this request (the drain "
-                      f"lasts serve.shutdown_timeout_s={cfg.shutdown_timeout_s:g} s; a second Ctrl-C "
-                      "ends it at once); send it again"},
-            status_code=503, headers={"Retry-After": "1", "Connection": "close"},
-        )  # fmt: skip
+            {
+                "error": "the server is shutting down and stopped waiting for this request (the drain "
+                f"lasts serve.shutdown_timeout_s={cfg.shutdown_timeout_s:g} s; a second Ctrl-C "
+                "ends it at once); send it again"
+            },
+            status_code=503,
+            headers={"Retry-After": "1", "Connection": "close"},
+        )
 
     def endpoint(name: str, protocol: ServeProtocol):
         async def answer(request: Request) -> Any:
@@ -437,8 +480,9 @@ def make_app(service: RewardService, *, on_close: Callable[[], None] | None = No
         return route
 
     async def health(request: Request) -> Response:
-        return JSONResponse({"status": "ok", "model": model_name(service.verifier),
-                             "reward_calls": service.n_calls})  # fmt: skip
+        return JSONResponse(
+            {"status": "ok", "model": model_name(service.verifier), "reward_calls": service.n_calls}
+        )
 
     async def metrics(request: Request) -> Response:
         from prometheus_client import CONTENT_TYPE_LATEST, generate_latest

@@ -55,13 +55,20 @@ def build_service(config: dict[str, Any]) -> tuple[RewardService, Callable[[], N
     try:
         # bounded: the auto threshold on the last quality_history labelled items, as many records
         tracker = (
-            RewardQualityTracker(window=reward.track_window, history=serve.quality_history,
-                                 max_records=serve.quality_history,
-                                 length_setting=CLIENT_LENGTH_SETTINGS)
-            if reward.track else None
-        )  # fmt: skip
-        checker = MathChecker(timeout_s=reward.math_timeout_s, answer_format=reward.answer_format,
-                              workers=serve.math_workers)  # fmt: skip
+            RewardQualityTracker(
+                window=reward.track_window,
+                history=serve.quality_history,
+                max_records=serve.quality_history,
+                length_setting=CLIENT_LENGTH_SETTINGS,
+            )
+            if reward.track
+            else None
+        )
+        checker = MathChecker(
+            timeout_s=reward.math_timeout_s,
+            answer_format=reward.answer_format,
+            workers=serve.math_workers,
+        )
         funcs, weights = build_reward_funcs(reward, verifier, tracker=tracker, checker=checker)
         for f in funcs:  # a served call's samples are unrelated: no group normalisation
             if hasattr(f, "per_sample"):
@@ -202,6 +209,9 @@ def main(args: argparse.Namespace) -> int:
     from .lifecycle import run_server
 
     app, serve = build_app(config)
-    print(f"[serve] reward server on http://{serve.host}:{serve.port} "
-          "(POST /get_reward /slime /score /rank; GET /health /metrics)", flush=True)  # fmt: skip
+    print(
+        f"[serve] reward server on http://{serve.host}:{serve.port} "
+        "(POST /get_reward /slime /score /rank; GET /health /metrics)",
+        flush=True,
+    )
     return run_server(app, serve, app.state.service.drain)

@@ -87,8 +87,9 @@ def parse_body(raw: bytes) -> Any:
             except UnicodeEncodeError:
                 raise RequestError(
                     "the body holds a string with a lone surrogate (\\ud800-\\udfff), not text",
-                    400, "body",
-                ) from None  # fmt: skip
+                    400,
+                    "body",
+                ) from None
         elif isinstance(value, (list, dict)):
             if depth > MAX_DEPTH:
                 raise RequestError(
@@ -115,8 +116,9 @@ def check_labels(items: Sequence[Item], field: str, why: str) -> None:
             "reference answer (the reference-free judge is the mode docs/reward_hacking.md "
             f"measures as easy to game); send {field!r}, or start the server with "
             "serve.require_labels=false to score without it",
-            422, "labels",
-        )  # fmt: skip
+            422,
+            "labels",
+        )
 
 
 @dataclass(frozen=True)

@@ -48,7 +48,9 @@ class DaemonThreads(concurrent.futures.ThreadPoolExecutor):
     def __init__(self) -> None:
         super().__init__(max_workers=1, thread_name_prefix="densereward-serve")
 
-    def submit(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> concurrent.futures.Future[T]:  # fmt: skip
+    def submit(
+        self, fn: Callable[..., T], /, *args: Any, **kwargs: Any
+    ) -> concurrent.futures.Future[T]:
         future: concurrent.futures.Future[T] = concurrent.futures.Future()
 
         def run() -> None:
@@ -190,7 +192,9 @@ def _server_class() -> type:
     return DrainingServer
 
 
-def make_server(app: Any, serve: Any, drain: Drain, *, out: TextIO | None = None, **overrides: Any) -> Any:  # fmt: skip
+def make_server(
+    app: Any, serve: Any, drain: Drain, *, out: TextIO | None = None, **overrides: Any
+) -> Any:
     """A uvicorn server for ``app`` with the drain, keep-alive and signals of this module."""
     return _server_class()(uvicorn_config(app, serve, **overrides), drain, out or sys.stdout)
 

@@ -105,8 +105,11 @@ def _openrlhf_parse(body: Any, query: Any, cfg: Any) -> tuple[list[Item], None]:
 def _openrlhf_respond(values: Sequence[float | None], state: Any, cfg: Any) -> tuple[Any, int]:
     rewards = as_floats(values, cfg.abstain_reward)
     abstained = [float(v is None) for v in values]
-    return {"rewards": rewards, "scores": rewards,
-            "extra_logs": {"densereward_abstained": abstained}}, int(sum(abstained))  # fmt: skip
+    return {
+        "rewards": rewards,
+        "scores": rewards,
+        "extra_logs": {"densereward_abstained": abstained},
+    }, int(sum(abstained))
 
 
 def _slime_parse(body: Any, query: Any, cfg: Any) -> tuple[list[Item], bool]:

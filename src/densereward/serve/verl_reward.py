@@ -99,8 +99,10 @@ def _say_missing_problem(n: int, total: int, missing_problem: str) -> None:
         "would read them with no problem; %s. Fix: put the question into extra_info in verl's "
         "data preprocessing, as verl's examples/data_preprocess/gsm8k.py puts 'question' and "
         "'index' into each row's extra_info. Said once per process",
-        n, total, done,
-    )  # fmt: skip
+        n,
+        total,
+        done,
+    )
 
 
 RETRY_STATUS = frozenset({408, 429, 500, 502, 503, 504})

@@ -372,10 +372,15 @@ def _dry_run(
         check_verifier_server(parts["verifier"]) if _builds_verifier(parts) else (None, None)
     )  # a served verifier is contacted as the run's start contacts it
     run_dir = _run_dir(parts, output_dir, resume)
-    state = "continues from its newest checkpoint" if resume else (
-        "exists with no checkpoint and no result: reused" if run_dir.is_dir() and any(run_dir.iterdir())
-        else "created when the run starts"
-    )  # fmt: skip
+    state = (
+        "continues from its newest checkpoint"
+        if resume
+        else (
+            "exists with no checkpoint and no result: reused"
+            if run_dir.is_dir() and any(run_dir.iterdir())
+            else "created when the run starts"
+        )
+    )
     checks = [
         f"{policy_line} ({_dtype_note(parts)}) -- weights NOT loaded",
         data_line,
@@ -389,10 +394,12 @@ def _dry_run(
     with tempfile.TemporaryDirectory() as tmp:
         args = build_grpo_args(parts, Path(tmp) / "dry-run", cpu_check=True)
         funcs, weights = build_reward_funcs(
-            parts["reward"], VerifierFactory(parts["verifier"]),
-            tracker=RewardQualityTracker(None), num_generations=args.num_generations,
+            parts["reward"],
+            VerifierFactory(parts["verifier"]),
+            tracker=RewardQualityTracker(None),
+            num_generations=args.num_generations,
             scale_rewards=args.scale_rewards,
-        )  # fmt: skip
+        )
     checks.append(
         f"training: trl.GRPOConfig ok (use_vllm={args.use_vllm}, vllm_mode={args.vllm_mode}, {bf16_note(parts, args)}, "
         f"num_generations={args.num_generations}, per_device_train_batch_size={args.per_device_train_batch_size}, "
@@ -470,11 +477,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     from densereward.rewards.kinds import GRPO_REWARDS
 
     parser.add_argument("--reward", choices=GRPO_REWARDS.names(), help="reward.type")
-    parser.add_argument("--dry-run", action="store_true",
-                        help="validate the whole config (GRPOConfig, VerifierConfig, reward functions) "
-                        "without loading weights or downloading anything")  # fmt: skip
-    parser.add_argument("--resume", nargs="?", const="latest", default=None, metavar="CHECKPOINT",
-                        help="continue from the newest checkpoint of --output-dir, or from CHECKPOINT")  # fmt: skip
+    parser.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="validate the whole config (GRPOConfig, VerifierConfig, reward functions) "
+        "without loading weights or downloading anything",
+    )
+    parser.add_argument(
+        "--resume",
+        nargs="?",
+        const="latest",
+        default=None,
+        metavar="CHECKPOINT",
+        help="continue from the newest checkpoint of --output-dir, or from CHECKPOINT",
+    )
 
 
 def config_from_args(args: argparse.Namespace) -> dict[str, Any]:
@@ -510,8 +526,10 @@ def config_from_args(args: argparse.Namespace) -> dict[str, Any]:
             config["reward"].pop("weights")
             logger.warning(
                 "--reward %s: the config's reward.weights %s do not fit it (it takes %s); dropped",
-                args.reward, w, f"{takes} weights" if takes else "none",
-            )  # fmt: skip
+                args.reward,
+                w,
+                f"{takes} weights" if takes else "none",
+            )
     return config
 
 

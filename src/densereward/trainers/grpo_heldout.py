@@ -63,18 +63,29 @@ class HeldoutEvaluator:
 
         t0 = time.monotonic()
         result = evaluate_pass_rate(
-            self.trainer.model, self.trainer.processing_class, self.tasks, self.cfg,
-            temperature=self.args.temperature, max_new_tokens=self.args.max_completion_length,
-        )  # fmt: skip
+            self.trainer.model,
+            self.trainer.processing_class,
+            self.tasks,
+            self.cfg,
+            temperature=self.args.temperature,
+            max_new_tokens=self.args.max_completion_length,
+        )
         self.results[when] = result
         rates = {m: round(sum(v) / len(v), 3) for m in ("greedy", "sampled") if (v := result[m])}
         wall = time.monotonic() - t0
-        logger.info("held-out pass rate %s (step %d, %d problems, %.0f s): %s", when, step,
-                    len(self.tasks), wall, rates)  # fmt: skip
+        logger.info(
+            "held-out pass rate %s (step %d, %d problems, %.0f s): %s",
+            when,
+            step,
+            len(self.tasks),
+            wall,
+            rates,
+        )
         mode, value = curve_value(result)
         if not self.curve or self.curve[-1]["step"] != step:
-            self.curve.append({"step": int(step), "value": value, "mode": mode, **rates,
-                               "wall_s": round(wall, 1)})  # fmt: skip
+            self.curve.append(
+                {"step": int(step), "value": value, "mode": mode, **rates, "wall_s": round(wall, 1)}
+            )
 
     def callback(self):
         """A ``transformers`` callback evaluating every ``cfg.every_steps`` optimizer steps
@@ -101,12 +112,20 @@ class HeldoutEvaluator:
         from densereward.policy_eval import paired_difference
 
         before, after = self.results["before"], self.results["after"]
-        summary: dict[str, Any] = {"n_problems": len(self.tasks), "n_samples": self.cfg.n_samples,
-                                   "confidence": self.cfg.confidence}  # fmt: skip
+        summary: dict[str, Any] = {
+            "n_problems": len(self.tasks),
+            "n_samples": self.cfg.n_samples,
+            "confidence": self.cfg.confidence,
+        }
         for mode in ("greedy", "sampled"):
             if before[mode] is not None:
-                summary[mode] = paired_difference(before[mode], after[mode], confidence=self.cfg.confidence,
-                                                  n_resamples=self.cfg.n_resamples, seed=self.cfg.seed)  # fmt: skip
+                summary[mode] = paired_difference(
+                    before[mode],
+                    after[mode],
+                    confidence=self.cfg.confidence,
+                    n_resamples=self.cfg.n_resamples,
+                    seed=self.cfg.seed,
+                )
         if write:  # under torchrun every process evaluates; one writes
             atomic_write_json(
                 run_dir / "heldout.json", {"summary": summary, "before": before, "after": after}

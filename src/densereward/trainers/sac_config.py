@@ -221,10 +221,14 @@ def _check_sac_kwargs(kwargs: dict[str, Any]) -> dict[str, Any]:
         if key in _SET_BY_TRAINER:
             raise ConfigError(
                 f"sac.{key} is set by the trainer; use "
-                + {"policy": "the observation space (automatic)", "env": "env.id",
-                   "seed": "training.seed", "device": "training.device",
-                   "verbose": "training.verbose"}[key]
-            )  # fmt: skip
+                + {
+                    "policy": "the observation space (automatic)",
+                    "env": "env.id",
+                    "seed": "training.seed",
+                    "device": "training.device",
+                    "verbose": "training.verbose",
+                }[key]
+            )
         if key not in allowed:
             raise ConfigError(
                 f"unknown key {unknown_key_hints([key], allowed, prefix='sac.')}; section 'sac' "

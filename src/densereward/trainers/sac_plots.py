@@ -102,30 +102,90 @@ def plot_sac_run(
     dyn = _read(run_dir / "verifier_dynamics.jsonl")
     per_point = _episodes_per_point(evals)
     panels: list[tuple[str, tuple[float, float] | None, list[tuple[Any, ...]]]] = [
-        *([("success rate", (-0.05, 1.05), [
-            (evals, "value", f"evaluation ({per_point} deterministic episodes)", "o-"),
-            (train, "value", "training episodes (last window)", ".-")])] if success else []),
-        (f"evaluation episodes: mean return of {per_point} episodes", None,
-         [(evals, "mean_reward", eval_reward, "o-")]),
-        ("training episodes: return", None, [
-            (dyn, "rollout/ep_env_rew_mean", "the environment's own reward", ".-"),
-            *([(dyn, "rollout/ep_verifier_rew_mean", f"training reward: {training_reward}", ".-")]
-              if training_reward else [])]),
-    ]  # fmt: skip
+        *(
+            [
+                (
+                    "success rate",
+                    (-0.05, 1.05),
+                    [
+                        (evals, "value", f"evaluation ({per_point} deterministic episodes)", "o-"),
+                        (train, "value", "training episodes (last window)", ".-"),
+                    ],
+                )
+            ]
+            if success
+            else []
+        ),
+        (
+            f"evaluation episodes: mean return of {per_point} episodes",
+            None,
+            [(evals, "mean_reward", eval_reward, "o-")],
+        ),
+        (
+            "training episodes: return",
+            None,
+            [
+                (dyn, "rollout/ep_env_rew_mean", "the environment's own reward", ".-"),
+                *(
+                    [
+                        (
+                            dyn,
+                            "rollout/ep_verifier_rew_mean",
+                            f"training reward: {training_reward}",
+                            ".-",
+                        )
+                    ]
+                    if training_reward
+                    else []
+                ),
+            ],
+        ),
+    ]
     if threshold_source is not None:
         panels += [
-            *([("verifier: final progress as success prediction", (-0.05, 1.05), [
-                (dyn, "verifier/tpr", "TPR", ".-"), (dyn, "verifier/tnr", "TNR", ".-"),
-                (dyn, "verifier/balanced_accuracy", "balanced accuracy", ".-"),
-                (dyn, "verifier/threshold", "threshold", "--")])] if success else []),
-            ("verifier: progress", (-1.05, 1.05), [
-                (dyn, "verifier/voc", "VOC (progress vs step)", ".-"),
-                *([(dyn, "verifier/progress_success_mean", "final progress, successes", ".-"),
-                   (dyn, "verifier/progress_failure_mean", "final progress, failures", ".-")]
-                  if success else
-                  [(dyn, "verifier/final_progress_mean", "final progress", ".-")]),
-                (dyn, "verifier/abstain_rate", "abstention rate", ".-")]),
-        ]  # fmt: skip
+            *(
+                [
+                    (
+                        "verifier: final progress as success prediction",
+                        (-0.05, 1.05),
+                        [
+                            (dyn, "verifier/tpr", "TPR", ".-"),
+                            (dyn, "verifier/tnr", "TNR", ".-"),
+                            (dyn, "verifier/balanced_accuracy", "balanced accuracy", ".-"),
+                            (dyn, "verifier/threshold", "threshold", "--"),
+                        ],
+                    )
+                ]
+                if success
+                else []
+            ),
+            (
+                "verifier: progress",
+                (-1.05, 1.05),
+                [
+                    (dyn, "verifier/voc", "VOC (progress vs step)", ".-"),
+                    *(
+                        [
+                            (
+                                dyn,
+                                "verifier/progress_success_mean",
+                                "final progress, successes",
+                                ".-",
+                            ),
+                            (
+                                dyn,
+                                "verifier/progress_failure_mean",
+                                "final progress, failures",
+                                ".-",
+                            ),
+                        ]
+                        if success
+                        else [(dyn, "verifier/final_progress_mean", "final progress", ".-")]
+                    ),
+                    (dyn, "verifier/abstain_rate", "abstention rate", ".-"),
+                ],
+            ),
+        ]
     notes: list[str] = (
         []
         if success

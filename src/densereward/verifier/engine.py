@@ -151,9 +151,12 @@ class Verifier(OneItemVerbs):
             return  # a restricted read reports no mass to check
         mass = distribution_from_logprobs(answer, self.scale, self.spellings)[1]
         self.calibration_mass = check_calibration(
-            mass, self.read_plan, model=str(self.backend.model_id), min_mass=self.config.min_mass,
+            mass,
+            self.read_plan,
+            model=str(self.backend.model_id),
+            min_mass=self.config.min_mass,
             hint=self.capabilities.calibration_hint,
-        )  # fmt: skip
+        )
 
     def _native_thinking(self) -> bool:
         """Whether the reasoning style lets the model think in its own ``<think>`` block.
