@@ -101,6 +101,9 @@ def check_backend_class(name: str, obj: Any) -> None:
         )
 
 
+DEFAULT_BACKEND = "transformers"
+"""``verifier.backend`` when a config sets none."""
+
 BACKENDS: Registry[Any] = Registry(
     "verifier backend",
     group=entry_point_group("backends"),

@@ -29,7 +29,7 @@ import os
 import sys
 from collections.abc import Sequence
 
-from .config import add_override_arguments, overrides_from
+from .config_files import add_override_arguments, overrides_from
 from .errors import BackendUnavailableError, DenseRewardError
 
 __all__ = ["EXIT_ABSTAINED", "EXIT_ERROR", "EXIT_INTERNAL", "main", "build_parser"]

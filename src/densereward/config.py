@@ -1,37 +1,44 @@
-"""Configuration dataclasses and YAML loading.
+"""The verifier's configuration: :class:`VerifierConfig` (``verifier:`` of every config file),
+its accept threshold (:func:`resolve_threshold`) and the model-name checks.
 
-YAML files in ``configs/`` map one-to-one onto these dataclasses; unknown keys are
-errors (:func:`from_dict`).
+The config-file machinery every command shares (YAML, dotted overrides, typed sections) is
+:mod:`densereward.config_files`; its functions are importable from here too, as before.
 """
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import numbers
-import types
 import typing
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
-
 from .backend_options import (
     BACKEND_OPTIONS,
     BACKENDS,
+    DEFAULT_BACKEND,
     FrozenOptions,
     answer_options,
     check_dtype,
     options_class,
 )
-from .errors import ConfigError, DenseRewardError
+from .config_files import (
+    _coerce,
+    add_override_arguments,
+    apply_overrides,
+    from_dict,
+    load_yaml,
+    overrides_from,
+    parse_override,
+)
+from .errors import ConfigError
 from .frames import FrameConfig
 from .sections import check_sections, field_names, unknown_key_hints
 
-# check_sections, field_names and unknown_key_hints live in .sections since issue 41; still
-# importable from here, as before
+# from_dict ... overrides_from (config_files) and check_sections (sections) are importable from
+# here too, as before the split
 
 __all__ = [
     "VerifierConfig",
@@ -56,7 +63,7 @@ class VerifierConfig:
     ``verifier.<field>=<value>``.
     """
 
-    backend: str = "transformers"
+    backend: str = DEFAULT_BACKEND
     """Backend name: ``transformers`` | ``vllm`` | ``openai`` | ``sampled``, or a name a third
     party registered (:func:`densereward.backends.register_backend` or the entry-point group
     ``densereward.backends``)."""
@@ -267,6 +274,25 @@ class VerifierConfig:
         except TypeError as e:
             raise ConfigError(f"{cls.__name__}: {e}") from None
 
+    @staticmethod
+    def refuse_unknown_keys(unknown: list[str], prefix: str, names: set[str]) -> None:
+        """:func:`~densereward.config_files.from_dict`'s hook: a former ``verifier.<name>``
+        field each backend owns now gets its new spelling.
+
+        Raises:
+            ConfigError: when ``unknown`` holds one of them (else returns).
+        """
+        moved = sorted(set(unknown) & _MOVED_TO_OPTIONS)
+        if not moved:
+            return
+        spell = ", ".join(f"{prefix}backend_options.{k}" for k in moved)
+        rest = [k for k in unknown if k not in moved]
+        also = f"; unknown key(s): {unknown_key_hints(rest, names)}" if rest else ""
+        raise ConfigError(
+            f"{', '.join(prefix + k for k in moved)} moved into the backend's options: "
+            f"set {spell} (e.g. {prefix}backend_options: {{{moved[0]}: ...}}){also}"
+        )
+
     def answer_options(self) -> dict[str, Any]:
         """The options this config set that change a read's answer (for the score cache's
         key; transport settings such as URLs, timeouts and dtype are left out)."""
@@ -344,45 +370,6 @@ def resolve_threshold(threshold: float | str) -> tuple[float | None, str]:
     return float(threshold), f"fixed {float(threshold):.4g}"
 
 
-def _coerce(tp: Any, value: Any, name: str) -> Any:
-    """Coerce a YAML/CLI value to a dataclass field type (shallow, for common types)."""
-    origin = typing.get_origin(tp)
-    args = typing.get_args(tp)
-    if value is None:
-        return None
-    if origin in (typing.Union, types.UnionType):
-        non_none = [a for a in args if a is not type(None)]
-        for a in non_none:
-            try:
-                return _coerce(a, value, name)
-            except (ConfigError, TypeError, ValueError) as exc:
-                error = exc
-        if non_none and all(a in (int, float, bool) for a in non_none):
-            raise error  # ``int | None`` given 10.5: refused as ``int`` is, not passed on
-        return value
-    if dataclasses.is_dataclass(tp) and isinstance(value, Mapping):
-        return from_dict(tp, value, prefix=f"{name}.")
-    if tp is bool:
-        if isinstance(value, str):
-            if value.lower() in ("true", "1", "yes"):
-                return True
-            if value.lower() in ("false", "0", "no"):
-                return False
-            raise ConfigError(f"{name}: expected a boolean, got {value!r}")
-        return bool(value)
-    if tp in (int, float):
-        fraction = tp is int and isinstance(value, float) and not value.is_integer()
-        if isinstance(value, bool) or fraction:  # int(True) == 1, int(10.5) == 10: never silently
-            raise ConfigError(f"{name}: expected {tp.__name__}, got {value!r}")
-        try:
-            return tp(value)
-        except (TypeError, ValueError, OverflowError):
-            raise ConfigError(f"{name}: expected {tp.__name__}, got {value!r}") from None
-    if tp is str:
-        return str(value)
-    return value
-
-
 def check_model_name(field: str, model: str | None) -> None:
     """Refuse an empty model name (``None`` = the embedded model is fine).
 
@@ -406,178 +393,3 @@ def check_model_and_dtype(
     """
     check_model_name(model_field, model)
     check_dtype(dtype, dtype_field)
-
-
-def from_dict(cls: type, data: Mapping[str, Any] | None, *, prefix: str = "") -> Any:
-    """Build dataclass ``cls`` from a mapping; unknown keys raise :class:`ConfigError`.
-
-    ``prefix`` (e.g. ``"verifier."``) names the section in messages and coercion errors.
-    """
-    if data is not None and not isinstance(data, Mapping):
-        where = f"section {prefix.rstrip('.')!r}" if prefix else cls.__name__
-        raise ConfigError(
-            f"{where} must be a mapping of field: value, got {type(data).__name__} {data!r}"
-        )
-    data = dict(data or {})
-    hints = typing.get_type_hints(cls)
-    names = {f.name for f in dataclasses.fields(cls) if f.init}
-    unknown = sorted(set(data) - names)
-    if unknown:
-        where = f"section {prefix.rstrip('.')!r}" if prefix else f"the config ({cls.__name__})"
-        moved = sorted(set(unknown) & _MOVED_TO_OPTIONS) if cls is VerifierConfig else []
-        if moved:
-            spell = ", ".join(f"{prefix}backend_options.{k}" for k in moved)
-            rest = [k for k in unknown if k not in moved]
-            also = f"; unknown key(s): {unknown_key_hints(rest, names)}" if rest else ""
-            raise ConfigError(
-                f"{', '.join(prefix + k for k in moved)} moved into the backend's options: "
-                f"set {spell} (e.g. {prefix}backend_options: {{{moved[0]}: ...}})"
-                f"{also}"
-            )
-        hint = unknown_key_hints(unknown, names)
-        raise ConfigError(f"unknown key(s) in {where}: {hint}")
-    kwargs = {k: _coerce(hints[k], v, f"{prefix}{k}") for k, v in data.items()}
-    return cls(**kwargs)
-
-
-def load_yaml(path: str | Path) -> dict[str, Any]:
-    """Read a YAML config file into a dict (empty file -> ``{}``).
-
-    Raises:
-        ConfigError: if the file is missing, is not valid YAML (naming the file, line and
-            column) or is not a mapping.
-    """
-    p = Path(path)
-    if not p.is_file():
-        raise ConfigError(f"config file not found: {p}")
-    try:
-        data = yaml.safe_load(p.read_text()) or {}
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
-        raise ConfigError(f"{p}: not valid YAML{at}: {getattr(e, 'problem', None) or e}") from None
-    if not isinstance(data, dict):
-        raise ConfigError(f"{p}: top level must be a mapping, got {type(data).__name__}")
-    return data
-
-
-_YAML11_BOOL_WORDS = {"yes", "no", "on", "off", "y", "n"}
-
-
-def parse_override(text: str) -> tuple[list[str], Any]:
-    """Parse ``a.b.c=value`` into (``['a','b','c']``, YAML-parsed value).
-
-    YAML 1.1's ``yes/no/on/off`` stay strings (TRL has ``save_strategy=no``); use
-    ``true``/``false`` for booleans.
-
-    >>> parse_override("verifier.granularity=10")
-    (['verifier', 'granularity'], 10)
-    >>> parse_override("training.learning_rate=1e-6")
-    (['training', 'learning_rate'], 1e-06)
-    >>> parse_override("training.save_strategy=no"), parse_override("x.flag=true")
-    ((['training', 'save_strategy'], 'no'), (['x', 'flag'], True))
-    """
-    if "=" not in text:
-        raise ConfigError(f"override {text!r} must look like key=value (e.g. training.max_steps=5)")
-    key, raw = text.split("=", 1)
-    if raw.strip().lower() in _YAML11_BOOL_WORDS:
-        value: Any = (
-            raw.strip()
-        )  # 'no' stays a string (e.g. training.save_strategy=no), true/false are booleans
-    else:
-        value = yaml.safe_load(raw) if raw != "" else ""
-    if isinstance(value, str):
-        with contextlib.suppress(ValueError):
-            value = float(value) if any(c in value for c in "eE.") else value
-    return key.strip().split("."), value
-
-
-def apply_overrides(config: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
-    """Apply ``key=value`` overrides (dotted keys) to a nested config dict, in place.
-
-    An override that switches ``verifier.backend`` drops the file's ``verifier.backend_options``
-    the new backend does not take (a GRPO file's ``device`` and ``dtype`` under
-    ``verifier.backend=openai``), with one warning naming them; options set by an override are
-    kept (the config refuses them if the backend does not take them).
-
-    >>> apply_overrides({"a": {"b": 1}}, ["a.b=2", "c=x"])
-    {'a': {'b': 2}, 'c': 'x'}
-    >>> apply_overrides({"verifier": {"backend_options": {"dtype": "float32"}}},
-    ...                 ["verifier.backend=openai", "verifier.backend_options.base_url=http://h/v1"])
-    {'verifier': {'backend_options': {'base_url': 'http://h/v1'}, 'backend': 'openai'}}
-    """
-    switched: dict[int, tuple[dict[str, Any], str]] = {}  # id -> (verifier section, old backend)
-    given: set[tuple[int, str]] = set()  # (id of a verifier section, option set by an override)
-    for text in overrides:
-        keys, value = parse_override(text)
-        node, parents = config, [config]
-        for k in keys[:-1]:
-            nxt = node.setdefault(k, {})
-            if not isinstance(nxt, dict):
-                raise ConfigError(f"override {text!r}: {k!r} is not a section")
-            node = nxt
-            parents.append(node)
-        if keys[-2:] == ["verifier", "backend"]:
-            switched.setdefault(id(node), (node, node.get("backend", _DEFAULT_BACKEND)))
-        elif keys[-2:] == ["verifier", "backend_options"] and isinstance(value, dict):
-            given.update((id(node), k) for k in value)
-        elif keys[-3:-1] == ["verifier", "backend_options"]:
-            given.add((id(parents[-2]), keys[-1]))
-        node[keys[-1]] = value
-    for key, (section, old) in switched.items():
-        _drop_foreign_options(section, old, {k for i, k in given if i == key})
-    return config
-
-
-_DEFAULT_BACKEND = VerifierConfig.backend
-
-
-def _drop_foreign_options(section: dict[str, Any], old: str, given: set[str]) -> None:
-    """Drop the options of ``section["backend_options"]`` that its new backend does not take and
-    no override set (they were the file's, for backend ``old``), with one warning."""
-    import logging
-
-    new, options = section.get("backend", _DEFAULT_BACKEND), section.get("backend_options")
-    if new == old or not isinstance(options, dict):
-        return
-    try:
-        takes = set(field_names(options_class(new)))
-    except DenseRewardError:  # an unknown backend: the config names it with its did-you-mean
-        return
-    dropped = [k for k in options if k not in takes and k not in given]
-    for k in dropped:
-        del options[k]
-    if dropped:
-        logging.getLogger(__name__).warning(
-            "verifier.backend=%s: dropped verifier.backend_options %s of the config (options "
-            "of %r that %r does not take)",
-            new,
-            ", ".join(dropped),
-            old,
-            new,
-        )
-
-
-def add_override_arguments(parser: Any, example: str) -> None:
-    """Add the one override syntax every ``densereward`` command accepts: bare positional
-    ``section.field=value`` pairs and ``--set section.field=value ...`` (repeatable); read
-    them back with :func:`overrides_from`."""
-    parser.add_argument(
-        "overrides", nargs="*", metavar="KEY=VALUE", help=f"dotted overrides, e.g. {example}"
-    )
-    parser.add_argument(
-        "--set",
-        dest="set_overrides",
-        action="extend",
-        nargs="+",
-        default=[],
-        metavar="KEY=VALUE",
-        help="the same as positional overrides (repeatable)",
-    )
-
-
-def overrides_from(args: Any) -> list[str]:
-    """The overrides of parsed arguments: positional ones first, then ``--set`` ones."""
-    return list(getattr(args, "overrides", None) or []) + list(
-        getattr(args, "set_overrides", None) or []
-    )

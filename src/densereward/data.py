@@ -344,7 +344,7 @@ def load_tasks(config: DataConfig | dict[str, Any] | None = None):
     """
     import datasets
 
-    from .config import from_dict
+    from .config_files import from_dict
 
     if config is None:
         cfg = DataConfig()

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import threading
 import time
 from collections.abc import Awaitable
@@ -71,6 +72,14 @@ def parse_retry_after(value: str | None) -> float | None:
     return max(0.0, when.timestamp() - time.time())
 
 
+async def _cancel_pending() -> None:
+    """Cancel every other task of the running loop and wait until each has finished."""
+    tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+
+
 class LoopThread:
     """A private asyncio event loop running in a daemon thread."""
 
@@ -90,8 +99,15 @@ class LoopThread:
         return threading.current_thread() is self._thread
 
     def stop(self) -> None:
+        """Cancel the tasks still pending on the loop and wait (up to 5 s) until they have
+        unwound, then stop and close it: a loop closed under a pending task logs "Task was
+        destroyed but it is pending!" with a traceback (a reward server abandoning a hung read
+        at shutdown did)."""
         if self.loop.is_closed():
             return
+        if self.loop.is_running() and not self.in_loop_thread():
+            with contextlib.suppress(Exception):
+                self.submit(_cancel_pending()).result(timeout=5)
         self.loop.call_soon_threadsafe(self.loop.stop)
         if self.in_loop_thread():  # e.g. garbage-collected on the loop thread: cannot join itself
             return

@@ -9,8 +9,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ..config import (
-    VerifierConfig,
+from ..config import VerifierConfig
+from ..config_files import (
     add_override_arguments,
     apply_overrides,
     from_dict,

@@ -12,8 +12,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from ..config import (
-    VerifierConfig,
+from ..config import VerifierConfig
+from ..config_files import (
     add_override_arguments,
     apply_overrides,
     from_dict,

@@ -7,12 +7,10 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from ..config import (
-    VerifierConfig,
+from ..config import VerifierConfig, check_sections, field_names
+from ..config_files import (
     add_override_arguments,
     apply_overrides,
-    check_sections,
-    field_names,
     from_dict,
     load_yaml,
     overrides_from,

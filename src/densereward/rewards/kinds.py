@@ -357,7 +357,7 @@ def options_of(
     """
     from collections.abc import Mapping
 
-    from ..config import from_dict
+    from ..config_files import from_dict
     from ..sections import unknown_key_hints
 
     owner = owner or f"reward.type={name}"

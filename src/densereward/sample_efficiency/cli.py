@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ..config import add_override_arguments, apply_overrides, load_yaml, overrides_from
+from ..config_files import add_override_arguments, apply_overrides, load_yaml, overrides_from
 from ..errors import ConfigError
 from .runner import dry_run_comparison, output_dir_of, run_comparison
 

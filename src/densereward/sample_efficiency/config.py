@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from ..config import apply_overrides, from_dict, load_yaml, parse_override
+from ..config_files import apply_overrides, from_dict, load_yaml, parse_override
 from ..errors import ConfigError, DataError, RegistryError
 from ..io import to_jsonable
 from ..registry import Registry, entry_point_group, instances_of

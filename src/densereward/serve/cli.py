@@ -14,8 +14,8 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from ..config import (
-    VerifierConfig,
+from ..config import VerifierConfig
+from ..config_files import (
     add_override_arguments,
     apply_overrides,
     from_dict,

@@ -31,7 +31,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from densereward.config import (
+from densereward.config_files import (
     add_override_arguments,
     apply_overrides,
     load_yaml,

@@ -19,9 +19,9 @@ from densereward.config import (
     check_model_and_dtype,
     check_sections,
     field_names,
-    from_dict,
     unknown_key_hints,
 )
+from densereward.config_files import from_dict
 from densereward.errors import ConfigError
 from densereward.sections import check_passthrough_values
 from densereward.wandb_config import WandbConfig, refuse_old_keys

@@ -52,7 +52,7 @@ from typing import Any
 
 import yaml
 
-from densereward.config import (
+from densereward.config_files import (
     add_override_arguments,
     apply_overrides,
     load_yaml,

@@ -12,13 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from densereward.config import (
-    VerifierConfig,
-    check_sections,
-    field_names,
-    from_dict,
-    unknown_key_hints,
-)
+from densereward.config import VerifierConfig, check_sections, field_names, unknown_key_hints
+from densereward.config_files import from_dict
 from densereward.errors import ConfigError
 from densereward.progress_reward import ProgressRewardConfig
 from densereward.sections import check_passthrough_values
