@@ -968,3 +968,32 @@ def test_one_run_per_condition_gets_no_interval_in_the_report_or_the_plot(tmp_pa
     C.plot_curves(a, tmp_path / "c.png", metric="m", x_label="steps", threshold=None, title="t")
     assert len(bands) == 1  # dense's band only
     assert "no band for flat (n=1: no interval)" in titles[-1], titles
+
+
+def test_every_example_of_compare_help_parses_and_dry_runs(monkeypatch, capsys):
+    """Issue 41 item 2a: ``compare --help`` showed ``--seeds 0 1 budget=2000``, which fails
+    (``argument --seeds: invalid int value: 'budget=2000'``). Every example line is now parsed
+    by the real parser and its config built; those that run anything pass the dry run too."""
+    import shlex
+
+    from densereward.cli import build_parser, main
+    from densereward.sample_efficiency.cli import EPILOG, config_from_args
+
+    monkeypatch.chdir(REPO)  # the examples name configs/ relative to the repository root
+    examples = [
+        shlex.split(line.split("#")[0])[1:]
+        for line in EPILOG.splitlines()
+        if line.strip().startswith("densereward compare")
+    ]
+    assert len(examples) >= 4
+    for argv in examples:
+        args = build_parser().parse_args(argv)
+        config = config_from_args(args)
+        assert args.seeds is None or config["seeds"] == args.seeds
+        if args.budget is not None:
+            assert config["budget"] == args.budget
+        for override in args.overrides:
+            key, value = override.split("=", 1)
+            assert str(config[key]) == value, (argv, key)
+        if not args.report_only:
+            assert main([*argv, "--dry-run"]) == 0, (argv, capsys.readouterr().out)
