@@ -997,3 +997,32 @@ def test_every_example_of_compare_help_parses_and_dry_runs(monkeypatch, capsys):
             assert str(config[key]) == value, (argv, key)
         if not args.report_only:
             assert main([*argv, "--dry-run"]) == 0, (argv, capsys.readouterr().out)
+
+
+def test_a_success_rate_threshold_is_not_read_on_a_fallback_reward_curve(tmp_path, capsys):
+    """Issue 41 item 2b: runs whose curve fell back to ``eval/mean_reward`` (no is_success)
+    got the success-rate ``threshold: 0.5`` applied to rewards ("not reached (0/1 reached >=
+    0.5)") and a "threshold 0.5" line on the reward axis, unsaid. Now steps to threshold is not
+    reported, the report and the console say why once; naming the metric applies it."""
+
+    def reward_run(config, *, output_dir):
+        return {**_toy_run(config, output_dir=output_dir), "metric": "eval/mean_reward"}
+
+    spec = C.TrainerSpec(run=reward_run, dry_run=_toy_dry_run, budget_key=("training", "steps"))
+    config = {**_toy_config(tmp_path / "cmp"), "seeds": [0], "threshold": 0.5}
+    res = C.run_comparison(config, trainers={"toy": spec}, progress=False)
+    why = "Steps to threshold not reported: the environment reports no is_success"
+    assert res["threshold"] is None and res["threshold_not_applied"].startswith(why)
+    assert (
+        "Fix: set `metric: eval/mean_reward` together with a `threshold`"
+        in (res["threshold_not_applied"])
+    )
+    assert all("steps_to_threshold" not in c for c in res["conditions"].values())
+    report = (tmp_path / "cmp" / "report.md").read_text()
+    assert report.count(why) == 1 and "reached >= 0.5" not in report
+    # a threshold set together with the metric it is a level of is applied as set
+    named = {**config, "output_dir": str(tmp_path / "named"), "metric": "eval/mean_reward"}
+    res = C.run_comparison(named, trainers={"toy": spec}, progress=False)
+    assert res["threshold"] == 0.5 and res["threshold_not_applied"] is None
+    assert res["conditions"]["fast"]["steps_to_threshold"]["n_reached"] == 1
+    assert why not in (tmp_path / "named" / "report.md").read_text()

@@ -152,6 +152,8 @@ def main(args: argparse.Namespace) -> int:
     )
     for p in res["pairs"]:
         print(p["verdict"])
+    if res.get("threshold_not_applied"):
+        print(res["threshold_not_applied"], file=sys.stderr)
     if res["missing"]:
         print(f"incomplete: {len(res['missing'])} run(s) not finished", file=sys.stderr)
     return 0
