@@ -968,3 +968,61 @@ def test_one_run_per_condition_gets_no_interval_in_the_report_or_the_plot(tmp_pa
     C.plot_curves(a, tmp_path / "c.png", metric="m", x_label="steps", threshold=None, title="t")
     assert len(bands) == 1  # dense's band only
     assert "no band for flat (n=1: no interval)" in titles[-1], titles
+
+
+def test_every_example_of_compare_help_parses_and_dry_runs(monkeypatch, capsys):
+    """Issue 41 item 2a: ``compare --help`` showed ``--seeds 0 1 budget=2000``, which fails
+    (``argument --seeds: invalid int value: 'budget=2000'``). Every example line is now parsed
+    by the real parser and its config built; those that run anything pass the dry run too."""
+    import shlex
+
+    from densereward.cli import build_parser, main
+    from densereward.sample_efficiency.cli import EPILOG, config_from_args
+
+    monkeypatch.chdir(REPO)  # the examples name configs/ relative to the repository root
+    examples = [
+        shlex.split(line.split("#")[0])[1:]
+        for line in EPILOG.splitlines()
+        if line.strip().startswith("densereward compare")
+    ]
+    assert len(examples) >= 4
+    for argv in examples:
+        args = build_parser().parse_args(argv)
+        config = config_from_args(args)
+        assert args.seeds is None or config["seeds"] == args.seeds
+        if args.budget is not None:
+            assert config["budget"] == args.budget
+        for override in args.overrides:
+            key, value = override.split("=", 1)
+            assert str(config[key]) == value, (argv, key)
+        if not args.report_only:
+            assert main([*argv, "--dry-run"]) == 0, (argv, capsys.readouterr().out)
+
+
+def test_a_success_rate_threshold_is_not_read_on_a_fallback_reward_curve(tmp_path, capsys):
+    """Issue 41 item 2b: runs whose curve fell back to ``eval/mean_reward`` (no is_success)
+    got the success-rate ``threshold: 0.5`` applied to rewards ("not reached (0/1 reached >=
+    0.5)") and a "threshold 0.5" line on the reward axis, unsaid. Now steps to threshold is not
+    reported, the report and the console say why once; naming the metric applies it."""
+
+    def reward_run(config, *, output_dir):
+        return {**_toy_run(config, output_dir=output_dir), "metric": "eval/mean_reward"}
+
+    spec = C.TrainerSpec(run=reward_run, dry_run=_toy_dry_run, budget_key=("training", "steps"))
+    config = {**_toy_config(tmp_path / "cmp"), "seeds": [0], "threshold": 0.5}
+    res = C.run_comparison(config, trainers={"toy": spec}, progress=False)
+    why = "Steps to threshold not reported: the environment reports no is_success"
+    assert res["threshold"] is None and res["threshold_not_applied"].startswith(why)
+    assert (
+        "Fix: set `metric: eval/mean_reward` together with a `threshold`"
+        in (res["threshold_not_applied"])
+    )
+    assert all("steps_to_threshold" not in c for c in res["conditions"].values())
+    report = (tmp_path / "cmp" / "report.md").read_text()
+    assert report.count(why) == 1 and "reached >= 0.5" not in report
+    # a threshold set together with the metric it is a level of is applied as set
+    named = {**config, "output_dir": str(tmp_path / "named"), "metric": "eval/mean_reward"}
+    res = C.run_comparison(named, trainers={"toy": spec}, progress=False)
+    assert res["threshold"] == 0.5 and res["threshold_not_applied"] is None
+    assert res["conditions"]["fast"]["steps_to_threshold"]["n_reached"] == 1
+    assert why not in (tmp_path / "named" / "report.md").read_text()

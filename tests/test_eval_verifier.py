@@ -739,7 +739,16 @@ def test_the_report_counts_unread_zeros_and_shows_no_filler(tmp_path, capsys):
         "(no final answer 2, empty response 1); 1 abstained"
     ) in report
     assert "over the 11 read response(s) alone AUROC is " in report
-    assert "(3 of them 0 without a read; AUROC " in printed
+    n_read_ok = sum(ok for _, ok in read)
+    read_counts = f"({n_read_ok} correct / {len(read) - n_read_ok} incorrect)"
+    assert (
+        f"(3 of them 0 without a read; AUROC {m['overall']['auroc_read_only']:.3f} {read_counts} over the read ones)"
+        in printed
+    )
+    assert (
+        f"over the 11 read response(s) alone AUROC is {m['overall']['auroc_read_only']:.3f} {read_counts}."
+        in report
+    )
     # the accept threshold: auto chose the in-sample best, so one row says both
     table = report[report.index("## Accept threshold") : report.index("## Per generator")]
     assert table.count(f"| {m['threshold']:.3f} |") == 1
@@ -903,8 +912,8 @@ def test_one_class_says_why_once_and_figures_draw_only_bins_with_data(
     )
     printed = capsys.readouterr().out
     why = (
-        "all 12 responses are labelled correct: TNR, balanced accuracy, AUROC and the accept "
-        "threshold need both classes"
+        "all 12 responses are labelled correct: TNR, balanced accuracy, AUROC, AUPRC and the "
+        "accept threshold need both classes"
     )
     assert printed.count(why) == 1 and "best accept threshold n/a" not in printed
     assert "TNR n/a (0 incorrect)" in printed
@@ -916,6 +925,10 @@ def test_one_class_says_why_once_and_figures_draw_only_bins_with_data(
     by_gen_texts = drawn[1][0]  # tpr_tnr_by_generator.png: TNR slots marked, not blank
     assert by_gen_texts.count("no data") == 4 and {"n=4", "n=8"} <= set(by_gen_texts)
     assert f"**A{why[1:]}" in (out / "report.md").read_text()
+    # AUPRC would be 1 whatever the scores without an incorrect response (issue 41 item 1d)
+    m = json.loads((out / "metrics.json").read_text())
+    assert m["overall"]["auprc"] is None and m["overall"]["auroc"] is None
+    assert "| n/a | 0.000 | 1.000 | 1.000 | 1.000 | n/a | " in (out / "report.md").read_text()
 
 
 @pytest.mark.parametrize("with_reference", [(), (0, 2)], ids=["none", "mixed"])
@@ -945,3 +958,31 @@ def test_reference_guided_refuses_rows_without_reference(tmp_path, with_referenc
         assert "add 'reference' to each row, or drop --reference-guided" in msg
         assert "\n" not in msg
     assert not (tmp_path / "out").exists()
+
+
+def test_equal_generators_and_flat_easiness_say_why_there_is_no_number(tmp_path, capsys):
+    """Issue 41 item 1a-c: two generators passing the same share of problems were named weaker
+    and stronger alike ("the weaker (genB) and the stronger (genB)"); the Spearman correlation
+    with every d(x) 0.50 and the cross-validated balanced accuracy on one problem were a bare
+    n/a on the console; tts_verification_gain had an empty "rests on" cell."""
+    spec = [(1, "genA", True, 0.9), (1, "genA", False, 0.2), (1, "genB", True, 0.8)]
+    spec += [(1, "genB", False, 0.3)]
+    responses, scores = _labelled(tmp_path, spec)
+    out = tmp_path / "out"
+    argv = ["--responses", str(responses), "--scores", str(scores), "--out", str(out)]
+    assert run_cli(*argv, "--bootstrap", "0", "--no-plots") == 0
+    printed = capsys.readouterr().out
+    assert "n/a cross-validated over problems (1 problem: folds are split by problem" in printed
+    report = (out / "report.md").read_text()
+    assert "Both groups pass 0.500 of problems (mean problem pass rate): no gap" in report
+    assert "the weaker (genB) and the stronger (genB)" not in report
+    assert "Share of the gap" not in report
+    assert (
+        "easiness d(x): n/a (every problem has easiness d(x) 0.500: no spread to rank against)."
+        in report
+    )
+    assert "not estimable (1 problem: folds are split by problem" in report
+    assert "| tts_verification_gain | 0.500 | 1 problems x 4 responses |" in report
+    m = json.loads((out / "metrics.json").read_text())
+    assert m["tts"]["by_family"]["equal_pass_rate"] == 0.5
+    assert "gap_closed" not in m["tts"]["by_family"]

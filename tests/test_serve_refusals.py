@@ -368,6 +368,33 @@ def test_verl_without_the_question_abstains_and_says_so_once(scripted, monkeypat
         verl_reward.compute_score("gsm8k", "x", "4", url=running.url, missing_problem="skip")
 
 
+def test_verl_misspelt_reward_kwargs_are_named_once_not_dropped(scripted, monkeypatch, caplog):
+    """Issue 41 item 3: ``missing_problm="score"`` (misspelt) returned a score with no word:
+    the keyword was swallowed by ``**kwargs``. Now one warning per process per unknown key names
+    it, the closest valid one and the list; verl's own keywords say nothing."""
+    from densereward.serve import verl_reward
+
+    _, _, running = scripted
+    monkeypatch.setattr(verl_reward, "_said", set())
+    with caplog.at_level("WARNING", logger="densereward.serve.verl_reward"):
+        for _ in range(2):
+            got = verl_reward.compute_score(
+                "gsm8k",
+                "RIGHT: 4.",
+                "4",
+                {"question": "What is 2 + 2?"},
+                url=running.url,
+                missing_problm="score",
+                tokenizer=None,
+            )
+    assert got == {"score": 1.0, "abstained": 0.0}  # still scored: raising would crash verl
+    said = [r.getMessage() for r in caplog.records]
+    assert len(said) == 1, said
+    assert "unknown keyword 'missing_problm' ignored (did you mean 'missing_problem'?)" in said[0]
+    assert "Valid reward_kwargs: url, abstain_reward, timeout_s" in said[0]
+    assert "tokenizer" not in said[0].split("Valid")[0]
+
+
 def test_the_servers_quality_tracker_is_bounded(monkeypatch):
     """Before: every labelled item was kept and the auto threshold recomputed over all of them
     on every batch."""

@@ -23,8 +23,10 @@ from .evaluation import (
     abstention_headline,
     abstention_summary,
     counts_text,
+    cross_validation_reason,
     evaluate,
     evidence_notes,
+    read_only_text,
 )
 from .report import _prompt_description, write_outputs
 from .scoring import (
@@ -234,7 +236,7 @@ def main(args: argparse.Namespace) -> int:
         return _most_abstained(abst)
     o, c = metrics["overall"], metrics["counts"]
     unread = (
-        f" ({c['n_scored_unread']} of them 0 without a read; AUROC {format_number(o['auroc_read_only'])} "
+        f" ({c['n_scored_unread']} of them 0 without a read; AUROC {read_only_text(o)} "
         "over the read ones)"
         if c.get("n_scored_unread")
         else ""
@@ -257,6 +259,7 @@ def main(args: argparse.Namespace) -> int:
             f"best accept threshold {format_number(cal['threshold'], 4)}: balanced accuracy "
             f"{format_number(cal['in_sample']['balanced_accuracy'])} in-sample, "
             f"{format_number(cal['cross_validated']['balanced_accuracy'])} cross-validated over problems"
+            + (f" ({why})" if (why := cross_validation_reason(metrics)) else "")
         )
     print(f"wrote {paths['report']}")
     return _most_abstained(abst) if abst["most"] else 0

@@ -17,6 +17,7 @@ from ..abstentions import count_reasons
 from ..config import resolve_threshold
 from ..errors import DataError
 from ..io import to_jsonable
+from ..metrics.format import format_number
 from ..results import UNREAD_REASONS
 
 __all__ = [
@@ -81,6 +82,9 @@ def _family_gap(scores, labels, pids, fams, threshold) -> dict[str, Any]:
     if len(per) >= 2:
         weak = min(per, key=lambda f: per[f]["mean_problem_pass_rate"])
         strong = max(per, key=lambda f: per[f]["mean_problem_pass_rate"])
+        if per[weak]["mean_problem_pass_rate"] == per[strong]["mean_problem_pass_rate"]:
+            out["equal_pass_rate"] = per[weak]["mean_problem_pass_rate"]  # no gap to close
+            return out
         out.update(
             weak=weak,
             strong=strong,
@@ -262,6 +266,58 @@ def counts_text(rep: Mapping[str, Any], key: str) -> str:
         return f"{int(n['n'])} scored" if n["n"] is not None else ""
     if key in ("balanced_accuracy", "auroc", "auprc", "score_gap", "pairwise_accuracy", "f1"):
         return f"{pos} / {neg}"
+    if key in ("tts_pass_rate", "tts_verification_gain") and rep.get("tts_n_problems"):
+        return tts_counts_text(rep)
+    return ""
+
+
+def tts_counts_text(rep: Mapping[str, Any]) -> str:
+    """The problems x responses a test-time-scaling rate rests on.
+
+    >>> tts_counts_text({"tts_n_problems": 4, "tts_n_responses": 8, "k_min": 2, "k_max": 2})
+    '4 problems x 2 responses'
+    >>> tts_counts_text({"tts_n_problems": 2, "tts_n_responses": 5, "k_min": 2, "k_max": 3})
+    '2 problems x 2-3 responses (5 in all)'
+    """
+    n, k_min, k_max = int(rep["tts_n_problems"]), int(rep["k_min"]), int(rep["k_max"])
+    if k_min == k_max:
+        return f"{n} problems x {k_min} responses"
+    return f"{n} problems x {k_min}-{k_max} responses ({int(rep['tts_n_responses'])} in all)"
+
+
+def read_only_text(overall: Mapping[str, Any]) -> str:
+    """The AUROC over the read responses with the classes it rests on.
+
+    >>> read_only_text({"auroc_read_only": 0.5, "read_n_pos": 1, "read_n_neg": 1})
+    '0.500 (1 correct / 1 incorrect)'
+    """
+    return (
+        f"{format_number(overall.get('auroc_read_only'))} ({overall.get('read_n_pos', 0)} correct / "
+        f"{overall.get('read_n_neg', 0)} incorrect)"
+    )
+
+
+def cross_validation_reason(metrics: Mapping[str, Any]) -> str:
+    """Why the cross-validated accept threshold is ``n/a`` (``""`` when it is not)."""
+    cv = metrics["threshold_calibration"]["cross_validated"]
+    if cv.get("n_splits"):
+        return ""
+    if metrics.get("evidence", {}).get("one_class"):
+        return "one class only"
+    n = metrics["counts"]["n_problems"]
+    if n < 2:
+        return f"{n} problem: folds are split by problem, so it needs at least 2"
+    return "no accept threshold could be chosen on these scores"
+
+
+def spearman_reason(scores: np.ndarray, easiness: np.ndarray) -> str:
+    """Why the score-easiness Spearman correlation is ``n/a`` (``""`` when it is not)."""
+    if scores.size < 2:
+        return f"{scores.size} scored response(s): it needs at least 2"
+    if np.all(easiness == easiness[0]):
+        return f"every problem has easiness d(x) {easiness[0]:.3f}: no spread to rank against"
+    if np.all(scores == scores[0]):
+        return f"every score is {scores[0]:.3f}: no spread to rank"
     return ""
 
 
@@ -289,7 +345,7 @@ def evidence_notes(metrics: Mapping[str, Any]) -> list[str]:
         )
         needs = "TNR" if cls == "correct" else "TPR"
         notes.append(
-            f"{where}: {needs}, balanced accuracy, AUROC and the accept threshold need both "
+            f"{where}: {needs}, balanced accuracy, AUROC, AUPRC and the accept threshold need both "
             f"classes; evaluate a file with {other} responses too"
         )
     elif e["too_few"]:
@@ -425,6 +481,14 @@ def evaluate(
             tts_pass_rate=M.tts_pass_rate(a_s, a_y, a_p, threshold),
             tts_verification_gain=M.tts_verification_gain(a_s, a_y, a_p, threshold),
         )
+        if a_p:
+            cand = _candidates_per_problem(a_p)
+            rep.update(
+                tts_n_problems=len(set(a_p)),
+                tts_n_responses=len(a_p),
+                k_min=cand["k_min"],
+                k_max=cand["k_max"],
+            )
         return rep
 
     summary = abstention_summary(rows, scores, reasons)
@@ -453,6 +517,8 @@ def evaluate(
     if unread is not None:  # the same threshold-free figure without the unread zeros
         read = [i for i in keep if reasons[i] not in UNREAD_REASONS]
         out["overall"]["auroc_read_only"] = M.auroc(s_all[read], y_all[read]) if read else math.nan
+        out["overall"]["read_n_pos"] = int(y_all[read].sum()) if read else 0
+        out["overall"]["read_n_neg"] = len(read) - out["overall"]["read_n_pos"]
     out["threshold_calibration"] = calibration
     out["soft"] = {
         k: v for k, v in M.classification_report(s, y, soft=True).items() if k in M.REPORT_KEYS[:9]
@@ -545,6 +611,7 @@ def evaluate(
             bins_out.append(rep)
         difficulty[name] = {"edges": edges, "bins": bins_out}
     difficulty["score_difficulty_spearman"] = _spearman(s, d_resp)
+    difficulty["score_difficulty_spearman_reason"] = spearman_reason(s, d_resp)
     out["difficulty"] = difficulty
 
     # Test-time scaling with verification over every response (an abstained one is a reject,

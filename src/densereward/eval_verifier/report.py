@@ -13,7 +13,15 @@ from ..config import VerifierConfig
 from ..io import atomic_write_json, atomic_write_text, to_jsonable
 from ..metrics.format import format_number, markdown_table
 from .data import _keys, _sha1
-from .evaluation import HEADLINE, MIN_PER_CLASS, abstention_headline, counts_text, evidence_notes
+from .evaluation import (
+    HEADLINE,
+    MIN_PER_CLASS,
+    abstention_headline,
+    counts_text,
+    cross_validation_reason,
+    evidence_notes,
+    read_only_text,
+)
 from .plots import write_plots
 
 __all__ = ["render_report", "write_outputs"]
@@ -165,7 +173,7 @@ def render_report(
             f"({unread['n_incorrect']} incorrect, {unread['n_correct']} correct by the labels) "
             "at score 0, as a reward scores them; over the "
             f"{c['n_scored'] - unread['n']} read response(s) alone AUROC is "
-            f"{format_number(o.get('auroc_read_only'))}.",
+            f"{read_only_text(o)}.",
         ]
     parts += [
         "",
@@ -191,7 +199,7 @@ def render_report(
             f"{cv['n_splits']}-fold cross-validated over problems (threshold re-chosen on each "
             f"training split: {', '.join(format_number(t) for t in cv_thr)})"
             if cv.get("n_splits")
-            else "not estimable (one class or fewer than 2 problems)"
+            else f"not estimable ({cross_validation_reason(metrics)})"
         )
         best = [
             format_number(cal["threshold"]),
@@ -329,7 +337,9 @@ def render_report(
     )
     parts += [
         "",
-        f"Spearman correlation between score and problem easiness d(x): {format_number(d['score_difficulty_spearman'])}.",
+        f"Spearman correlation between score and problem easiness d(x): {format_number(d['score_difficulty_spearman'])}"
+        + (f" ({why})" if (why := d.get("score_difficulty_spearman_reason")) else "")
+        + ".",
         "",
     ]
 
@@ -365,6 +375,13 @@ def render_report(
             ],
         ),
     ]
+    if "equal_pass_rate" in fam:
+        both = "both" if len(fam["groups"]) == 2 else f"all {len(fam['groups'])}"
+        parts += [
+            "",
+            f"{both[0].upper()}{both[1:]} groups pass {format_number(fam['equal_pass_rate'])} of "
+            "problems (mean problem pass rate): no gap between a weaker and a stronger group to close.",
+        ]
     if "gap_closed" in fam:
         parts += [
             "",

@@ -196,7 +196,8 @@ def auprc(scores, labels) -> float:
     Its chance level is the pass rate ``mean(labels)``, not 0.5.
 
     Returns:
-        AUPRC in ``[0, 1]``; ``NaN`` without correct responses (``1.0`` without incorrect ones).
+        AUPRC in ``[0, 1]``; ``NaN`` with one class only (without incorrect responses it would
+        be 1 whatever the scores: it measures nothing).
 
     Raises:
         DataError: on malformed input.
@@ -205,7 +206,7 @@ def auprc(scores, labels) -> float:
     from sklearn.metrics import average_precision_score
 
     s, y = as_arrays(scores, labels)
-    if y.sum() == 0:
+    if y.sum() == 0 or y.sum() == y.size:
         return NAN
     with (
         warnings.catch_warnings(),

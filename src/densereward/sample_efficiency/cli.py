@@ -17,7 +17,8 @@ __all__ = ["EPILOG", "add_arguments", "config_from_args", "main"]
 EPILOG = """\
 examples:
   densereward compare --config configs/compare_fetchreach.yaml
-  densereward compare --config configs/compare_fetchreach.yaml --seeds 0 1 budget=2000 --output-dir runs/cmp-small
+  densereward compare --config configs/compare_fetchreach.yaml --seeds 0 1 --budget 2000 --output-dir runs/cmp-small
+  densereward compare --config configs/compare_fetchreach.yaml threshold=0.9 --seeds 0 1   # overrides before options taking lists
   densereward compare --config configs/compare_grpo_cpu.yaml --conditions sparse dense
   densereward compare --config configs/compare_fetchreach.yaml --report-only   # statistics of finished runs
 
@@ -151,6 +152,8 @@ def main(args: argparse.Namespace) -> int:
     )
     for p in res["pairs"]:
         print(p["verdict"])
+    if res.get("threshold_not_applied"):
+        print(res["threshold_not_applied"], file=sys.stderr)
     if res["missing"]:
         print(f"incomplete: {len(res['missing'])} run(s) not finished", file=sys.stderr)
     return 0

@@ -161,7 +161,9 @@ class CompareConfig:
     """Training budget of every run: ``training.total_timesteps`` (SAC, environment steps) or
     ``training.max_steps`` (GRPO, optimizer steps); ``None`` = the base config's value."""
     threshold: float | None = None
-    """Performance level for steps-to-threshold (e.g. success rate 0.8); ``None`` = not reported."""
+    """Performance level for steps-to-threshold (e.g. success rate 0.8); ``None`` = not reported.
+    Not applied, with the reason in the report, to curves that fell back to another metric
+    (SAC's ``eval/mean_reward`` without is_success) unless ``metric`` names that metric."""
     metric: str | None = None
     """Label of the curve metric in the report; ``None`` = the trainer's (SAC: ``eval/success_rate``,
     or ``rollout/success_rate`` without evaluation episodes; GRPO:

@@ -266,6 +266,7 @@ def render_report(
     wall_s: float | None = None,
     missing: Sequence[str] = (),
     curve_sources: Sequence[str] = (),
+    notes: Sequence[str] = (),
 ) -> str:
     """Markdown report: one table row per condition and one verdict line per pair.
 
@@ -321,6 +322,7 @@ def render_report(
         f"seeds {list(seeds)}."
         + (f" Total wall time {wall_s / 60:.1f} min." if wall_s is not None else ""),
         *[f"Learning curves: {src}." for src in curve_sources],
+        *[f"\n{note}" for note in notes],
         "",
         markdown_table(headers, rows),
     ]

@@ -125,6 +125,39 @@ def output_dir_of(flag: str | Path | None, configured: str | None, name: Any) ->
     return Path(flag or configured or Path("runs") / "compare" / str(name))
 
 
+FALLBACK_METRICS = {
+    "eval/mean_reward": "the environment reports no is_success, so the runs' curves are "
+    "the evaluation episodes' mean reward, not a success rate",
+}
+"""Curve metrics a trainer falls back to, with why: a ``threshold`` meant for the metric it
+would have used (a success rate) is not applied to them unless ``metric`` names them."""
+
+
+def threshold_for(
+    threshold: float | None, metric: str | None, run_metrics: set[str]
+) -> tuple[float | None, str]:
+    """The steps-to-threshold level to apply, and why none is (``""`` when it is as set).
+
+    A ``threshold`` set without ``metric`` is a level of the trainer's usual metric (SAC: a
+    success rate); on runs whose curves fell back to another (:data:`FALLBACK_METRICS`) it
+    would be read on the wrong scale, so it is not applied unless ``metric`` names the curve.
+
+    >>> threshold_for(0.5, None, {"eval/mean_reward"})[0] is None
+    True
+    >>> threshold_for(0.5, "eval/mean_reward", {"eval/mean_reward"})
+    (0.5, '')
+    """
+    fallback = sorted(m for m in run_metrics if m in FALLBACK_METRICS)
+    if threshold is None or metric is not None or not fallback:
+        return threshold, ""
+    m = fallback[0]
+    return None, (
+        f"Steps to threshold not reported: {FALLBACK_METRICS[m]} (`{m}`), and threshold "
+        f"{threshold:g} is a level of the success rate. Fix: set `metric: {m}` together with a "
+        "`threshold` on that scale, or evaluate an environment that reports is_success."
+    )
+
+
 def run_comparison(
     config: Mapping[str, Any],
     *,
@@ -239,10 +272,15 @@ def run_comparison(
         (r.get("metric") for rs in by_cond.values() for r in rs if r.get("metric")), None
     )
     metric = cfg.metric or trainer_metric or "performance"
+    threshold, threshold_note = threshold_for(
+        cfg.threshold,
+        cfg.metric,
+        {str(r["metric"]) for rs in by_cond.values() for r in rs if r.get("metric")},
+    )
     analysis = analyze(
         by_cond,
         budget=budget,
-        threshold=cfg.threshold,
+        threshold=threshold,
         final_window=cfg.final_window,
         grid_points=cfg.grid_points,
         n_bootstrap=cfg.n_bootstrap,
@@ -264,6 +302,7 @@ def run_comparison(
         final_window=cfg.final_window,
         wall_s=wall,
         missing=missing,
+        notes=[threshold_note] if threshold_note else [],
         curve_sources=sorted(
             {
                 str(r["summary"]["curve_source"])
@@ -278,7 +317,7 @@ def run_comparison(
         out / "learning_curves.png",
         metric=metric,
         x_label=spec.x_label,
-        threshold=cfg.threshold,
+        threshold=threshold,
         title=title_of(analysis["conditions"]),
         confidence=cfg.confidence,
     )
@@ -300,7 +339,8 @@ def run_comparison(
         "x_label": spec.x_label,
         "budget": budget,
         "seeds": list(cfg.seeds),
-        "threshold": cfg.threshold,
+        "threshold": threshold,
+        "threshold_not_applied": threshold_note or None,
         "final_window": cfg.final_window,
         "bootstrap": {
             "n": cfg.n_bootstrap,

@@ -39,6 +39,14 @@ jitter; a ``Retry-After`` is honoured), about two minutes in all, each attempt b
 ``timeout_s``; any other 4xx is raised at once with the server's message. All three are
 ``reward_kwargs``.
 
+**Unknown keywords.** A keyword that is neither verl's own (the ones above, plus ``tokenizer``,
+``reward_router_address`` and ``reward_model_tokenizer`` that newer verl reward loops may pass)
+nor one of this module's ``reward_kwargs`` (``url``, ``abstain_reward``, ``timeout_s``,
+``max_retries``, ``retry_base_s``, ``retry_max_s``, ``return_dict``, ``missing_problem``) is
+ignored with one warning per process per key, naming it, the closest valid one and the list (a
+misspelt ``reward_kwargs`` would otherwise do nothing silently; raising would crash verl's
+reward worker).
+
 **Pickling.** verl loads this file by path under the module name ``custom_module`` and Ray
 pickles the function to its workers; a second load replaces that module. When the
 ``densereward`` package is importable, the functions loaded by path *are* the package's
@@ -49,6 +57,7 @@ cloudpickle, when present, is told to pickle them by value.
 
 from __future__ import annotations
 
+import difflib
 import http.client
 import json
 import logging
@@ -103,6 +112,50 @@ def _say_missing_problem(n: int, total: int, missing_problem: str) -> None:
         total,
         done,
     )
+
+
+REWARD_KWARGS = (
+    "url",
+    "abstain_reward",
+    "timeout_s",
+    "max_retries",
+    "retry_base_s",
+    "retry_max_s",
+    "return_dict",
+    "missing_problem",
+)
+"""The ``reward_kwargs`` this module reads (see the module docstring)."""
+
+VERL_KWARGS = (
+    "data_source",
+    "solution_str",
+    "ground_truth",
+    "extra_info",
+    "data_sources",
+    "solution_strs",
+    "ground_truths",
+    "extra_infos",
+    "tokenizer",
+    "reward_router_address",
+    "reward_model_tokenizer",
+)
+"""Keywords verl itself may pass besides ``reward_kwargs``: accepted and not used."""
+
+
+def _say_unknown_kwargs(kwargs: dict[str, Any]) -> None:
+    """Warn once per process per key of ``kwargs`` that is neither verl's nor ours."""
+    for key in kwargs:
+        if key in VERL_KWARGS or f"kwarg:{key}" in _said:
+            continue
+        _said.add(f"kwarg:{key}")
+        close = difflib.get_close_matches(key, REWARD_KWARGS + VERL_KWARGS, n=1)
+        logger.warning(
+            "densereward verl_reward: unknown keyword %r ignored%s. Valid reward_kwargs: %s. "
+            "Fix: correct it in custom_reward_function.reward_kwargs. Said once per process",
+            key,
+            f" (did you mean {close[0]!r}?)" if close else "",
+            ", ".join(REWARD_KWARGS),
+        )
 
 
 RETRY_STATUS = frozenset({408, 429, 500, 502, 503, 504})
@@ -187,6 +240,8 @@ def compute_score_batch(
         ValueError: for a ``missing_problem`` other than ``abstain`` / ``score``.
         RuntimeError: when the server refused the request or did not answer after the retries.
     """
+    if kwargs:
+        _say_unknown_kwargs(kwargs)
     if missing_problem not in MISSING_PROBLEM:
         raise ValueError(
             f"reward_kwargs missing_problem={missing_problem!r}; use abstain (default) or score"
