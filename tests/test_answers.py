@@ -395,7 +395,7 @@ def test_unread_completions_are_counted_apart_per_batch_and_in_total(tmp_path, c
         ["I believe it is 4", "4, I guess"] * 2,
         ["I believe it is 4", "4, I guess", "\\boxed{4}", "The answer is 5."],
     ]
-    tracker = RewardQualityTracker(tmp_path, threshold=0.5)
+    tracker = RewardQualityTracker(tmp_path, threshold=0.5, min_per_class=1)
     logged: list[dict[str, float]] = []
     with MisbehavingServer() as srv, caplog.at_level(logging.WARNING):
         srv.default = Fault("ok", top_logprobs=(("E", -0.05), ("A", -3.0)), text="E")  # reads ~1
@@ -428,10 +428,12 @@ def test_unread_completions_are_counted_apart_per_batch_and_in_total(tmp_path, c
     assert reason.startswith("no completion in the window was read by the verifier (4 of 4 in")
     text = " ".join(r.getMessage() for r in caplog.records)
     assert (
-        "4 of 4 completions had no final answer and were not read; they get reward 0 (sparse "
-        "check) without a verifier read"
+        "4 of 4 completions had no final answer and were not read; they get the reward of an "
+        "answer the sparse check marks wrong, without a verifier read"
         in text
-        and "training.max_completion_length" in text
+        and "raise the completion length limit (training.max_completion_length in a densereward "
+        "config, GRPOConfig(max_completion_length=...) in your own script)"
+        in text
     )
     assert "the verifier scores them" not in text
 

@@ -250,6 +250,7 @@ def test_reward_quality_metrics_values():
         groups=[slice(0, 4), slice(4, 8)],
         levels=levels,
         masses=[0.5] * 6 + [None, 0.7],
+        min_per_class=1,  # the formulas; MIN_PER_CLASS has its own test
     )
     # valid: idx 0..5,7 -> positives 0,1,7 (accepted 0,1) ; negatives 2,3,4,5 (rejected 2,3)
     assert m["tpr"] == pytest.approx(2 / 3) and m["tnr"] == pytest.approx(0.5)
@@ -264,7 +265,7 @@ def test_reward_quality_metrics_values():
 
 
 def test_tracker_logs_records_and_plots(tmp_path):
-    tracker = RewardQualityTracker(tmp_path, threshold=0.5)
+    tracker = RewardQualityTracker(tmp_path, threshold=0.5, min_per_class=1)
     metrics: dict[str, list] = {}
     extra: dict[str, list] = {}
 
@@ -304,7 +305,7 @@ def test_tracker_auto_threshold_is_chosen_on_earlier_batches_and_windows_roll(tm
 
     from densereward.metrics import best_threshold
 
-    tracker = RewardQualityTracker(tmp_path, window=6)  # threshold defaults to auto
+    tracker = RewardQualityTracker(tmp_path, window=6, min_per_class=1)  # threshold: auto
     batches = [  # (scores, correct): the verifier ranks well but scores everything below 0.5
         ([0.30, 0.10, 0.20, 0.15], [1, 0, 0, 0]),
         ([0.35, 0.12, 0.28, 0.05], [1, 0, 1, 0]),
@@ -336,12 +337,12 @@ def test_tracker_auto_threshold_is_chosen_on_earlier_batches_and_windows_roll(tm
     assert rows[2]["verifier/window/n_read"] == 6.0 and rows[0]["verifier/window/n_read"] == 4.0
     w_s = np.array(batches[1][0][2:] + batches[2][0])
     w_y = np.array(batches[1][1][2:] + batches[2][1])
-    assert rows[2]["verifier/window/pass_rate"] == pytest.approx(w_y.mean())
+    assert rows[2]["verifier/window/read_pass_rate"] == pytest.approx(w_y.mean())
     assert rows[2]["verifier/window/score_gap"] == pytest.approx(
         w_s[w_y == 1].mean() - w_s[w_y == 0].mean()
     )
     # a fixed threshold of 0.5 accepts nothing here: TNR 1, TPR 0 -- the degenerate report auto avoids
-    fixed = RewardQualityTracker(None, threshold=0.5)
+    fixed = RewardQualityTracker(None, threshold=0.5, min_per_class=1)
     m = fixed.update(prompts=["p"] * 4, scores=batches[1][0], correct=batches[1][1])
     assert m["verifier/tpr"] == 0.0 and m["verifier/threshold"] == 0.5
     # one class only so far: auto has nothing to calibrate on -> rates undefined, not 0 or 1
@@ -876,7 +877,7 @@ def test_an_undefined_metric_is_explained_once_in_the_log_and_on_the_plot(tmp_pa
     from densereward.rewards.quality import undefined_reasons
     from densereward.rewards.tracking_plot import _undefined_note
 
-    tracker = RewardQualityTracker(tmp_path, threshold=0.5)
+    tracker = RewardQualityTracker(tmp_path, threshold=0.5, min_per_class=1)
     with caplog.at_level("WARNING", logger="densereward.rewards.tracking"):
         for _ in range(3):  # a weak policy: every completion wrong
             tracker.update(prompts=["p", "p"], scores=[0.2, 0.7], correct=[0, 0])
@@ -923,7 +924,7 @@ def test_a_panel_with_no_point_says_no_data_and_why(tmp_path):
 
     from densereward.rewards.tracking_plot import _reward_quality_figure
 
-    tracker = RewardQualityTracker(tmp_path, threshold=0.5)
+    tracker = RewardQualityTracker(tmp_path, threshold=0.5, min_per_class=1)
     for _ in range(3):  # every completion wrong: the threshold-free panel has no point
         tracker.update(prompts=["p", "p"], scores=[0.2, 0.7], correct=[0, 0])
     fig = _reward_quality_figure(tracker.records, "verifier/")
@@ -1001,3 +1002,47 @@ def test_the_plot_marks_in_sample_thresholds_and_puts_the_counts_on_the_rates_pa
     out_of_sample = [{**r, "verifier/threshold_in_sample": 0.0} for r in records]
     title, panel = texts(out_of_sample)
     assert "in-sample" not in title and not any("in-sample" in t for t in panel)
+
+
+def test_window_rates_from_too_few_completions_of_a_class_are_null_with_the_count(tmp_path):
+    """Issue 41 rerun: GRPO logged window TPR / AUROC 1.0 from one correct completion. Below
+    MIN_PER_CLASS read completions of a class the metrics that need it are null, the counts are
+    logged beside them, and the reason names the count; the window's pass rate over *read*
+    completions is ``window/read_pass_rate``, apart from the batch's ``pass_rate`` (all)."""
+    from densereward.rewards.quality import MIN_PER_CLASS
+    from densereward.rewards.tracking_plot import _undefined_note, _window_classes
+
+    assert MIN_PER_CLASS == 5
+    tracker = RewardQualityTracker(tmp_path, threshold=0.5)
+    logged: dict[str, float] = {}
+    tracker.update(  # 1 correct read, 7 incorrect; the 9th has no read
+        prompts=["p"] * 9,
+        scores=[0.9] + [0.1] * 7 + [0.0],
+        correct=[1] + [0] * 8,
+        read=[True] * 8 + [False],
+        log_metric=logged.__setitem__,
+    )
+    row = json.loads((tmp_path / "reward_quality.jsonl").read_text().splitlines()[0])
+    for key in ("tpr", "auroc", "balanced_accuracy", "pairwise_accuracy", "score_gap"):
+        assert row[f"verifier/window/{key}"] is None and row[f"verifier/{key}"] is None, key
+        assert f"verifier/window/{key}" not in logged
+    assert row["verifier/window/tnr"] == 1.0  # 7 incorrect reads: enough
+    assert row["verifier/window/n_read_correct"] == 1.0
+    assert row["verifier/window/n_read_incorrect"] == 7.0
+    assert row["verifier/n_read_correct"] == 1.0 and logged["verifier/n_read_incorrect"] == 7.0
+    assert row["verifier/window/read_pass_rate"] == pytest.approx(1 / 8)
+    assert row["verifier/pass_rate"] == pytest.approx(1 / 9)
+    assert "verifier/window/pass_rate" not in row and row["min_per_class"] == 5
+    assert _window_classes(row) == (1, 7)
+    note = _undefined_note(tracker.records, "verifier/")
+    assert (
+        "window/tpr undefined at 1 of 1 steps (no point drawn): fewer than 5 correct read "
+        "completions in the window (1)" in note
+    ), note
+    for _ in range(4):  # 5 correct reads in the window: the rates are back
+        tracker.update(prompts=["p"] * 2, scores=[0.8, 0.3], correct=[1, 0])
+    last = tracker.records[-1]
+    assert last["verifier/window/n_read_correct"] == 5.0
+    assert last["verifier/window/tpr"] == 1.0 and last["verifier/window/auroc"] == 1.0
+    assert math.isnan(last["verifier/tpr"])  # the batch's own: 1 correct read
+    assert tracker.plot().stat().st_size > 5000

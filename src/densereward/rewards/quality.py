@@ -46,7 +46,24 @@ __all__ = [
     "format_metrics",
     "undefined_reasons",
     "WINDOW_KEYS",
+    "MIN_PER_CLASS",
+    "LENGTH_SETTING",
 ]
+
+MIN_PER_CLASS = 5
+"""The fewest read completions of a class a GRPO verifier-quality rate is reported from (as SAC's
+``MIN_EPISODES``): below it the rate is ``NaN`` (``null`` in ``reward_quality.jsonl``, not logged)
+and :func:`undefined_reasons` says "fewer than 5 correct read completions in the window (k)".
+TPR needs ``MIN_PER_CLASS`` correct read completions, TNR as many incorrect ones, and the metrics
+that compare the classes (AUROC, pairwise accuracy, score gap, balanced accuracy) both
+(precision and the verifier gain rest on the accepted completions and are not held back); the counts are logged beside (``n_read_correct``, ``n_read_incorrect``, and
+``window/n_read_correct``, ``window/n_read_incorrect``)."""
+
+LENGTH_SETTING = (
+    "the completion length limit (training.max_completion_length in a densereward config, "
+    "GRPOConfig(max_completion_length=...) in your own script)"
+)
+"""The completion-length setting the format warning names by default (:func:`format_metrics`)."""
 
 WINDOW_KEYS = (
     "auroc",
@@ -57,21 +74,33 @@ WINDOW_KEYS = (
     "balanced_accuracy",
     "precision",
     "verifier_gain",
-    "pass_rate",
+    "read_pass_rate",
 )
-"""Metrics also computed over the tracker's rolling window (``verifier/window/<key>``; the
-window's count of reads is ``verifier/window/n_read``)."""
+"""Metrics also computed over the tracker's rolling window (``verifier/window/<key>``). The
+window holds the verifier's *read* completions only: ``window/read_pass_rate`` is the share of
+them that is correct (records before this name called it ``window/pass_rate``), unlike
+``verifier/pass_rate``, the batch's share over every completion, read or not. The window's counts
+are ``verifier/window/n_read``, ``window/n_read_correct`` and ``window/n_read_incorrect``."""
 
 _NAN = float("nan")
 
 _RATES = ("tpr", "tnr", "precision", "balanced_accuracy", "verifier_gain")
+_NEED_CORRECT = {"tpr"}
+_NEED_INCORRECT = {"tnr"}
+_NEED_BOTH = {"auroc", "pairwise_accuracy", "score_gap", "balanced_accuracy"}
+
+
+def _few(n: Any, minimum: int) -> bool:
+    """A known class count that is positive but below ``minimum``."""
+    return n is not None and 0 < n < minimum
 
 
 def undefined_reasons(metrics: dict[str, Any], prefix: str = "verifier/") -> dict[str, str]:
     """Why each undefined (``NaN`` / ``None``) quality metric of one record is undefined.
 
     Explains the rolling-window metrics (``window/<key>``) when the record has them, else the
-    batch's; keys are returned without ``prefix``.
+    batch's; keys are returned without ``prefix``. The record's ``min_per_class`` (default
+    :data:`MIN_PER_CLASS`) is the class count below which a metric was left undefined.
 
     >>> undefined_reasons({"verifier/tpr": float("nan"), "verifier/tnr": 1.0, "verifier/n_valid": 4.0})
     {'tpr': 'no correct completion (Math-Verify) in the batch'}
@@ -90,8 +119,11 @@ def undefined_reasons(metrics: dict[str, Any], prefix: str = "verifier/") -> dic
     where = "in the window" if scope else "in the batch"
     n = window_n if scope else metrics.get(prefix + "n_read", metrics.get(prefix + "n_valid"))
     unread = metrics.get(prefix + "n_unread") or 0
+    minimum = metrics.get("min_per_class", MIN_PER_CLASS)
+    n_pos = metrics.get(prefix + scope + "n_read_correct")
+    n_neg = metrics.get(prefix + scope + "n_read_incorrect")
     out = {}
-    for key in ("tpr", "tnr", "auroc", *_RATES[2:]):
+    for key in ("tpr", "tnr", "auroc", "pairwise_accuracy", "score_gap", *_RATES[2:]):
         if prefix + scope + key not in metrics or not nan(scope + key):
             continue
         if not n and unread:
@@ -104,11 +136,25 @@ def undefined_reasons(metrics: dict[str, Any], prefix: str = "verifier/") -> dic
             why = f"no completion {where} has both a verifier score and a Math-Verify label"
         elif key in _RATES and prefix + "threshold" in metrics and nan("threshold"):
             why = "no accept threshold yet (threshold=auto waits for correct and incorrect completions)"
+        elif few := [
+            (label, k)
+            for label, k, need in (
+                ("correct", n_pos, _NEED_CORRECT | _NEED_BOTH),
+                ("incorrect", n_neg, _NEED_INCORRECT | _NEED_BOTH),
+            )
+            if key in need and _few(k, minimum)
+        ]:
+            label, k = few[0]
+            why = f"fewer than {minimum} {label} read completions {where} ({k:.0f})"
         else:
             why = {
                 "tpr": f"no correct completion (Math-Verify) {where}",
                 "tnr": f"no incorrect completion (Math-Verify) {where}",
                 "auroc": f"it needs both correct and incorrect completions {where}",
+                "score_gap": f"it needs both correct and incorrect completions {where}",
+                "pairwise_accuracy": (
+                    f"no problem has both a correct and an incorrect completion {where}"
+                ),
                 "precision": f"the verifier accepted no completion {where} (no score >= the threshold)",
                 "balanced_accuracy": "TPR or TNR is undefined",
                 "verifier_gain": "precision is undefined",
@@ -145,8 +191,9 @@ def labelled_metrics(
     labels: np.ndarray,
     problem_ids: Sequence[Any],
     threshold: float | np.ndarray | None,
+    min_per_class: int = 1,
 ) -> dict[str, float]:
-    """The metrics of scored, labelled completions (keys :data:`WINDOW_KEYS`).
+    """The metrics of scored, labelled completions.
 
     Args:
         scores: ``(m,)`` verifier scores in ``[0, 1]`` (no abstentions).
@@ -156,6 +203,8 @@ def labelled_metrics(
         threshold: Accept threshold of the rates: one number, or ``(m,)`` per completion (the
             threshold in force when it was scored); ``None`` / ``NaN`` = not yet calibrated,
             such completions are left out of the rates.
+        min_per_class: below this many correct (incorrect) completions the metrics that need
+            them are ``NaN`` (:data:`MIN_PER_CLASS` says which; the tracker passes it, 1 = any).
 
     Returns:
         ``auroc`` (Hanley & McNeil 1982), ``pairwise_accuracy`` (ties count 0;
@@ -163,8 +212,9 @@ def labelled_metrics(
         minus mean score of incorrect completions, in ``[-1, 1]``), ``tpr, tnr,
         balanced_accuracy, precision`` at the threshold (Zhou et al. 2025, sec. 3),
         ``verifier_gain`` (precision - pass rate, Lu et al. 2025 eq. 1), ``pass_rate`` (pooled:
-        the fraction of these completions that are correct) and ``n``; undefined ones ``NaN``
-        (e.g. TPR without a correct completion).
+        the fraction of these completions that are correct), ``n``, ``n_correct`` and
+        ``n_incorrect``; undefined ones ``NaN`` (e.g. TPR without a correct completion, or with
+        fewer than ``min_per_class``).
 
     >>> m = labelled_metrics(np.array([0.9, 0.2, 0.4]), np.array([1.0, 0.0, 0.0]), [0, 0, 1], 0.5)
     >>> m["tpr"], m["tnr"], m["auroc"], m["pairwise_accuracy"], round(m["score_gap"], 2)
@@ -194,6 +244,14 @@ def labelled_metrics(
     )
     out["pass_rate"] = float(labels.mean()) if len(labels) else _NAN
     out["n"] = float(len(scores))
+    out["n_correct"] = float((labels == 1).sum())
+    out["n_incorrect"] = float(len(labels) - out["n_correct"])
+    for need, k in (
+        (_NEED_CORRECT | _NEED_BOTH, out["n_correct"]),
+        (_NEED_INCORRECT | _NEED_BOTH, out["n_incorrect"]),
+    ):
+        if k < min_per_class:
+            out.update(dict.fromkeys(need, _NAN))
     return out
 
 
@@ -207,6 +265,7 @@ def reward_quality_metrics(
     masses: Sequence[float | None] | None = None,
     tie_eps: float = 1e-3,
     read: Sequence[bool] | None = None,
+    min_per_class: int = MIN_PER_CLASS,
 ) -> dict[str, float]:
     """Reward-quality metrics of one batch of completions (keys without the ``verifier/`` prefix).
 
@@ -223,6 +282,8 @@ def reward_quality_metrics(
             answer, empty response): left out of the labelled metrics, counted in ``n_unread``;
             still a reward, so still in ``tie_rate`` and ``frac_zero_spread_dense``. ``None``:
             every score was read.
+        min_per_class: the fewest read completions of a class a metric that needs it is given
+            from (:data:`MIN_PER_CLASS`); below it, ``NaN``.
 
     Returns:
         ``tpr, tnr, balanced_accuracy, precision, auroc, verifier_gain, score_gap,
@@ -230,16 +291,21 @@ def reward_quality_metrics(
         ``n_read`` of them; see :func:`labelled_metrics`), ``pass_rate`` (pooled over every completion with a known
         ground truth, scored or not), ``tie_rate``,
         ``mean_mass``, ``n_abstained``, ``frac_zero_spread_sparse``, ``frac_zero_spread_dense``,
-        ``n``, ``n_valid`` (scored and labelled, read or not), ``n_read``, ``n_unread``, and
+        ``n``, ``n_valid`` (scored and labelled, read or not), ``n_read``, ``n_read_correct``,
+        ``n_read_incorrect``, ``n_unread``, and
         ``tpr/level_<k>``, ``tnr/level_<k>`` per level present. Undefined
         metrics are ``NaN`` (e.g. TNR when every completion is correct).
 
     Raises:
         ValueError: if the per-completion sequences differ in length.
 
-    >>> m = reward_quality_metrics([0.9, 0.2, None, 0.7], [1, 0, 1, 0], groups=[slice(0, 2), slice(2, 4)])
+    >>> m = reward_quality_metrics([0.9, 0.2, None, 0.7], [1, 0, 1, 0], groups=[slice(0, 2), slice(2, 4)],
+    ...                            min_per_class=1)
     >>> m["tpr"], m["tnr"], m["n_abstained"], m["pass_rate"]
     (1.0, 0.5, 1.0, 0.5)
+    >>> m = reward_quality_metrics([0.9, 0.2, None, 0.7], [1, 0, 1, 0])
+    >>> m["tpr"], m["n_read_correct"]
+    (nan, 1.0)
     """
     n = len(scores)
     check_lengths(completions=scores, correct=correct, levels=levels, masses=masses, read=read)
@@ -256,8 +322,10 @@ def reward_quality_metrics(
     group_of = np.zeros(n, dtype=np.int64)
     for j, g in enumerate(groups):
         group_of[g] = j
-    out = labelled_metrics(s, y, group_of[valid].tolist(), threshold)
+    out = labelled_metrics(s, y, group_of[valid].tolist(), threshold, min_per_class)
     del out["n"]
+    out["n_read_correct"] = out.pop("n_correct")
+    out["n_read_incorrect"] = out.pop("n_incorrect")
     known = [c for c in correct if c is not None]
     out["pass_rate"] = float(np.mean(known)) if known else _NAN
     out["tie_rate"] = _tie_rate(scores, groups, tie_eps)
@@ -274,7 +342,9 @@ def reward_quality_metrics(
         lv = [levels[i] for i in valid]
         for level in sorted({x for x in lv if x is not None}):
             idx = [j for j, x in enumerate(lv) if x == level]
-            sub = labelled_metrics(s[idx], y[idx], group_of[valid][idx].tolist(), threshold)
+            sub = labelled_metrics(
+                s[idx], y[idx], group_of[valid][idx].tolist(), threshold, min_per_class
+            )
             out[f"tpr/level_{level}"] = sub["tpr"]
             out[f"tnr/level_{level}"] = sub["tnr"]
     return out
@@ -283,7 +353,7 @@ def reward_quality_metrics(
 def format_metrics(
     reasons: Sequence[str | None],
     scores: Sequence[float | None],
-    length_setting: str = "training.max_completion_length",
+    length_setting: str = LENGTH_SETTING,
     read: Sequence[bool] | None = None,
 ) -> tuple[dict[str, float], str | None]:
     """Share of completions with no extractable final answer, and a warning when it is a format problem.
@@ -293,7 +363,8 @@ def format_metrics(
             anything else or ``None`` = an answer was found).
         scores: ``(n,)`` verifier scores (``None`` = abstained).
         length_setting: the setting that bounds the completions' length, named by the
-            warning (a reward server names its clients' settings: it has no ``training:``).
+            warning (default :data:`LENGTH_SETTING`, both the config key and TRL's
+            ``GRPOConfig`` field; a reward server names its clients' settings).
         read: ``(n,)`` False where the verifier gave the score without a read (``None``: all
             read).
 
@@ -325,7 +396,7 @@ def format_metrics(
     if unread and len(unread) == len(none_idx):  # the verifier read none of them
         return out, (
             f"{len(unread)} of {n} completions had no final answer and were not read; they get "
-            "reward 0 (sparse check) without a verifier read"
+            "the reward of an answer the sparse check marks wrong, without a verifier read"
             f"{_thinking_note(reasons, unread)}, and the verifier/* quality metrics leave them out "
             f"(verifier/n_unread). Fix: raise {length_setting} if the answers are cut off, or "
             "check the answer format (the system prompt, reward.answer_format: a \\boxed{} or "

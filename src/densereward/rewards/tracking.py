@@ -29,11 +29,19 @@ Math-Verify finds correct, the policy's accuracy = generator capability),
 ``verifier/tie_rate``, ``verifier/mean_mass``, ``verifier/n_abstained``,
 ``verifier/frac_zero_spread_sparse``, ``verifier/frac_zero_spread_dense``,
 ``verifier/tpr/level_<k>`` and ``verifier/tnr/level_<k>`` (MATH level k = 1..5), ``verifier/n``,
-``verifier/n_read``, ``verifier/n_unread``.
+``verifier/n_read``, ``verifier/n_read_correct``, ``verifier/n_read_incorrect``,
+``verifier/n_unread``.
+
+A rate rests on at least :data:`~densereward.rewards.quality.MIN_PER_CLASS` (5) read completions
+of each class it needs (TPR correct ones, TNR incorrect ones, AUROC and the others both), in the
+batch and in the window alike; with fewer it is ``null`` and the log and the plot say
+"fewer than 5 correct read completions in the window (k)".
 
 Counts: a ``verifier/n_*`` key counts this batch's completions; a ``verifier/total/n_*`` key is
 a counter of the verifier engine, cumulative since it was built (``extra_metrics``);
-``verifier/window/n_read`` counts the window.
+``verifier/window/n_read`` counts the window (``verifier/window/n_read_correct``,
+``verifier/window/n_read_incorrect`` by class; ``verifier/window/read_pass_rate`` is their
+correct share, over read completions only, unlike ``verifier/pass_rate``).
 
 The verifier's quality metrics rest on its *reads*: a completion it scored without a model call
 (no final answer under the ``answer_match`` prompt, an empty response: reward 0 without a read;
@@ -67,6 +75,8 @@ import numpy as np
 from ..io import append_jsonl, atomic_write_json, read_jsonl
 from ._common import check_lengths, group_slices
 from .quality import (
+    LENGTH_SETTING,
+    MIN_PER_CLASS,
     WINDOW_KEYS,
     format_metrics,
     labelled_metrics,
@@ -121,6 +131,9 @@ class RewardQualityTracker:
             default settings, ``False`` = none, or an instance.
         length_setting: the completion-length setting the format warning names (a reward
             server's completions are bounded by its clients' settings).
+        min_per_class: the fewest read completions of a class a metric that needs it is given
+            from, per batch and in the window (:data:`~densereward.rewards.quality.MIN_PER_CLASS`;
+            recorded as the record's ``min_per_class``).
 
     The window, the auto threshold and the alarm live in memory; :meth:`state_dict` and
     :meth:`load_state_dict` carry them across a resume (the TRL callback saves them in each
@@ -145,7 +158,8 @@ class RewardQualityTracker:
         tie_eps: float = 1e-3,
         prefix: str = "verifier/",
         alarm: Any = True,
-        length_setting: str = "training.max_completion_length",
+        length_setting: str = LENGTH_SETTING,
+        min_per_class: int = MIN_PER_CLASS,
     ) -> None:
         from ..config import resolve_threshold
         from ..errors import ConfigError
@@ -173,6 +187,7 @@ class RewardQualityTracker:
         self._explained: set[str] = set()  # undefined metrics already explained in the log
         self._format_warned = False  # the format warning of format_metrics is said once
         self.length_setting = length_setting
+        self.min_per_class = min_per_class
         self._t0 = time.monotonic()
         # the labelled (score, label) pairs the auto threshold is chosen on (the last `history`)
         self._seen: tuple[deque[float], deque[float]] = (
@@ -290,13 +305,14 @@ class RewardQualityTracker:
             masses=all_masses,
             tie_eps=self.tie_eps,
             read=all_read,
+            min_per_class=self._min_per_class(),
         )
         metrics.update(windowed)
         if all_reasons is not None:
             fmt, warn = format_metrics(
                 all_reasons,
                 all_scores,
-                getattr(self, "length_setting", "training.max_completion_length"),
+                getattr(self, "length_setting", LENGTH_SETTING),
                 read=all_read,
             )
             metrics.update(fmt)
@@ -307,7 +323,9 @@ class RewardQualityTracker:
         metrics = {self.prefix + k: v for k, v in metrics.items()}
         fresh = {
             k: why
-            for k, why in undefined_reasons(metrics, self.prefix).items()
+            for k, why in undefined_reasons(
+                {**metrics, "min_per_class": self._min_per_class()}, self.prefix
+            ).items()
             if k not in self._explained
         }
         if fresh:  # each metric once per run, and one line per step, not one per metric
@@ -329,6 +347,7 @@ class RewardQualityTracker:
             "time_s": round(time.monotonic() - self._t0, 3),
             "threshold_source": self.threshold_source,
             "window": self.window,
+            "min_per_class": self._min_per_class(),
             **metrics,
         }
         with self._lock:
@@ -351,7 +370,9 @@ class RewardQualityTracker:
         read: Sequence[bool] | None = None,
     ) -> dict[str, float]:
         """Set this batch's threshold, add its labelled, read completions to the window; window
-        metrics (``window/n_read``: the reads they rest on).
+        metrics (``window/n_read``, ``window/n_read_correct``, ``window/n_read_incorrect``: the reads
+        they rest on; below :data:`~densereward.rewards.quality.MIN_PER_CLASS` of a class the
+        metrics that need it are ``NaN``).
 
         Each completion keeps the threshold in force when it was scored, so with ``auto`` the
         window's rates are out of sample except for the flagged first batches.
@@ -378,12 +399,19 @@ class RewardQualityTracker:
             np.asarray(wy, dtype=np.float64),
             wk,
             np.asarray(wt, dtype=np.float64),
+            self._min_per_class(),
         )
+        window["read_pass_rate"] = window["pass_rate"]  # of the read completions only
         out = {f"window/{k}": window[k] for k in WINDOW_KEYS}
         out["window/n_read"] = window["n"]
+        out["window/n_read_correct"] = window["n_correct"]
+        out["window/n_read_incorrect"] = window["n_incorrect"]
         out["threshold"] = thr
         out["threshold_in_sample"] = float(in_sample)
         return out
+
+    def _min_per_class(self) -> int:
+        return getattr(self, "min_per_class", MIN_PER_CLASS)  # a copy pickled before it existed
 
     @property
     def shared_state_path(self) -> Path | None:

@@ -88,8 +88,19 @@ def _window_n(record: dict[str, Any], prefix: str) -> float | None:
 
 
 def _window_classes(record: dict[str, Any], prefix: str = "verifier/") -> tuple[int, int] | None:
-    """``(correct, incorrect)`` completions of one record's window, or ``None`` without counts."""
-    n, rate = _window_n(record, prefix), record.get(prefix + "window/pass_rate")
+    """``(correct, incorrect)`` read completions of one record's window, or ``None`` without
+    counts: ``window/n_read_correct`` and ``window/n_read_incorrect``, or in records written
+    before those were logged, the window's count times its pass rate (``window/pass_rate``, the
+    name ``window/read_pass_rate`` had then).
+
+    >>> _window_classes({"verifier/window/n_read_correct": 3.0, "verifier/window/n_read_incorrect": 20.0})
+    (3, 20)
+    """
+    pos, neg = (record.get(prefix + f"window/n_read_{c}") for c in ("correct", "incorrect"))
+    if pos is not None and neg is not None:
+        return round(pos), round(neg)
+    n = _window_n(record, prefix)
+    rate = record.get(prefix + "window/read_pass_rate", record.get(prefix + "window/pass_rate"))
     if not n or rate is None or (isinstance(rate, float) and math.isnan(rate)):
         return None
     return round(n * rate), round(n) - round(n * rate)
@@ -100,13 +111,17 @@ def _window_counts(record: dict[str, Any], prefix: str = "verifier/") -> str | N
     one completion moves TPR / TNR (``None`` without window counts).
 
     >>> _window_counts({"verifier/window/n_read": 40.0, "verifier/window/pass_rate": 0.1})
-    '40 completions, 4 correct / 36 incorrect (one moves TPR by 0.25, TNR by 0.03)'
+    '40 read completions, 4 correct / 36 incorrect (one moves TPR by 0.25, TNR by 0.03)'
+    >>> _window_counts({"verifier/window/n": 40.0, "verifier/window/pass_rate": 0.1})[:27]
+    '40 completions, 4 correct /'
     """
     classes = _window_classes(record, prefix)
     if classes is None:
         return None
     pos, neg = classes
-    text = f"{pos + neg} completions, {pos} correct / {neg} incorrect"
+    # records before unread completions were left out of the window count them all (window/n)
+    what = "read completions" if prefix + "window/n_read" in record else "completions"
+    text = f"{pos + neg} {what}, {pos} correct / {neg} incorrect"
     if pos and neg:
         text += f" (one moves TPR by {1 / pos:.2f}, TNR by {1 / neg:.2f})"
     return text
