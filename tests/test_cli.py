@@ -3,6 +3,7 @@ a quiet start, what ``score`` prints."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import subprocess
@@ -11,13 +12,14 @@ from pathlib import Path
 
 import pytest
 
-from densereward.cli import build_parser
+from densereward.cli import build_parser, parse_command_line
 from densereward.config import overrides_from
 from densereward.errors import ConfigError
 
 REPO = Path(__file__).resolve().parents[1]
 GRPO_CPU = str(REPO / "configs" / "grpo_math_cpu.yaml")
 SAC_SPARSE = str(REPO / "configs" / "sac_fetchreach_sparse.yaml")
+SAC_DENSE = str(REPO / "configs" / "sac_fetchreach_dense.yaml")
 COMPARE = str(REPO / "configs" / "compare_fetchreach.yaml")
 OFFLINE_ENV = {
     **os.environ,
@@ -29,7 +31,7 @@ OFFLINE_ENV = {
 
 def _config(argv: list[str]) -> dict:
     """The config a command would run with (YAML + overrides), without running it."""
-    args = build_parser().parse_args(argv)
+    args = parse_command_line(build_parser(), argv)
     if args.command in ("score", "eval-verifier"):
         from densereward.eval_verifier import build_config
 
@@ -76,6 +78,83 @@ def test_every_command_takes_bare_and_set_overrides_alike(command, override, get
     bare = _config([*command, override])
     with_set = _config([*command, "--set", override])
     assert get(bare) == get(with_set) == 5
+
+
+def _override_parsers():
+    """Every (sub)command parser that takes ``key=value`` overrides, by its prog name."""
+    out, todo = {}, [build_parser()]
+    while todo:
+        parser = todo.pop()
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                todo.extend(action.choices.values())
+            elif action.dest == "overrides":
+                out[parser.prog] = parser
+    return out
+
+
+def test_every_override_command_takes_overrides_after_an_option():
+    """Issue 41 item 1: ``train sac --config C a=1 --dry-run b=2`` said "unrecognized
+    arguments: b=2"; overrides after an option join the others, in order, on every command."""
+    parsers = _override_parsers()
+    assert len(parsers) >= 8, sorted(parsers)  # score, train grpo/sac, compare, eval-*, ...
+    top = build_parser()
+    for prog, parser in parsers.items():
+        option = next(  # a flag, or an option of one free value (distill has no flag)
+            a
+            for a in sorted(parser._actions, key=lambda a: a.nargs != 0)
+            if a.option_strings and a.nargs in (0, None) and a.dest != "help" and not a.choices
+        )
+        flag = option.option_strings[-1] + ("" if option.nargs == 0 else "=x")
+        required = [
+            t
+            for a in parser._actions
+            if a.required and a.option_strings
+            for t in (a.option_strings[-1], "x")
+        ]
+        words = prog.split()[1:]
+        argv = [*words, *required, "a.b=1", flag, "c.d=2", "--set", "e=3", flag, "f_g.h-i=4"]
+        args = parse_command_line(top, argv)
+        assert overrides_from(args) == ["a.b=1", "c.d=2", "f_g.h-i=4", "e=3"], prog
+
+
+@pytest.mark.parametrize(
+    ("argv", "get", "want"),
+    [
+        (
+            ["train", "sac", "--config", SAC_DENSE, "env.reward=env", "--dry-run"]
+            + ["sac.learning_starts=100"],
+            lambda c: c["sac"]["learning_starts"],
+            100,
+        ),
+        (
+            ["train", "grpo", "--config", GRPO_CPU, "training.max_steps=1", "--dry-run"]
+            + ["--reward", "sparse", "training.learning_rate=1e-6"],
+            lambda c: c["training"]["learning_rate"],
+            1e-6,
+        ),
+    ],
+)
+def test_the_issue_commands_with_an_override_after_an_option_run(argv, get, want, capsys):
+    from densereward.cli import main
+
+    assert get(_config(argv)) == want
+    assert main(argv) == 0, capsys.readouterr().err
+    assert "dry run: configuration valid" in capsys.readouterr().out
+
+
+def test_a_stray_token_is_still_refused_with_the_override_hint(capsys):
+    from densereward.cli import main
+
+    argv = ["train", "sac", "--config", SAC_DENSE, "env.reward=env", "--dry-run", "bogus"]
+    with pytest.raises(SystemExit) as exit_:
+        main(argv)
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err.splitlines()[-1]
+    assert err == (
+        "densereward: error: unrecognized arguments: bogus (overrides look like "
+        "section.key=value; use --set for values that start with '-')"
+    )
 
 
 @pytest.mark.parametrize(

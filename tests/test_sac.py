@@ -382,7 +382,7 @@ def test_sac_dry_run_checks_env_describer_and_run_dir_and_creates_nothing(tmp_pa
     assert "ok  describer: FetchDescriber on a real first observation" in printed
     assert "Gripper-target distance" in printed and "NOT loaded" in printed
     assert not out.exists()
-    with pytest.raises(ConfigError, match="Did you mean: `FetchReach`"):
+    with pytest.raises(ConfigError, match="did you mean \\['FetchReach-v4'"):
         sac.main(_sac_args("--config", verifier_cfg, "--dry-run", "env.id=FetchReech-v4"))
     with pytest.raises(ConfigError, match=r"no checkpoint in .*without --resume"):
         sac.main(
@@ -732,3 +732,19 @@ def test_an_unknown_id_of_ones_own_module_suggests_only_that_modules_ids(myreach
     ):
         envs.make_vec_env("registers_nothing_41:Nope-v0", 1)
     sys.modules.pop("registers_nothing_41", None)
+
+
+def test_an_unknown_plain_id_says_how_to_name_ones_own_environment(tmp_path):
+    """Issue 41 item 2: env.id=NoSuchEnv-v0 gave Gymnasium's "Environment `NoSuchEnv` doesn't
+    exist." and no fix; it now names close ids (when any) and the 'module:Id' form."""
+    config = load_yaml(REPO / "configs" / "sac_fetchreach_dense.yaml")
+    fix = "for your own environment give 'module:Id' (e.g. env.id=myreach:Reach1D-v0"
+    for env_id, close in (
+        ("NoSuchEnv-v0", ""),
+        ("FetchReachDens-v4", " (did you mean ['FetchReachDense-v4', "),
+    ):
+        with pytest.raises(ConfigError) as err:
+            sac.dry_run({**config, "env": {"id": env_id}}, output_dir=tmp_path / "run")
+        msg = str(err.value)
+        assert msg.startswith(f"env.id: unknown environment {env_id!r}{close}"), msg
+        assert fix in msg and "PYTHONPATH=." in msg and "docs/extending.md" in msg, msg

@@ -26,6 +26,7 @@ import argparse
 import json
 import logging
 import os
+import re
 import sys
 from collections.abc import Sequence
 
@@ -419,11 +420,34 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+_OVERRIDE = re.compile(r"^[A-Za-z_][\w.-]*=")
+_OVERRIDE_HINT = "overrides look like section.key=value; use --set for values that start with '-'"
+
+
+def parse_command_line(
+    parser: argparse.ArgumentParser, argv: Sequence[str] | None = None
+) -> argparse.Namespace:
+    """Parse ``argv`` with ``key=value`` overrides allowed anywhere on the line.
+
+    argparse's positional ``overrides`` (``nargs="*"``) cannot be split by options, so the
+    overrides after an option come back unrecognised: those that look like a dotted override
+    are appended, in order, to the command's overrides; any other leftover token (or an
+    override given to a command that takes none) is argparse's own error, with a hint.
+    """
+    args, extras = parser.parse_known_args(argv)
+    stray = [t for t in extras if not (_OVERRIDE.match(t) and hasattr(args, "overrides"))]
+    if stray:
+        parser.error(f"unrecognized arguments: {' '.join(stray)} ({_OVERRIDE_HINT})")
+    if extras:
+        args.overrides = list(args.overrides or []) + extras
+    return args
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``densereward`` console script. Returns the exit status."""
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     parser = build_parser()  # importing densereward dropped two known notices (_quiet)
-    args = parser.parse_args(argv)
+    args = parse_command_line(parser, argv)
     logging.basicConfig(
         level=logging.INFO if args.verbose else logging.WARNING,
         format="%(levelname)s %(name)s: %(message)s",

@@ -161,11 +161,19 @@ def _module_ids(module: str) -> list[str]:
     return sorted(out)
 
 
+_OWN_ENV_FIX = (
+    "for your own environment give 'module:Id' (e.g. env.id=myreach:Reach1D-v0, where "
+    "importing myreach.py registers Reach1D-v0; run with PYTHONPATH=. when the file is in the "
+    "current directory; docs/extending.md, 'Bring your own environment')"
+)
+
+
 def require_registered(env_id: str) -> str:
     """Import the module of a ``"module:Id"`` id (:func:`import_env_module`) and return the
     registry id, which must be registered.
 
-    An unknown plain id suggests close ids of the whole registry. For the ``"module:Id"`` form
+    An unknown plain id suggests close ids of the whole registry and says how to name one's
+    own environment (the ``"module:Id"`` form, ``PYTHONPATH=.``). For the ``"module:Id"`` form
     the suggestions come only from the ids that module registered (another package's id is no
     answer to a typo in one's own), and a module that registered none says so.
 
@@ -181,7 +189,9 @@ def require_registered(env_id: str) -> str:
     if ":" not in env_id:
         close = difflib.get_close_matches(name, list(gym.registry), n=3)
         raise ConfigError(
-            f"unknown environment {env_id!r}" + (f"; did you mean {close}?" if close else "")
+            f"unknown environment {env_id!r}"
+            + (f" (did you mean {close}?)" if close else "")
+            + f"; {_OWN_ENV_FIX}"
         )
     module = env_id.partition(":")[0]
     own = _module_ids(module)

@@ -158,7 +158,7 @@ def dry_run(config: dict[str, Any]) -> tuple[list[str], list[str]]:
         check_model(v.model, "verifier.model") if loads_model(v.backend) else (None, None)
     )
     server, down = check_verifier_server(v)
-    checks += [x for x in (line, server) if x]
+    checks += [x for x in (None if problem else line, server) if x]  # a problem: its !! only
     return checks, [x for x in (problem, down) if x]
 
 

@@ -85,7 +85,7 @@ def check_model(value: str | os.PathLike | None, field: str) -> tuple[str, str |
 
 def check_models(
     policy: str | None, verifier: Any, *, refuse_problems: bool = False
-) -> tuple[list[str], list[str]]:
+) -> tuple[list[str | None], list[str]]:
     """:func:`check_model` for the policy (``model.name``) and, where the verifier loads its own
     weights (:func:`densereward.backend_options.loads_model`: ``transformers``, ``vllm``, a
     plugin whose options say ``loads_model = True``), for ``verifier.model``.
@@ -96,7 +96,9 @@ def check_models(
         refuse_problems: Raise the problems instead of returning them (a run's start).
 
     Returns:
-        ``(lines, problems)``: a line per model checked, policy first; the problems found.
+        ``(lines, problems)``: a line per model checked, policy first, ``None`` for a model
+        with a problem (its problem is its one line: a dry run prints no ``ok`` line for it);
+        the problems found.
 
     Raises:
         ConfigError: as :func:`check_model`; with ``refuse_problems``, also for the problems.
@@ -107,7 +109,7 @@ def check_models(
     lines, problems = [], []
     for value, field in checked:
         line, problem = check_model(value, field)
-        lines.append(line)
+        lines.append(None if problem else line)
         problems += [problem] if problem else []
     if problems and refuse_problems:
         raise ConfigError("; ".join(problems))

@@ -382,13 +382,13 @@ def _dry_run(
         )
     )
     checks = [
-        f"{policy_line} ({_dtype_note(parts)}) -- weights NOT loaded",
+        *([f"{policy_line} ({_dtype_note(parts)}) -- weights NOT loaded"] if policy_line else []),
         data_line,
         f"run directory: {run_dir} ({state})",
         f"verifier: VerifierConfig ok (backend {parts['verifier'].backend}, G={parts['verifier'].granularity}, "
         f"K={parts['verifier'].n_repeats}, style {parts['verifier'].style}, "
         f"batch_size {parts['verifier'].batch_size}, options {parts['verifier'].options})",
-        *verifier_line,
+        *[x for x in verifier_line if x],  # one with a problem: only its !! line
         *([server_line] if server_line else []),
     ]
     with tempfile.TemporaryDirectory() as tmp:

@@ -235,6 +235,7 @@ def dry_run(config: dict[str, Any], *, output_dir: Path, resume: bool = False) -
         v = cfg.verifier
         local = loads_model(v.backend)  # a path, name or Hub id that must load here
         model, unreachable = check_model(v.model, "verifier.model") if local else (v.model, None)
+        model = f"model {v.model!r}" if unreachable else model  # its one line is the !! below
         lines.append(
             f"verifier: VerifierConfig ok (backend {v.backend}, {model}, G={v.granularity}) -- NOT "
             f"loaded; reward.mode {cfg.reward.mode}, score_every {cfg.reward.score_every}"

@@ -51,12 +51,16 @@ def env_spec(env_id: str) -> Any:
 
     envs.register_robotics()
     try:
-        # a plain id: Gymnasium's own message below suggests close ids of the registry
+        # a plain id goes to Gymnasium first: its messages for a missing or deprecated
+        # version name the one to use; an unknown name gets close ids and the own-env fix
         name = envs.require_registered(env_id) if ":" in env_id else env_id
+        try:
+            return gym.spec(name)
+        except gym.error.NameNotFound:
+            envs.require_registered(env_id)  # raises: close ids + the 'module:Id' fix
+            raise
     except ConfigError as exc:
         raise ConfigError(f"env.id: {exc}") from None
-    try:
-        return gym.spec(name)
     except gym.error.Error as exc:
         raise ConfigError(f"env.id={env_id!r}: {exc}") from None
 
