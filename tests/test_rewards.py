@@ -1036,7 +1036,7 @@ def test_window_rates_from_too_few_completions_of_a_class_are_null_with_the_coun
     assert _window_classes(row) == (1, 7)
     note = _undefined_note(tracker.records, "verifier/")
     assert (
-        "window/tpr undefined at 1 of 1 steps (no point drawn): fewer than 5 correct read "
+        "window/tpr undefined at 1 of 1 steps (no point drawn); at step 1: fewer than 5 correct read "
         "completions in the window (1)" in note
     ), note
     for _ in range(4):  # 5 correct reads in the window: the rates are back

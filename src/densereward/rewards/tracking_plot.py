@@ -43,22 +43,29 @@ with no sparse spread, and the steps the judge alone decided."""
 
 
 def _undefined_note(records: Sequence[dict[str, Any]], prefix: str) -> str:
-    """One line per metric that is undefined at some steps: how often, and why (first reason)."""
-    first: dict[str, str] = {}
+    """One line per metric that is undefined at some steps: how often, and why at the last of
+    them (the reason changes as the window fills: no threshold yet, then too few of a class).
+
+    >>> print(_undefined_note([{"step": 1, "verifier/n_valid": 4.0, "verifier/auroc": None},
+    ...                        {"step": 2, "verifier/n_valid": 4.0, "verifier/auroc": 0.5}], "verifier/"))
+    auroc undefined at 1 of 2 steps (no point drawn); at step 1: it needs both correct and incorrect completions in the batch
+    """
+    last: dict[str, tuple[int, str]] = {}
     steps: dict[str, set[int]] = {}
-    for r in records:
+    for r in sorted(records, key=lambda r: int(r["step"])):
         for key, why in undefined_reasons(r, prefix).items():
-            first.setdefault(key, why)
+            last[key] = (int(r["step"]), why)
             steps.setdefault(key, set()).add(int(r["step"]))
     n_steps = len({int(r["step"]) for r in records})
     return "\n".join(
-        f"{key} undefined at {len(steps[key])} of {n_steps} steps (no point drawn): {why}"
-        for key, why in first.items()
+        f"{key} undefined at {len(steps[key])} of {n_steps} steps (no point drawn); "
+        f"at step {step}: {why}"
+        for key, (step, why) in last.items()
     )
 
 
 def _empty_panel_reason(records: Sequence[dict[str, Any]], keys: Sequence[str], prefix: str) -> str:
-    """Why a panel has no point at all: the most frequent reason its metrics are undefined
+    """Why a panel has no point at all: the reason its metrics are undefined at the last step
     (:func:`~densereward.rewards.quality.undefined_reasons`), or that no record holds them.
 
     >>> _empty_panel_reason([{"step": 1, "verifier/n_valid": 4.0}], ("auroc",), "verifier/")
@@ -66,15 +73,15 @@ def _empty_panel_reason(records: Sequence[dict[str, Any]], keys: Sequence[str], 
     >>> _empty_panel_reason([{"step": 1, "verifier/n_valid": 4.0, "verifier/auroc": None}], ("auroc",), "verifier/")
     'it needs both correct and incorrect completions in the batch'
     """
-    from collections import Counter
-
-    why: Counter[str] = Counter()
-    for r in records:
-        for key, reason in undefined_reasons(r, prefix).items():
-            if key.removeprefix("window/") in keys:
-                why[reason] += 1
+    why = None  # the last step's reason: a window's, else the batch's
+    for r in sorted(records, key=lambda r: int(r["step"])):
+        reasons = undefined_reasons(r, prefix).items()
+        window = [v for k, v in reasons if k.startswith("window/") and k[7:] in keys]
+        batch = [v for k, v in reasons if k in keys]
+        if window or batch:
+            why = (window or batch)[0]
     if why:
-        return why.most_common(1)[0][0]
+        return why
     held = [k for k in keys if any(prefix + k in r or prefix + "window/" + k in r for r in records)]
     if held:
         return f"{', '.join(held)} undefined at every step"
