@@ -504,8 +504,8 @@ def test_unreachable_server_fails_grpo_before_the_first_training_step(
         per_device_train_batch_size=2,
         num_generations=2,
         save_strategy="no",
-        report_to=[],
     )
+    config["wandb"] = {"enabled": False}
     with pytest.raises(BackendUnavailableError, match=url.replace(".", r"\.")) as info:
         run(config, output_dir=tmp_path / "run")
     frames = [entry.name for entry in info.traceback]

@@ -532,7 +532,8 @@ config.pop("heldout")
 config["data"].update(size=8, limit=8)
 config["verifier"]["granularity"] = 5
 config["training"].update(max_steps=1, save_steps=1, per_device_train_batch_size=4,
-                          num_generations=2, max_completion_length=8, report_to=[])
+                          num_generations=2, max_completion_length=8)
+config["wandb"] = {"enabled": False}
 run(config, output_dir=sys.argv[1])
 config["training"]["max_steps"] = 2
 run(config, output_dir=sys.argv[1], resume="latest")
