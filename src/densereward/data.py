@@ -113,7 +113,7 @@ def looks_like_path(src: str) -> bool:
     return "/" in src and Path(src.split("/", 1)[0]).is_dir()
 
 
-def check_source(cfg: DataConfig) -> tuple[str, str | None]:
+def check_source(cfg: DataConfig) -> tuple[str | None, str | None]:
     """Check the data source of a dry run without the network: what a run would load.
 
     Local sources (a JSONL file, reasoning-gym) are loaded with :func:`load_tasks`, so a
@@ -122,8 +122,9 @@ def check_source(cfg: DataConfig) -> tuple[str, str | None]:
 
     Returns:
         ``(description, problem)``: ``problem`` is ``None``, or why the run would fail here
-        although the config is valid (a Hub id that cannot be reached offline), or how many
-        rows a local source drops and why (rows without a reference answer).
+        although the config is valid (a Hub id that cannot be reached offline: then
+        ``description`` is ``None``, one line per check), or how many rows a local source drops
+        and why (rows without a reference answer).
 
     Raises:
         DataError: for a missing or malformed local file, a path-looking value that is not
@@ -145,7 +146,7 @@ def check_source(cfg: DataConfig) -> tuple[str, str | None]:
 
         datasets.load_dataset_builder(src, cfg.subset)
     except Exception:  # noqa: BLE001 - any failure means: not in the offline cache
-        return line, (
+        return None, (
             f"the Hub id {src!r} cannot be reached offline (HF_HUB_OFFLINE=1) and is not in the "
             "local datasets cache: the run would fail here. Run where the Hub is reachable (and "
             "unset HF_HUB_OFFLINE), or point data.path at a local JSONL copy, or use "

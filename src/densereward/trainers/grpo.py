@@ -383,7 +383,7 @@ def _dry_run(
     )
     checks = [
         *([f"{policy_line} ({_dtype_note(parts)}) -- weights NOT loaded"] if policy_line else []),
-        data_line,
+        *([data_line] if data_line else []),  # a source with a problem: only its !! line
         f"run directory: {run_dir} ({state})",
         f"verifier: VerifierConfig ok (backend {parts['verifier'].backend}, G={parts['verifier'].granularity}, "
         f"K={parts['verifier'].n_repeats}, style {parts['verifier'].style}, "
