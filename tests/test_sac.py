@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import copy
 import csv
 import json
 import logging
@@ -748,3 +749,25 @@ def test_an_unknown_plain_id_says_how_to_name_ones_own_environment(tmp_path):
         msg = str(err.value)
         assert msg.startswith(f"env.id: unknown environment {env_id!r}{close}"), msg
         assert fix in msg and "PYTHONPATH=." in msg and "docs/extending.md" in msg, msg
+
+
+def test_her_on_an_environment_without_goals_is_refused_by_the_dry_run_and_the_start(
+    myreach, tmp_path
+):
+    """Issue 41 second rerun (kind 2): configs/sac_fetchreach_sparse_her.yaml on one's own
+    Box-observation env passed the dry run, then the run died with SB3's "internal error:
+    AssertionError: DictReplayBuffer must be used with Dict obs space only"."""
+    config = load_yaml(REPO / "configs" / "sac_fetchreach_sparse_her.yaml")
+    config["env"]["id"] = "myreach:Reach1D-v0"
+    config["wandb"] = {"enabled": False}
+    expect = "her: HerReplayBuffer needs a goal-conditioned Dict observation"
+    with pytest.raises(ConfigError, match=expect) as dry:
+        sac.dry_run(copy.deepcopy(config), output_dir=tmp_path / "dry")
+    assert "set her: null" in str(dry.value) and "observes Box" in str(dry.value)
+    with pytest.raises(ConfigError, match=expect):
+        sac.run(copy.deepcopy(config), output_dir=tmp_path / "run")
+    assert not (tmp_path / "run").exists()  # a refused start leaves no run directory
+    fetch = load_yaml(REPO / "configs" / "sac_fetchreach_sparse_her.yaml")
+    fetch["wandb"] = {"enabled": False}
+    lines = sac.dry_run(fetch, output_dir=tmp_path / "fetch")
+    assert any(line.startswith("her: HerReplayBuffer") for line in lines), lines

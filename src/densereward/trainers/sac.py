@@ -173,6 +173,32 @@ _STATE_TEXT = {
 }
 
 
+def check_her(cfg: Any, observation_space: Any) -> None:
+    """Refuse ``her:`` on an environment whose observation is not goal-conditioned.
+
+    SB3's ``HerReplayBuffer`` relabels goals, so it needs a ``Dict`` observation with
+    ``observation``, ``achieved_goal`` and ``desired_goal`` (the Fetch tasks); on another space
+    SB3 fails at the first step with an assertion, after the run has started.
+
+    Raises:
+        ConfigError: naming ``her`` and the fix.
+    """
+    import gymnasium as gym
+
+    goal_keys = {"observation", "achieved_goal", "desired_goal"}
+    if isinstance(observation_space, gym.spaces.Dict) and goal_keys <= set(observation_space):
+        return
+    got = (
+        f"a Dict with keys {sorted(observation_space)}"
+        if isinstance(observation_space, gym.spaces.Dict)
+        else type(observation_space).__name__
+    )
+    raise ConfigError(
+        f"her: HerReplayBuffer needs a goal-conditioned Dict observation (keys {sorted(goal_keys)}), "
+        f"but {cfg.env.id} observes {got}: set her: null (no HER) for this environment"
+    )
+
+
 def dry_run(config: dict[str, Any], *, output_dir: Path, resume: bool = False) -> list[str]:
     """Validate a SAC config without training: what ``run`` would check, plus the describer.
 
@@ -243,6 +269,14 @@ def dry_run(config: dict[str, Any], *, output_dir: Path, resume: bool = False) -
         server, down = check_verifier_server(v)  # a served verifier: contacted as the run does
         lines += [server] if server else []
         unreachable = unreachable or down
+    if cfg.her is not None:  # HER relabels goals: it needs a goal-conditioned Dict observation
+        envs.register_robotics()
+        env = gym.make(spec.id, **render_kwargs(cfg))
+        try:
+            check_her(cfg, env.observation_space)
+        finally:
+            env.close()
+        lines.append(f"her: HerReplayBuffer {dict(cfg.her)} on a goal-conditioned observation")
     problems = [_learning_starts_problem(cfg), unreachable]
     lines.append(describe_wandb(cfg.wandb, Path(output_dir)))
     return lines + [f"!! {p}" for p in problems if p]
@@ -344,6 +378,7 @@ def run(config: dict[str, Any], *, output_dir: Path, resume: bool = False) -> di
                     venv, norm_obs=True, norm_reward=False, clip_obs=cfg.env.clip_obs, gamma=gamma
                 )
             if cfg.her is not None:
+                check_her(cfg, venv.observation_space)
                 sac_kwargs.setdefault("replay_buffer_class", HerReplayBuffer)
                 sac_kwargs.setdefault("replay_buffer_kwargs", dict(cfg.her))
             policy = (
