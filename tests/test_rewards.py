@@ -1046,3 +1046,43 @@ def test_window_rates_from_too_few_completions_of_a_class_are_null_with_the_coun
     assert last["verifier/window/tpr"] == 1.0 and last["verifier/window/auroc"] == 1.0
     assert math.isnan(last["verifier/tpr"])  # the batch's own: 1 correct read
     assert tracker.plot().stat().st_size > 5000
+
+
+def test_precision_and_verifier_gain_from_too_few_accepted_completions_are_null_with_the_count(
+    tmp_path,
+):
+    """Issue 41 (kind 4): the GRPO demo logged ``verifier/precision 1.0`` and
+    ``verifier_gain 0.75`` from one accepted completion. Precision and the verifier gain rest on
+    the accepted read completions (score >= threshold): below MIN_PER_CLASS of them they are
+    null, ``n_accepted`` is logged in the batch and the window, and the reason names the count."""
+    from densereward.rewards.quality import undefined_reasons
+    from densereward.rewards.tracking_plot import _undefined_note
+
+    tracker = RewardQualityTracker(tmp_path, threshold=0.5)
+    logged: dict[str, float] = {}
+    tracker.update(  # 7 correct reads (1 accepted, 6 scored 0.4), 6 incorrect reads
+        prompts=["p"] * 13,
+        scores=[0.9] + [0.4] * 6 + [0.1] * 6,
+        correct=[1] * 7 + [0] * 6,
+        log_metric=logged.__setitem__,
+    )
+    row = json.loads((tmp_path / "reward_quality.jsonl").read_text().splitlines()[0])
+    assert row["verifier/n_accepted"] == 1.0 and logged["verifier/window/n_accepted"] == 1.0
+    assert row["verifier/window/tpr"] == pytest.approx(1 / 7)  # 7 correct: enough
+    for key in ("precision", "verifier_gain"):
+        assert row[f"verifier/window/{key}"] is None and row[f"verifier/{key}"] is None, key
+        assert f"verifier/window/{key}" not in logged and f"verifier/{key}" not in logged
+    assert undefined_reasons(tracker.records[-1])["window/precision"] == (
+        "fewer than 5 accepted read completions in the window (1)"
+    )
+    assert "fewer than 5 accepted read completions in the window (1)" in _undefined_note(
+        tracker.records, "verifier/"
+    )
+    tracker.update(  # 4 more accepted, 3 of them correct: 5 accepted in the window
+        prompts=["p"] * 4, scores=[0.8] * 4, correct=[1, 1, 1, 0]
+    )
+    last = tracker.records[-1]
+    assert last["verifier/window/n_accepted"] == 5.0
+    assert last["verifier/window/precision"] == pytest.approx(4 / 5)
+    assert last["verifier/window/verifier_gain"] == pytest.approx(4 / 5 - 10 / 17)
+    assert math.isnan(last["verifier/precision"])  # the batch's own: 4 accepted

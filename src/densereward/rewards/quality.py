@@ -55,9 +55,11 @@ MIN_PER_CLASS = 5
 ``MIN_EPISODES``): below it the rate is ``NaN`` (``null`` in ``reward_quality.jsonl``, not logged)
 and :func:`undefined_reasons` says "fewer than 5 correct read completions in the window (k)".
 TPR needs ``MIN_PER_CLASS`` correct read completions, TNR as many incorrect ones, and the metrics
-that compare the classes (AUROC, pairwise accuracy, score gap, balanced accuracy) both
-(precision and the verifier gain rest on the accepted completions and are not held back); the counts are logged beside (``n_read_correct``, ``n_read_incorrect``, and
-``window/n_read_correct``, ``window/n_read_incorrect``)."""
+that compare the classes (AUROC, pairwise accuracy, score gap, balanced accuracy) both;
+precision and the verifier gain rest on the accepted read completions (score >= the threshold)
+and need ``MIN_PER_CLASS`` of those ("fewer than 5 accepted read completions in the window (1)").
+The counts are logged beside (``n_read_correct``, ``n_read_incorrect``, ``n_accepted``, and
+``window/n_read_correct``, ``window/n_read_incorrect``, ``window/n_accepted``)."""
 
 LENGTH_SETTING = (
     "the completion length limit (training.max_completion_length in a densereward config, "
@@ -80,7 +82,8 @@ WINDOW_KEYS = (
 window holds the verifier's *read* completions only: ``window/read_pass_rate`` is the share of
 them that is correct (records before this name called it ``window/pass_rate``), unlike
 ``verifier/pass_rate``, the batch's share over every completion, read or not. The window's counts
-are ``verifier/window/n_read``, ``window/n_read_correct`` and ``window/n_read_incorrect``."""
+are ``verifier/window/n_read``, ``window/n_read_correct``, ``window/n_read_incorrect`` and
+``window/n_accepted`` (the read completions scored >= the threshold in force)."""
 
 _NAN = float("nan")
 
@@ -88,6 +91,7 @@ _RATES = ("tpr", "tnr", "precision", "balanced_accuracy", "verifier_gain")
 _NEED_CORRECT = {"tpr"}
 _NEED_INCORRECT = {"tnr"}
 _NEED_BOTH = {"auroc", "pairwise_accuracy", "score_gap", "balanced_accuracy"}
+_NEED_ACCEPTED = {"precision", "verifier_gain"}
 
 
 def _few(n: Any, minimum: int) -> bool:
@@ -122,6 +126,7 @@ def undefined_reasons(metrics: dict[str, Any], prefix: str = "verifier/") -> dic
     minimum = metrics.get("min_per_class", MIN_PER_CLASS)
     n_pos = metrics.get(prefix + scope + "n_read_correct")
     n_neg = metrics.get(prefix + scope + "n_read_incorrect")
+    n_acc = metrics.get(prefix + scope + "n_accepted")
     out = {}
     for key in ("tpr", "tnr", "auroc", "pairwise_accuracy", "score_gap", *_RATES[2:]):
         if prefix + scope + key not in metrics or not nan(scope + key):
@@ -141,6 +146,7 @@ def undefined_reasons(metrics: dict[str, Any], prefix: str = "verifier/") -> dic
             for label, k, need in (
                 ("correct", n_pos, _NEED_CORRECT | _NEED_BOTH),
                 ("incorrect", n_neg, _NEED_INCORRECT | _NEED_BOTH),
+                ("accepted", n_acc, _NEED_ACCEPTED),
             )
             if key in need and _few(k, minimum)
         ]:
@@ -212,9 +218,11 @@ def labelled_metrics(
         minus mean score of incorrect completions, in ``[-1, 1]``), ``tpr, tnr,
         balanced_accuracy, precision`` at the threshold (Zhou et al. 2025, sec. 3),
         ``verifier_gain`` (precision - pass rate, Lu et al. 2025 eq. 1), ``pass_rate`` (pooled:
-        the fraction of these completions that are correct), ``n``, ``n_correct`` and
-        ``n_incorrect``; undefined ones ``NaN`` (e.g. TPR without a correct completion, or with
-        fewer than ``min_per_class``).
+        the fraction of these completions that are correct), ``n``, ``n_correct``,
+        ``n_incorrect`` and ``n_accepted`` (scored >= the threshold in force, the completions
+        precision and the verifier gain rest on); undefined ones ``NaN`` (e.g. TPR without a
+        correct completion, or with fewer than ``min_per_class``; precision with fewer than
+        ``min_per_class`` accepted).
 
     >>> m = labelled_metrics(np.array([0.9, 0.2, 0.4]), np.array([1.0, 0.0, 0.0]), [0, 0, 1], 0.5)
     >>> m["tpr"], m["tnr"], m["auroc"], m["pairwise_accuracy"], round(m["score_gap"], 2)
@@ -246,9 +254,11 @@ def labelled_metrics(
     out["n"] = float(len(scores))
     out["n_correct"] = float((labels == 1).sum())
     out["n_incorrect"] = float(len(labels) - out["n_correct"])
+    out["n_accepted"] = float((scores[decided] >= thr[decided]).sum())
     for need, k in (
         (_NEED_CORRECT | _NEED_BOTH, out["n_correct"]),
         (_NEED_INCORRECT | _NEED_BOTH, out["n_incorrect"]),
+        (_NEED_ACCEPTED, out["n_accepted"]),
     ):
         if k < min_per_class:
             out.update(dict.fromkeys(need, _NAN))
@@ -292,7 +302,7 @@ def reward_quality_metrics(
         ground truth, scored or not), ``tie_rate``,
         ``mean_mass``, ``n_abstained``, ``frac_zero_spread_sparse``, ``frac_zero_spread_dense``,
         ``n``, ``n_valid`` (scored and labelled, read or not), ``n_read``, ``n_read_correct``,
-        ``n_read_incorrect``, ``n_unread``, and
+        ``n_read_incorrect``, ``n_accepted`` (read, scored >= the threshold), ``n_unread``, and
         ``tpr/level_<k>``, ``tnr/level_<k>`` per level present. Undefined
         metrics are ``NaN`` (e.g. TNR when every completion is correct).
 

@@ -30,17 +30,19 @@ Math-Verify finds correct, the policy's accuracy = generator capability),
 ``verifier/frac_zero_spread_sparse``, ``verifier/frac_zero_spread_dense``,
 ``verifier/tpr/level_<k>`` and ``verifier/tnr/level_<k>`` (MATH level k = 1..5), ``verifier/n``,
 ``verifier/n_read``, ``verifier/n_read_correct``, ``verifier/n_read_incorrect``,
-``verifier/n_unread``.
+``verifier/n_accepted`` (read completions scored >= the threshold), ``verifier/n_unread``.
 
 A rate rests on at least :data:`~densereward.rewards.quality.MIN_PER_CLASS` (5) read completions
-of each class it needs (TPR correct ones, TNR incorrect ones, AUROC and the others both), in the
-batch and in the window alike; with fewer it is ``null`` and the log and the plot say
-"fewer than 5 correct read completions in the window (k)".
+of each class it needs (TPR correct ones, TNR incorrect ones, AUROC and the others both;
+precision and the verifier gain accepted ones, ``n_accepted``), in the batch and in the window
+alike; with fewer it is ``null`` and the log and the plot say "fewer than 5 correct read
+completions in the window (k)" ("fewer than 5 accepted read completions in the window (k)").
 
 Counts: a ``verifier/n_*`` key counts this batch's completions; a ``verifier/total/n_*`` key is
 a counter of the verifier engine, cumulative since it was built (``extra_metrics``);
 ``verifier/window/n_read`` counts the window (``verifier/window/n_read_correct``,
-``verifier/window/n_read_incorrect`` by class; ``verifier/window/read_pass_rate`` is their
+``verifier/window/n_read_incorrect`` by class, ``verifier/window/n_accepted`` the accepted
+ones; ``verifier/window/read_pass_rate`` is their
 correct share, over read completions only, unlike ``verifier/pass_rate``).
 
 The verifier's quality metrics rest on its *reads*: a completion it scored without a model call
@@ -370,8 +372,8 @@ class RewardQualityTracker:
         read: Sequence[bool] | None = None,
     ) -> dict[str, float]:
         """Set this batch's threshold, add its labelled, read completions to the window; window
-        metrics (``window/n_read``, ``window/n_read_correct``, ``window/n_read_incorrect``: the reads
-        they rest on; below :data:`~densereward.rewards.quality.MIN_PER_CLASS` of a class the
+        metrics (``window/n_read``, ``window/n_read_correct``, ``window/n_read_incorrect``,
+        ``window/n_accepted``: the reads they rest on; below :data:`~densereward.rewards.quality.MIN_PER_CLASS` of a class the
         metrics that need it are ``NaN``).
 
         Each completion keeps the threshold in force when it was scored, so with ``auto`` the
@@ -406,6 +408,7 @@ class RewardQualityTracker:
         out["window/n_read"] = window["n"]
         out["window/n_read_correct"] = window["n_correct"]
         out["window/n_read_incorrect"] = window["n_incorrect"]
+        out["window/n_accepted"] = window["n_accepted"]
         out["threshold"] = thr
         out["threshold_in_sample"] = float(in_sample)
         return out
