@@ -146,12 +146,14 @@ def test_rates_of_few_episodes_are_null_beside_their_counts():
         m["verifier/n_success_episodes"],
         m["verifier/n_failure_episodes"],
         m["verifier/n_voc_success_episodes"],
-    ) == (1.0, 1.0, 1.0)
+        m["verifier/n_voc_episodes"],
+    ) == (1.0, 1.0, 1.0, 2.0)
     undefined = (
         "verifier/tpr",
         "verifier/tnr",
         "verifier/balanced_accuracy",
         "verifier/voc_success",
+        "verifier/voc",  # issue 41 kind 4: was 1.0 from 2 episodes, with no count
     )
     assert all(math.isnan(m[k]) for k in undefined), m
     cb.record()
@@ -205,7 +207,7 @@ def test_dynamics_leaves_success_metrics_out_for_an_env_without_is_success(caplo
     """Issue 41: an environment whose step info has no is_success (Pendulum-v1) gives episodes
     with is_success None; the metrics that need success are left out, not computed as if every
     episode failed, and the auto threshold's fallback is not said (nothing to calibrate)."""
-    cb = VerifierDynamicsCallback(threshold="auto")
+    cb = VerifierDynamicsCallback(threshold="auto", min_episodes=1)
     with caplog.at_level(logging.INFO, logger="densereward.callbacks"):
         for final in (0.2, 0.9, None):
             cb.add_episode(_episode(final, None))

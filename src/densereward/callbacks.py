@@ -59,9 +59,10 @@ failure (logged as ``verifier/threshold_fallback`` = 1, and said once)."""
 MIN_EPISODES = 10
 """Fewer episodes of a class in the window than this and the rates resting on that class
 (``verifier/tpr``, ``verifier/voc_success``: successes; ``verifier/tnr``: failures;
-``verifier/balanced_accuracy``: both) are logged as null (NaN, left out of SB3's table) beside
-the counts they would rest on (``verifier/n_success_episodes``, ``verifier/n_failure_episodes``,
-``verifier/n_voc_success_episodes``), never as a rate of one or two episodes. The same minimum
+``verifier/balanced_accuracy``: both; ``verifier/voc``: episodes of any outcome with a defined
+VOC) are logged as null (NaN, left out of SB3's table) beside the counts they would rest on
+(``verifier/n_success_episodes``, ``verifier/n_failure_episodes``,
+``verifier/n_voc_success_episodes``, ``verifier/n_voc_episodes``), never as a rate of one or two episodes. The same minimum
 per class as ``densereward.eval_verifier.MIN_PER_CLASS``."""
 
 
@@ -106,7 +107,8 @@ class VerifierDynamicsCallback(BaseCallback):
     * ``verifier/voc``: mean per-episode VOC over all episodes
       (:func:`densereward.metrics.value_order_correlation` of the progress against the scored
       environment steps; episodes with undefined VOC, ``None``, are skipped and counted in
-      ``verifier/voc_undefined_frac``),
+      ``verifier/voc_undefined_frac``; resting on ``verifier/n_voc_episodes``, the episodes
+      with a defined VOC, null below ``min_episodes`` of them),
       and ``verifier/voc_success`` over successful episodes only (GVL's setting: progress of a
       trajectory that reaches the goal should rise with time; a failing one need not), resting
       on ``verifier/n_voc_success_episodes`` (successful episodes with a defined VOC).
@@ -252,7 +254,10 @@ class VerifierDynamicsCallback(BaseCallback):
         vocs = [value_order_correlation(e["progress"], steps=e["scored_steps"]) for e in eps]
         if eps:
             defined = [v for v in vocs if v is not None]
-            out["verifier/voc"] = _mean(defined)
+            out["verifier/n_voc_episodes"] = float(len(defined))
+            out["verifier/voc"] = (
+                _mean(defined) if len(defined) >= self.min_episodes else float("nan")
+            )
             out["verifier/voc_undefined_frac"] = 1.0 - len(defined) / len(vocs)
             out["rollout/ep_verifier_rew_mean"] = _mean(e["verifier_return"] for e in eps)
             finals = [e["final_progress"] for e in eps if e["final_progress"] is not None]

@@ -40,7 +40,8 @@ _WHY_UNDEFINED = {
     "verifier/tnr": f"fewer than {MIN_EPISODES} failed episodes with a final progress in the "
     "window (verifier/n_failure_episodes)",
     "verifier/balanced_accuracy": "TPR or TNR is undefined",
-    "verifier/voc": "every episode's progress was constant (VOC needs a change)",
+    "verifier/voc": f"fewer than {MIN_EPISODES} episodes with a defined VOC in the window "
+    "(verifier/n_voc_episodes; an episode whose progress stays constant has none)",
     "verifier/progress_success_mean": "no successful episode in the window",
     "verifier/progress_failure_mean": "no failed episode in the window",
     "rollout/ep_env_rew_mean": "no training episode had ended",
