@@ -143,6 +143,35 @@ def test_the_issue_commands_with_an_override_after_an_option_run(argv, get, want
     assert "dry run: configuration valid" in capsys.readouterr().out
 
 
+@pytest.mark.parametrize(
+    ("argv", "get", "want"),
+    [
+        (
+            ["--seeds", "0", "1", "threshold=0.9"],
+            lambda c: (c["seeds"], c["threshold"]),
+            ([0, 1], 0.9),
+        ),
+        (
+            ["--conditions", "sparse", "env_dense", "budget=1000"],
+            lambda c: (list(c["conditions"]), c["budget"]),
+            (["sparse", "env_dense"], 1000),
+        ),
+    ],
+)
+def test_an_override_after_a_list_option_is_an_override_not_a_value(argv, get, want, capsys):
+    """``compare --seeds 0 1 threshold=0.9`` said "argument --seeds: invalid int value:
+    'threshold=0.9'" and ``--conditions sparse budget=100`` "unknown ['budget=100']"; the
+    override after a list option's values is an override, and ``--set``'s values stay its own."""
+    from densereward.cli import main
+
+    argv = ["compare", "--config", COMPARE, "--dry-run", *argv]
+    assert get(_config(argv)) == want
+    with_set = parse_command_line(build_parser(), [*argv, "--set", "a=1", "b=2", "--seeds", "3"])
+    assert overrides_from(with_set)[-3:] == [argv[-1], "a=1", "b=2"] and with_set.seeds == [3]
+    assert main(argv) == 0, capsys.readouterr().err
+    assert "dry run: comparison valid" in capsys.readouterr().out
+
+
 def test_a_stray_token_is_still_refused_with_the_override_hint(capsys):
     from densereward.cli import main
 

@@ -1026,3 +1026,29 @@ def test_a_success_rate_threshold_is_not_read_on_a_fallback_reward_curve(tmp_pat
     assert res["threshold"] == 0.5 and res["threshold_not_applied"] is None
     assert res["conditions"]["fast"]["steps_to_threshold"]["n_reached"] == 1
     assert why not in (tmp_path / "named" / "report.md").read_text()
+
+
+def test_the_console_verdict_carries_its_run_counts_and_the_few_runs_caveat(tmp_path, capsys):
+    """From 2 runs a side compare ended its console with "fast beats slow (AUC): P(fast >
+    slow) = 1.00 [1.00, 1.00]" and no caveat (only the report said "Few runs"); the line now
+    says the runs it rests on and, below 5 a side, that they are too few."""
+    from densereward.cli import main
+
+    name = "toy-console"
+    C.register_trainer(name, _toy_spec([]))
+    try:
+        path = tmp_path / "cmp.yaml"
+        config = {**_toy_config(tmp_path / "cmp"), "trainer": name, "seeds": [0, 1]}
+        path.write_text(yaml.safe_dump(config))
+        assert main(["compare", "--config", str(path), "--no-progress"]) == 0
+        last = capsys.readouterr().out.splitlines()[-1]
+        assert last.startswith("fast beats slow (AUC): P(fast > slow) = 1.00 [1.00, 1.00]")
+        assert last.endswith(" (2 vs 2 runs: too few for a verdict, see report)")
+        # five a side: the counts, no caveat
+        five = {**config, "seeds": [0, 1, 2, 3, 4], "output_dir": str(tmp_path / "five")}
+        path.write_text(yaml.safe_dump(five))
+        assert main(["compare", "--config", str(path), "--no-progress"]) == 0
+        last = capsys.readouterr().out.splitlines()[-1]
+        assert last.startswith("fast beats slow (AUC)") and last.endswith(" (5 vs 5 runs)")
+    finally:
+        C.TRAINERS._entries.pop(name, None)

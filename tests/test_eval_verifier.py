@@ -986,3 +986,26 @@ def test_equal_generators_and_flat_easiness_say_why_there_is_no_number(tmp_path,
     m = json.loads((out / "metrics.json").read_text())
     assert m["tts"]["by_family"]["equal_pass_rate"] == 0.5
     assert "gap_closed" not in m["tts"]["by_family"]
+
+
+def test_the_second_overall_table_and_the_soft_line_say_what_they_rest_on(tmp_path):
+    """The report's second table (fpr, fnr, f1, auprc, ece, brier, gap SNR, ...) and its "Soft
+    variant" line had no counts, though every table says what its numbers rest on."""
+    spec = [(1, "g", True, 0.9), (1, "g", False, 0.2), (2, "g", True, 0.7), (2, "g", False, 0.6)]
+    spec.append((3, "g", True, 0.4))
+    responses, scores = _labelled(tmp_path, spec)
+    out = tmp_path / "out"
+    args = ["--responses", str(responses), "--scores", str(scores), "--out", str(out)]
+    assert run_cli(*args, "--bootstrap", "0", "--no-plots") == 0
+    report = (out / "report.md").read_text()
+    table = next(line for line in report.splitlines() if line.startswith("|  | fpr | fnr |"))
+    lines = report.splitlines()
+    rests = lines[lines.index(table) + 3]
+    both = "3 correct / 2 incorrect"
+    assert rests == (
+        f"| rests on | 2 incorrect | 3 correct | 5 scored | 3 correct | {both} | {both} | "
+        f"5 scored | 5 scored | 5 scored | {both} | {both} | {both} |"
+    )
+    soft = next(line for line in lines if line.startswith("Soft variant"))
+    assert "(3 correct), TNR " in soft and "(2 incorrect), precision " in soft
+    assert soft.endswith("(5 scored, each weighted by its score).")

@@ -21,6 +21,8 @@ require("starlette", "serve")
 require("uvicorn", "serve")
 require("prometheus_client", "serve")
 
+from pathlib import Path  # noqa: E402
+
 import httpx  # noqa: E402
 from servers import free_port  # noqa: E402
 
@@ -241,6 +243,27 @@ def test_config_refuses_the_group_reward_and_unknown_sections():
         build_service({"rewards": {}})
     with pytest.raises(ConfigError, match="serve.max_batch"):
         build_service({"serve": {"max_batch": 0}})
+
+
+def test_a_train_sac_or_compare_config_given_to_serve_is_named_as_such():
+    """``serve --config configs/sac_fetchreach_verifier.yaml`` said "unknown section(s) ['env',
+    'her', 'sac']"; now it names the command the file is for, as ``train`` does."""
+    from densereward.config import load_yaml
+
+    repo = Path(__file__).resolve().parents[1]
+    sac = load_yaml(repo / "configs" / "sac_fetchreach_verifier.yaml")
+    with pytest.raises(ConfigError) as err:
+        build_service(sac)
+    assert str(err.value).startswith(
+        "this is a `train sac` config (it has env, sac, her), not a `serve` one: run "
+        "`densereward train sac --config FILE`"
+    )
+    compare = load_yaml(repo / "configs" / "compare_fetchreach.yaml")
+    with pytest.raises(ConfigError, match=r"^this is a `compare` config \(it has trainer"):
+        build_service(compare)
+    # a GRPO file's sections serve reads; a typo there is still an unknown section
+    with pytest.raises(ConfigError, match=r"^unknown section\(s\) \['rewrd'\]"):
+        build_service({"model": {}, "data": {}, "rewrd": {}})
 
 
 def test_densereward_serve_command_answers_and_exits_cleanly_on_sigterm(tmp_path):

@@ -250,7 +250,7 @@ def counts_text(rep: Mapping[str, Any], key: str) -> str:
 
     >>> rep = {"n": 5.0, "n_pos": 2.0, "n_neg": 3.0, "n_accepted": 1.0}
     >>> [counts_text(rep, k) for k in ("tpr", "tnr", "auroc", "precision", "pass_rate", "ece")]
-    ['2 correct', '3 incorrect', '2 correct / 3 incorrect', '1 accepted', '5 scored', '']
+    ['2 correct', '3 incorrect', '2 correct / 3 incorrect', '1 accepted', '5 scored', '5 scored']
     """
     n = {k: rep.get(k) for k in ("n", "n_pos", "n_neg", "n_accepted")}
     if any(v is None or v != v for v in (n["n_pos"], n["n_neg"])):
@@ -262,9 +262,18 @@ def counts_text(rep: Mapping[str, Any], key: str) -> str:
         return neg
     if key in ("precision", "verifier_gain"):
         return f"{int(n['n_accepted'])} accepted" if n["n_accepted"] is not None else ""
-    if key in ("pass_rate", "accuracy"):
+    if key in ("pass_rate", "accuracy", "ece", "brier"):
         return f"{int(n['n'])} scored" if n["n"] is not None else ""
-    if key in ("balanced_accuracy", "auroc", "auprc", "score_gap", "pairwise_accuracy", "f1"):
+    if key in (
+        "balanced_accuracy",
+        "auroc",
+        "auprc",
+        "score_gap",
+        "score_gap_snr",
+        "pairwise_accuracy",
+        "tie_rate",
+        "f1",
+    ):
         return f"{pos} / {neg}"
     if key in ("tts_pass_rate", "tts_verification_gain") and rep.get("tts_n_problems"):
         return tts_counts_text(rep)
@@ -521,7 +530,9 @@ def evaluate(
         out["overall"]["read_n_neg"] = len(read) - out["overall"]["read_n_pos"]
     out["threshold_calibration"] = calibration
     out["soft"] = {
-        k: v for k, v in M.classification_report(s, y, soft=True).items() if k in M.REPORT_KEYS[:9]
+        k: v
+        for k, v in M.classification_report(s, y, soft=True).items()
+        if k in (*M.REPORT_KEYS[:9], "n", "n_pos", "n_neg")
     }
 
     # Headline numbers with problem-level bootstrap intervals.

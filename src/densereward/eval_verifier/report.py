@@ -177,7 +177,13 @@ def render_report(
         ]
     parts += [
         "",
-        markdown_table([h for h, _ in _OVERALL_COLUMNS], [[o[k] for _, k in _OVERALL_COLUMNS]]),
+        markdown_table(
+            ["", *(h for h, _ in _OVERALL_COLUMNS)],
+            [
+                ["value", *(format_number(o[k]) for _, k in _OVERALL_COLUMNS)],
+                ["rests on", *(counts_text(o, k) for _, k in _OVERALL_COLUMNS)],
+            ],
+        ),
     ]
     b = metrics["balanced"]
     parts += [
@@ -188,7 +194,10 @@ def render_report(
     ]
     s = metrics["soft"]
     parts += [
-        f"Soft variant (V = score): TPR {format_number(s['tpr'])}, TNR {format_number(s['tnr'])}, precision {format_number(s['precision'])}.",
+        f"Soft variant (V = score): TPR {format_number(s['tpr'])} ({counts_text(s, 'tpr')}), "
+        f"TNR {format_number(s['tnr'])} ({counts_text(s, 'tnr')}), precision "
+        f"{format_number(s['precision'])} ({counts_text(s, 'pass_rate')}, each weighted by "
+        "its score).",
         "",
     ]
     cal = metrics.get("threshold_calibration")

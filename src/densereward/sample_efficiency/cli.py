@@ -10,6 +10,7 @@ from typing import Any
 
 from ..config_files import add_override_arguments, apply_overrides, load_yaml, overrides_from
 from ..errors import ConfigError
+from .report import console_verdict
 from .runner import dry_run_comparison, output_dir_of, run_comparison
 
 __all__ = ["EPILOG", "add_arguments", "config_from_args", "main"]
@@ -151,7 +152,7 @@ def main(args: argparse.Namespace) -> int:
         f"report: {out / 'report.md'}\nlearning curves: {out / 'learning_curves.png'}\nresults: {out / 'results.json'}"
     )
     for p in res["pairs"]:
-        print(p["verdict"])
+        print(console_verdict(p))
     if res.get("threshold_not_applied"):
         print(res["threshold_not_applied"], file=sys.stderr)
     if res["missing"]:

@@ -33,6 +33,7 @@ __all__ = ["analyze", "plot_curves", "render_report", "run_final", "title_of", "
 NAN = float("nan")
 
 MIN_RUNS_FOR_A_VERDICT = 2
+FEW_RUNS = 5  # below it on a side, a verdict is indicative only ("Few runs" in the report)
 """Finished runs each side of a pair needs before its P(a > b) is reported as a result."""
 
 
@@ -108,6 +109,21 @@ def verdict(
     if hi < 0.5:
         return f"{b} beats {a} ({score}): {stat}"
     return f"no significant difference between {a} and {b} ({score}): {stat}"
+
+
+def console_verdict(pair: Mapping[str, Any]) -> str:
+    """The verdict of a pair as the console prints it: with the runs it rests on, and the
+    report's "Few runs" caveat where a side has fewer than :data:`FEW_RUNS`.
+
+    >>> console_verdict({"verdict": "a beats b (AUC): P(a > b) = 1.00 [1.00, 1.00]",
+    ...                  "n_runs": [2, 2], "enough_runs": True})
+    'a beats b (AUC): P(a > b) = 1.00 [1.00, 1.00] (2 vs 2 runs: too few for a verdict, see report)'
+    """
+    n = pair.get("n_runs")
+    if not n or not pair.get("enough_runs", True):  # the line already says too few, with counts
+        return str(pair["verdict"])
+    few = ": too few for a verdict, see report" if min(n) < FEW_RUNS else ""
+    return f"{pair['verdict']} ({n[0]} vs {n[1]} runs{few})"
 
 
 def analyze(
@@ -225,6 +241,7 @@ def analyze(
                 "p_improvement": poi,
                 # below it P is a count of one comparison, not an estimate (kept for the record)
                 "enough_runs": min(n_a, n_b) >= MIN_RUNS_FOR_A_VERDICT,
+                "n_runs": [n_a, n_b],  # the finished runs a side the verdict rests on
                 "verdict": verdict(
                     a,
                     b,
@@ -337,7 +354,7 @@ def render_report(
     if missing:
         lines += ["", f"**Incomplete:** {len(missing)} run(s) not finished: {', '.join(missing)}."]
     n_min = min((c["n_runs"] for c in analysis["conditions"].values()), default=0)
-    if 0 < n_min < 5:
+    if 0 < n_min < FEW_RUNS:
         lines += [
             "",
             f"**Few runs:** {n_min} per condition. A bootstrap over so few runs understates the "

@@ -23,6 +23,7 @@ from ..config_files import (
     overrides_from,
 )
 from ..errors import ConfigError
+from ..sections import COMMAND_SECTIONS, other_command
 from .app import RewardService, ServeConfig, make_app
 
 __all__ = ["add_arguments", "main", "build_service", "build_app", "dry_run"]
@@ -111,6 +112,15 @@ def _sections(config: dict[str, Any]) -> tuple[Any, VerifierConfig, ServeConfig]
     from ..rewards._common import check_prompt_settings
 
     unknown = sorted(set(config) - {"reward", "verifier", "serve", *_GRPO_ONLY})
+    other = other_command(config, "serve") if unknown else None
+    if other is not None and other != "train grpo":  # serve reads a GRPO file's sections
+        theirs = ", ".join(k for k in COMMAND_SECTIONS[other][0] if k in config)
+        raise ConfigError(
+            f"this is a `{other}` config (it has {theirs}), not a `serve` one: run "
+            f"`densereward {other} --config FILE`, or give serve a file of reward, verifier "
+            "and serve sections (e.g. configs/grpo_math_cpu.yaml, whose reward and verifier "
+            "it reads)"
+        )
     if unknown:
         raise ConfigError(f"unknown section(s) {unknown}; serve reads reward, verifier and serve")
     reward = from_dict(RewardConfig, config.get("reward"), prefix="reward.")
