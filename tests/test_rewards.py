@@ -202,7 +202,7 @@ def test_reward_config_and_build(checker):
     from trl.trainer.utils import get_callable_name, is_async_callable
 
     assert get_callable_name(funcs[0]) == "verifier_group" and is_async_callable(funcs[0])
-    with pytest.raises(ValueError, match="mixed"):
+    with pytest.raises(ValueError, match="reward.weights does not apply to reward.type=dense"):
         RewardConfig(type="dense", weights=[1.0, 1.0])
 
 
@@ -446,7 +446,7 @@ def test_async_grpo_checkpoints_the_tracker_its_rollout_child_updates(tmp_path):
         got = child.submit(
             _child_update, scores=[0.5, 0.1], correct=[1, 0], prompts=["r", "r"], num_generations=2
         ).result(timeout=120)
-    assert got["verifier/window/n"] == 8.0  # the two new and six of the checkpoint's
+    assert got["verifier/window/n_read"] == 8.0  # the two new and six of the checkpoint's
     (tmp_path / "checkpoint-3").mkdir()
     callback.on_save(args, SimpleNamespace(global_step=3, is_world_process_zero=True), None)
     saved = json.loads((tmp_path / "checkpoint-3" / STATE_FILE).read_text())
