@@ -298,7 +298,10 @@ def test_the_demo_config_with_the_gated_default_keeps_wrong_answers_down(
 
     config = load_yaml("configs/grpo_demo_cpu.yaml")
     config["reward"]["type"] = "gated"
-    config["training"].update(max_steps=2, save_strategy="no")
+    # the batch this bound was worked out for (the demo now draws 4 groups of 4, 48 tokens)
+    config["training"].update(
+        max_steps=2, save_strategy="no", per_device_train_batch_size=8, max_completion_length=32
+    )
     config["wandb"]["enabled"] = False
     run(config, output_dir=tmp_path / "run")
     rows = [json.loads(x) for x in (tmp_path / "run/reward_quality.jsonl").read_text().splitlines()]

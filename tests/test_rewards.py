@@ -971,8 +971,8 @@ def test_the_plot_title_says_what_the_last_window_rests_on():
     finally:
         plt.close(fig)
     assert title.endswith(
-        "\nwindow at step 5: 40 completions, 4 correct / 36 incorrect "
-        "(one moves TPR by 0.25, TNR by 0.03)"
+        "\nwindow at step 5: 70 read completions, 28 correct / 42 incorrect "
+        "(one moves TPR by 0.04, TNR by 0.02)"
     ), title
 
 
@@ -997,8 +997,8 @@ def test_the_plot_marks_in_sample_thresholds_and_puts_the_counts_on_the_rates_pa
             plt.close(fig)
 
     title, panel = texts(records)
-    assert "; in-sample at step 2 (chosen on the batch it then scored" in title, title
-    assert "in-sample threshold" in panel and "step 5 window:\n4 correct /\n36 incorrect" in panel
+    assert "; in-sample at step 1 (chosen on the batch it then scored" in title, title
+    assert "in-sample threshold" in panel and "step 5 window:\n28 correct /\n42 incorrect" in panel
     out_of_sample = [{**r, "verifier/threshold_in_sample": 0.0} for r in records]
     title, panel = texts(out_of_sample)
     assert "in-sample" not in title and not any("in-sample" in t for t in panel)
