@@ -169,10 +169,14 @@ def test_rates_of_few_episodes_are_null_beside_their_counts():
         VerifierDynamicsCallback(min_episodes=0)
 
 
-def test_dynamics_auto_threshold_is_youdens_j_of_earlier_episodes(caplog):
+def test_dynamics_auto_threshold_is_youdens_j_of_earlier_episodes(caplog, monkeypatch):
     """Issue 28 item 8: verifier.threshold=auto in SAC is Youden's J, as in GRPO and
     eval-verifier (metrics.best_threshold), on the final progress of the *earlier* episodes
-    against their success; 0.5 until both classes were seen, logged and said once."""
+    against their success; 0.5 until both classes were seen, logged and said once per process
+    (a comparison's second run said it again)."""
+    from densereward import callbacks
+
+    monkeypatch.setattr(callbacks, "_SAID", set())
     cb = VerifierDynamicsCallback(threshold="auto", min_episodes=1)
     assert cb.threshold_source == "auto (Youden's J)"
     with caplog.at_level(logging.INFO, logger="densereward.callbacks"):
@@ -196,6 +200,10 @@ def test_dynamics_auto_threshold_is_youdens_j_of_earlier_episodes(caplog):
     assert len(said) == 2  # the 0.5 fallback (a warning, once) and the calibration
     assert "until then" in said[0] and "at 0.5" in said[0]
     assert "Youden's J on 2 episodes: 0.3" in said[1]
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="densereward.callbacks"):
+        VerifierDynamicsCallback(threshold="auto", min_episodes=1).add_episode(_episode(0.2, False))
+    assert not [r for r in caplog.records if "until then" in r.getMessage()]  # said once
     # a fixed threshold stays fixed
     fixed = VerifierDynamicsCallback(threshold=0.5, min_episodes=1)
     for final, success in [(0.2, False), (0.3, True), (0.1, False), (0.35, True)]:

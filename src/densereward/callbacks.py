@@ -51,6 +51,8 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
+_SAID: set[str] = set()  # warnings given once per process (a comparison runs many callbacks)
+
 FALLBACK_THRESHOLD = 0.5
 """The accept threshold of ``threshold="auto"`` until earlier episodes hold a success and a
 failure (logged as ``verifier/threshold_fallback`` = 1, and said once)."""
@@ -185,7 +187,6 @@ class VerifierDynamicsCallback(BaseCallback):
         self.threshold_fallback = self._fixed_threshold is None
         """True while ``auto`` has not seen a success and a failure (the threshold is 0.5)."""
         self._judged: tuple[list[float], list[float]] = ([], [])  # (final progress, success)
-        self._fallback_said = False
         self.path = Path(path) if path is not None else None
         self.window = window
         self.episodes: deque[dict[str, Any]] = deque(maxlen=window)
@@ -224,12 +225,13 @@ class VerifierDynamicsCallback(BaseCallback):
         self.episodes.append({**episode, "threshold": self.threshold})
         if episode.get("is_success") is None:
             return  # the environment reports no success: nothing to judge the progress against
-        if self.threshold_fallback and not self._fallback_said:
-            self._fallback_said = True
+        if self.threshold_fallback and "threshold_fallback" not in _SAID:
+            _SAID.add("threshold_fallback")
             logger.warning(
                 "verifier.threshold=auto: Youden's J needs earlier episodes with a success and "
                 "a failure; until then verifier/tpr, verifier/tnr and verifier/balanced_accuracy "
-                "judge the final progress at %g (verifier/threshold_fallback = 1; said once)",
+                "judge the final progress at %g (verifier/threshold_fallback = 1; said once per "
+                "process)",
                 FALLBACK_THRESHOLD,
             )
         if episode["final_progress"] is None:
