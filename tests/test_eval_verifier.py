@@ -917,6 +917,11 @@ def test_one_class_says_why_once_and_figures_draw_only_bins_with_data(
     )
     assert printed.count(why) == 1 and "best accept threshold n/a" not in printed
     assert "TNR n/a (0 incorrect)" in printed
+    # the TPR printed is read at the 0.5 fallback, and the console says so (second rerun)
+    assert (
+        "accept threshold: score >= 0.5000 (0.5 (auto could not calibrate: one class only))"
+        in printed
+    )
     texts, ticks, title = drawn[0]  # tpr_tnr_by_difficulty.png
     assert any(t.startswith("no data: " + why[:20]) for t in texts)  # the empty TNR panel
     assert ticks[0] == ["Q1 [1.00, 1.00]"]  # Q2-Q4 hold no problem: not drawn as empty slots

@@ -250,6 +250,10 @@ def main(args: argparse.Namespace) -> int:
             ("AUROC", "auroc"),
         )
     )
+    print(  # the rates are read at it: say which (a one-class file falls back to 0.5)
+        f"accept threshold: score >= {format_number(metrics['threshold'], 4)} "
+        f"({metrics.get('threshold_source', 'configured')})"
+    )
     print(f"{rates}  ({c['n_scored']} scored{unread}, {c['n_abstained']} abstained)")
     for note in evidence_notes(metrics):  # one class, too few to rank, a gap too small to read
         print(note)
