@@ -280,6 +280,7 @@ def run(
         "metric": metric,
         "curve": curve,
         "final": curve[-1]["value"] if curve else float("nan"),
+        "final_rests_on": _final_rests_on(run_dir, metric, curve, summary),
         "steps": int(trainer.state.global_step),
         "wall_s": round(time.monotonic() - t0, 1),
         "reward_quality": str(tracker.jsonl_path),
@@ -298,6 +299,25 @@ def _builds_verifier(parts: dict[str, Any]) -> bool:
     sparse reward reads it only to track reward quality)."""
     reward = parts["reward"]
     return reward.judge != "process_oracle" and (reward.kind.uses_verifier or reward.track)
+
+
+def _final_rests_on(
+    run_dir: Path, metric: str, curve: list[dict[str, Any]], heldout: dict[str, Any] | None
+) -> str | None:
+    """What the run's ``final`` value is computed from, e.g. ``"16 completions of step 5"`` or
+    ``"50 held-out problems"`` (``None`` when the records do not say)."""
+    if not curve:
+        return None
+    if metric.startswith("heldout/"):
+        n = (heldout or {}).get("n_problems")
+        return f"{n} held-out problems" if n else None
+    path, step = run_dir / "reward_quality.jsonl", curve[-1]["step"]
+    n = sum(
+        r.get("verifier/n") or 0
+        for r in (read_jsonl(path) if path.is_file() else [])
+        if r.get("step") == step
+    )
+    return f"{n:.0f} completions of step {step}" if n else None
 
 
 def _curve(run_dir: Path, trainer: Any) -> list[dict[str, Any]]:
