@@ -1041,8 +1041,12 @@ def test_the_console_verdict_carries_its_run_counts_and_the_few_runs_caveat(tmp_
         config = {**_toy_config(tmp_path / "cmp"), "trainer": name, "seeds": [0, 1]}
         path.write_text(yaml.safe_dump(config))
         assert main(["compare", "--config", str(path), "--no-progress"]) == 0
-        last = capsys.readouterr().out.splitlines()[-1]
+        printed = capsys.readouterr()
+        last = printed.out.splitlines()[-1]
         assert last.startswith("fast beats slow (AUC): P(fast > slow) = 1.00 [1.00, 1.00]")
+        # each run's progress line is one line (rich wrapped them at 80 columns mid-sentence)
+        runs = [x for x in printed.err.splitlines() if x.startswith("[") and "] fast seed" in x]
+        assert runs and all(x.endswith(" left") for x in runs), printed.err
         assert last.endswith(" (2 vs 2 runs: too few for a verdict, see report)")
         # five a side: the counts, no caveat
         five = {**config, "seeds": [0, 1, 2, 3, 4], "output_dir": str(tmp_path / "five")}

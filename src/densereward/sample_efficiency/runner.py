@@ -439,7 +439,7 @@ def _run_all(
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    console = Console(stderr=True)
+    console = Console(stderr=True, soft_wrap=True)  # no wraps mid-sentence
     n_done0 = n_total - len(todo)
     with Progress(
         TextColumn("[bold]{task.description}"),
