@@ -477,3 +477,51 @@ def test_score_of_a_bare_answer_against_its_reference(default_model_dir):
     assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr[-2000:]
     assert "expected score : 0.0000" not in done.stdout
     assert "argmax score   : " in done.stdout and "n/a" not in done.stdout
+
+
+@pytest.mark.parametrize("kind", ["grpo", "sac"])
+def test_the_launch_scripts_are_the_cli_overrides_anywhere_and_one_line_errors(kind, tmp_path):
+    """``python trainers/{grpo,sac}.py`` is ``densereward train ...``: overrides on both sides of
+    an option are overrides, and a config error is one line with exit 2 (``trainers/sac.py``
+    ended in a ConfigError traceback; ``trainers/grpo.py`` logged at INFO where the CLI does not)."""
+    script = str(REPO / "trainers" / f"{kind}.py")
+    config = {"grpo": str(REPO / "configs" / "grpo_demo_cpu.yaml"), "sac": SAC_SPARSE}[kind]
+    before, after = {
+        "grpo": ("training.max_steps=2", "training.max_completion_length=40"),
+        "sac": ("training.total_timesteps=77", "env.n_envs=1"),
+    }[kind]
+    run_dir = str(tmp_path / "r")
+    argv = [
+        sys.executable,
+        script,
+        "--config",
+        config,
+        before,
+        "--dry-run",
+        "--output-dir",
+        run_dir,
+        after,
+    ]
+    dry = subprocess.run(
+        argv, capture_output=True, text=True, env=OFFLINE_ENV, timeout=300, cwd=tmp_path
+    )
+    assert dry.returncode in (0, 2), dry.stderr[-2000:]  # sac: a !! line for 77 steps
+    assert "Traceback" not in dry.stderr, dry.stderr[-2000:]
+    shown = {
+        "grpo": ("max_steps=2", "max_completion_length=40"),
+        "sac": ("training.total_timesteps=77", "n_envs 1"),
+    }[kind]
+    assert all(s in dry.stdout for s in shown), dry.stdout[-2000:]
+    missing = subprocess.run(
+        [sys.executable, script, "--config", str(tmp_path / "nope.yaml")],
+        capture_output=True,
+        text=True,
+        env=OFFLINE_ENV,
+        timeout=120,
+        cwd=tmp_path,
+    )
+    assert missing.returncode == 2
+    assert missing.stderr.strip().splitlines() == [
+        f"densereward: error: config file not found: {tmp_path / 'nope.yaml'}"
+    ]
+    assert not (tmp_path / "r").exists()

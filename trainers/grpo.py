@@ -6,12 +6,14 @@
     accelerate launch trainers/grpo.py --config configs/grpo_math_qwen3_8b.yaml              # multi-GPU
 
 The trainer is library code (:mod:`densereward.trainers.grpo`, installed with ``densereward[trl]``);
-this file is the repository's top-level entry point and is not installed with the wheel.
+this file is the repository's top-level entry point (it runs ``densereward train grpo``) and is not
+installed with the wheel.
 """
 
 import sys
 
-from densereward.trainers.grpo import cli_main
+from densereward.cli import main
 
 if __name__ == "__main__":
-    sys.exit(cli_main())
+    # the CLI's own parsing and error handling: overrides anywhere on the line, one-line errors
+    sys.exit(main(["train", "grpo", *sys.argv[1:]]))

@@ -6,13 +6,14 @@ the same run as ``densereward train sac``.
     python trainers/sac.py --config configs/sac_fetchreach_verifier.yaml --output-dir runs/sac/x --resume
 
 The trainer is library code (:mod:`densereward.trainers.sac`, installed with
-``densereward[robotics]``); this file is the repository's top-level entry point and is not
-installed with the wheel.
+``densereward[robotics]``); this file is the repository's top-level entry point (it runs ``densereward train sac``)
+and is not installed with the wheel.
 """
 
 import sys
 
-from densereward.trainers.sac import cli_main
+from densereward.cli import main
 
 if __name__ == "__main__":
-    sys.exit(cli_main())
+    # the CLI's own parsing and error handling: overrides anywhere on the line, one-line errors
+    sys.exit(main(["train", "sac", *sys.argv[1:]]))

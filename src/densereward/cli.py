@@ -26,11 +26,10 @@ import argparse
 import json
 import logging
 import os
-import re
 import sys
 from collections.abc import Sequence
 
-from .config_files import add_override_arguments, overrides_from
+from .config_files import add_override_arguments, overrides_from, parse_command_line
 from .errors import BackendUnavailableError, DenseRewardError
 
 __all__ = ["EXIT_ABSTAINED", "EXIT_ERROR", "EXIT_INTERNAL", "main", "build_parser"]
@@ -418,65 +417,6 @@ def build_parser() -> argparse.ArgumentParser:
     _add_serve(sub)
     _add_models(sub)
     return parser
-
-
-_OVERRIDE = re.compile(r"^[A-Za-z_][\w.-]*=")
-_OVERRIDE_HINT = "overrides look like section.key=value; use --set for values that start with '-'"
-
-
-def _lift_overrides_out_of_lists(
-    parser: argparse.ArgumentParser, argv: list[str]
-) -> tuple[list[str], list[str]]:
-    """Take the ``key=value`` tokens that follow a list option's values (``--seeds 0 1
-    threshold=0.9``, ``--conditions sparse budget=100``) out of ``argv``: argparse would give
-    them to the option (``invalid int value``, ``unknown condition``). ``--set``'s values stay.
-    Returns ``(argv without them, them)``; they are overrides, after the others, in order."""
-    lists: dict[str, bool] = {}  # option string -> takes a list (nargs + or *), not --set
-    current, i = parser, 0
-    while current is not None:
-        nested = None
-        for action in current._actions:
-            if isinstance(action, argparse._SubParsersAction):
-                word = next((t for t in argv[i:] if t in action.choices), None)
-                if word is not None:
-                    i = argv.index(word, i) + 1
-                    nested = action.choices[word]
-            for option in action.option_strings:
-                lists[option] = action.nargs in ("+", "*") and action.dest != "set_overrides"
-        current = nested
-    kept, moved, in_list = [], [], False
-    for n, token in enumerate(argv):
-        if token == "--":
-            kept.extend(argv[n:])
-            break
-        if token.startswith("-"):
-            in_list = lists.get(token, False)
-        elif in_list and _OVERRIDE.match(token):
-            moved.append(token)
-            continue
-        kept.append(token)
-    return kept, moved
-
-
-def parse_command_line(
-    parser: argparse.ArgumentParser, argv: Sequence[str] | None = None
-) -> argparse.Namespace:
-    """Parse ``argv`` with ``key=value`` overrides allowed anywhere on the line.
-
-    argparse's positional ``overrides`` (``nargs="*"``) cannot be split by options, so the
-    overrides after an option come back unrecognised: those that look like a dotted override
-    are appended, in order, to the command's overrides; any other leftover token (or an
-    override given to a command that takes none) is argparse's own error, with a hint.
-    """
-    argv, moved = _lift_overrides_out_of_lists(parser, list(sys.argv[1:] if argv is None else argv))
-    args, extras = parser.parse_known_args(argv)
-    extras = [*extras, *moved]
-    stray = [t for t in extras if not (_OVERRIDE.match(t) and hasattr(args, "overrides"))]
-    if stray:
-        parser.error(f"unrecognized arguments: {' '.join(stray)} ({_OVERRIDE_HINT})")
-    if extras:
-        args.overrides = list(args.overrides or []) + extras
-    return args
 
 
 def main(argv: Sequence[str] | None = None) -> int:

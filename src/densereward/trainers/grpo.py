@@ -36,6 +36,7 @@ from densereward.config_files import (
     apply_overrides,
     load_yaml,
     overrides_from,
+    parse_command_line,
 )
 from densereward.errors import ConfigError, DenseRewardError
 from densereward.io import (
@@ -602,7 +603,7 @@ def cli_main(argv: list[str] | None = None) -> int:
     """``python trainers/grpo.py ...``: parse the flags of :func:`add_arguments` and run :func:`main`."""
     parser = argparse.ArgumentParser(prog="python trainers/grpo.py")
     add_arguments(parser)
-    return main(parser.parse_args(argv))
+    return main(parse_command_line(parser, argv))
 
 
 if __name__ == "__main__":

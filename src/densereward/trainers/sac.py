@@ -57,8 +57,9 @@ from densereward.config_files import (
     apply_overrides,
     load_yaml,
     overrides_from,
+    parse_command_line,
 )
-from densereward.errors import ConfigError
+from densereward.errors import ConfigError, DenseRewardError
 from densereward.io import (
     atomic_write_json,
     atomic_write_text,
@@ -624,7 +625,12 @@ def cli_main(argv: list[str] | None = None) -> int:
         prog="python trainers/sac.py", description=__doc__.splitlines()[0]
     )
     add_arguments(parser)
-    return main(parser.parse_args(argv))
+    args = parse_command_line(parser, argv)
+    try:
+        return main(args)
+    except DenseRewardError as exc:
+        print(f"densereward: error: {exc}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":
