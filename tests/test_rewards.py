@@ -1086,3 +1086,20 @@ def test_precision_and_verifier_gain_from_too_few_accepted_completions_are_null_
     assert last["verifier/window/precision"] == pytest.approx(4 / 5)
     assert last["verifier/window/verifier_gain"] == pytest.approx(4 / 5 - 10 / 17)
     assert math.isnan(last["verifier/precision"])  # the batch's own: 4 accepted
+
+
+def test_the_reward_quality_plot_keeps_three_panels_a_row(tmp_path):
+    """Third rerun (cosmetic): the demo's five panels stood in one row, 2750 x 418 px, unreadable
+    at page width. At most three panels a row now; the undefined-metrics note stays below them."""
+    import json
+
+    from PIL import Image
+
+    from densereward.rewards.tracking_plot import plot_reward_quality
+
+    demo = (
+        Path(__file__).resolve().parents[1] / "docs" / "figures" / "grpo_demo.reward_quality.jsonl"
+    )
+    records = [json.loads(line) for line in demo.read_text().splitlines() if line.strip()]
+    width, height = Image.open(plot_reward_quality(records, tmp_path / "rq.png")).size
+    assert width <= 1700 and width / height < 2.5, (width, height)

@@ -174,7 +174,13 @@ def _reward_quality_figure(records: Sequence[dict[str, Any]], prefix: str) -> An
     panels = PLOT_KEYS + (
         (AUDIT_PANEL,) if any(prefix + AUDIT_PANEL[0] in r for r in records) else ()
     )
-    fig, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 3.8), squeeze=False)
+    # at most 3 panels a row: five in one row (2750 px wide) were unreadable at page width
+    ncols = min(3, len(panels))
+    nrows = -(-len(panels) // ncols)
+    fig, grid = plt.subplots(nrows, ncols, figsize=(5 * ncols, 3.6 * nrows + 0.6), squeeze=False)
+    for spare in grid.flat[len(panels) :]:
+        fig.delaxes(spare)
+    axes = [list(grid.flat[: len(panels)])]
     # Series of one panel often coincide (AUROC and pairwise accuracy at 1.0): each gets its own
     # dash pattern and marker, drawn thinner in turn, so a line under another still shows.
     styles = [("-", "o", 2.4), ("--", "s", 1.9), (":", "^", 1.6), ("-.", "D", 1.3)]
@@ -256,11 +262,14 @@ def _reward_quality_figure(records: Sequence[dict[str, Any]], prefix: str) -> An
     if counts is not None:  # what the last window's rates rest on
         title += f"\nwindow at step {steps[-1]}: {counts}"
     fig.suptitle(title, fontsize=10)
-    axes[0][0].set_ylabel("value")
+    for row in grid:
+        row[0].set_ylabel("value")
     note = _undefined_note(records, prefix)
     if note:  # beside the lines: why some points are missing
         fig.text(0.005, 0.005, note, fontsize=7, va="bottom", ha="left", color="0.3")
-    fig.tight_layout(rect=(0, 0.03 + 0.05 * (note.count("\n") + 1) if note else 0, 1, 1))
+    # the note's lines take ~0.13 in each at 7 pt: keep the panels above them, whatever the height
+    below = (0.12 + 0.13 * (note.count("\n") + 1)) / fig.get_figheight() if note else 0
+    fig.tight_layout(rect=(0, below, 1, 1))
     return fig
 
 
