@@ -181,6 +181,12 @@ def test_sac_200_steps_with_the_real_verifier(tmp_path, default_model_dir, capsy
     voc, n_voc = (summary["metrics"].get(k) for k in ("verifier/voc", "verifier/n_voc_episodes"))
     assert n_voc is not None and 0 < n_voc <= 4  # 2 envs x 2 episodes
     assert voc is None or math.isnan(voc)  # fewer than MIN_EPISODES (10): null, not a rate
+    # issue 41 third rerun F9: the null comes with its reason, in the summary and the console
+    why = (
+        f"{int(n_voc)} episodes with a defined VOC in the window (verifier/n_voc_episodes), need 10"
+    )
+    assert summary["undefined"]["verifier/voc"].startswith(why)
+    assert f"verifier/voc: undefined, {why}" in printed
     assert list((tmp_path / "wandb").glob("offline-run-*")), "W&B offline run directory missing"
     assert summary["curve"] and summary["curve"][-1]["step"] == 200
     # issue 28 item 8: threshold auto is calibrated (Youden's J), not a silent 0.5

@@ -47,6 +47,8 @@ __all__ = [
     "find_verifier_stats",
     "FALLBACK_THRESHOLD",
     "MIN_EPISODES",
+    "UNDEFINED_REASONS",
+    "undefined_reasons",
 ]
 
 logger = logging.getLogger(__name__)
@@ -66,6 +68,72 @@ VOC) are logged as null (NaN, left out of SB3's table) beside the counts they wo
 (``verifier/n_success_episodes``, ``verifier/n_failure_episodes``,
 ``verifier/n_voc_success_episodes``, ``verifier/n_voc_episodes``), never as a rate of one or two episodes. The same minimum
 per class as ``densereward.eval_verifier.MIN_PER_CLASS``."""
+
+UNDEFINED_REASONS = {
+    "verifier/tpr": f"fewer than {MIN_EPISODES} successful episodes with a final progress in "
+    "the window (verifier/n_success_episodes)",
+    "verifier/tnr": f"fewer than {MIN_EPISODES} failed episodes with a final progress in the "
+    "window (verifier/n_failure_episodes)",
+    "verifier/balanced_accuracy": "TPR or TNR is undefined",
+    "verifier/voc": f"fewer than {MIN_EPISODES} episodes with a defined VOC in the window "
+    "(verifier/n_voc_episodes; an episode whose progress stays constant has none)",
+    "verifier/voc_success": f"fewer than {MIN_EPISODES} successful episodes with a defined VOC "
+    "in the window (verifier/n_voc_success_episodes)",
+    "verifier/progress_success_mean": "no successful episode with a final progress in the window",
+    "verifier/progress_failure_mean": "no failed episode with a final progress in the window",
+    "verifier/final_progress_mean": "no episode in the window has a final progress (its last "
+    "read abstained)",
+    "rollout/ep_env_rew_mean": "no training episode had ended",
+    "rollout/ep_verifier_rew_mean": "no training episode had ended",
+}
+"""Why each metric of :class:`VerifierDynamicsCallback` can be null (NaN), in words; the plot's
+note under its panels. :func:`undefined_reasons` says it with the counts of one window."""
+
+# the rates that need MIN_EPISODES: (the count they rest on, what it counts)
+_RESTS_ON = {
+    "verifier/voc": ("verifier/n_voc_episodes", "episodes with a defined VOC"),
+    "verifier/voc_success": (
+        "verifier/n_voc_success_episodes",
+        "successful episodes with a defined VOC",
+    ),
+    "verifier/tpr": ("verifier/n_success_episodes", "successful episodes with a final progress"),
+    "verifier/tnr": ("verifier/n_failure_episodes", "failed episodes with a final progress"),
+}
+
+
+def undefined_reasons(
+    metrics: dict[str, float], min_episodes: int = MIN_EPISODES
+) -> dict[str, str]:
+    """``{metric: why it is null}`` for every NaN in ``metrics`` (one window of
+    :meth:`VerifierDynamicsCallback.metrics`), with the counts a rate rests on: a null is never
+    written without its reason (``summary.json``'s ``undefined``, the console of ``train sac``).
+
+    >>> why = undefined_reasons({"verifier/voc": float("nan"), "verifier/n_voc_episodes": 6.0})
+    >>> print(why["verifier/voc"])
+    6 episodes with a defined VOC in the window (verifier/n_voc_episodes), need 10 (densereward.callbacks.MIN_EPISODES)
+    """
+    out = {}
+    for key, v in metrics.items():
+        if v == v:
+            continue
+        rests = _RESTS_ON.get(key)
+        if key == "verifier/balanced_accuracy":
+            nan = [
+                k
+                for k in ("verifier/tpr", "verifier/tnr")
+                if metrics.get(k, 0.0) != metrics.get(k, 0.0)
+            ]
+            why = f"{' and '.join(nan) or 'TPR or TNR'} undefined"
+        elif rests is not None and metrics.get(rests[0]) is not None:
+            why = (
+                f"{int(metrics[rests[0]])} {rests[1]} in the window ({rests[0]}), need "
+                f"{min_episodes}"
+                + (" (densereward.callbacks.MIN_EPISODES)" if min_episodes == MIN_EPISODES else "")
+            )
+        else:
+            why = UNDEFINED_REASONS.get(key, "not measured in this window")
+        out[key] = why
+    return out
 
 
 def find_verifier_stats(env: Any) -> list[VerifierCallStats]:
@@ -108,9 +176,12 @@ class VerifierDynamicsCallback(BaseCallback):
 
     * ``verifier/voc``: mean per-episode VOC over all episodes
       (:func:`densereward.metrics.value_order_correlation` of the progress against the scored
-      environment steps; episodes with undefined VOC, ``None``, are skipped and counted in
-      ``verifier/voc_undefined_frac``; resting on ``verifier/n_voc_episodes``, the episodes
-      with a defined VOC, null below ``min_episodes`` of them),
+      environment steps; an episode whose own VOC is undefined, ``None`` (its progress stays
+      constant), is skipped, and ``verifier/voc_undefined_episode_frac`` is the fraction of the
+      window's episodes that are; resting on ``verifier/n_voc_episodes``, the episodes with a
+      defined VOC, null below ``min_episodes`` of them: a null ``verifier/voc`` beside a
+      ``voc_undefined_episode_frac`` of 0 means too few episodes, each with a defined VOC;
+      :func:`undefined_reasons` says which),
       and ``verifier/voc_success`` over successful episodes only (GVL's setting: progress of a
       trajectory that reaches the goal should rise with time; a failing one need not), resting
       on ``verifier/n_voc_success_episodes`` (successful episodes with a defined VOC).
@@ -260,7 +331,7 @@ class VerifierDynamicsCallback(BaseCallback):
             out["verifier/voc"] = (
                 _mean(defined) if len(defined) >= self.min_episodes else float("nan")
             )
-            out["verifier/voc_undefined_frac"] = 1.0 - len(defined) / len(vocs)
+            out["verifier/voc_undefined_episode_frac"] = 1.0 - len(defined) / len(vocs)
             out["rollout/ep_verifier_rew_mean"] = _mean(e["verifier_return"] for e in eps)
             finals = [e["final_progress"] for e in eps if e["final_progress"] is not None]
             out["verifier/final_progress_mean"] = _mean(finals)

@@ -296,11 +296,14 @@ def run(config: dict[str, Any], *, output_dir: Path, resume: bool = False) -> di
     Returns:
         ``{"run_dir", "curve": [{"step", "value", ...}], "metric", "curve_source",
         "train_curve", "final", "metrics": {...verifier/* and rollout/* of the last window...},
-        "env_steps", "seconds", "steps_per_second", "eval_seconds", "verifier_stats"}``:
+        "undefined": {metric: why it is null}, "env_steps", "seconds", "steps_per_second", "eval_seconds", "verifier_stats"}``:
         ``curve`` is the evaluation curve (``metric`` ``"eval/success_rate"``, success rate in
         ``[0, 1]`` of deterministic evaluation episodes) when ``training.eval_every > 0``, else
         the training-episode curve (``"rollout/success_rate"``); ``curve_source`` says which in words;
-        ``final`` is its last value; ``seconds`` includes ``eval_seconds``.
+        ``final`` is its last value; ``seconds`` includes ``eval_seconds``; ``undefined``
+        holds, for every null (NaN) in ``metrics``, why it is null with the count it rests on
+        (:func:`densereward.callbacks.undefined_reasons`: ``"verifier/voc": "6 episodes with a
+        defined VOC in the window (verifier/n_voc_episodes), need 10 ..."``).
 
     Raises:
         ConfigError: on an invalid config, or ``resume`` without a checkpoint.
@@ -319,6 +322,7 @@ def run(config: dict[str, Any], *, output_dir: Path, resume: bool = False) -> di
         ReplayRelabelCallback,
         VerifierDynamicsCallback,
         WandbOutputFormat,
+        undefined_reasons,
     )
     from densereward.envs import SUCCESS_KEY
     from densereward.wrappers import verifier_progress_fn
@@ -515,6 +519,7 @@ def run(config: dict[str, Any], *, output_dir: Path, resume: bool = False) -> di
             "final": curve[-1]["value"] if curve else float("nan"),
             "success_metrics": success,
             "metrics": metrics,
+            "undefined": undefined_reasons(metrics, dynamics.min_episodes),
             "env_steps": model.num_timesteps,
             "seconds": seconds,
             "steps_per_second": steps / seconds if seconds > 0 else float("nan"),
@@ -601,6 +606,8 @@ def main(args: argparse.Namespace) -> int:
         f"{summary['metric']}={summary['final']:.3f} "
         + " ".join(f"{k}={v:.3f}" for k, v in sorted(m.items()) if v == v)
     )
+    for k, why in summary["undefined"].items():  # a null is never left out without its reason
+        print(f"{k}: undefined, {why}")
     if summary["eval_reward"] and summary["curve"]:
         last = summary["curve"][-1]
         rate = (
