@@ -262,7 +262,7 @@ def test_dynamics_leaves_success_metrics_out_for_an_env_without_is_success(caplo
     }
     assert not needs_success & set(m), sorted(needs_success & set(m))
     assert m["verifier/final_progress_mean"] == pytest.approx(0.55)
-    assert m["verifier/voc"] == pytest.approx(1.0) and "rollout/ep_verifier_rew_mean" in m
+    assert m["verifier/voc"] == pytest.approx(1.0) and "rollout/ep_training_rew_mean" in m
     assert not caplog.records
     # an episode whose environment does report success counts; the others stay out
     cb.add_episode(_episode(0.8, True))
@@ -302,6 +302,15 @@ def test_curves_of_an_env_without_is_success_are_returns_not_zero_success(tmp_pa
     assert expects_success.curve == [] and not (tmp_path / "success.jsonl").exists()
     assert [p["step"] for p in evaluation.curve] == [0, 20, 40]
     assert all(p["value"] == p["mean_reward"] < 0 for p in evaluation.curve)
+    # issue 41 third rerun F10: each row of either curve says what its value is
+    assert list(read_jsonl(tmp_path / "train.jsonl")) == returns.curve
+    assert all(
+        p["metric"] == "rollout/ep_rew_mean"
+        and p["reward"] == "the training reward, summed over an episode"
+        and p["n_episodes"] >= 1
+        for p in returns.curve
+    )
+    assert all(p["metric"] == "eval/mean_reward" for p in read_jsonl(tmp_path / "eval.jsonl"))
     with open(tmp_path / "log" / "progress.csv") as f:
         keys = set(next(csv.reader(f)))
     assert "eval/mean_reward" in keys and not any("success" in k for k in keys), keys
@@ -369,6 +378,7 @@ def test_learning_curve_is_sb3_success_rate_and_appends(tmp_path):
     assert [p["step"] for p in cb.curve] == [50, 60, 80, 100]
     assert cb.curve[-1]["value"] == pytest.approx(np.mean(model.ep_success_buffer))
     assert list(read_jsonl(path)) == cb.curve
+    assert all(p["metric"] == "rollout/success_rate" and "reward" not in p for p in cb.curve)
     again = LearningCurveCallback(path, every=20)  # a resumed run continues the file
     model.learn(50, callback=again, reset_num_timesteps=False)
     # the new callback writes once it has seen an episode end (at 150), after the old points

@@ -6,11 +6,14 @@
   thresholded final progress against ``is_success`` (threshold ``auto``: Youden's J on the
   earlier episodes, as GRPO's tracker and eval-verifier calibrate it), mean progress of
   successful and failed episodes, verifier calls and seconds per environment step, and the
-  returns side by side (``rollout/ep_verifier_rew_mean``; ``rollout/ep_env_rew_mean``, the
-  environment's own reward per training episode, which ``eval/mean_reward`` need not be).
+  returns side by side (``rollout/ep_training_rew_mean``: the reward the agent trains on, the
+  verifier's shaping or progress with its base reward, summed over a training episode;
+  ``rollout/ep_env_rew_mean``, the environment's own reward per training episode, which
+  ``eval/mean_reward`` need not be).
 * :class:`ReplayRelabelCallback`: writes episode-end verifier rewards over the placeholder
   rewards in ``model.replay_buffer`` (``reward.timing="episode_end"``, as VLM-RM does).
-* :class:`LearningCurveCallback`: appends the training episodes' success rate to a JSONL file.
+* :class:`LearningCurveCallback`: appends the training episodes' success rate (without
+  ``is_success``: their mean training return) to a JSONL file, each row naming its ``metric``.
 * :class:`EvaluationCallback`: deterministic evaluation episodes on a separate environment
   every ``every`` environment steps (SB3's ``evaluate_policy``); its JSONL curve is the one
   ``densereward compare`` reads.
@@ -84,7 +87,7 @@ UNDEFINED_REASONS = {
     "verifier/final_progress_mean": "no episode in the window has a final progress (its last "
     "read abstained)",
     "rollout/ep_env_rew_mean": "no training episode had ended",
-    "rollout/ep_verifier_rew_mean": "no training episode had ended",
+    "rollout/ep_training_rew_mean": "no training episode had ended",
 }
 """Why each metric of :class:`VerifierDynamicsCallback` can be null (NaN), in words; the plot's
 note under its panels. :func:`undefined_reasons` says it with the counts of one window."""
@@ -204,7 +207,10 @@ class VerifierDynamicsCallback(BaseCallback):
     * ``rollout/success_rate`` (the training episodes' success, in the JSONL and the summary; SB3
       logs it to its table itself, over ``stats_window_size`` episodes, so it is not recorded
       twice; :data:`~densereward.callbacks.EvaluationCallback`'s evaluation episodes are
-      ``eval/success_rate``), ``rollout/ep_verifier_rew_mean``, ``rollout/ep_env_rew_mean``.
+      ``eval/success_rate``), ``rollout/ep_training_rew_mean`` (the verifier reward the agent
+      trains on, e.g. the base reward plus the verifier's shaping, summed over an episode: not
+      the verifier's progress alone; named ``rollout/ep_verifier_rew_mean`` before issue 41's
+      third rerun), ``rollout/ep_env_rew_mean``.
     * Without ``info["is_success"]`` (``Pendulum-v1``: the episodes' ``is_success`` is ``None``)
       the metrics above that need success are left out, never computed as if all had failed.
     * with ``engine_stats``: ``verifier/total/n_low_mass`` (reads that abstained below
@@ -332,7 +338,7 @@ class VerifierDynamicsCallback(BaseCallback):
                 _mean(defined) if len(defined) >= self.min_episodes else float("nan")
             )
             out["verifier/voc_undefined_episode_frac"] = 1.0 - len(defined) / len(vocs)
-            out["rollout/ep_verifier_rew_mean"] = _mean(e["verifier_return"] for e in eps)
+            out["rollout/ep_training_rew_mean"] = _mean(e["verifier_return"] for e in eps)
             finals = [e["final_progress"] for e in eps if e["final_progress"] is not None]
             out["verifier/final_progress_mean"] = _mean(finals)
         # what needs success: over episodes whose environment reports it (None: it does not)
@@ -474,19 +480,24 @@ class ReplayRelabelCallback(BaseCallback):
 
 
 class LearningCurveCallback(BaseCallback):
-    """Append ``{"step": env_steps, "value": success_rate}`` to a JSONL curve file.
+    """Append ``{"step": env_steps, "value": success_rate, "metric", "n_episodes"}`` to a JSONL
+    curve file.
 
     The success rate is the mean ``is_success`` of the last ``window`` finished training
     episodes (SB3's ``rollout/success_rate``), written every ``every`` environment steps
     once an episode has finished (one without ``is_success`` is left out, not counted as a
     failure); ``densereward compare`` reads this file. With ``success=False`` (no ``is_success``:
-    ``Pendulum-v1``) the value is their mean return (SB3's ``rollout/ep_rew_mean``) instead.
+    ``Pendulum-v1``) the value is their mean return (SB3's ``rollout/ep_rew_mean``: the reward
+    the agent trains on, shaped when the verifier shapes it) instead. Each row says which:
+    ``metric`` is ``"rollout/success_rate"`` or ``"rollout/ep_rew_mean"`` (:attr:`metric`), and
+    a return row also has ``reward``, ``reward_label`` in words.
 
     Args:
         path: the JSONL file (appended to, so a resumed run continues the curve).
         every: environment steps between points (summed over vectorised environments).
         window: episodes in the success-rate window.
         success: the environment reports ``info["is_success"]``.
+        reward_label: the training reward, in words (the ``reward`` of a return row).
 
     Raises:
         ConfigError: if ``every < 1`` or ``window < 1``.
@@ -500,6 +511,7 @@ class LearningCurveCallback(BaseCallback):
         verbose: int = 0,
         *,
         success: bool = True,
+        reward_label: str = "the training reward, summed over an episode",
     ) -> None:
         super().__init__(verbose)
         if every < 1 or window < 1:
@@ -508,8 +520,9 @@ class LearningCurveCallback(BaseCallback):
         self.every = every
         self.success = success
         self.metric = "rollout/success_rate" if success else "rollout/ep_rew_mean"
+        self.reward_label = reward_label
         self.successes: deque[float] = deque(maxlen=window)  # or returns, without success
-        self.curve: list[dict[str, float]] = []
+        self.curve: list[dict[str, Any]] = []
         self._next = None
 
     def _on_step(self) -> bool:
@@ -530,7 +543,14 @@ class LearningCurveCallback(BaseCallback):
             self._write()
 
     def _write(self) -> None:
-        point = {"step": int(self.num_timesteps), "value": float(np.mean(self.successes))}
+        point: dict[str, Any] = {
+            "step": int(self.num_timesteps),
+            "value": float(np.mean(self.successes)),
+            "metric": self.metric,
+            "n_episodes": len(self.successes),
+        }
+        if not self.success:
+            point["reward"] = self.reward_label
         self.curve.append(point)
         append_jsonl(self.path, point)
 
@@ -547,9 +567,10 @@ class EvaluationCallback(BaseCallback):
     training, logs ``eval/success_rate``, ``eval/mean_reward`` and ``eval/mean_ep_length``
     (the keys of SB3's ``EvalCallback``) and ``eval/reward`` (``reward_label``: which reward
     ``eval/mean_reward`` sums) and appends
-    ``{"step", "value", "n_episodes", "mean_reward", "reward"}`` (``value`` = success rate in
-    ``[0, 1]``) to ``path``; with ``success=False`` (no ``is_success``: ``Pendulum-v1``) no
-    success rate is logged, never a made-up 0, and ``value`` is ``mean_reward``.
+    ``{"step", "value", "metric", "n_episodes", "mean_reward", "reward"}`` (``value`` = success
+    rate in ``[0, 1]``, ``metric`` ``"eval/success_rate"``) to ``path``; with ``success=False`` (no ``is_success``: ``Pendulum-v1``) no
+    success rate is logged, never a made-up 0, and ``value`` is ``mean_reward`` (``metric``
+    ``"eval/mean_reward"``).
 
     The two measure different things: ``success_rate`` is the fraction of episodes whose *last*
     step is a success (Fetch's ``info["is_success"]``), ``mean_reward`` the evaluation
@@ -669,6 +690,7 @@ class EvaluationCallback(BaseCallback):
         point = {
             "step": int(self.num_timesteps),
             "value": rate if self.success else float(np.mean(rewards)),
+            "metric": self.metric,
             "n_episodes": len(rewards),
             "mean_reward": float(np.mean(rewards)),
             "reward": self.reward_label,

@@ -43,6 +43,8 @@ def _read(path: Path) -> list[dict[str, Any]]:
     for r in by_step.values():  # a run written before the name said which reward it sums
         if "rollout/ep_true_rew_mean" in r:
             r.setdefault("rollout/ep_env_rew_mean", r.pop("rollout/ep_true_rew_mean"))
+        if "rollout/ep_verifier_rew_mean" in r:  # before it was named for the training reward
+            r.setdefault("rollout/ep_training_rew_mean", r.pop("rollout/ep_verifier_rew_mean"))
     return [by_step[s] for s in sorted(by_step)]
 
 
@@ -117,7 +119,7 @@ def plot_sac_run(
                     [
                         (
                             dyn,
-                            "rollout/ep_verifier_rew_mean",
+                            "rollout/ep_training_rew_mean",
                             f"training reward: {training_reward}",
                             ".-",
                         )
