@@ -92,7 +92,7 @@ def test_dynamics_metrics_on_known_episodes():
     assert m["verifier/tnr"] == pytest.approx(2 / 3)
     assert m["verifier/balanced_accuracy"] == pytest.approx((0.5 + 2 / 3) / 2)
     assert m["verifier/voc"] == pytest.approx((1 + 1 - 1 + 1) / 4)
-    assert m["verifier/voc_undefined_frac"] == pytest.approx(0.2)
+    assert m["verifier/voc_undefined_episode_frac"] == pytest.approx(0.2)
     assert m["verifier/voc_success"] == pytest.approx(1.0)
     assert m["verifier/progress_success_mean"] == pytest.approx(0.6)
     assert m["verifier/progress_failure_mean"] == pytest.approx((0.3 + 0.3 + 0.9) / 3)
@@ -115,7 +115,9 @@ def test_dynamics_window_keeps_the_last_episodes_and_abstained_finals_are_not_ju
     assert m["rollout/success_rate"] == 1.0  # the first episode left the window
     assert m["verifier/tpr"] == 0.0  # only (0.1, success) is judged: rejected
     assert np.isnan(m["verifier/tnr"])  # no failed episode: undefined, not 0 or 1
-    assert m["verifier/voc_undefined_frac"] == 0.5  # one prediction left after the abstention
+    assert (
+        m["verifier/voc_undefined_episode_frac"] == 0.5
+    )  # one prediction left after the abstention
 
 
 def _episode(final, success):
@@ -167,6 +169,33 @@ def test_rates_of_few_episodes_are_null_beside_their_counts():
     assert m["verifier/voc_success"] == pytest.approx(1.0) and math.isnan(m["verifier/tnr"])
     with pytest.raises(ConfigError, match="min_episodes"):
         VerifierDynamicsCallback(min_episodes=0)
+
+
+def test_every_null_metric_comes_with_its_reason():
+    """Issue 41 third rerun F9: SAC's summary.json held "verifier/voc": null beside
+    "verifier/n_voc_episodes": 6.0 and "verifier/voc_undefined_frac": 0.0, the reason (fewer
+    than MIN_EPISODES) only under the plot. undefined_reasons gives every null its reason with
+    the count it rests on, and the per-episode fraction is named as one."""
+    from densereward.callbacks import undefined_reasons
+
+    cb = VerifierDynamicsCallback(threshold=0.5)
+    for i in range(6):
+        cb.add_episode(_episode(0.9, i % 2 == 0))
+    m = cb.metrics()
+    assert (
+        m["verifier/voc_undefined_episode_frac"] == 0.0 and "verifier/voc_undefined_frac" not in m
+    )
+    why = undefined_reasons(m)
+    assert set(why) == {k for k, v in m.items() if v != v}, (why, m)
+    assert why["verifier/voc"] == (
+        "6 episodes with a defined VOC in the window (verifier/n_voc_episodes), need 10 "
+        "(densereward.callbacks.MIN_EPISODES)"
+    )
+    assert why["verifier/tpr"].startswith("3 successful episodes with a final progress")
+    assert why["verifier/balanced_accuracy"] == "verifier/tpr and verifier/tnr undefined"
+    assert undefined_reasons(VerifierDynamicsCallback(min_episodes=2).metrics()) == {
+        "rollout/ep_env_rew_mean": "no training episode had ended"
+    }
 
 
 def test_dynamics_auto_threshold_is_youdens_j_of_earlier_episodes(caplog, monkeypatch):
@@ -233,7 +262,7 @@ def test_dynamics_leaves_success_metrics_out_for_an_env_without_is_success(caplo
     }
     assert not needs_success & set(m), sorted(needs_success & set(m))
     assert m["verifier/final_progress_mean"] == pytest.approx(0.55)
-    assert m["verifier/voc"] == pytest.approx(1.0) and "rollout/ep_verifier_rew_mean" in m
+    assert m["verifier/voc"] == pytest.approx(1.0) and "rollout/ep_training_rew_mean" in m
     assert not caplog.records
     # an episode whose environment does report success counts; the others stay out
     cb.add_episode(_episode(0.8, True))
@@ -273,6 +302,15 @@ def test_curves_of_an_env_without_is_success_are_returns_not_zero_success(tmp_pa
     assert expects_success.curve == [] and not (tmp_path / "success.jsonl").exists()
     assert [p["step"] for p in evaluation.curve] == [0, 20, 40]
     assert all(p["value"] == p["mean_reward"] < 0 for p in evaluation.curve)
+    # issue 41 third rerun F10: each row of either curve says what its value is
+    assert list(read_jsonl(tmp_path / "train.jsonl")) == returns.curve
+    assert all(
+        p["metric"] == "rollout/ep_rew_mean"
+        and p["reward"] == "the training reward, summed over an episode"
+        and p["n_episodes"] >= 1
+        for p in returns.curve
+    )
+    assert all(p["metric"] == "eval/mean_reward" for p in read_jsonl(tmp_path / "eval.jsonl"))
     with open(tmp_path / "log" / "progress.csv") as f:
         keys = set(next(csv.reader(f)))
     assert "eval/mean_reward" in keys and not any("success" in k for k in keys), keys
@@ -321,7 +359,10 @@ def test_dynamics_with_the_verifier_wrapper_counts_its_calls(server):
     assert m["verifier/calls_per_step"] == pytest.approx(stats.n_calls / 100)
     assert m["verifier/seconds_per_step"] > 0 and m["verifier/abstain_rate"] == 0.0
     # the scripted server puts its mass on T and S: the same progress at every read
-    assert m["verifier/voc_undefined_frac"] == 1.0 and 0.9 < m["verifier/final_progress_mean"] < 1
+    assert (
+        m["verifier/voc_undefined_episode_frac"] == 1.0
+        and 0.9 < m["verifier/final_progress_mean"] < 1
+    )
     assert m["verifier/total/n_low_mass"] == 0.0 and m["verifier/mean_mass"] > 0.5
 
 
@@ -337,6 +378,7 @@ def test_learning_curve_is_sb3_success_rate_and_appends(tmp_path):
     assert [p["step"] for p in cb.curve] == [50, 60, 80, 100]
     assert cb.curve[-1]["value"] == pytest.approx(np.mean(model.ep_success_buffer))
     assert list(read_jsonl(path)) == cb.curve
+    assert all(p["metric"] == "rollout/success_rate" and "reward" not in p for p in cb.curve)
     again = LearningCurveCallback(path, every=20)  # a resumed run continues the file
     model.learn(50, callback=again, reset_num_timesteps=False)
     # the new callback writes once it has seen an episode end (at 150), after the old points

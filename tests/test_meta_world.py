@@ -221,5 +221,5 @@ def test_sac_trains_on_meta_world_with_the_verifier_reward(tmp_path, default_mod
     assert stats["n_scored"] + stats["n_abstained"] + stats["n_cache_hits"] == 4
     assert stats["n_scored"] >= 1
     _trained(tmp_path)
-    assert "rollout/ep_verifier_rew_mean" in (tmp_path / "logs" / "progress.csv").read_text()
+    assert "rollout/ep_training_rew_mean" in (tmp_path / "logs" / "progress.csv").read_text()
     assert np.isfinite(summary["metrics"]["verifier/final_progress_mean"])

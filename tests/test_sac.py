@@ -159,7 +159,7 @@ def test_sac_200_steps_with_the_real_verifier(tmp_path, default_model_dir, capsy
         "verifier/final_progress_mean",
         "rollout/success_rate",
         "rollout/ep_env_rew_mean",
-        "rollout/ep_verifier_rew_mean",
+        "rollout/ep_training_rew_mean",
         "rollout/ep_rew_mean",
         "train/actor_loss",
     ):
@@ -176,11 +176,17 @@ def test_sac_200_steps_with_the_real_verifier(tmp_path, default_model_dir, capsy
     assert stats["n_scored"] + stats["n_abstained"] + stats["n_cache_hits"] == 18
     # the Monitor sees the training reward; true and verifier returns are both logged
     ep_rew = logged_column(tmp_path, "rollout/ep_rew_mean")
-    ep_ver = logged_column(tmp_path, "rollout/ep_verifier_rew_mean")
+    ep_ver = logged_column(tmp_path, "rollout/ep_training_rew_mean")
     assert ep_rew and ep_ver and ep_rew[-1] == pytest.approx(ep_ver[-1], abs=1e-3)
     voc, n_voc = (summary["metrics"].get(k) for k in ("verifier/voc", "verifier/n_voc_episodes"))
     assert n_voc is not None and 0 < n_voc <= 4  # 2 envs x 2 episodes
     assert voc is None or math.isnan(voc)  # fewer than MIN_EPISODES (10): null, not a rate
+    # issue 41 third rerun F9: the null comes with its reason, in the summary and the console
+    why = (
+        f"{int(n_voc)} episodes with a defined VOC in the window (verifier/n_voc_episodes), need 10"
+    )
+    assert summary["undefined"]["verifier/voc"].startswith(why)
+    assert f"verifier/voc: undefined, {why}" in printed
     assert list((tmp_path / "wandb").glob("offline-run-*")), "W&B offline run directory missing"
     assert summary["curve"] and summary["curve"][-1]["step"] == 200
     # issue 28 item 8: threshold auto is calibrated (Youden's J), not a silent 0.5
@@ -649,6 +655,14 @@ def test_sac_on_an_env_without_is_success_trains_with_success_metrics_off(tmp_pa
     assert [p["step"] for p in summary["curve"]] == [0, 200, 400]
     assert all(p["value"] == p["mean_reward"] < 0 for p in summary["curve"])
     assert summary["train_curve"] and all(p["value"] < 0 for p in summary["train_curve"])
+    # issue 41 third rerun F10: the training curve said nothing of holding a return, not a rate
+    assert summary["train_curve_metric"] == "rollout/ep_rew_mean"
+    assert all(
+        p["metric"] == "rollout/ep_rew_mean"
+        and p["reward"] == "the environment's own reward, summed over a training episode"
+        for p in read_jsonl(tmp_path / "run" / "train_curve.jsonl")
+    )
+    assert all(p["metric"] == "eval/mean_reward" for p in summary["curve"])
     keys = logged_keys(tmp_path / "run")
     assert "eval/mean_reward" in keys and not any("success" in k for k in keys), sorted(keys)
     # the sparse reward needs is_success: refused before training, and nothing left behind
@@ -688,6 +702,37 @@ def test_training_curves_give_a_constant_curve_a_sane_axis_and_say_the_episode_c
     assert ret.get_ylim() == (-1.0, 1.0)
     legend = [t.get_text() for t in axes["success rate"].get_legend().get_texts()]
     assert "evaluation (5 deterministic episodes)" in legend
+
+
+def test_the_plot_reads_the_training_return_of_a_run_written_before_its_rename(
+    tmp_path, monkeypatch
+):
+    """Issue 41 third rerun F10: rollout/ep_verifier_rew_mean was the base reward plus the
+    verifier's shaping, not the verifier's reward; it is rollout/ep_training_rew_mean now, and a
+    run directory written under the old name still draws its training return."""
+    from densereward.io import append_jsonl
+    from densereward.trainers import sac_plots
+
+    for step, old in ((100, True), (200, False)):
+        key = "rollout/ep_verifier_rew_mean" if old else "rollout/ep_training_rew_mean"
+        append_jsonl(
+            tmp_path / "verifier_dynamics.jsonl",
+            {"step": step, "rollout/ep_env_rew_mean": -5.0, key: -4.0},
+        )
+    figs = []
+    monkeypatch.setattr(sac_plots, "_save", lambda fig, plt, path: figs.append(fig) or path)
+    sac_plots.plot_sac_run(
+        tmp_path,
+        eval_reward="the environment's own reward, summed",
+        training_reward="env reward + verifier shaping",
+        threshold_source=None,
+        title="t",
+        success=False,
+    )
+    axes = {ax.get_title(): ax for ax in figs[0].axes}
+    lines = {ln.get_label(): ln for ln in axes["training episodes: return"].get_lines()}
+    ys = list(lines["training reward: env reward + verifier shaping"].get_ydata())
+    assert ys == [-4.0, -4.0]
 
 
 def test_a_start_refused_when_sac_is_built_leaves_no_run_directory(tmp_path, monkeypatch):

@@ -6,11 +6,14 @@
   thresholded final progress against ``is_success`` (threshold ``auto``: Youden's J on the
   earlier episodes, as GRPO's tracker and eval-verifier calibrate it), mean progress of
   successful and failed episodes, verifier calls and seconds per environment step, and the
-  returns side by side (``rollout/ep_verifier_rew_mean``; ``rollout/ep_env_rew_mean``, the
-  environment's own reward per training episode, which ``eval/mean_reward`` need not be).
+  returns side by side (``rollout/ep_training_rew_mean``: the reward the agent trains on, the
+  verifier's shaping or progress with its base reward, summed over a training episode;
+  ``rollout/ep_env_rew_mean``, the environment's own reward per training episode, which
+  ``eval/mean_reward`` need not be).
 * :class:`ReplayRelabelCallback`: writes episode-end verifier rewards over the placeholder
   rewards in ``model.replay_buffer`` (``reward.timing="episode_end"``, as VLM-RM does).
-* :class:`LearningCurveCallback`: appends the training episodes' success rate to a JSONL file.
+* :class:`LearningCurveCallback`: appends the training episodes' success rate (without
+  ``is_success``: their mean training return) to a JSONL file, each row naming its ``metric``.
 * :class:`EvaluationCallback`: deterministic evaluation episodes on a separate environment
   every ``every`` environment steps (SB3's ``evaluate_policy``); its JSONL curve is the one
   ``densereward compare`` reads.
@@ -47,6 +50,8 @@ __all__ = [
     "find_verifier_stats",
     "FALLBACK_THRESHOLD",
     "MIN_EPISODES",
+    "UNDEFINED_REASONS",
+    "undefined_reasons",
 ]
 
 logger = logging.getLogger(__name__)
@@ -66,6 +71,72 @@ VOC) are logged as null (NaN, left out of SB3's table) beside the counts they wo
 (``verifier/n_success_episodes``, ``verifier/n_failure_episodes``,
 ``verifier/n_voc_success_episodes``, ``verifier/n_voc_episodes``), never as a rate of one or two episodes. The same minimum
 per class as ``densereward.eval_verifier.MIN_PER_CLASS``."""
+
+UNDEFINED_REASONS = {
+    "verifier/tpr": f"fewer than {MIN_EPISODES} successful episodes with a final progress in "
+    "the window (verifier/n_success_episodes)",
+    "verifier/tnr": f"fewer than {MIN_EPISODES} failed episodes with a final progress in the "
+    "window (verifier/n_failure_episodes)",
+    "verifier/balanced_accuracy": "TPR or TNR is undefined",
+    "verifier/voc": f"fewer than {MIN_EPISODES} episodes with a defined VOC in the window "
+    "(verifier/n_voc_episodes; an episode whose progress stays constant has none)",
+    "verifier/voc_success": f"fewer than {MIN_EPISODES} successful episodes with a defined VOC "
+    "in the window (verifier/n_voc_success_episodes)",
+    "verifier/progress_success_mean": "no successful episode with a final progress in the window",
+    "verifier/progress_failure_mean": "no failed episode with a final progress in the window",
+    "verifier/final_progress_mean": "no episode in the window has a final progress (its last "
+    "read abstained)",
+    "rollout/ep_env_rew_mean": "no training episode had ended",
+    "rollout/ep_training_rew_mean": "no training episode had ended",
+}
+"""Why each metric of :class:`VerifierDynamicsCallback` can be null (NaN), in words; the plot's
+note under its panels. :func:`undefined_reasons` says it with the counts of one window."""
+
+# the rates that need MIN_EPISODES: (the count they rest on, what it counts)
+_RESTS_ON = {
+    "verifier/voc": ("verifier/n_voc_episodes", "episodes with a defined VOC"),
+    "verifier/voc_success": (
+        "verifier/n_voc_success_episodes",
+        "successful episodes with a defined VOC",
+    ),
+    "verifier/tpr": ("verifier/n_success_episodes", "successful episodes with a final progress"),
+    "verifier/tnr": ("verifier/n_failure_episodes", "failed episodes with a final progress"),
+}
+
+
+def undefined_reasons(
+    metrics: dict[str, float], min_episodes: int = MIN_EPISODES
+) -> dict[str, str]:
+    """``{metric: why it is null}`` for every NaN in ``metrics`` (one window of
+    :meth:`VerifierDynamicsCallback.metrics`), with the counts a rate rests on: a null is never
+    written without its reason (``summary.json``'s ``undefined``, the console of ``train sac``).
+
+    >>> why = undefined_reasons({"verifier/voc": float("nan"), "verifier/n_voc_episodes": 6.0})
+    >>> print(why["verifier/voc"])
+    6 episodes with a defined VOC in the window (verifier/n_voc_episodes), need 10 (densereward.callbacks.MIN_EPISODES)
+    """
+    out = {}
+    for key, v in metrics.items():
+        if v == v:
+            continue
+        rests = _RESTS_ON.get(key)
+        if key == "verifier/balanced_accuracy":
+            nan = [
+                k
+                for k in ("verifier/tpr", "verifier/tnr")
+                if metrics.get(k, 0.0) != metrics.get(k, 0.0)
+            ]
+            why = f"{' and '.join(nan) or 'TPR or TNR'} undefined"
+        elif rests is not None and metrics.get(rests[0]) is not None:
+            why = (
+                f"{int(metrics[rests[0]])} {rests[1]} in the window ({rests[0]}), need "
+                f"{min_episodes}"
+                + (" (densereward.callbacks.MIN_EPISODES)" if min_episodes == MIN_EPISODES else "")
+            )
+        else:
+            why = UNDEFINED_REASONS.get(key, "not measured in this window")
+        out[key] = why
+    return out
 
 
 def find_verifier_stats(env: Any) -> list[VerifierCallStats]:
@@ -108,9 +179,12 @@ class VerifierDynamicsCallback(BaseCallback):
 
     * ``verifier/voc``: mean per-episode VOC over all episodes
       (:func:`densereward.metrics.value_order_correlation` of the progress against the scored
-      environment steps; episodes with undefined VOC, ``None``, are skipped and counted in
-      ``verifier/voc_undefined_frac``; resting on ``verifier/n_voc_episodes``, the episodes
-      with a defined VOC, null below ``min_episodes`` of them),
+      environment steps; an episode whose own VOC is undefined, ``None`` (its progress stays
+      constant), is skipped, and ``verifier/voc_undefined_episode_frac`` is the fraction of the
+      window's episodes that are; resting on ``verifier/n_voc_episodes``, the episodes with a
+      defined VOC, null below ``min_episodes`` of them: a null ``verifier/voc`` beside a
+      ``voc_undefined_episode_frac`` of 0 means too few episodes, each with a defined VOC;
+      :func:`undefined_reasons` says which),
       and ``verifier/voc_success`` over successful episodes only (GVL's setting: progress of a
       trajectory that reaches the goal should rise with time; a failing one need not), resting
       on ``verifier/n_voc_success_episodes`` (successful episodes with a defined VOC).
@@ -133,7 +207,10 @@ class VerifierDynamicsCallback(BaseCallback):
     * ``rollout/success_rate`` (the training episodes' success, in the JSONL and the summary; SB3
       logs it to its table itself, over ``stats_window_size`` episodes, so it is not recorded
       twice; :data:`~densereward.callbacks.EvaluationCallback`'s evaluation episodes are
-      ``eval/success_rate``), ``rollout/ep_verifier_rew_mean``, ``rollout/ep_env_rew_mean``.
+      ``eval/success_rate``), ``rollout/ep_training_rew_mean`` (the verifier reward the agent
+      trains on, e.g. the base reward plus the verifier's shaping, summed over an episode: not
+      the verifier's progress alone; named ``rollout/ep_verifier_rew_mean`` before issue 41's
+      third rerun), ``rollout/ep_env_rew_mean``.
     * Without ``info["is_success"]`` (``Pendulum-v1``: the episodes' ``is_success`` is ``None``)
       the metrics above that need success are left out, never computed as if all had failed.
     * with ``engine_stats``: ``verifier/total/n_low_mass`` (reads that abstained below
@@ -260,8 +337,8 @@ class VerifierDynamicsCallback(BaseCallback):
             out["verifier/voc"] = (
                 _mean(defined) if len(defined) >= self.min_episodes else float("nan")
             )
-            out["verifier/voc_undefined_frac"] = 1.0 - len(defined) / len(vocs)
-            out["rollout/ep_verifier_rew_mean"] = _mean(e["verifier_return"] for e in eps)
+            out["verifier/voc_undefined_episode_frac"] = 1.0 - len(defined) / len(vocs)
+            out["rollout/ep_training_rew_mean"] = _mean(e["verifier_return"] for e in eps)
             finals = [e["final_progress"] for e in eps if e["final_progress"] is not None]
             out["verifier/final_progress_mean"] = _mean(finals)
         # what needs success: over episodes whose environment reports it (None: it does not)
@@ -403,19 +480,24 @@ class ReplayRelabelCallback(BaseCallback):
 
 
 class LearningCurveCallback(BaseCallback):
-    """Append ``{"step": env_steps, "value": success_rate}`` to a JSONL curve file.
+    """Append ``{"step": env_steps, "value": success_rate, "metric", "n_episodes"}`` to a JSONL
+    curve file.
 
     The success rate is the mean ``is_success`` of the last ``window`` finished training
     episodes (SB3's ``rollout/success_rate``), written every ``every`` environment steps
     once an episode has finished (one without ``is_success`` is left out, not counted as a
     failure); ``densereward compare`` reads this file. With ``success=False`` (no ``is_success``:
-    ``Pendulum-v1``) the value is their mean return (SB3's ``rollout/ep_rew_mean``) instead.
+    ``Pendulum-v1``) the value is their mean return (SB3's ``rollout/ep_rew_mean``: the reward
+    the agent trains on, shaped when the verifier shapes it) instead. Each row says which:
+    ``metric`` is ``"rollout/success_rate"`` or ``"rollout/ep_rew_mean"`` (:attr:`metric`), and
+    a return row also has ``reward``, ``reward_label`` in words.
 
     Args:
         path: the JSONL file (appended to, so a resumed run continues the curve).
         every: environment steps between points (summed over vectorised environments).
         window: episodes in the success-rate window.
         success: the environment reports ``info["is_success"]``.
+        reward_label: the training reward, in words (the ``reward`` of a return row).
 
     Raises:
         ConfigError: if ``every < 1`` or ``window < 1``.
@@ -429,6 +511,7 @@ class LearningCurveCallback(BaseCallback):
         verbose: int = 0,
         *,
         success: bool = True,
+        reward_label: str = "the training reward, summed over an episode",
     ) -> None:
         super().__init__(verbose)
         if every < 1 or window < 1:
@@ -437,8 +520,9 @@ class LearningCurveCallback(BaseCallback):
         self.every = every
         self.success = success
         self.metric = "rollout/success_rate" if success else "rollout/ep_rew_mean"
+        self.reward_label = reward_label
         self.successes: deque[float] = deque(maxlen=window)  # or returns, without success
-        self.curve: list[dict[str, float]] = []
+        self.curve: list[dict[str, Any]] = []
         self._next = None
 
     def _on_step(self) -> bool:
@@ -459,7 +543,14 @@ class LearningCurveCallback(BaseCallback):
             self._write()
 
     def _write(self) -> None:
-        point = {"step": int(self.num_timesteps), "value": float(np.mean(self.successes))}
+        point: dict[str, Any] = {
+            "step": int(self.num_timesteps),
+            "value": float(np.mean(self.successes)),
+            "metric": self.metric,
+            "n_episodes": len(self.successes),
+        }
+        if not self.success:
+            point["reward"] = self.reward_label
         self.curve.append(point)
         append_jsonl(self.path, point)
 
@@ -476,9 +567,10 @@ class EvaluationCallback(BaseCallback):
     training, logs ``eval/success_rate``, ``eval/mean_reward`` and ``eval/mean_ep_length``
     (the keys of SB3's ``EvalCallback``) and ``eval/reward`` (``reward_label``: which reward
     ``eval/mean_reward`` sums) and appends
-    ``{"step", "value", "n_episodes", "mean_reward", "reward"}`` (``value`` = success rate in
-    ``[0, 1]``) to ``path``; with ``success=False`` (no ``is_success``: ``Pendulum-v1``) no
-    success rate is logged, never a made-up 0, and ``value`` is ``mean_reward``.
+    ``{"step", "value", "metric", "n_episodes", "mean_reward", "reward"}`` (``value`` = success
+    rate in ``[0, 1]``, ``metric`` ``"eval/success_rate"``) to ``path``; with ``success=False`` (no ``is_success``: ``Pendulum-v1``) no
+    success rate is logged, never a made-up 0, and ``value`` is ``mean_reward`` (``metric``
+    ``"eval/mean_reward"``).
 
     The two measure different things: ``success_rate`` is the fraction of episodes whose *last*
     step is a success (Fetch's ``info["is_success"]``), ``mean_reward`` the evaluation
@@ -598,6 +690,7 @@ class EvaluationCallback(BaseCallback):
         point = {
             "step": int(self.num_timesteps),
             "value": rate if self.success else float(np.mean(rewards)),
+            "metric": self.metric,
             "n_episodes": len(rewards),
             "mean_reward": float(np.mean(rewards)),
             "reward": self.reward_label,

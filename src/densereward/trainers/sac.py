@@ -16,7 +16,8 @@ YAML sections map one-to-one onto dataclasses (unknown keys are errors):
 A run directory holds ``config.yaml``, ``logs/progress.csv`` (every SB3 key, including
 ``verifier/*``, ``rollout/*`` and ``eval/*``), ``eval_curve.jsonl`` (success rate of
 deterministic evaluation episodes vs environment steps: the learning curve),
-``train_curve.jsonl`` (success rate of the training episodes), ``verifier_dynamics.jsonl``
+``train_curve.jsonl`` (success rate of the training episodes; without ``info["is_success"]``
+their mean training return; each row's ``metric`` says which), ``verifier_dynamics.jsonl``
 (``rollout/ep_env_rew_mean`` and the ``verifier/*`` metrics at each episode end),
 ``training_curves.png`` (all of them against the step, :mod:`densereward.trainers.sac_plots`),
 ``checkpoints/`` (model + replay buffer), ``final_model.zip``, ``summary.json`` and the
@@ -112,6 +113,27 @@ def _learning_starts_problem(cfg: SACRunConfig) -> str | None:
     )
 
 
+def _verifier_reward(cfg: SACRunConfig) -> str:
+    """The verifier reward the agent trains on, in words (``"env reward + verifier shaping"``)."""
+    base = {"sparse": "sparse success", "env": "env reward"}.get(cfg.env.base, cfg.env.base)
+    a = cfg.reward.alpha
+    return {
+        "shaping": f"{base} + verifier shaping",
+        "progress": "verifier progress",
+        "mixture": f"{a:g} {base} + {1 - a:g} verifier progress",
+    }[cfg.reward.mode]
+
+
+def _training_reward(cfg: SACRunConfig) -> str:
+    """The reward the agent trains on, summed over an episode, in words: what ``value`` of
+    ``train_curve.jsonl`` is when the environment reports no success."""
+    if cfg.env.reward == "verifier":
+        return f"training reward ({_verifier_reward(cfg)}), summed over a training episode"
+    return eval_reward_label(cfg.env.reward).removesuffix(", summed") + (
+        ", summed over a training episode"
+    )
+
+
 def _plot(cfg: SACRunConfig, run_dir: Path, threshold_source: str, success: bool) -> Path | None:
     """Write ``training_curves.png`` (:func:`~densereward.trainers.sac_plots.plot_sac_run`)."""
     try:
@@ -120,13 +142,7 @@ def _plot(cfg: SACRunConfig, run_dir: Path, threshold_source: str, success: bool
         logger.warning("no training_curves.png: pip install 'densereward[plots]' for matplotlib")
         return None
     verifier = cfg.env.reward == "verifier"
-    base = {"sparse": "sparse success", "env": "env reward"}.get(cfg.env.base, cfg.env.base)
-    a = cfg.reward.alpha
-    training = {
-        "shaping": f"{base} + verifier shaping",
-        "progress": "verifier progress",
-        "mixture": f"{a:g} {base} + {1 - a:g} verifier progress",
-    }[cfg.reward.mode]
+    training = _verifier_reward(cfg)
     return plot_sac_run(
         run_dir,
         eval_reward=eval_reward_label(_eval_reward(cfg)),
@@ -294,13 +310,20 @@ def run(config: dict[str, Any], *, output_dir: Path, resume: bool = False) -> di
             ``output_dir/checkpoints`` up to ``training.total_timesteps``.
 
     Returns:
-        ``{"run_dir", "curve": [{"step", "value", ...}], "metric", "curve_source",
-        "train_curve", "final", "metrics": {...verifier/* and rollout/* of the last window...},
-        "env_steps", "seconds", "steps_per_second", "eval_seconds", "verifier_stats"}``:
+        ``{"run_dir", "curve": [{"step", "value", "metric", ...}], "metric", "curve_source",
+        "train_curve", "train_curve_metric", "final", "metrics": {...verifier/* and rollout/* of the last window...},
+        "undefined": {metric: why it is null}, "env_steps", "seconds", "steps_per_second", "eval_seconds", "verifier_stats"}``:
         ``curve`` is the evaluation curve (``metric`` ``"eval/success_rate"``, success rate in
         ``[0, 1]`` of deterministic evaluation episodes) when ``training.eval_every > 0``, else
         the training-episode curve (``"rollout/success_rate"``); ``curve_source`` says which in words;
-        ``final`` is its last value; ``seconds`` includes ``eval_seconds``.
+        ``train_curve`` is the training-episode curve, whose ``train_curve_metric`` (and each
+        point's ``metric``) is ``"rollout/success_rate"``, or without ``info["is_success"]``
+        ``"rollout/ep_rew_mean"``, the mean training return (each point's ``reward`` says which
+        reward: with the verifier, the base reward plus its shaping);
+        ``final`` is its last value; ``seconds`` includes ``eval_seconds``; ``undefined``
+        holds, for every null (NaN) in ``metrics``, why it is null with the count it rests on
+        (:func:`densereward.callbacks.undefined_reasons`: ``"verifier/voc": "6 episodes with a
+        defined VOC in the window (verifier/n_voc_episodes), need 10 ..."``).
 
     Raises:
         ConfigError: on an invalid config, or ``resume`` without a checkpoint.
@@ -319,6 +342,7 @@ def run(config: dict[str, Any], *, output_dir: Path, resume: bool = False) -> di
         ReplayRelabelCallback,
         VerifierDynamicsCallback,
         WandbOutputFormat,
+        undefined_reasons,
     )
     from densereward.envs import SUCCESS_KEY
     from densereward.wrappers import verifier_progress_fn
@@ -435,6 +459,7 @@ def run(config: dict[str, Any], *, output_dir: Path, resume: bool = False) -> di
         every=tc.curve_every,
         window=tc.metrics_window,
         success=success,
+        reward_label=_training_reward(cfg),
     )
     callbacks = [dynamics, curve_cb]
     eval_cb = None
@@ -512,9 +537,11 @@ def run(config: dict[str, Any], *, output_dir: Path, resume: bool = False) -> di
             "metric": metric,
             "curve_source": source,
             "train_curve": train_curve,
+            "train_curve_metric": curve_cb.metric,
             "final": curve[-1]["value"] if curve else float("nan"),
             "success_metrics": success,
             "metrics": metrics,
+            "undefined": undefined_reasons(metrics, dynamics.min_episodes),
             "env_steps": model.num_timesteps,
             "seconds": seconds,
             "steps_per_second": steps / seconds if seconds > 0 else float("nan"),
@@ -601,6 +628,8 @@ def main(args: argparse.Namespace) -> int:
         f"{summary['metric']}={summary['final']:.3f} "
         + " ".join(f"{k}={v:.3f}" for k, v in sorted(m.items()) if v == v)
     )
+    for k, why in summary["undefined"].items():  # a null is never left out without its reason
+        print(f"{k}: undefined, {why}")
     if summary["eval_reward"] and summary["curve"]:
         last = summary["curve"][-1]
         rate = (

@@ -25,7 +25,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from densereward.callbacks import MIN_EPISODES
+from densereward.callbacks import UNDEFINED_REASONS
 from densereward.io import read_jsonl
 
 __all__ = ["PLOT_NAME", "plot_sac_run"]
@@ -33,20 +33,6 @@ __all__ = ["PLOT_NAME", "plot_sac_run"]
 PLOT_NAME = "training_curves.png"
 
 _NAN = float("nan")
-
-_WHY_UNDEFINED = {
-    "verifier/tpr": f"fewer than {MIN_EPISODES} successful episodes with a final progress in "
-    "the window (verifier/n_success_episodes)",
-    "verifier/tnr": f"fewer than {MIN_EPISODES} failed episodes with a final progress in the "
-    "window (verifier/n_failure_episodes)",
-    "verifier/balanced_accuracy": "TPR or TNR is undefined",
-    "verifier/voc": f"fewer than {MIN_EPISODES} episodes with a defined VOC in the window "
-    "(verifier/n_voc_episodes; an episode whose progress stays constant has none)",
-    "verifier/progress_success_mean": "no successful episode in the window",
-    "verifier/progress_failure_mean": "no failed episode in the window",
-    "rollout/ep_env_rew_mean": "no training episode had ended",
-    "rollout/ep_verifier_rew_mean": "no training episode had ended",
-}
 
 
 def _read(path: Path) -> list[dict[str, Any]]:
@@ -57,6 +43,8 @@ def _read(path: Path) -> list[dict[str, Any]]:
     for r in by_step.values():  # a run written before the name said which reward it sums
         if "rollout/ep_true_rew_mean" in r:
             r.setdefault("rollout/ep_env_rew_mean", r.pop("rollout/ep_true_rew_mean"))
+        if "rollout/ep_verifier_rew_mean" in r:  # before it was named for the training reward
+            r.setdefault("rollout/ep_training_rew_mean", r.pop("rollout/ep_verifier_rew_mean"))
     return [by_step[s] for s in sorted(by_step)]
 
 
@@ -131,7 +119,7 @@ def plot_sac_run(
                     [
                         (
                             dyn,
-                            "rollout/ep_verifier_rew_mean",
+                            "rollout/ep_training_rew_mean",
                             f"training reward: {training_reward}",
                             ".-",
                         )
@@ -200,7 +188,7 @@ def plot_sac_run(
             ys = [_value(r, key) for r in records]
             n_undef = sum(math.isnan(y) for y in ys)
             if records and n_undef:
-                why = _WHY_UNDEFINED.get(key, "not measured yet")
+                why = UNDEFINED_REASONS.get(key, "not measured yet")
                 notes.append(f"{label}: undefined at {n_undef} of {len(ys)} points ({why})")
             if n_undef < len(ys):
                 lines.append((xs, ys, label, style))
