@@ -1014,3 +1014,31 @@ def test_the_second_overall_table_and_the_soft_line_say_what_they_rest_on(tmp_pa
     soft = next(line for line in lines if line.startswith("Soft variant"))
     assert "(3 correct), TNR " in soft and "(2 incorrect), precision " in soft
     assert soft.endswith("(5 scored, each weighted by its score).")
+
+
+@pytest.mark.parametrize("bad", [None, 12, ["a"]])
+def test_a_null_or_non_string_response_is_refused_naming_file_line_and_field(tmp_path, capsys, bad):
+    """Issue 41 third rerun F7: ``"response": null`` (a broken export) was scored 0.0 as an
+    "empty response" and entered every metric; it is refused like a wrong-type is_correct (exit 2,
+    file:line and the field). ``""`` stays an empty answer."""
+    lines = _generic_lines()
+    row = json.loads(lines[1])
+    row["response"] = bad
+    p = tmp_path / "r.jsonl"
+    p.write_text("\n".join([lines[0], json.dumps(row), *lines[2:]]) + "\n")
+    with pytest.raises(DataError, match=rf"^{re.escape(str(p))}:2: response must be a string"):
+        E.load_responses(p)
+    out = tmp_path / "out"
+    assert _cli("--responses", str(p), "--out", str(out)) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"{p}:2: response must be a string" in err[0], err
+    assert not out.exists()
+    row["response"] = ""
+    p.write_text("\n".join([lines[0], json.dumps(row), *lines[2:]]) + "\n")
+    assert E.load_responses(p)[1]["response"] == ""
+    # a GSM8K model-solutions line with a null solution, the same
+    g = tmp_path / "g.jsonl"
+    sol = {"solution": "x #### 1", "is_correct": True}
+    g.write_text(json.dumps({"question": "q", "a": sol, "b": {**sol, "solution": bad}}) + "\n")
+    with pytest.raises(DataError, match=r"g\.jsonl:1:b: solution must be a string"):
+        E.load_responses(g)
