@@ -249,7 +249,8 @@ def test_cli_with_precomputed_scores_end_to_end(gsm8k, tmp_path):
     report = (out / "report.md").read_text()
     assert "## Per generator" in report and "175b_verification" in report and "quartiles" in report
     assert f"{n_abst} abstained" in report
-    assert "- prompt: `unknown (scores read from a file)`" in report
+    why = f"not recorded (no metrics.json beside {scores_in})"
+    assert f"- prompt: `{why}`" in report and f"- verifier: `{why}`" in report
     cal = m["threshold_calibration"]
     kept = [r for r in recs if not r["abstained"]]
     best = M.best_threshold([r["score"] for r in kept], [r["is_correct"] for r in kept])
@@ -1042,3 +1043,42 @@ def test_a_null_or_non_string_response_is_refused_naming_file_line_and_field(tmp
     g.write_text(json.dumps({"question": "q", "a": sol, "b": {**sol, "solution": bad}}) + "\n")
     with pytest.raises(DataError, match=r"g\.jsonl:1:b: solution must be a string"):
         E.load_responses(g)
+
+
+def test_scores_from_a_file_carry_the_verifier_and_prompt_that_made_them(tmp_path, capsys):
+    """Issue 41 third rerun F5: ``--scores ... verifier.granularity=5`` headed the report with
+    G=5 (the unused override; the scores were read at G=20) and the prompt "unknown" although the
+    scoring run recorded it. A verifier setting with --scores is refused (exit 2, one line);
+    the report and metrics.json carry the verifier and prompt of the run that made the scores."""
+    from densereward.config import VerifierConfig
+    from densereward.io import to_jsonable
+
+    responses = tmp_path / "r.jsonl"
+    responses.write_text("\n".join(_generic_lines(6)) + "\n")
+    rows = E.load_responses(responses)
+    run = tmp_path / "scored"
+    run.mkdir()
+    synthetic_scores(rows, run / "scores.jsonl", abstain_every=0)
+    made_by = to_jsonable(VerifierConfig(granularity=20))
+    meta = {"meta": {"verifier": made_by, "prompt": "answer_match"}}
+    (run / "metrics.json").write_text(json.dumps(meta))
+    base = ["--responses", str(responses), "--scores", str(run / "scores.jsonl")]
+    base += ["--bootstrap", "0", "--no-plots"]
+    for extra in (["verifier.granularity=5"], ["--prompt", "anchored"]):
+        out = tmp_path / "refused"
+        assert _cli(*base, "--out", str(out), *extra) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and "with --scores" in err[0] and extra[0].split("=")[0] in err[0]
+        assert not out.exists()
+    out = tmp_path / "again"
+    assert _cli(*base, "--out", str(out), "verifier.threshold=0.5") == 0  # how scores are read
+    report = (out / "report.md").read_text()
+    assert "G=20, K=1 (recorded by the run that made the scores)" in report
+    assert "- prompt: `reference-guided (answer_match" in report
+    m = json.loads((out / "metrics.json").read_text())["meta"]
+    assert m["verifier"] == made_by and m["prompt"] == "answer_match"
+    # a recomputation of a recomputation still names the run that scored
+    out3 = tmp_path / "again2"
+    assert _cli(*base[:2], "--scores", str(out / "scores.jsonl"), "--out", str(out3)) == 0
+    m3 = json.loads((out3 / "metrics.json").read_text())["meta"]
+    assert m3["verifier"] == made_by and m3["prompt"] == "answer_match"
