@@ -1082,3 +1082,53 @@ def test_scores_from_a_file_carry_the_verifier_and_prompt_that_made_them(tmp_pat
     assert _cli(*base[:2], "--scores", str(out / "scores.jsonl"), "--out", str(out3)) == 0
     m3 = json.loads((out3 / "metrics.json").read_text())["meta"]
     assert m3["verifier"] == made_by and m3["prompt"] == "answer_match"
+
+
+def test_test_time_and_calibration_tables_and_every_plot_carry_their_counts(tmp_path, monkeypatch):
+    """Issue 41 third rerun F6: the test-time-scaling and rejection-sampling tables gave K but
+    no number of problems, the ECE/Brier line and reliability.png no n and no "too few" banner
+    (the other two plots had one), and the balanced-accuracy bars no n=. The docs promise
+    counts in every table."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    drawn = {}
+    save = plt.Figure.savefig
+
+    def record(fig, path, *a, **k):
+        texts = [t.get_text() for ax in fig.axes for t in ax.texts]
+        titles = [ax.get_title() for ax in fig.axes]
+        sup = fig._suptitle.get_text() if fig._suptitle else ""
+        drawn[str(path).split("/")[-1].split(".")[1]] = (texts, titles, sup)  # .<stem>.png.tmp
+        return save(fig, path, *a, **k)
+
+    monkeypatch.setattr(plt.Figure, "savefig", record)
+    spec = [  # 4 problems, two groups: too few to rank
+        (1, "you", True, 0.9),
+        (1, "me", False, 0.2),
+        (2, "you", False, 0.6),
+        (2, "me", True, 0.7),
+        (3, "me", True, 0.8),
+        (4, "you", False, 0.3),
+        (4, "me", False, 0.4),
+    ]
+    responses, scores = _labelled(tmp_path, spec)
+    out = tmp_path / "out"
+    argv = ["--responses", str(responses), "--scores", str(scores), "--out", str(out)]
+    assert run_cli(*argv, "--bootstrap", "0") == 0
+    report = (out / "report.md").read_text()
+    tts = report[report.index("## Verification at test time") : report.index("## Calibration")]
+    assert "4 problems, 7 responses" in tts
+    assert "| group | problems | K (responses per problem) |" in tts
+    assert "| me | 4 | 1 |" in tts and "| you | 3 | 1 |" in tts
+    assert "| rejection sampling | problems | M |" in tts and "| pooled | 4 | " in tts
+    assert "ECE " in report and "(n=7 scored: 3 correct, 4 incorrect)" in report
+    m = json.loads((out / "metrics.json").read_text())
+    assert m["tts"]["pooled"]["n_problems"] == 4 and m["tts"]["pooled"]["n_responses"] == 7
+    texts, titles, sup = drawn["reliability"]
+    assert "n=7 scored" in titles[0] and "too few to rank" in sup, (titles, sup)
+    assert "too few to rank" in drawn["tpr_tnr_by_difficulty"][2]
+    by_gen = drawn["tpr_tnr_by_generator"][0]  # TPR n, TNR n, balanced accuracy n (all scored)
+    assert by_gen.count("n=4") >= 1 and "n=3" in by_gen, by_gen
