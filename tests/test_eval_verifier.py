@@ -763,7 +763,7 @@ def test_the_report_counts_unread_zeros_and_shows_no_filler(tmp_path, capsys):
     # K: whole numbers or a range with its mean, never a bare fraction
     tts = report[report.index("## Verification at test") :]
     assert "K = 2-4 (mean 2.5)" in tts and not re.search(r"K = \d+\.\d+ candidates", tts)
-    assert "| small | 1-3 (mean 1.5) |" in tts and "| big | 1 |" in tts
+    assert "| small | 6 | 1-3 (mean 1.5) |" in tts and "| big | 6 | 1 |" in tts  # problems, K
     assert "self-verif. kw" not in report and "| self-verification rate |" in report
     assert "Self-verification rate: the share of the generator's scored responses" in report
 
