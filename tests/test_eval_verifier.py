@@ -1084,6 +1084,92 @@ def test_scores_from_a_file_carry_the_verifier_and_prompt_that_made_them(tmp_pat
     assert m3["verifier"] == made_by and m3["prompt"] == "answer_match"
 
 
+class _CountingBackend:
+    """A verifier backend that reads every prompt as the candidates' first at mass 0.9, counts
+    its prompts, and can be told to stop (as Ctrl-C) after some."""
+
+    name = "evtest-count"
+    model_id = "evtest-count-v1"
+    prompts = 0
+    stop_after: int | None = None
+
+    def __init__(self, config):
+        from densereward.backends.base import BackendUsage
+
+        self.config = config
+        self.usage = BackendUsage()
+
+    def next_token_logprobs(self, prompts, candidates):
+        from densereward.backends.base import TokenLogprobs
+
+        cls = type(self)
+        if cls.stop_after is not None and cls.prompts + len(prompts) > cls.stop_after:
+            raise KeyboardInterrupt
+        cls.prompts += len(prompts)
+        self.usage.n_calls += 1
+        return [TokenLogprobs({candidates[-1]: math.log(0.9)}) for _ in prompts]
+
+    def tokenize(self, text):
+        return [ord(c) for c in text]
+
+    def generate(self, prompts, **kwargs):
+        return ["" for _ in prompts]
+
+    def close(self):
+        pass
+
+
+def test_scoring_reports_progress_and_a_restart_reuses_the_answers_kept_in_out(
+    tmp_path, capsys, monkeypatch
+):
+    """Issue 41 third rerun F14: the README's run was silent for 8+ minutes after loading the
+    model and an interrupted run kept nothing (a restart started over). Progress lines
+    (done/total, rate, time left) go to stderr, about every 10 % (none with --no-progress); the
+    verifier's answers are kept in --out/score-cache as they are made and an interrupted run's
+    are reused by the next one, which says so in one line."""
+    from densereward.backend_options import BACKENDS
+    from densereward.backends.base import LocalAsyncMixin
+
+    backend = type("CountingBackend", (LocalAsyncMixin, _CountingBackend), {})
+    BACKENDS.register("evtest-count", backend)
+    monkeypatch.setattr(backend, "prompts", 0)
+    try:
+        responses = tmp_path / "r.jsonl"
+        responses.write_text("\n".join(_generic_lines(10)) + "\n")
+        out = tmp_path / "out"
+        argv = ["--responses", str(responses), "--out", str(out), "--bootstrap", "0"]
+        argv += ["--no-plots", "verifier.backend=evtest-count"]
+        assert _cli(*argv[:3], str(tmp_path / "full"), *argv[4:]) in (0, 3)
+        capsys.readouterr()
+        full = backend.prompts  # the reads one whole run makes
+        monkeypatch.setattr(backend, "prompts", 0)
+        monkeypatch.setattr(backend, "stop_after", full // 2)
+        assert _cli(*argv) == 130  # Ctrl-C midway
+        first = capsys.readouterr()
+        lines = [x for x in first.err.splitlines() if x.startswith("eval-verifier: scored")]
+        assert (
+            lines[0].startswith("eval-verifier: scored 1/10 responses (10%), ") and len(lines) < 10
+        )
+        assert "left" in lines[0] and "/s" in lines[0] and "scored" not in first.out
+        assert (out / "score-cache").is_dir() and not (out / "metrics.json").exists()
+        kept = backend.prompts
+        assert 0 < kept < full
+        monkeypatch.setattr(backend, "stop_after", None)
+        assert _cli(*argv) in (0, 3)
+        second = capsys.readouterr().err
+        reused = re.search(r"reusing (\d+) verifier answers an earlier run left in", second)
+        assert reused and 0 < int(reused[1]) <= kept, second
+        # the rest only: a restart does not start over
+        assert backend.prompts - kept == full - int(reused[1])
+        assert "scored 10/10 responses (100%)" in second and "done in" in second
+        assert _cli(*argv, "--no-progress") in (0, 3)
+        assert "eval-verifier: scored" not in capsys.readouterr().err
+        recs = [json.loads(x) for x in (out / "scores.jsonl").read_text().splitlines()]
+        assert len(recs) == 10
+    finally:
+        BACKENDS._entries.pop("evtest-count", None)
+
+
 def test_test_time_and_calibration_tables_and_every_plot_carry_their_counts(tmp_path, monkeypatch):
     """Issue 41 third rerun F6: the test-time-scaling and rejection-sampling tables gave K but
     no number of problems, the ECE/Brier line and reliability.png no n and no "too few" banner

@@ -36,6 +36,7 @@ from .scoring import (
     PROMPT_KINDS,
     check_references,
     label_with_sparse_reward,
+    progress_line,
     resolve_prompt_kind,
     score_responses,
 )
@@ -112,6 +113,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
     parser.add_argument(
+        "--no-progress",
+        action="store_true",
+        help="no progress lines on stderr while scoring (done/total, rate, time left)",
+    )
+    parser.add_argument(
         "--label-with-sparse",
         action="store_true",
         help="label rows that have a reference but no is_correct with the sparse reward "
@@ -171,6 +177,39 @@ def _recorded_scoring(scores: str | Path) -> tuple[dict[str, Any] | None, str | 
     verifier = meta.get("verifier") if isinstance(meta.get("verifier"), dict) else None
     prompt = meta.get("prompt") if isinstance(meta.get("prompt"), str) else None
     return verifier, prompt, f"{path} does not record it"
+
+
+SCORE_CACHE_DIR = "score-cache"
+"""Where a scoring run keeps the verifier's answers as it makes them (under ``--out``), unless
+``verifier.cache_dir`` names another place: an interrupted run's answers are reused by the next
+run with the same settings."""
+
+
+def _with_cache_in_out(config: VerifierConfig, out: str | Path) -> VerifierConfig:
+    """``config`` with ``cache_dir`` under ``out`` when none is set; says on stderr how many
+    answers an earlier run left there."""
+    if config.cache_dir is not None:
+        return config
+    cache = Path(out) / SCORE_CACHE_DIR
+    if cache.is_dir():
+        from ..cache import ScoreCache
+
+        store = ScoreCache(cache)
+        try:
+            n = len(store)
+        finally:
+            store.close()
+        if n:
+            print(
+                f"eval-verifier: reusing {n} verifier answers an earlier run left in {cache} "
+                "(only those of the same verifier, prompt and responses are used)",
+                file=sys.stderr,
+            )
+    return dataclasses.replace(config, cache_dir=str(cache))
+
+
+def _print_progress(done: int, total: int, seconds: float) -> None:
+    print(progress_line(done, total, seconds), file=sys.stderr, flush=True)
 
 
 def _verifier_text(config: VerifierConfig) -> str:
@@ -264,7 +303,13 @@ def main(args: argparse.Namespace) -> int:
         meta["threshold_setting"] = to_jsonable(config.threshold)
     else:
         prompt = _prompt_kind(args, config)
-        records, stats = score_responses(rows, config, prompt=prompt)
+        config = _with_cache_in_out(config, args.out)
+        records, stats = score_responses(
+            rows,
+            config,
+            prompt=prompt,
+            progress=None if getattr(args, "no_progress", False) else _print_progress,
+        )
         meta["verifier_stats"] = stats
         meta["reference_guided"] = prompt != "reference_free"
         meta["prompt"] = prompt
