@@ -249,7 +249,8 @@ def test_cli_with_precomputed_scores_end_to_end(gsm8k, tmp_path):
     report = (out / "report.md").read_text()
     assert "## Per generator" in report and "175b_verification" in report and "quartiles" in report
     assert f"{n_abst} abstained" in report
-    assert "- prompt: `unknown (scores read from a file)`" in report
+    why = f"not recorded (no metrics.json beside {scores_in})"
+    assert f"- prompt: `{why}`" in report and f"- verifier: `{why}`" in report
     cal = m["threshold_calibration"]
     kept = [r for r in recs if not r["abstained"]]
     best = M.best_threshold([r["score"] for r in kept], [r["is_correct"] for r in kept])
@@ -762,7 +763,7 @@ def test_the_report_counts_unread_zeros_and_shows_no_filler(tmp_path, capsys):
     # K: whole numbers or a range with its mean, never a bare fraction
     tts = report[report.index("## Verification at test") :]
     assert "K = 2-4 (mean 2.5)" in tts and not re.search(r"K = \d+\.\d+ candidates", tts)
-    assert "| small | 1-3 (mean 1.5) |" in tts and "| big | 1 |" in tts
+    assert "| small | 6 | 1-3 (mean 1.5) |" in tts and "| big | 6 | 1 |" in tts  # problems, K
     assert "self-verif. kw" not in report and "| self-verification rate |" in report
     assert "Self-verification rate: the share of the generator's scored responses" in report
 
@@ -1014,3 +1015,206 @@ def test_the_second_overall_table_and_the_soft_line_say_what_they_rest_on(tmp_pa
     soft = next(line for line in lines if line.startswith("Soft variant"))
     assert "(3 correct), TNR " in soft and "(2 incorrect), precision " in soft
     assert soft.endswith("(5 scored, each weighted by its score).")
+
+
+@pytest.mark.parametrize("bad", [None, 12, ["a"]])
+def test_a_null_or_non_string_response_is_refused_naming_file_line_and_field(tmp_path, capsys, bad):
+    """Issue 41 third rerun F7: ``"response": null`` (a broken export) was scored 0.0 as an
+    "empty response" and entered every metric; it is refused like a wrong-type is_correct (exit 2,
+    file:line and the field). ``""`` stays an empty answer."""
+    lines = _generic_lines()
+    row = json.loads(lines[1])
+    row["response"] = bad
+    p = tmp_path / "r.jsonl"
+    p.write_text("\n".join([lines[0], json.dumps(row), *lines[2:]]) + "\n")
+    with pytest.raises(DataError, match=rf"^{re.escape(str(p))}:2: response must be a string"):
+        E.load_responses(p)
+    out = tmp_path / "out"
+    assert _cli("--responses", str(p), "--out", str(out)) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"{p}:2: response must be a string" in err[0], err
+    assert not out.exists()
+    row["response"] = ""
+    p.write_text("\n".join([lines[0], json.dumps(row), *lines[2:]]) + "\n")
+    assert E.load_responses(p)[1]["response"] == ""
+    # a GSM8K model-solutions line with a null solution, the same
+    g = tmp_path / "g.jsonl"
+    sol = {"solution": "x #### 1", "is_correct": True}
+    g.write_text(json.dumps({"question": "q", "a": sol, "b": {**sol, "solution": bad}}) + "\n")
+    with pytest.raises(DataError, match=r"g\.jsonl:1:b: solution must be a string"):
+        E.load_responses(g)
+
+
+def test_scores_from_a_file_carry_the_verifier_and_prompt_that_made_them(tmp_path, capsys):
+    """Issue 41 third rerun F5: ``--scores ... verifier.granularity=5`` headed the report with
+    G=5 (the unused override; the scores were read at G=20) and the prompt "unknown" although the
+    scoring run recorded it. A verifier setting with --scores is refused (exit 2, one line);
+    the report and metrics.json carry the verifier and prompt of the run that made the scores."""
+    from densereward.config import VerifierConfig
+    from densereward.io import to_jsonable
+
+    responses = tmp_path / "r.jsonl"
+    responses.write_text("\n".join(_generic_lines(6)) + "\n")
+    rows = E.load_responses(responses)
+    run = tmp_path / "scored"
+    run.mkdir()
+    synthetic_scores(rows, run / "scores.jsonl", abstain_every=0)
+    made_by = to_jsonable(VerifierConfig(granularity=20))
+    meta = {"meta": {"verifier": made_by, "prompt": "answer_match"}}
+    (run / "metrics.json").write_text(json.dumps(meta))
+    base = ["--responses", str(responses), "--scores", str(run / "scores.jsonl")]
+    base += ["--bootstrap", "0", "--no-plots"]
+    for extra in (["verifier.granularity=5"], ["--prompt", "anchored"]):
+        out = tmp_path / "refused"
+        assert _cli(*base, "--out", str(out), *extra) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and "with --scores" in err[0] and extra[0].split("=")[0] in err[0]
+        assert not out.exists()
+    out = tmp_path / "again"
+    assert _cli(*base, "--out", str(out), "verifier.threshold=0.5") == 0  # how scores are read
+    report = (out / "report.md").read_text()
+    assert "G=20, K=1 (recorded by the run that made the scores)" in report
+    assert "- prompt: `reference-guided (answer_match" in report
+    m = json.loads((out / "metrics.json").read_text())["meta"]
+    assert m["verifier"] == made_by and m["prompt"] == "answer_match"
+    # a recomputation of a recomputation still names the run that scored
+    out3 = tmp_path / "again2"
+    assert _cli(*base[:2], "--scores", str(out / "scores.jsonl"), "--out", str(out3)) == 0
+    m3 = json.loads((out3 / "metrics.json").read_text())["meta"]
+    assert m3["verifier"] == made_by and m3["prompt"] == "answer_match"
+
+
+class _CountingBackend:
+    """A verifier backend that reads every prompt as the candidates' first at mass 0.9, counts
+    its prompts, and can be told to stop (as Ctrl-C) after some."""
+
+    name = "evtest-count"
+    model_id = "evtest-count-v1"
+    prompts = 0
+    stop_after: int | None = None
+
+    def __init__(self, config):
+        from densereward.backends.base import BackendUsage
+
+        self.config = config
+        self.usage = BackendUsage()
+
+    def next_token_logprobs(self, prompts, candidates):
+        from densereward.backends.base import TokenLogprobs
+
+        cls = type(self)
+        if cls.stop_after is not None and cls.prompts + len(prompts) > cls.stop_after:
+            raise KeyboardInterrupt
+        cls.prompts += len(prompts)
+        self.usage.n_calls += 1
+        return [TokenLogprobs({candidates[-1]: math.log(0.9)}) for _ in prompts]
+
+    def tokenize(self, text):
+        return [ord(c) for c in text]
+
+    def generate(self, prompts, **kwargs):
+        return ["" for _ in prompts]
+
+    def close(self):
+        pass
+
+
+def test_scoring_reports_progress_and_a_restart_reuses_the_answers_kept_in_out(
+    tmp_path, capsys, monkeypatch
+):
+    """Issue 41 third rerun F14: the README's run was silent for 8+ minutes after loading the
+    model and an interrupted run kept nothing (a restart started over). Progress lines
+    (done/total, rate, time left) go to stderr, about every 10 % (none with --no-progress); the
+    verifier's answers are kept in --out/score-cache as they are made and an interrupted run's
+    are reused by the next one, which says so in one line."""
+    from densereward.backend_options import BACKENDS
+    from densereward.backends.base import LocalAsyncMixin
+
+    backend = type("CountingBackend", (LocalAsyncMixin, _CountingBackend), {})
+    BACKENDS.register("evtest-count", backend)
+    monkeypatch.setattr(backend, "prompts", 0)
+    try:
+        responses = tmp_path / "r.jsonl"
+        responses.write_text("\n".join(_generic_lines(10)) + "\n")
+        out = tmp_path / "out"
+        argv = ["--responses", str(responses), "--out", str(out), "--bootstrap", "0"]
+        argv += ["--no-plots", "verifier.backend=evtest-count"]
+        assert _cli(*argv[:3], str(tmp_path / "full"), *argv[4:]) in (0, 3)
+        capsys.readouterr()
+        full = backend.prompts  # the reads one whole run makes
+        monkeypatch.setattr(backend, "prompts", 0)
+        monkeypatch.setattr(backend, "stop_after", full // 2)
+        assert _cli(*argv) == 130  # Ctrl-C midway
+        first = capsys.readouterr()
+        lines = [x for x in first.err.splitlines() if x.startswith("eval-verifier: scored")]
+        assert (
+            lines[0].startswith("eval-verifier: scored 1/10 responses (10%), ") and len(lines) < 10
+        )
+        assert "left" in lines[0] and "/s" in lines[0] and "scored" not in first.out
+        assert (out / "score-cache").is_dir() and not (out / "metrics.json").exists()
+        kept = backend.prompts
+        assert 0 < kept < full
+        monkeypatch.setattr(backend, "stop_after", None)
+        assert _cli(*argv) in (0, 3)
+        second = capsys.readouterr().err
+        reused = re.search(r"reusing (\d+) verifier answers an earlier run left in", second)
+        assert reused and 0 < int(reused[1]) <= kept, second
+        # the rest only: a restart does not start over
+        assert backend.prompts - kept == full - int(reused[1])
+        assert "scored 10/10 responses (100%)" in second and "done in" in second
+        assert _cli(*argv, "--no-progress") in (0, 3)
+        assert "eval-verifier: scored" not in capsys.readouterr().err
+        recs = [json.loads(x) for x in (out / "scores.jsonl").read_text().splitlines()]
+        assert len(recs) == 10
+    finally:
+        BACKENDS._entries.pop("evtest-count", None)
+
+
+def test_test_time_and_calibration_tables_and_every_plot_carry_their_counts(tmp_path, monkeypatch):
+    """Issue 41 third rerun F6: the test-time-scaling and rejection-sampling tables gave K but
+    no number of problems, the ECE/Brier line and reliability.png no n and no "too few" banner
+    (the other two plots had one), and the balanced-accuracy bars no n=. The docs promise
+    counts in every table."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    drawn = {}
+    save = plt.Figure.savefig
+
+    def record(fig, path, *a, **k):
+        texts = [t.get_text() for ax in fig.axes for t in ax.texts]
+        titles = [ax.get_title() for ax in fig.axes]
+        sup = fig._suptitle.get_text() if fig._suptitle else ""
+        drawn[str(path).split("/")[-1].split(".")[1]] = (texts, titles, sup)  # .<stem>.png.tmp
+        return save(fig, path, *a, **k)
+
+    monkeypatch.setattr(plt.Figure, "savefig", record)
+    spec = [  # 4 problems, two groups: too few to rank
+        (1, "you", True, 0.9),
+        (1, "me", False, 0.2),
+        (2, "you", False, 0.6),
+        (2, "me", True, 0.7),
+        (3, "me", True, 0.8),
+        (4, "you", False, 0.3),
+        (4, "me", False, 0.4),
+    ]
+    responses, scores = _labelled(tmp_path, spec)
+    out = tmp_path / "out"
+    argv = ["--responses", str(responses), "--scores", str(scores), "--out", str(out)]
+    assert run_cli(*argv, "--bootstrap", "0") == 0
+    report = (out / "report.md").read_text()
+    tts = report[report.index("## Verification at test time") : report.index("## Calibration")]
+    assert "4 problems, 7 responses" in tts
+    assert "| group | problems | K (responses per problem) |" in tts
+    assert "| me | 4 | 1 |" in tts and "| you | 3 | 1 |" in tts
+    assert "| rejection sampling | problems | M |" in tts and "| pooled | 4 | " in tts
+    assert "ECE " in report and "(n=7 scored: 3 correct, 4 incorrect)" in report
+    m = json.loads((out / "metrics.json").read_text())
+    assert m["tts"]["pooled"]["n_problems"] == 4 and m["tts"]["pooled"]["n_responses"] == 7
+    texts, titles, sup = drawn["reliability"]
+    assert "n=7 scored" in titles[0] and "too few to rank" in sup, (titles, sup)
+    assert "too few to rank" in drawn["tpr_tnr_by_difficulty"][2]
+    by_gen = drawn["tpr_tnr_by_generator"][0]  # TPR n, TNR n, balanced accuracy n (all scored)
+    assert by_gen.count("n=4") >= 1 and "n=3" in by_gen, by_gen

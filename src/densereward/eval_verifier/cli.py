@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import json
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from ..config import VerifierConfig, check_sections, field_names
@@ -33,6 +36,7 @@ from .scoring import (
     PROMPT_KINDS,
     check_references,
     label_with_sparse_reward,
+    progress_line,
     resolve_prompt_kind,
     score_responses,
 )
@@ -109,6 +113,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
     parser.add_argument(
+        "--no-progress",
+        action="store_true",
+        help="no progress lines on stderr while scoring (done/total, rate, time left)",
+    )
+    parser.add_argument(
         "--label-with-sparse",
         action="store_true",
         help="label rows that have a reference but no is_correct with the sparse reward "
@@ -128,6 +137,117 @@ def _prompt_kind(args: argparse.Namespace, config: VerifierConfig) -> str:
     return resolve_prompt_kind(prompt, guided, config)
 
 
+def _refuse_settings_with_scores(args: argparse.Namespace, config: VerifierConfig) -> None:
+    """With ``--scores`` nothing is scored: a verifier setting or prompt would be credited with
+    scores another run made. Only ``verifier.threshold`` (how the scores are read) applies.
+
+    Raises:
+        ConfigError: naming the settings and the fix.
+    """
+    default = VerifierConfig()
+    given = [
+        f"verifier.{f.name}"
+        for f in dataclasses.fields(VerifierConfig)
+        if f.name != "threshold" and getattr(config, f.name) != getattr(default, f.name)
+    ]
+    if getattr(args, "prompt", None) is not None:
+        given.append("--prompt")
+    if getattr(args, "reference_guided", False):
+        given.append("--reference-guided")
+    if given:
+        raise ConfigError(
+            f"{', '.join(given)} with --scores: nothing is scored, the scores were made by the run "
+            "that wrote them (its metrics.json records its verifier and prompt); drop them, or "
+            "score again without --scores (verifier.threshold applies to both)"
+        )
+
+
+def _recorded_scoring(scores: str | Path) -> tuple[dict[str, Any] | None, str | None, str]:
+    """The verifier settings and prompt kind of the run that made ``scores``, as the
+    ``metrics.json`` beside it records them (``meta.verifier``, ``meta.prompt``; a run that
+    recomputed from scores carries its source's), and why not when it does not:
+    ``(verifier, prompt, why_not)``."""
+    path = Path(scores).with_name("metrics.json")
+    if not path.is_file():
+        return None, None, f"no metrics.json beside {scores}"
+    try:
+        meta = json.loads(path.read_text(encoding="utf-8")).get("meta") or {}
+    except (OSError, ValueError, AttributeError):
+        return None, None, f"{path} is not a readable metrics.json"
+    verifier = meta.get("verifier") if isinstance(meta.get("verifier"), dict) else None
+    prompt = meta.get("prompt") if isinstance(meta.get("prompt"), str) else None
+    return verifier, prompt, f"{path} does not record it"
+
+
+SCORE_CACHE_DIR = "score-cache"
+"""Where a scoring run keeps the verifier's answers as it makes them (under ``--out``), unless
+``verifier.cache_dir`` names another place: an interrupted run's answers are reused by the next
+run with the same settings."""
+
+
+def _with_cache_in_out(config: VerifierConfig, out: str | Path) -> VerifierConfig:
+    """``config`` with ``cache_dir`` under ``out`` when none is set; says on stderr how many
+    answers an earlier run left there."""
+    if config.cache_dir is not None:
+        return config
+    cache = Path(out) / SCORE_CACHE_DIR
+    if cache.is_dir():
+        from ..cache import ScoreCache
+
+        store = ScoreCache(cache)
+        try:
+            n = len(store)
+        finally:
+            store.close()
+        if n:
+            print(
+                f"eval-verifier: reusing {n} verifier answers an earlier run left in {cache} "
+                "(only those of the same verifier, prompt and responses are used)",
+                file=sys.stderr,
+            )
+    return dataclasses.replace(config, cache_dir=str(cache))
+
+
+def _print_progress(done: int, total: int, seconds: float) -> None:
+    print(progress_line(done, total, seconds), file=sys.stderr, flush=True)
+
+
+def _verifier_text(config: VerifierConfig) -> str:
+    model = config.model or "default (SmolLM2-135M-Instruct)"
+    return f"{config.backend} {model}, G={config.granularity}, K={config.n_repeats}"
+
+
+def _scores_origin(scores: str | Path) -> tuple[dict[str, Any], dict[str, str]]:
+    """``meta`` entries and report header lines (``verifier``, ``prompt``) for scores read from
+    a file: the run that made them, or "not recorded" and why."""
+    verifier, prompt, why = _recorded_scoring(scores)
+    meta: dict[str, Any] = {"verifier": verifier, "prompt": prompt}
+    recorded = None
+    if verifier is not None:
+        try:
+            recorded = from_dict(VerifierConfig, verifier, prefix="verifier.")
+        except (ConfigError, TypeError, ValueError):
+            recorded = None
+    head = {
+        "verifier": (
+            f"{_verifier_text(recorded)} (recorded by the run that made the scores)"
+            if recorded is not None
+            else f"not recorded ({why})"
+        ),
+        "prompt": (
+            f"{_prompt_description(recorded or VerifierConfig(), prompt, scored=True)} "
+            "(recorded by the run that made the scores)"
+            if prompt is not None
+            else f"not recorded ({why})"
+        ),
+    }
+    if verifier is None:
+        meta["verifier_not_recorded"] = why
+    if prompt is None:
+        meta["prompt_not_recorded"] = why
+    return meta, head
+
+
 def main(args: argparse.Namespace) -> int:
     """Run ``densereward eval-verifier``; returns the process exit code.
 
@@ -143,6 +263,8 @@ def main(args: argparse.Namespace) -> int:
     if args.limit is not None and args.limit < 1:
         raise ConfigError("--limit must be >= 1")
     config = build_config(args.config, overrides_from(args))
+    if args.scores:
+        _refuse_settings_with_scores(args, config)
     label_with_sparse = bool(getattr(args, "label_with_sparse", False))
     rows = load_responses(args.responses, limit=args.limit, allow_unlabelled=label_with_sparse)
     if not args.scores and (kind := _prompt_kind(args, config)) != "reference_free":
@@ -172,16 +294,26 @@ def main(args: argparse.Namespace) -> int:
             sparse_line = (sparse_line + "; " if sparse_line else "") + (
                 f"{sparse['n_labelled']} unlabelled rows labelled by the sparse reward"
             )
+    origin: dict[str, str] = {}
     if args.scores:
         records = align_scores(rows, load_scores(args.scores))
         meta["scores_from"] = str(args.scores)
+        recorded, origin = _scores_origin(args.scores)
+        meta.update(recorded)
+        meta["threshold_setting"] = to_jsonable(config.threshold)
     else:
         prompt = _prompt_kind(args, config)
-        records, stats = score_responses(rows, config, prompt=prompt)
+        config = _with_cache_in_out(config, args.out)
+        records, stats = score_responses(
+            rows,
+            config,
+            prompt=prompt,
+            progress=None if getattr(args, "no_progress", False) else _print_progress,
+        )
         meta["verifier_stats"] = stats
         meta["reference_guided"] = prompt != "reference_free"
         meta["prompt"] = prompt
-    meta["verifier"] = to_jsonable(config)  # no secret in it: keys stay in the environment
+        meta["verifier"] = to_jsonable(config)  # no secret in it: keys stay in the environment
     scores = [r["score"] for r in records]
     # reasons are known when scored now, or from a scores.jsonl that records them
     reasons = [r.get("reason") for r in records] if all("reason" in r for r in records) else None
@@ -211,8 +343,9 @@ def main(args: argparse.Namespace) -> int:
     report_meta = {
         "responses": meta["responses"],
         "scores": meta.get("scores_from", "scored now"),
-        "verifier": f"{config.backend} {config.model or 'default (SmolLM2-135M-Instruct)'}, G={config.granularity}, K={config.n_repeats}",
-        "prompt": _prompt_description(config, _prompt_kind(args, config), scored=not args.scores),
+        "verifier": origin.get("verifier") or _verifier_text(config),
+        "prompt": origin.get("prompt")
+        or _prompt_description(config, _prompt_kind(args, config), scored=True),
     }
     if sparse_line:
         report_meta["sparse reward vs labels"] = sparse_line

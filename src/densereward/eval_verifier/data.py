@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -54,6 +55,17 @@ def _label(value: Any, where: str) -> bool:
     raise DataError(f"{where}: is_correct must be a boolean (or 0/1), got {value!r}")
 
 
+def _text(value: Any, field: str, where: str) -> str:
+    """``value`` if it is a string; a null or another type is a broken export, not an empty
+    answer (``""`` is one, and is scored as such)."""
+    if isinstance(value, str):
+        return value
+    raise DataError(
+        f'{where}: {field} must be a string ("" for an empty one), got {json.dumps(value)[:60]}: '
+        "fix the export that wrote this row"
+    )
+
+
 def load_gsm8k_model_solutions(
     path: str | Path, *, limit: int | None = None, allow_unlabelled: bool = False
 ) -> list[dict[str, Any]]:
@@ -71,7 +83,7 @@ def load_gsm8k_model_solutions(
     Raises:
         DataError: naming the file and line: a line that is not a JSON object (a cut-off last
             line included), or one that lacks ``question`` or a generator's
-            ``solution``/``is_correct``.
+            ``solution``/``is_correct``, or whose ``solution`` is not a string (a null).
     """
     rows: list[dict[str, Any]] = []
     for i, rec in enumerate(read_jsonl(path, strict=True)):
@@ -96,7 +108,7 @@ def load_gsm8k_model_solutions(
                 {
                     "problem_id": f"gsm8k-dev-{i}",
                     "problem": rec["question"],
-                    "response": sol["solution"] or "",
+                    "response": _text(sol["solution"], "solution", f"{path}:{i + 1}:{g}"),
                     "is_correct": None
                     if sol.get("is_correct") is None
                     else _label(sol["is_correct"], f"{path}:{i + 1}:{g}"),
@@ -132,7 +144,9 @@ def load_responses(
     Raises:
         DataError: naming the file and line: the file is missing or empty, a line is not a
             JSON object (a cut-off last line included: no row is dropped), or a row lacks a
-            required field (the message names the missing fields and the accepted shapes).
+            required field (the message names the missing fields and the accepted shapes), or
+            its ``problem``/``response`` is not a string (a ``null`` is a broken export, not an
+            empty answer; ``""`` is one) or its ``is_correct`` not a boolean.
     """
     p = Path(path)
     if not p.is_file():
@@ -166,8 +180,8 @@ def load_responses(
         rows.append(
             {
                 "problem_id": pid,
-                "problem": str(rec["problem"]),
-                "response": str(rec["response"] or ""),
+                "problem": _text(rec["problem"], "problem", f"{p}:{i + 1}"),
+                "response": _text(rec["response"], "response", f"{p}:{i + 1}"),
                 "is_correct": None
                 if rec.get("is_correct") is None and allow_unlabelled
                 else _label(rec.get("is_correct"), f"{p}:{i + 1}"),

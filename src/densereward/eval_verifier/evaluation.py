@@ -98,15 +98,22 @@ def _family_gap(scores, labels, pids, fams, threshold) -> dict[str, Any]:
 
 
 def _candidates_per_problem(pids: Sequence[str]) -> dict[str, float]:
-    """K, the responses per problem: ``k_mean`` and its range ``k_min``..``k_max``.
+    """K, the responses per problem: ``k_mean`` and its range ``k_min``..``k_max``, and the
+    ``n_problems`` and ``n_responses`` the rates rest on.
 
     >>> _candidates_per_problem(["a", "a", "b", "c", "c", "c"])
-    {'k_mean': 2.0, 'k_min': 1, 'k_max': 3}
+    {'k_mean': 2.0, 'k_min': 1, 'k_max': 3, 'n_problems': 3, 'n_responses': 6}
     """
     from collections import Counter
 
     counts = Counter(pids).values()
-    return {"k_mean": len(pids) / len(counts), "k_min": min(counts), "k_max": max(counts)}
+    return {
+        "k_mean": len(pids) / len(counts),
+        "k_min": min(counts),
+        "k_max": max(counts),
+        "n_problems": len(counts),
+        "n_responses": len(pids),
+    }
 
 
 def unread_summary(

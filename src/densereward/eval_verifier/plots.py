@@ -169,10 +169,13 @@ def write_plots(metrics: Mapping[str, Any], out_dir: str | Path) -> list[Path]:
         {
             "TPR": [pg[g].get("n_pos") for g in gens],
             "TNR": [pg[g].get("n_neg") for g in gens],
+            "balanced acc.": [pg[g].get("n") for g in gens],
         },
         _panel_reason(metrics, "balanced_accuracy"),
     )
-    ax.set_title("TPR / TNR per generator (n = the correct / incorrect responses of each bar)")
+    ax.set_title(
+        "TPR / TNR per generator\n(n = the correct / incorrect / all scored responses of each bar)"
+    )
     paths.append(_save(fig, out_dir / "tpr_tnr_by_generator.png", plt, banner or _join(notes)))
 
     rel = metrics["reliability"]
@@ -196,9 +199,15 @@ def write_plots(metrics: Mapping[str, Any], out_dir: str | Path) -> list[Path]:
     ax.set_ylabel("fraction correct")
     ax.set_xlim(0, 1)
     ax.set_ylim(0, 1)
-    ax.set_title(f"Reliability (ECE {format_number(metrics['overall']['ece'])})")
+    n_scored = int(metrics["overall"]["n"])
+    ax.set_title(
+        f"Reliability (ECE {format_number(metrics['overall']['ece'])}, n={n_scored} scored; "
+        "bar labels: n per bin)",
+        fontsize=9,
+    )
     ax.legend(fontsize=8, loc="upper left")
-    paths.append(_save(fig, out_dir / "reliability.png", plt, banner))
+    # the other plots' rule: the abstention banner, else the evidence notes (too few, one class)
+    paths.append(_save(fig, out_dir / "reliability.png", plt, banner or _join(notes)))
     return paths
 
 

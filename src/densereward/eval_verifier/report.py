@@ -356,7 +356,8 @@ def render_report(
     parts += ["## Verification at test time", ""]
     p = t["pooled"]
     parts.append(
-        f"Pooled (all generators' responses as the {_k_text(p)} candidates of a problem): "
+        f"Pooled (all generators' responses as the {_k_text(p)} candidates of a problem, "
+        f"{p['n_problems']} problems, {p['n_responses']} responses): "
         f"mean problem pass rate {format_number(p['mean_problem_pass_rate'])} -> verified pass rate "
         f"{format_number(p['tts_pass_rate'])} "
         f"(Zhou et al. eq. 5; gain {format_number(p['tts_verification_gain'])}, eq. 6)."
@@ -367,6 +368,7 @@ def render_report(
         markdown_table(
             [
                 "group",
+                "problems",
                 "K (responses per problem)",
                 "mean problem pass rate",
                 "verified pass rate",
@@ -375,6 +377,7 @@ def render_report(
             [
                 [
                     f,
+                    format_number(r["n_problems"], 0),
                     _k_text(r, bare=True),
                     r["mean_problem_pass_rate"],
                     r["tts_pass_rate"],
@@ -410,6 +413,7 @@ def render_report(
         markdown_table(
             [
                 "rejection sampling",
+                "problems",
                 "M",
                 "accuracy",
                 "base",
@@ -422,6 +426,7 @@ def render_report(
             [
                 [
                     k,
+                    format_number(r["n_problems"], 0),
                     format_number(r["max_attempts"], 0),
                     r["accuracy"],
                     r["base_accuracy"],
@@ -439,7 +444,8 @@ def render_report(
         "",
         "## Calibration",
         "",
-        f"ECE {format_number(o['ece'])}, Brier {format_number(o['brier'])}; see `reliability.png`.",
+        f"ECE {format_number(o['ece'])}, Brier {format_number(o['brier'])} "
+        f"({_calibration_counts(o)}); see `reliability.png`.",
         "",
         "## Plots",
         "",
@@ -478,6 +484,16 @@ def _shared(rep: Mapping[str, Any], key: str) -> str:
     n = rep.get(f"n_problems_{key}")
     value = format_number(rep.get(key))
     return value if n is None else f"{value} ({format_number(n, 0)} problems)"
+
+
+def _calibration_counts(overall: Mapping[str, Any]) -> str:
+    """The responses ECE and Brier rest on.
+
+    >>> _calibration_counts({"n": 8.0, "n_pos": 5.0, "n_neg": 3.0})
+    'n=8 scored: 5 correct, 3 incorrect'
+    """
+    n = {k: int(overall.get(k) or 0) for k in ("n", "n_pos", "n_neg")}
+    return f"n={n['n']} scored: {n['n_pos']} correct, {n['n_neg']} incorrect"
 
 
 def _scored_text(counts: Mapping[str, Any], unread: Mapping[str, Any] | None) -> str:

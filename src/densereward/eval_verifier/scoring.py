@@ -3,14 +3,21 @@
 from __future__ import annotations
 
 import logging
+import math
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ..config import VerifierConfig
 from ..errors import ConfigError, DataError
 
-__all__ = ["PROMPT_KINDS", "resolve_prompt_kind", "score_responses", "label_with_sparse_reward"]
+__all__ = [
+    "PROMPT_KINDS",
+    "resolve_prompt_kind",
+    "score_responses",
+    "label_with_sparse_reward",
+    "progress_line",
+]
 
 PROMPT_KINDS = ("reference_free", "answer_match", "anchored")
 """The prompts a GRPO verifier reward can read (``RewardConfig.reference_guided`` and
@@ -46,6 +53,7 @@ def score_responses(
     chunk_size: int = 64,
     reference_guided: bool = False,
     prompt: str | None = None,
+    progress: Callable[[int, int, float], None] | None = None,
 ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """Score every row with ``Verifier(config).score_batch``, reading the prompt a GRPO verifier
     reward of that kind reads.
@@ -58,6 +66,8 @@ def score_responses(
     the one the reward would give (the injection pre-filter off, the whole response shown).
     ``reference_guided=True`` without ``prompt`` means ``answer_match``, or ``anchored`` when
     ``config.criteria`` are set (the earlier flag; :func:`resolve_prompt_kind`).
+    ``progress(done, total, seconds)`` is called after each chunk; with it the chunks are at most
+    a tenth of the rows (a report every ~10 %).
 
     Raises:
         ConfigError: for an unknown ``prompt``.
@@ -87,6 +97,8 @@ def score_responses(
         injection_penalty=None,
         verifier_input="full",
     )
+    if progress is not None:
+        chunk_size = max(1, min(chunk_size, math.ceil(len(rows) / 10)))
     records: list[dict[str, Any]] = []
     try:
         t0 = time.perf_counter()
@@ -109,13 +121,39 @@ def score_responses(
                         "per_repeat": res.per_repeat,
                     }
                 )
-            logger.info(
-                "scored %d/%d responses (%.1f s)", len(records), len(rows), time.perf_counter() - t0
-            )
+            elapsed = time.perf_counter() - t0
+            logger.info("scored %d/%d responses (%.1f s)", len(records), len(rows), elapsed)
+            if progress is not None:
+                progress(len(records), len(rows), elapsed)
         stats = v.stats.as_dict()
     finally:
         v.close()
     return records, stats
+
+
+def progress_line(done: int, total: int, seconds: float) -> str:
+    """One progress line: done/total, rate and the time left at that rate.
+
+    >>> progress_line(40, 400, 50.0)
+    'eval-verifier: scored 40/400 responses (10%), 0.80/s, about 7 min 30 s left'
+    >>> progress_line(400, 400, 500.0)
+    'eval-verifier: scored 400/400 responses (100%), 0.80/s, done in 8 min 20 s'
+    """
+    rate = done / seconds if seconds > 0 else float("inf")
+    left = (total - done) / rate if rate > 0 else float("inf")
+    when = f"done in {_duration(seconds)}" if done >= total else f"about {_duration(left)} left"
+    rate_text = f"{rate:.2f}/s" if math.isfinite(rate) else "-/s"
+    return (
+        f"eval-verifier: scored {done}/{total} responses ({100 * done // max(total, 1)}%), "
+        f"{rate_text}, {when}"
+    )
+
+
+def _duration(seconds: float) -> str:
+    if not math.isfinite(seconds):
+        return "?"
+    s = round(seconds)
+    return f"{s // 60} min {s % 60} s" if s >= 60 else f"{s} s"
 
 
 def check_references(rows: Sequence[Mapping[str, Any]], kind: str) -> None:
