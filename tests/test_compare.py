@@ -489,6 +489,11 @@ def test_cli_flags_override_the_config_and_bad_condition_names_are_errors():
     for names, match in (
         (["sparse", "dense_env"], r"unknown \['dense_env'\]"),
         (["sparse", "sparse"], r"\['sparse'\] given more than once"),
+        # issue 41 third rerun F15: one name got the YAML's "conditions must map at least two"
+        (
+            ["sparse"],
+            r"^--conditions needs at least two of: sparse, sparse_her, .* \(got sparse\)$",
+        ),
     ):
         with pytest.raises(ConfigError, match=match):
             C.config_from_args(parser.parse_args(["--config", path, "--conditions", *names]))
