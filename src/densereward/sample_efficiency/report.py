@@ -32,9 +32,14 @@ __all__ = ["analyze", "plot_curves", "render_report", "run_final", "title_of", "
 
 NAN = float("nan")
 
-MIN_RUNS_FOR_A_VERDICT = 2
-FEW_RUNS = 5  # below it on a side, a verdict is indicative only ("Few runs" in the report)
-"""Finished runs each side of a pair needs before its P(a > b) is reported as a result."""
+MIN_RUNS_FOR_A_VERDICT = 4
+"""Finished runs each side of a pair needs for a verdict: the one rule of the console, the
+report and ``results.json`` (``enough_runs``). Why 4: the probability of improvement is the
+Mann-Whitney statistic, and with n runs a side the smallest two-sided p-value its exact test
+can give is 2 / C(2n, n): 0.33 at 2, 0.10 at 3, 0.029 at 4. Below 4 a side no ordering of the
+runs, however clean, is significant at 5 %, while the percentile bootstrap still prints
+``1.00 [1.00, 1.00]`` for two runs that beat two others. Below it a pair gets "too few runs
+for a verdict" and at most a descriptive P with its run counts."""
 
 
 def step_cost(summary: Mapping[str, Any]) -> dict[str, float | None]:
@@ -85,22 +90,30 @@ def verdict(
     ``a`` beats ``b`` when the interval's lower bound is above 0.5, ``b`` beats ``a`` when
     its upper bound is below 0.5, otherwise there is no significant difference. With fewer
     than :data:`MIN_RUNS_FOR_A_VERDICT` runs (``n_a``, ``n_b``) on a side the bootstrap
-    interval is degenerate (one run each gives ``1.00 [1.00, 1.00]``): no verdict, and no
-    probability beside it, so that none is read as a result.
+    interval is degenerate (two runs that beat two others give ``1.00 [1.00, 1.00]``): no
+    verdict; from 2 runs a side the point estimate is given as descriptive, with its run
+    counts and no interval, so that none is read as a result.
 
-    >>> verdict("dense", "sparse", {"value": 0.89, "low": 0.67, "high": 1.0})
+    >>> verdict("dense", "sparse", {"value": 0.89, "low": 0.67, "high": 1.0}, n_a=5, n_b=5)
     'dense beats sparse (AUC): P(dense > sparse) = 0.89 [0.67, 1.00]'
-    >>> verdict("dense", "sparse", {"value": 0.5, "low": 0.2, "high": 0.8})
+    >>> verdict("dense", "sparse", {"value": 0.5, "low": 0.2, "high": 0.8}, n_a=4, n_b=4)
     'no significant difference between dense and sparse (AUC): P(dense > sparse) = 0.50 [0.20, 0.80]'
     >>> verdict("sparse", "dense", {"value": 1.0, "low": 1.0, "high": 1.0}, n_a=1, n_b=1)
-    'too few runs for a verdict between sparse and dense (AUC): 1 and 1 finished, >= 2 each needed'
+    'too few runs for a verdict between sparse and dense (AUC): 1 and 1 finished, >= 4 each needed'
+    >>> verdict("sparse", "dense", {"value": 0.75, "low": 0.5, "high": 1.0}, n_a=2, n_b=2)
+    'too few runs for a verdict between sparse and dense (AUC): 2 and 2 finished, >= 4 each needed; descriptive only: P(sparse > dense) = 0.75 over 2 vs 2 runs'
     """
     p, lo, hi = poi.get("value", NAN), poi.get("low", NAN), poi.get("high", NAN)
     if min(n_a, n_b) < MIN_RUNS_FOR_A_VERDICT:
-        return (
+        few = (
             f"too few runs for a verdict between {a} and {b} ({score}): {n_a} and {n_b} "
             f"finished, >= {MIN_RUNS_FOR_A_VERDICT} each needed"
         )
+        if min(n_a, n_b) >= 2 and math.isfinite(p):  # one run each: P is one comparison
+            few += (
+                f"; descriptive only: P({a} > {b}) = {format_number(p, 2)} over {n_a} vs {n_b} runs"
+            )
+        return few
     stat = f"P({a} > {b}) = {format_number(p, 2)} [{format_number(lo, 2)}, {format_number(hi, 2)}]"
     if not all(map(math.isfinite, (p, lo, hi))):
         return f"not comparable ({score}: a condition has no finished run with a curve): {stat}"
@@ -112,18 +125,18 @@ def verdict(
 
 
 def console_verdict(pair: Mapping[str, Any]) -> str:
-    """The verdict of a pair as the console prints it: with the runs it rests on, and the
-    report's "Few runs" caveat where a side has fewer than :data:`FEW_RUNS`.
+    """The verdict of a pair as the console prints it: with the runs it rests on. Below
+    :data:`MIN_RUNS_FOR_A_VERDICT` a side the line is the "too few runs" one, which has its
+    counts already (the report and ``results.json`` say the same).
 
-    >>> console_verdict({"verdict": "a beats b (AUC): P(a > b) = 1.00 [1.00, 1.00]",
-    ...                  "n_runs": [2, 2], "enough_runs": True})
-    'a beats b (AUC): P(a > b) = 1.00 [1.00, 1.00] (2 vs 2 runs: too few for a verdict, see report)'
+    >>> console_verdict({"verdict": "a beats b (AUC): P(a > b) = 0.95 [0.80, 1.00]",
+    ...                  "n_runs": [5, 5], "enough_runs": True})
+    'a beats b (AUC): P(a > b) = 0.95 [0.80, 1.00] (5 vs 5 runs)'
     """
     n = pair.get("n_runs")
     if not n or not pair.get("enough_runs", True):  # the line already says too few, with counts
         return str(pair["verdict"])
-    few = ": too few for a verdict, see report" if min(n) < FEW_RUNS else ""
-    return f"{pair['verdict']} ({n[0]} vs {n[1]} runs{few})"
+    return f"{pair['verdict']} ({n[0]} vs {n[1]} runs)"
 
 
 def analyze(
@@ -354,12 +367,13 @@ def render_report(
     if missing:
         lines += ["", f"**Incomplete:** {len(missing)} run(s) not finished: {', '.join(missing)}."]
     n_min = min((c["n_runs"] for c in analysis["conditions"].values()), default=0)
-    if 0 < n_min < FEW_RUNS:
+    if 0 < n_min < MIN_RUNS_FOR_A_VERDICT:
         lines += [
             "",
-            f"**Few runs:** {n_min} per condition. A bootstrap over so few runs understates the "
-            "uncertainty (two runs that beat two others give P = 1.00 [1.00, 1.00]); read the "
-            "verdicts as indicative and add seeds (`--seeds`) before drawing conclusions.",
+            f"**Too few runs for a verdict:** {n_min} per condition, and a verdict needs "
+            f">= {MIN_RUNS_FOR_A_VERDICT} a side (below that no ordering of the runs is "
+            "significant at 5 %, and two runs that beat two others give P = 1.00 [1.00, 1.00]); "
+            "add seeds (`--seeds`). The numbers above describe these runs only.",
         ]
     short = sorted(
         {
@@ -394,7 +408,8 @@ def render_report(
         "- P(X > Y): probability of improvement (Mann-Whitney U / (n_x n_y), ties count 1/2, "
         "`rliable.metrics.probability_of_improvement`) with rliable's independent stratified "
         "bootstrap (`StratifiedIndependentBootstrap`); "
-        "X beats Y when the CI's lower bound is above 0.5.",
+        f"X beats Y when the CI's lower bound is above 0.5, given at least {MIN_RUNS_FOR_A_VERDICT} "
+        "runs a side (with fewer no ordering of the runs is significant at 5 %: no verdict).",
         "- Steps to threshold: the first evaluation at or above the threshold; the median counts "
         "runs that never reached it as infinite.",
         "- ms / env step (SAC): training wall time per environment step (evaluation excluded), "
