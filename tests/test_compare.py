@@ -1078,3 +1078,41 @@ def test_the_console_verdict_carries_its_run_counts_and_the_few_runs_caveat(tmp_
         assert "- fast beats slow (AUC)" in report and "Too few runs" not in report
     finally:
         C.TRAINERS._entries.pop(name, None)
+
+
+def test_no_verdict_on_curves_of_each_runs_training_reward(tmp_path, capsys):
+    """Issue 41 third rerun F2: with evaluation off SAC's curve was each run's training reward
+    (rollout/ep_rew_mean), shaped under the verifier, and compare printed "env_only beats
+    verifier_dense (AUC): P = 1.00 [1.00, 1.00]", an artefact of two reward scales. Such curves
+    (and curves of different metrics) now get no verdict, with the reason and the fix."""
+    from densereward.cli import main
+
+    def run(config, *, output_dir):
+        return {**_toy_run(config, output_dir=output_dir), "metric": "rollout/ep_rew_mean"}
+
+    name = "toy-trained-on"
+    C.register_trainer(name, dataclasses.replace(_toy_spec([]), run=run))
+    try:
+        path = tmp_path / "cmp.yaml"
+        config = {**_toy_config(tmp_path / "cmp"), "trainer": name, "seeds": [0, 1, 2, 3]}
+        path.write_text(yaml.safe_dump(config))
+        assert main(["compare", "--config", str(path), "--no-progress"]) == 0
+        last = capsys.readouterr().out.splitlines()[-1]
+        assert last.startswith(
+            "no verdict between fast and slow (AUC): the curves are each run's training reward "
+            "(`rollout/ep_rew_mean`)"
+        ) and last.endswith("rollout/ep_env_rew_mean)"), last
+        assert "turn evaluation on (training.eval_every > 0)" in last
+        (pair,) = json.loads((tmp_path / "cmp" / "results.json").read_text())["pairs"]
+        assert pair["enough_runs"] is False and pair["verdict"] == last
+        assert "beats" not in (tmp_path / "cmp" / "report.md").read_text().split("## Method")[0]
+        # the dry run says so too, with the same reason
+        assert main(["compare", "--config", str(path), "--dry-run"]) == 2
+        printed = capsys.readouterr().out
+        assert (
+            "  !! no verdict from the finished runs: the curves are each run's training" in printed
+        )
+    finally:
+        C.TRAINERS._entries.pop(name, None)
+    assert "different metrics" in C.runner.not_comparable_why({"eval/success_rate", "toy/score"})
+    assert C.runner.not_comparable_why({"rollout/ep_env_rew_mean"}) is None

@@ -150,6 +150,7 @@ def analyze(
     confidence: float = 0.95,
     seed: int = 0,
     primary: str = "auc",
+    not_comparable: str | None = None,
 ) -> dict[str, Any]:
     """Statistics of a comparison from its per-run results.
 
@@ -164,6 +165,9 @@ def analyze(
         confidence: coverage of every CI, in ``(0, 1)``.
         seed: RNG seed (every CI uses it).
         primary: ``auc`` or ``final``, the score of the pairwise verdicts.
+        not_comparable: why the conditions' curves are not on one scale (e.g. each run's
+            training reward, shaped under the verifier); every pair then gets "not comparable:
+            <why>" and ``enough_runs`` False instead of a verdict.
 
     Returns:
         ``{"grid": (G,), "conditions": {name: {"runs": [...], "final": ci, "auc": ci,
@@ -246,6 +250,21 @@ def analyze(
             }
         n_a = int(np.isfinite([x[primary] for x in conditions[a]["runs"]]).sum())
         n_b = int(np.isfinite([x[primary] for x in conditions[b]["runs"]]).sum())
+        score = "AUC" if primary == "auc" else "final performance"
+        if not_comparable:
+            pairs.append(
+                {
+                    "a": a,
+                    "b": b,
+                    "score": primary,
+                    "p_improvement": poi,
+                    "enough_runs": False,
+                    "n_runs": [n_a, n_b],
+                    "not_comparable": not_comparable,
+                    "verdict": f"no verdict between {a} and {b} ({score}): {not_comparable}",
+                }
+            )
+            continue
         pairs.append(
             {
                 "a": a,

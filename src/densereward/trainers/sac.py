@@ -496,7 +496,12 @@ def run(config: dict[str, Any], *, output_dir: Path, resume: bool = False) -> di
             curve, metric = train_curve, curve_cb.metric
             source = f"training episodes: success rate of the last {tc.metrics_window}"
         if not success:
-            what = "mean reward" if eval_cb is not None else "mean return (the training reward)"
+            what = (
+                "mean reward"
+                if eval_cb is not None
+                else "mean return of the environment's own reward (no shaping term: one scale "
+                "for every reward condition)"
+            )
             source = source.replace("success rate", what) + (
                 f"; {cfg.env.id} reports no info['is_success'], so no success rate"
             )
