@@ -1116,3 +1116,37 @@ def test_no_verdict_on_curves_of_each_runs_training_reward(tmp_path, capsys):
         C.TRAINERS._entries.pop(name, None)
     assert "different metrics" in C.runner.not_comparable_why({"eval/success_rate", "toy/score"})
     assert C.runner.not_comparable_why({"rollout/ep_env_rew_mean"}) is None
+
+
+def test_the_final_values_say_what_they_rest_on(tmp_path):
+    """Issue 41 third rerun F4: compare's pass rates had no counts (sparse 0.031 vs dense 0.000
+    was one correct completion of 32), and a run's result.json had a top-level "final" (mean
+    of final_window points) beside the nested summary's final_rests_on of train grpo's own
+    final (the last step alone). Now the table, results.json and the legend say what each
+    condition's final rests on, a result.json's one final_rests_on is its own final's, and the
+    plot marks the stretch before the first measurement."""
+
+    def run(config, *, output_dir):
+        result = _toy_run(config, output_dir=output_dir)
+        curve = [{**p, "n_completions": 8} for p in result["curve"] if p["step"] > 0]
+        return {**result, "curve": curve, "final_rests_on": "8 completions of step 100"}
+
+    out = tmp_path / "cmp"
+    config = {**_toy_config(out), "seeds": [0, 1], "final_window": 2}
+    spec = dataclasses.replace(_toy_spec([]), run=run)
+    res = C.run_comparison(config, trainers={"toy": spec}, progress=False)
+    stored = json.loads((out / "runs" / "slow" / "seed0" / "result.json").read_text())
+    assert stored["final_rests_on"] == "16 completions of steps 90, 100"
+    assert "final_rests_on" not in stored["summary"] and "final" not in stored["summary"]
+    for cond in ("slow", "fast"):
+        rests = res["conditions"][cond]["final_rests_on"]
+        assert rests == {"n": 32, "unit": "completions", "n_runs": 2, "text": rests["text"]}
+        assert rests["text"] == "32 completions over 2 runs"
+        assert res["conditions"][cond]["runs"][0]["first_step"] == 10.0
+    report = (out / "report.md").read_text()
+    assert "| final rests on |" in report and "| 32 completions over 2 runs |" in report
+    assert (out / "learning_curves.png").stat().st_size > 1000
+    # without counts in the curve: the points it rests on
+    assert (
+        C.report.final_rests_on([{"step": 5, "value": 1.0}], 3)["text"] == "1 curve point (step 5)"
+    )

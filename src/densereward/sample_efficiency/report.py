@@ -28,7 +28,15 @@ from ..metrics.curves import (
 )
 from ..metrics.format import format_number, markdown_table
 
-__all__ = ["analyze", "plot_curves", "render_report", "run_final", "title_of", "verdict"]
+__all__ = [
+    "analyze",
+    "final_rests_on",
+    "plot_curves",
+    "render_report",
+    "run_final",
+    "title_of",
+    "verdict",
+]
 
 NAN = float("nan")
 
@@ -68,6 +76,52 @@ def run_final(curve: Sequence[Mapping[str, Any]], final_window: int) -> float:
     """
     _, values = curve_arrays(curve or [])
     return final_performance(values, final_window) if values.size else NAN
+
+
+COUNT_KEYS = {
+    "n_completions": "completions",
+    "n_episodes": "evaluation episodes",
+    "n_problems": "held-out problem reads",
+}
+"""Keys of a curve point that count what its value is computed from (GRPO's pass rate: the
+step's completions; SAC's evaluation: its episodes; GRPO's held-out curve: the problems read)."""
+
+
+def final_rests_on(curve: Sequence[Mapping[str, Any]], final_window: int) -> dict[str, Any]:
+    """What :func:`run_final` rests on: the last ``final_window`` points of the curve and, where
+    the points count them (:data:`COUNT_KEYS`), the completions or episodes summed over them.
+
+    >>> final_rests_on([{"step": 1, "value": 0.0, "n_completions": 8},
+    ...                 {"step": 2, "value": 0.125, "n_completions": 8}], 2)["text"]
+    '16 completions of steps 1, 2'
+    >>> final_rests_on([{"step": 100, "value": 0.5}], 3)["text"]
+    '1 curve point (step 100)'
+    """
+    pts = [
+        p
+        for p in sorted(curve or [], key=lambda p: float(p["step"]))
+        if p.get("value") is not None and math.isfinite(float(p["value"]))
+    ][-final_window:]
+    steps = [p["step"] for p in pts]
+    where = f"step {steps[0]}" if len(steps) == 1 else f"steps {', '.join(map(str, steps))}"
+    for key, unit in COUNT_KEYS.items():
+        if pts and all(isinstance(p.get(key), (int, float)) for p in pts):
+            n = int(sum(p[key] for p in pts))
+            return {"n": n, "unit": unit, "n_points": len(pts), "text": f"{n} {unit} of {where}"}
+    text = f"{len(pts)} curve point{'s' if len(pts) != 1 else ''} ({where})" if pts else "no point"
+    return {"n": None, "unit": None, "n_points": len(pts), "text": text}
+
+
+def _condition_rests_on(items: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """A condition's final values rest on: the counts of its runs summed, with the run count."""
+    k = len(items)
+    runs = f"{k} run{'s' if k != 1 else ''}"
+    units = {x["unit"] for x in items}
+    if items and len(units) == 1 and None not in units:
+        n, unit = sum(int(x["n"]) for x in items), units.pop()
+        return {"n": n, "unit": unit, "n_runs": k, "text": f"{n} {unit} over {runs}"}
+    pts = sum(int(x["n_points"]) for x in items)
+    return {"n": None, "unit": None, "n_runs": k, "text": f"{pts} curve points over {runs}"}
 
 
 def title_of(conditions: Mapping[str, Mapping[str, Any]]) -> str:
@@ -187,6 +241,8 @@ def analyze(
             item = {
                 "seed": r.get("seed"),
                 "final": run_final(r.get("curve") or [], final_window),
+                "final_rests_on": final_rests_on(r.get("curve") or [], final_window),
+                "first_step": float(s[0]) if s.size else None,
                 "auc": normalized_auc(s, v, budget, grid_points=grid_points) if s.size else NAN,
                 "steps_to_threshold": steps_to_threshold(s, v, threshold)
                 if threshold is not None and s.size
@@ -205,6 +261,7 @@ def analyze(
             "n_runs": len(per_run),
             "runs": per_run,
             "final": iqm_ci(finals, **kw),
+            "final_rests_on": _condition_rests_on([x["final_rests_on"] for x in per_run]),
             "auc": iqm_ci(aucs, **kw),
         }
         if threshold is not None:
@@ -328,6 +385,7 @@ def render_report(
         "condition",
         "runs",
         f"final {metric} IQM [{pct} CI]",
+        "final rests on",
         f"AUC IQM [{pct} CI]",
         "steps to threshold (median; reached)",
         "wall s / run",
@@ -347,6 +405,7 @@ def render_report(
                 cname,
                 str(c["n_runs"]),
                 _ci_text(c["final"], n=c["n_runs"]),
+                (c.get("final_rests_on") or {}).get("text", "n/a"),
                 _ci_text(c["auc"], n=c["n_runs"]),
                 st_txt,
                 wall,
@@ -416,7 +475,9 @@ def render_report(
         "## Method",
         "",
         *[f"- Curve (`{metric}`): {src}." for src in curve_sources],
-        f"- Final performance: mean of the last {final_window} points of each run's `{metric}` curve. "
+        f"- Final performance: mean of the last {final_window} points of each run's `{metric}` curve "
+        '("final rests on": the completions or evaluation episodes behind those points, summed '
+        "over the condition's runs, where the curve counts them). "
         f"AUC: area under the curve on [0, {int(budget)}] {x_label} (trapezoid on a common grid, "
         "the first value held before the first evaluation) divided by the budget, i.e. the mean "
         "performance over training; higher = learns faster.",
@@ -460,12 +521,21 @@ def plot_curves(
 
     grid = np.asarray(analysis["grid"])
     fig, ax = plt.subplots(figsize=(7, 4.2))
-    banded, single = [], []
+    banded, single, held = [], [], []
     for cname, c in analysis["conditions"].items():
         if c.get("curve") is None:
             continue
         mean = np.asarray(c["curve"]["mean"])
-        (line,) = ax.plot(grid, mean, label=f"{cname} (n={c['n_runs']})")
+        rests = (c.get("final_rests_on") or {}).get("text")
+        label = f"{cname} (n={c['n_runs']}" + (f"; final: {rests})" if rests else ")")
+        firsts = [r["first_step"] for r in c["runs"] if r.get("first_step") is not None]
+        first = max(firsts, default=0.0)  # before it some run's value is held, not measured
+        measured = grid >= first
+        (line,) = ax.plot(grid[measured], mean[measured], label=label)
+        if first > grid[0]:
+            held.append(cname)
+            upto = grid <= first
+            ax.plot(grid[upto], mean[upto], color=line.get_color(), linestyle=":")
         if c["n_runs"] < 2:  # a bootstrap band of one run is the run itself: no interval
             single.append(cname)
             continue
@@ -489,7 +559,8 @@ def plot_curves(
         band = (f"{band} (runs >= 2); " if banded else "") + (
             f"no band for {', '.join(single)} (n=1: no interval)"
         )
-    ax.set_title(f"{title}\nline: mean over seeds; {band}", fontsize=10)
+    note = "\ndotted: before the first measurement (the first value held)" if held else ""
+    ax.set_title(f"{title}\nline: mean over seeds; {band}{note}", fontsize=10)
     ax.grid(alpha=0.3)
     ax.legend(loc="best", fontsize=8)
     fig.tight_layout()

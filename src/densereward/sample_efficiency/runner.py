@@ -41,7 +41,7 @@ from .config import (
     run_wandb,
     trainer_spec,
 )
-from .report import analyze, plot_curves, render_report, run_final, title_of
+from .report import analyze, final_rests_on, plot_curves, render_report, run_final, title_of
 
 __all__ = ["dry_run_comparison", "output_dir_of", "run_comparison"]
 
@@ -548,10 +548,17 @@ def _run_all(
                 # the report's computation (the trainer's own "final" is its curve's last point)
                 "final": run_final(summary.get("curve") or [], cfg.final_window),
                 "final_window": cfg.final_window,
+                # what this "final" rests on; the trainer's own final and its final_rests_on
+                # (the last point alone) are left out of "summary": one final per file
+                "final_rests_on": final_rests_on(summary.get("curve") or [], cfg.final_window)[
+                    "text"
+                ],
                 "wall_s": round(wall, 2),
                 "run_dir": summary.get("run_dir", str(run_dir)),
                 "summary": {
-                    k: v for k, v in summary.items() if k not in ("curve", "run_dir", "final")
+                    k: v
+                    for k, v in summary.items()
+                    if k not in ("curve", "run_dir", "final", "final_rests_on")
                 },
                 "config": run_configs[cname][key],
             }
