@@ -270,6 +270,31 @@ def test_dynamics_leaves_success_metrics_out_for_an_env_without_is_success(caplo
     assert m["rollout/success_rate"] == 1.0 and m["verifier/progress_success_mean"] == 0.8
 
 
+def test_a_return_curve_is_the_environments_own_reward_not_the_shaped_one(tmp_path):
+    """Issue 41 third rerun F2: with evaluation off the curve of an env without is_success was
+    the training return (rollout/ep_rew_mean), which under the verifier includes the shaping
+    term (-1.3 an episode on the user's env), so compare set env_only against verifier_dense on
+    two scales. The curve is now the environment's own return, info["true_reward"] summed."""
+    from stable_baselines3.common.vec_env import DummyVecEnv, VecMonitor
+
+    class Shaped(gym.Wrapper):  # a shaping term of -1 a step, the env's reward kept aside
+        def step(self, action):
+            obs, r, term, trunc, info = self.env.step(action)
+            info["true_reward"] = float(r)
+            return obs, float(r) - 1.0, term, trunc, info
+
+    def make():
+        return Shaped(gym.wrappers.TimeLimit(gym.make("Pendulum-v1").unwrapped, 10))
+
+    venv = VecMonitor(DummyVecEnv([make]))
+    curve = LearningCurveCallback(tmp_path / "train.jsonl", every=10, success=False)
+    model = _tiny_sac(venv, learning_starts=100, policy="MlpPolicy")
+    model.learn(30, callback=[curve])
+    trained_on = [float(ep["r"]) for ep in model.ep_info_buffer]  # 3 episodes of 10 steps
+    assert curve.metric == "rollout/ep_env_rew_mean"
+    assert curve.curve[-1]["value"] == pytest.approx(np.mean(trained_on) + 10.0, abs=1e-3)
+
+
 def test_curves_of_an_env_without_is_success_are_returns_not_zero_success(tmp_path):
     """Issue 41: densereward's make_vec_env on Pendulum-v1 (no info["is_success"]) no longer
     dies at the first episode end (SB3's VecMonitor was told to record is_success); the
@@ -298,15 +323,15 @@ def test_curves_of_an_env_without_is_success_are_returns_not_zero_success(tmp_pa
     assert [p["step"] for p in returns.curve] == [10, 20, 30, 40]
     assert returns.curve[-1]["value"] == pytest.approx(np.mean(sb3), abs=1e-4)
     assert returns.curve[-1]["value"] < 0  # Pendulum's reward: a return, not a success rate
-    assert returns.metric == "rollout/ep_rew_mean" and evaluation.metric == "eval/mean_reward"
+    assert returns.metric == "rollout/ep_env_rew_mean" and evaluation.metric == "eval/mean_reward"
     assert expects_success.curve == [] and not (tmp_path / "success.jsonl").exists()
     assert [p["step"] for p in evaluation.curve] == [0, 20, 40]
     assert all(p["value"] == p["mean_reward"] < 0 for p in evaluation.curve)
     # issue 41 third rerun F10: each row of either curve says what its value is
     assert list(read_jsonl(tmp_path / "train.jsonl")) == returns.curve
     assert all(
-        p["metric"] == "rollout/ep_rew_mean"
-        and p["reward"] == "the training reward, summed over an episode"
+        p["metric"] == "rollout/ep_env_rew_mean"
+        and p["reward"] == "the environment's own reward, summed over a training episode"
         and p["n_episodes"] >= 1
         for p in returns.curve
     )

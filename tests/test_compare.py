@@ -120,21 +120,22 @@ def test_mean_curve_band_contains_mean_and_collapses_for_identical_runs():
 
 
 def test_verdicts():
-    assert C.verdict("dense", "sparse", {"value": 0.9, "low": 0.6, "high": 1.0}).startswith(
+    n = {"n_a": 4, "n_b": 4}
+    assert C.verdict("dense", "sparse", {"value": 0.9, "low": 0.6, "high": 1.0}, **n).startswith(
         "dense beats sparse"
     )
-    assert C.verdict("dense", "sparse", {"value": 0.1, "low": 0.0, "high": 0.4}).startswith(
+    assert C.verdict("dense", "sparse", {"value": 0.1, "low": 0.0, "high": 0.4}, **n).startswith(
         "sparse beats dense"
     )
-    assert C.verdict("a", "b", {"value": 0.5, "low": 0.1, "high": 0.9}).startswith(
+    assert C.verdict("a", "b", {"value": 0.5, "low": 0.1, "high": 0.9}, **n).startswith(
         "no significant difference"
     )
     assert C.verdict(
-        "a", "b", {"value": float("nan"), "low": float("nan"), "high": float("nan")}
+        "a", "b", {"value": float("nan"), "low": float("nan"), "high": float("nan")}, **n
     ).startswith("not comparable")
 
 
-def _synthetic_runs(rise_at: float, seeds=(0, 1, 2), budget=1000):
+def _synthetic_runs(rise_at: float, seeds=(0, 1, 2, 3), budget=1000):
     """Success curves that jump from 0 to 1 near ``rise_at`` (seed-dependent jitter)."""
     runs = []
     for s in seeds:
@@ -155,8 +156,8 @@ def test_analyze_and_report_on_synthetic_curves(tmp_path):
     a = C.analyze(runs, budget=1000, threshold=0.8, n_bootstrap=500)
     d, s = a["conditions"]["dense"], a["conditions"]["sparse"]
     assert d["auc"]["value"] > s["auc"]["value"]
-    assert d["steps_to_threshold"]["median"] == 300.0 and d["steps_to_threshold"]["n_reached"] == 3
-    assert s["steps_to_threshold"]["per_seed"] == {"0": 800.0, "1": 900.0, "2": 900.0}
+    assert d["steps_to_threshold"]["median"] == 300.0 and d["steps_to_threshold"]["n_reached"] == 4
+    assert s["steps_to_threshold"]["per_seed"] == {"0": 800.0, "1": 900.0, "2": 900.0, "3": 1000.0}
     (pair,) = a["pairs"]
     assert (pair["a"], pair["b"]) == ("dense", "sparse")  # oriented: the better condition first
     assert pair["p_improvement"]["auc"]["value"] == 1.0 and pair["verdict"].startswith(
@@ -181,8 +182,8 @@ def test_analyze_and_report_on_synthetic_curves(tmp_path):
         x_label="environment steps",
     )
     assert (
-        "| flat | 3 |" in md
-        and "not reached (0/3 reached >= 0.8)" in md
+        "| flat | 4 |" in md
+        and "not reached (0/4 reached >= 0.8)" in md
         and "dense beats flat" in md
     )
     assert "dense beats flat (AUC)" in md and "; final: P(dense > flat) = " in md
@@ -405,7 +406,7 @@ def test_kill_and_resume_does_not_redo_finished_runs(tmp_path):
         assert all(r["n_points"] >= 1 for r in c["runs"])
     report = (out / "report.md").read_text()
     assert "| sparse | 2 |" in report and "| env_dense | 2 |" in report and "P(" in report
-    assert "**Few runs:** 2 per condition" in report
+    assert "**Too few runs for a verdict:** 2 per condition" in report
     # the curves are the deterministic evaluation episodes, and the report says so
     assert results["metric"] == "eval/success_rate"
     assert "Learning curves: deterministic evaluation: 2 episodes every 100" in report
@@ -489,6 +490,11 @@ def test_cli_flags_override_the_config_and_bad_condition_names_are_errors():
     for names, match in (
         (["sparse", "dense_env"], r"unknown \['dense_env'\]"),
         (["sparse", "sparse"], r"\['sparse'\] given more than once"),
+        # issue 41 third rerun F15: one name got the YAML's "conditions must map at least two"
+        (
+            ["sparse"],
+            r"^--conditions needs at least two of: sparse, sparse_her, .* \(got sparse\)$",
+        ),
     ):
         with pytest.raises(ConfigError, match=match):
             C.config_from_args(parser.parse_args(["--config", path, "--conditions", *names]))
@@ -679,7 +685,9 @@ def test_a_comparison_runs_a_run_function_given_to_it(tmp_path):
         fast["steps_to_threshold"]["n_reached"] == 3
         and slow["steps_to_threshold"]["n_reached"] == 0
     )
-    assert res["pairs"][0]["verdict"].startswith("fast beats slow (AUC)")
+    assert res["pairs"][0]["verdict"].startswith(  # 3 a side: below MIN_RUNS_FOR_A_VERDICT
+        "too few runs for a verdict between fast and slow (AUC): 3 and 3 finished"
+    )
     report = (out / "report.md").read_text()
     assert (
         "metric `toy/score`, budget 100 toy steps" in report and "the toy trainer's score" in report
@@ -831,7 +839,7 @@ def test_one_run_each_gives_no_probability_and_one_final_value(tmp_path, monkeyp
     res = C.run_comparison(config, trainers={"toy": _toy_spec([])}, progress=False)
     pair = res["pairs"][0]
     assert pair["verdict"] == (
-        "too few runs for a verdict between fast and slow (AUC): 1 and 1 finished, >= 2 each needed"
+        "too few runs for a verdict between fast and slow (AUC): 1 and 1 finished, >= 4 each needed"
     )
     assert pair["enough_runs"] is False
     report = (out / "report.md").read_text()
@@ -1031,7 +1039,9 @@ def test_a_success_rate_threshold_is_not_read_on_a_fallback_reward_curve(tmp_pat
 def test_the_console_verdict_carries_its_run_counts_and_the_few_runs_caveat(tmp_path, capsys):
     """From 2 runs a side compare ended its console with "fast beats slow (AUC): P(fast >
     slow) = 1.00 [1.00, 1.00]" and no caveat (only the report said "Few runs"); the line now
-    says the runs it rests on and, below 5 a side, that they are too few."""
+    says the runs it rests on. Issue 41 third rerun F3: the line then gave a verdict and "too
+    few for a verdict" at once, the report the verdict under "Verdicts" ("indicative") and
+    results.json ``enough_runs: true``: one rule now (MIN_RUNS_FOR_A_VERDICT) for all three."""
     from densereward.cli import main
 
     name = "toy-console"
@@ -1043,16 +1053,100 @@ def test_the_console_verdict_carries_its_run_counts_and_the_few_runs_caveat(tmp_
         assert main(["compare", "--config", str(path), "--no-progress"]) == 0
         printed = capsys.readouterr()
         last = printed.out.splitlines()[-1]
-        assert last.startswith("fast beats slow (AUC): P(fast > slow) = 1.00 [1.00, 1.00]")
+        assert C.report.MIN_RUNS_FOR_A_VERDICT == 4
+        assert last == (
+            "too few runs for a verdict between fast and slow (AUC): 2 and 2 finished, >= 4 each "
+            "needed; descriptive only: P(fast > slow) = 1.00 over 2 vs 2 runs"
+        )
+        results = json.loads((tmp_path / "cmp" / "results.json").read_text())
+        (pair,) = results["pairs"]
+        assert pair["enough_runs"] is False and pair["verdict"] == last
+        report = (tmp_path / "cmp" / "report.md").read_text()
+        assert f"- {last}\n" in report and "fast beats" not in report and "indicative" not in report
         # each run's progress line is one line (rich wrapped them at 80 columns mid-sentence)
         runs = [x for x in printed.err.splitlines() if x.startswith("[") and "] fast seed" in x]
         assert runs and all(x.endswith(" left") for x in runs), printed.err
-        assert last.endswith(" (2 vs 2 runs: too few for a verdict, see report)")
         # five a side: the counts, no caveat
         five = {**config, "seeds": [0, 1, 2, 3, 4], "output_dir": str(tmp_path / "five")}
         path.write_text(yaml.safe_dump(five))
         assert main(["compare", "--config", str(path), "--no-progress"]) == 0
         last = capsys.readouterr().out.splitlines()[-1]
         assert last.startswith("fast beats slow (AUC)") and last.endswith(" (5 vs 5 runs)")
+        results = json.loads((tmp_path / "five" / "results.json").read_text())
+        assert results["pairs"][0]["enough_runs"] is True
+        report = (tmp_path / "five" / "report.md").read_text()
+        assert "- fast beats slow (AUC)" in report and "Too few runs" not in report
     finally:
         C.TRAINERS._entries.pop(name, None)
+
+
+def test_no_verdict_on_curves_of_each_runs_training_reward(tmp_path, capsys):
+    """Issue 41 third rerun F2: with evaluation off SAC's curve was each run's training reward
+    (rollout/ep_rew_mean), shaped under the verifier, and compare printed "env_only beats
+    verifier_dense (AUC): P = 1.00 [1.00, 1.00]", an artefact of two reward scales. Such curves
+    (and curves of different metrics) now get no verdict, with the reason and the fix."""
+    from densereward.cli import main
+
+    def run(config, *, output_dir):
+        return {**_toy_run(config, output_dir=output_dir), "metric": "rollout/ep_rew_mean"}
+
+    name = "toy-trained-on"
+    C.register_trainer(name, dataclasses.replace(_toy_spec([]), run=run))
+    try:
+        path = tmp_path / "cmp.yaml"
+        config = {**_toy_config(tmp_path / "cmp"), "trainer": name, "seeds": [0, 1, 2, 3]}
+        path.write_text(yaml.safe_dump(config))
+        assert main(["compare", "--config", str(path), "--no-progress"]) == 0
+        last = capsys.readouterr().out.splitlines()[-1]
+        assert last.startswith(
+            "no verdict between fast and slow (AUC): the curves are each run's training reward "
+            "(`rollout/ep_rew_mean`)"
+        ) and last.endswith("rollout/ep_env_rew_mean)"), last
+        assert "turn evaluation on (training.eval_every > 0)" in last
+        (pair,) = json.loads((tmp_path / "cmp" / "results.json").read_text())["pairs"]
+        assert pair["enough_runs"] is False and pair["verdict"] == last
+        assert "beats" not in (tmp_path / "cmp" / "report.md").read_text().split("## Method")[0]
+        # the dry run says so too, with the same reason
+        assert main(["compare", "--config", str(path), "--dry-run"]) == 2
+        printed = capsys.readouterr().out
+        assert (
+            "  !! no verdict from the finished runs: the curves are each run's training" in printed
+        )
+    finally:
+        C.TRAINERS._entries.pop(name, None)
+    assert "different metrics" in C.runner.not_comparable_why({"eval/success_rate", "toy/score"})
+    assert C.runner.not_comparable_why({"rollout/ep_env_rew_mean"}) is None
+
+
+def test_the_final_values_say_what_they_rest_on(tmp_path):
+    """Issue 41 third rerun F4: compare's pass rates had no counts (sparse 0.031 vs dense 0.000
+    was one correct completion of 32), and a run's result.json had a top-level "final" (mean
+    of final_window points) beside the nested summary's final_rests_on of train grpo's own
+    final (the last step alone). Now the table, results.json and the legend say what each
+    condition's final rests on, a result.json's one final_rests_on is its own final's, and the
+    plot marks the stretch before the first measurement."""
+
+    def run(config, *, output_dir):
+        result = _toy_run(config, output_dir=output_dir)
+        curve = [{**p, "n_completions": 8} for p in result["curve"] if p["step"] > 0]
+        return {**result, "curve": curve, "final_rests_on": "8 completions of step 100"}
+
+    out = tmp_path / "cmp"
+    config = {**_toy_config(out), "seeds": [0, 1], "final_window": 2}
+    spec = dataclasses.replace(_toy_spec([]), run=run)
+    res = C.run_comparison(config, trainers={"toy": spec}, progress=False)
+    stored = json.loads((out / "runs" / "slow" / "seed0" / "result.json").read_text())
+    assert stored["final_rests_on"] == "16 completions of steps 90, 100"
+    assert "final_rests_on" not in stored["summary"] and "final" not in stored["summary"]
+    for cond in ("slow", "fast"):
+        rests = res["conditions"][cond]["final_rests_on"]
+        assert rests == {"n": 32, "unit": "completions", "n_runs": 2, "text": rests["text"]}
+        assert rests["text"] == "32 completions over 2 runs"
+        assert res["conditions"][cond]["runs"][0]["first_step"] == 10.0
+    report = (out / "report.md").read_text()
+    assert "| final rests on |" in report and "| 32 completions over 2 runs |" in report
+    assert (out / "learning_curves.png").stat().st_size > 1000
+    # without counts in the curve: the points it rests on
+    assert (
+        C.report.final_rests_on([{"step": 5, "value": 1.0}], 3)["text"] == "1 curve point (step 5)"
+    )

@@ -629,3 +629,15 @@ def test_the_final_value_says_what_it_rests_on(tmp_path):
         _final_rests_on(tmp_path, "heldout/pass_rate_greedy", curve, held) == "50 held-out problems"
     )
     assert _final_rests_on(tmp_path, "verifier/pass_rate", [], None) is None
+    # the curve's points count their completions (compare sums them: issue 41 third rerun F4)
+    from densereward.trainers.grpo import _curve
+
+    for step, n, rate in ((1, 8.0, 0.0), (2, 8.0, 0.25), (2, 8.0, 0.0)):
+        append_jsonl(
+            tmp_path / "curve" / "reward_quality.jsonl",
+            {"step": step, "verifier/n": n, "verifier/pass_rate": rate},
+        )
+    assert _curve(tmp_path / "curve", None) == [
+        {"step": 1, "value": 0.0, "n_completions": 8},
+        {"step": 2, "value": 0.125, "n_completions": 16},
+    ]

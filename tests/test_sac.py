@@ -656,10 +656,9 @@ def test_sac_on_an_env_without_is_success_trains_with_success_metrics_off(tmp_pa
     assert all(p["value"] == p["mean_reward"] < 0 for p in summary["curve"])
     assert summary["train_curve"] and all(p["value"] < 0 for p in summary["train_curve"])
     # issue 41 third rerun F10: the training curve said nothing of holding a return, not a rate
-    assert summary["train_curve_metric"] == "rollout/ep_rew_mean"
+    assert summary["train_curve_metric"] == "rollout/ep_env_rew_mean"
     assert all(
-        p["metric"] == "rollout/ep_rew_mean"
-        and p["reward"] == "the environment's own reward, summed over a training episode"
+        p["metric"] == "rollout/ep_env_rew_mean" and p["reward"] == sac.ENV_RETURN_LABEL
         for p in read_jsonl(tmp_path / "run" / "train_curve.jsonl")
     )
     assert all(p["metric"] == "eval/mean_reward" for p in summary["curve"])

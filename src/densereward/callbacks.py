@@ -487,10 +487,13 @@ class LearningCurveCallback(BaseCallback):
     episodes (SB3's ``rollout/success_rate``), written every ``every`` environment steps
     once an episode has finished (one without ``is_success`` is left out, not counted as a
     failure); ``densereward compare`` reads this file. With ``success=False`` (no ``is_success``:
-    ``Pendulum-v1``) the value is their mean return (SB3's ``rollout/ep_rew_mean``: the reward
-    the agent trains on, shaped when the verifier shapes it) instead. Each row says which:
-    ``metric`` is ``"rollout/success_rate"`` or ``"rollout/ep_rew_mean"`` (:attr:`metric`), and
-    a return row also has ``reward``, ``reward_label`` in words.
+    ``Pendulum-v1``) the value is their mean return of the environment's own reward
+    (``rollout/ep_env_rew_mean``: ``info["true_reward"]`` where a wrapper replaced or shaped the
+    reward, else the reward) instead: never the training reward (SB3's ``rollout/ep_rew_mean``),
+    which for the verifier reward includes the potential-shaping term, so that conditions with
+    different rewards have curves on one scale (issue 41 third rerun F2). Each row says which:
+    ``metric`` is ``"rollout/success_rate"`` or ``"rollout/ep_env_rew_mean"`` (:attr:`metric`),
+    and a return row also has ``reward``, ``reward_label`` in words.
 
     Args:
         path: the JSONL file (appended to, so a resumed run continues the curve).
@@ -511,7 +514,7 @@ class LearningCurveCallback(BaseCallback):
         verbose: int = 0,
         *,
         success: bool = True,
-        reward_label: str = "the training reward, summed over an episode",
+        reward_label: str = "the environment's own reward, summed over a training episode",
     ) -> None:
         super().__init__(verbose)
         if every < 1 or window < 1:
@@ -519,18 +522,27 @@ class LearningCurveCallback(BaseCallback):
         self.path = Path(path)
         self.every = every
         self.success = success
-        self.metric = "rollout/success_rate" if success else "rollout/ep_rew_mean"
+        self.metric = "rollout/success_rate" if success else "rollout/ep_env_rew_mean"
         self.reward_label = reward_label
         self.successes: deque[float] = deque(maxlen=window)  # or returns, without success
         self.curve: list[dict[str, Any]] = []
         self._next = None
+        self._env_return: np.ndarray | None = None  # per environment, the episode so far
 
     def _on_step(self) -> bool:
-        for info, done in zip(self.locals["infos"], self.locals["dones"], strict=True):
+        infos, dones = self.locals["infos"], self.locals["dones"]
+        if not self.success:
+            rewards = np.asarray(self.locals["rewards"], dtype=float)
+            if self._env_return is None:
+                self._env_return = np.zeros(len(infos))
+            for i, info in enumerate(infos):
+                self._env_return[i] += float(info.get("true_reward", rewards[i]))
+        for i, (info, done) in enumerate(zip(infos, dones, strict=True)):
             if done and self.success and "is_success" in info:
                 self.successes.append(float(bool(info["is_success"])))
-            elif done and not self.success and "episode" in info:
-                self.successes.append(float(info["episode"]["r"]))
+            elif done and not self.success:
+                self.successes.append(float(self._env_return[i]))
+                self._env_return[i] = 0.0
         if self._next is None:
             self._next = (self.num_timesteps // self.every + 1) * self.every
         if self.num_timesteps >= self._next and self.successes:

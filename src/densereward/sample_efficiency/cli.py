@@ -114,6 +114,11 @@ def config_from_args(args: argparse.Namespace) -> dict[str, Any]:
         dup = sorted({c for c in args.conditions if args.conditions.count(c) > 1})
         if dup:
             raise ConfigError(f"--conditions: {dup} given more than once")
+        if len(args.conditions) < 2:  # a comparison needs two; name the flag, not the YAML
+            raise ConfigError(
+                f"--conditions needs at least two of: {', '.join(map(str, conds))} "
+                f"(got {args.conditions[0]})"
+            )
         config["conditions"] = {c: conds[c] for c in args.conditions}
     return config
 

@@ -28,13 +28,26 @@ from ..metrics.curves import (
 )
 from ..metrics.format import format_number, markdown_table
 
-__all__ = ["analyze", "plot_curves", "render_report", "run_final", "title_of", "verdict"]
+__all__ = [
+    "analyze",
+    "final_rests_on",
+    "plot_curves",
+    "render_report",
+    "run_final",
+    "title_of",
+    "verdict",
+]
 
 NAN = float("nan")
 
-MIN_RUNS_FOR_A_VERDICT = 2
-FEW_RUNS = 5  # below it on a side, a verdict is indicative only ("Few runs" in the report)
-"""Finished runs each side of a pair needs before its P(a > b) is reported as a result."""
+MIN_RUNS_FOR_A_VERDICT = 4
+"""Finished runs each side of a pair needs for a verdict: the one rule of the console, the
+report and ``results.json`` (``enough_runs``). Why 4: the probability of improvement is the
+Mann-Whitney statistic, and with n runs a side the smallest two-sided p-value its exact test
+can give is 2 / C(2n, n): 0.33 at 2, 0.10 at 3, 0.029 at 4. Below 4 a side no ordering of the
+runs, however clean, is significant at 5 %, while the percentile bootstrap still prints
+``1.00 [1.00, 1.00]`` for two runs that beat two others. Below it a pair gets "too few runs
+for a verdict" and at most a descriptive P with its run counts."""
 
 
 def step_cost(summary: Mapping[str, Any]) -> dict[str, float | None]:
@@ -65,6 +78,52 @@ def run_final(curve: Sequence[Mapping[str, Any]], final_window: int) -> float:
     return final_performance(values, final_window) if values.size else NAN
 
 
+COUNT_KEYS = {
+    "n_completions": "completions",
+    "n_episodes": "evaluation episodes",
+    "n_problems": "held-out problem reads",
+}
+"""Keys of a curve point that count what its value is computed from (GRPO's pass rate: the
+step's completions; SAC's evaluation: its episodes; GRPO's held-out curve: the problems read)."""
+
+
+def final_rests_on(curve: Sequence[Mapping[str, Any]], final_window: int) -> dict[str, Any]:
+    """What :func:`run_final` rests on: the last ``final_window`` points of the curve and, where
+    the points count them (:data:`COUNT_KEYS`), the completions or episodes summed over them.
+
+    >>> final_rests_on([{"step": 1, "value": 0.0, "n_completions": 8},
+    ...                 {"step": 2, "value": 0.125, "n_completions": 8}], 2)["text"]
+    '16 completions of steps 1, 2'
+    >>> final_rests_on([{"step": 100, "value": 0.5}], 3)["text"]
+    '1 curve point (step 100)'
+    """
+    pts = [
+        p
+        for p in sorted(curve or [], key=lambda p: float(p["step"]))
+        if p.get("value") is not None and math.isfinite(float(p["value"]))
+    ][-final_window:]
+    steps = [p["step"] for p in pts]
+    where = f"step {steps[0]}" if len(steps) == 1 else f"steps {', '.join(map(str, steps))}"
+    for key, unit in COUNT_KEYS.items():
+        if pts and all(isinstance(p.get(key), (int, float)) for p in pts):
+            n = int(sum(p[key] for p in pts))
+            return {"n": n, "unit": unit, "n_points": len(pts), "text": f"{n} {unit} of {where}"}
+    text = f"{len(pts)} curve point{'s' if len(pts) != 1 else ''} ({where})" if pts else "no point"
+    return {"n": None, "unit": None, "n_points": len(pts), "text": text}
+
+
+def _condition_rests_on(items: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """A condition's final values rest on: the counts of its runs summed, with the run count."""
+    k = len(items)
+    runs = f"{k} run{'s' if k != 1 else ''}"
+    units = {x["unit"] for x in items}
+    if items and len(units) == 1 and None not in units:
+        n, unit = sum(int(x["n"]) for x in items), units.pop()
+        return {"n": n, "unit": unit, "n_runs": k, "text": f"{n} {unit} over {runs}"}
+    pts = sum(int(x["n_points"]) for x in items)
+    return {"n": None, "unit": None, "n_runs": k, "text": f"{pts} curve points over {runs}"}
+
+
 def title_of(conditions: Mapping[str, Mapping[str, Any]]) -> str:
     """The conditions that have a finished run, as a title (``"sparse vs dense"``); never one
     that did not run.
@@ -85,22 +144,30 @@ def verdict(
     ``a`` beats ``b`` when the interval's lower bound is above 0.5, ``b`` beats ``a`` when
     its upper bound is below 0.5, otherwise there is no significant difference. With fewer
     than :data:`MIN_RUNS_FOR_A_VERDICT` runs (``n_a``, ``n_b``) on a side the bootstrap
-    interval is degenerate (one run each gives ``1.00 [1.00, 1.00]``): no verdict, and no
-    probability beside it, so that none is read as a result.
+    interval is degenerate (two runs that beat two others give ``1.00 [1.00, 1.00]``): no
+    verdict; from 2 runs a side the point estimate is given as descriptive, with its run
+    counts and no interval, so that none is read as a result.
 
-    >>> verdict("dense", "sparse", {"value": 0.89, "low": 0.67, "high": 1.0})
+    >>> verdict("dense", "sparse", {"value": 0.89, "low": 0.67, "high": 1.0}, n_a=5, n_b=5)
     'dense beats sparse (AUC): P(dense > sparse) = 0.89 [0.67, 1.00]'
-    >>> verdict("dense", "sparse", {"value": 0.5, "low": 0.2, "high": 0.8})
+    >>> verdict("dense", "sparse", {"value": 0.5, "low": 0.2, "high": 0.8}, n_a=4, n_b=4)
     'no significant difference between dense and sparse (AUC): P(dense > sparse) = 0.50 [0.20, 0.80]'
     >>> verdict("sparse", "dense", {"value": 1.0, "low": 1.0, "high": 1.0}, n_a=1, n_b=1)
-    'too few runs for a verdict between sparse and dense (AUC): 1 and 1 finished, >= 2 each needed'
+    'too few runs for a verdict between sparse and dense (AUC): 1 and 1 finished, >= 4 each needed'
+    >>> verdict("sparse", "dense", {"value": 0.75, "low": 0.5, "high": 1.0}, n_a=2, n_b=2)
+    'too few runs for a verdict between sparse and dense (AUC): 2 and 2 finished, >= 4 each needed; descriptive only: P(sparse > dense) = 0.75 over 2 vs 2 runs'
     """
     p, lo, hi = poi.get("value", NAN), poi.get("low", NAN), poi.get("high", NAN)
     if min(n_a, n_b) < MIN_RUNS_FOR_A_VERDICT:
-        return (
+        few = (
             f"too few runs for a verdict between {a} and {b} ({score}): {n_a} and {n_b} "
             f"finished, >= {MIN_RUNS_FOR_A_VERDICT} each needed"
         )
+        if min(n_a, n_b) >= 2 and math.isfinite(p):  # one run each: P is one comparison
+            few += (
+                f"; descriptive only: P({a} > {b}) = {format_number(p, 2)} over {n_a} vs {n_b} runs"
+            )
+        return few
     stat = f"P({a} > {b}) = {format_number(p, 2)} [{format_number(lo, 2)}, {format_number(hi, 2)}]"
     if not all(map(math.isfinite, (p, lo, hi))):
         return f"not comparable ({score}: a condition has no finished run with a curve): {stat}"
@@ -112,18 +179,18 @@ def verdict(
 
 
 def console_verdict(pair: Mapping[str, Any]) -> str:
-    """The verdict of a pair as the console prints it: with the runs it rests on, and the
-    report's "Few runs" caveat where a side has fewer than :data:`FEW_RUNS`.
+    """The verdict of a pair as the console prints it: with the runs it rests on. Below
+    :data:`MIN_RUNS_FOR_A_VERDICT` a side the line is the "too few runs" one, which has its
+    counts already (the report and ``results.json`` say the same).
 
-    >>> console_verdict({"verdict": "a beats b (AUC): P(a > b) = 1.00 [1.00, 1.00]",
-    ...                  "n_runs": [2, 2], "enough_runs": True})
-    'a beats b (AUC): P(a > b) = 1.00 [1.00, 1.00] (2 vs 2 runs: too few for a verdict, see report)'
+    >>> console_verdict({"verdict": "a beats b (AUC): P(a > b) = 0.95 [0.80, 1.00]",
+    ...                  "n_runs": [5, 5], "enough_runs": True})
+    'a beats b (AUC): P(a > b) = 0.95 [0.80, 1.00] (5 vs 5 runs)'
     """
     n = pair.get("n_runs")
     if not n or not pair.get("enough_runs", True):  # the line already says too few, with counts
         return str(pair["verdict"])
-    few = ": too few for a verdict, see report" if min(n) < FEW_RUNS else ""
-    return f"{pair['verdict']} ({n[0]} vs {n[1]} runs{few})"
+    return f"{pair['verdict']} ({n[0]} vs {n[1]} runs)"
 
 
 def analyze(
@@ -137,6 +204,7 @@ def analyze(
     confidence: float = 0.95,
     seed: int = 0,
     primary: str = "auc",
+    not_comparable: str | None = None,
 ) -> dict[str, Any]:
     """Statistics of a comparison from its per-run results.
 
@@ -151,6 +219,9 @@ def analyze(
         confidence: coverage of every CI, in ``(0, 1)``.
         seed: RNG seed (every CI uses it).
         primary: ``auc`` or ``final``, the score of the pairwise verdicts.
+        not_comparable: why the conditions' curves are not on one scale (e.g. each run's
+            training reward, shaped under the verifier); every pair then gets "not comparable:
+            <why>" and ``enough_runs`` False instead of a verdict.
 
     Returns:
         ``{"grid": (G,), "conditions": {name: {"runs": [...], "final": ci, "auc": ci,
@@ -170,6 +241,8 @@ def analyze(
             item = {
                 "seed": r.get("seed"),
                 "final": run_final(r.get("curve") or [], final_window),
+                "final_rests_on": final_rests_on(r.get("curve") or [], final_window),
+                "first_step": float(s[0]) if s.size else None,
                 "auc": normalized_auc(s, v, budget, grid_points=grid_points) if s.size else NAN,
                 "steps_to_threshold": steps_to_threshold(s, v, threshold)
                 if threshold is not None and s.size
@@ -188,6 +261,7 @@ def analyze(
             "n_runs": len(per_run),
             "runs": per_run,
             "final": iqm_ci(finals, **kw),
+            "final_rests_on": _condition_rests_on([x["final_rests_on"] for x in per_run]),
             "auc": iqm_ci(aucs, **kw),
         }
         if threshold is not None:
@@ -233,6 +307,21 @@ def analyze(
             }
         n_a = int(np.isfinite([x[primary] for x in conditions[a]["runs"]]).sum())
         n_b = int(np.isfinite([x[primary] for x in conditions[b]["runs"]]).sum())
+        score = "AUC" if primary == "auc" else "final performance"
+        if not_comparable:
+            pairs.append(
+                {
+                    "a": a,
+                    "b": b,
+                    "score": primary,
+                    "p_improvement": poi,
+                    "enough_runs": False,
+                    "n_runs": [n_a, n_b],
+                    "not_comparable": not_comparable,
+                    "verdict": f"no verdict between {a} and {b} ({score}): {not_comparable}",
+                }
+            )
+            continue
         pairs.append(
             {
                 "a": a,
@@ -296,6 +385,7 @@ def render_report(
         "condition",
         "runs",
         f"final {metric} IQM [{pct} CI]",
+        "final rests on",
         f"AUC IQM [{pct} CI]",
         "steps to threshold (median; reached)",
         "wall s / run",
@@ -315,6 +405,7 @@ def render_report(
                 cname,
                 str(c["n_runs"]),
                 _ci_text(c["final"], n=c["n_runs"]),
+                (c.get("final_rests_on") or {}).get("text", "n/a"),
                 _ci_text(c["auc"], n=c["n_runs"]),
                 st_txt,
                 wall,
@@ -354,12 +445,13 @@ def render_report(
     if missing:
         lines += ["", f"**Incomplete:** {len(missing)} run(s) not finished: {', '.join(missing)}."]
     n_min = min((c["n_runs"] for c in analysis["conditions"].values()), default=0)
-    if 0 < n_min < FEW_RUNS:
+    if 0 < n_min < MIN_RUNS_FOR_A_VERDICT:
         lines += [
             "",
-            f"**Few runs:** {n_min} per condition. A bootstrap over so few runs understates the "
-            "uncertainty (two runs that beat two others give P = 1.00 [1.00, 1.00]); read the "
-            "verdicts as indicative and add seeds (`--seeds`) before drawing conclusions.",
+            f"**Too few runs for a verdict:** {n_min} per condition, and a verdict needs "
+            f">= {MIN_RUNS_FOR_A_VERDICT} a side (below that no ordering of the runs is "
+            "significant at 5 %, and two runs that beat two others give P = 1.00 [1.00, 1.00]); "
+            "add seeds (`--seeds`). The numbers above describe these runs only.",
         ]
     short = sorted(
         {
@@ -383,7 +475,9 @@ def render_report(
         "## Method",
         "",
         *[f"- Curve (`{metric}`): {src}." for src in curve_sources],
-        f"- Final performance: mean of the last {final_window} points of each run's `{metric}` curve. "
+        f"- Final performance: mean of the last {final_window} points of each run's `{metric}` curve "
+        '("final rests on": the completions or evaluation episodes behind those points, summed '
+        "over the condition's runs, where the curve counts them). "
         f"AUC: area under the curve on [0, {int(budget)}] {x_label} (trapezoid on a common grid, "
         "the first value held before the first evaluation) divided by the budget, i.e. the mean "
         "performance over training; higher = learns faster.",
@@ -394,7 +488,8 @@ def render_report(
         "- P(X > Y): probability of improvement (Mann-Whitney U / (n_x n_y), ties count 1/2, "
         "`rliable.metrics.probability_of_improvement`) with rliable's independent stratified "
         "bootstrap (`StratifiedIndependentBootstrap`); "
-        "X beats Y when the CI's lower bound is above 0.5.",
+        f"X beats Y when the CI's lower bound is above 0.5, given at least {MIN_RUNS_FOR_A_VERDICT} "
+        "runs a side (with fewer no ordering of the runs is significant at 5 %: no verdict).",
         "- Steps to threshold: the first evaluation at or above the threshold; the median counts "
         "runs that never reached it as infinite.",
         "- ms / env step (SAC): training wall time per environment step (evaluation excluded), "
@@ -426,12 +521,21 @@ def plot_curves(
 
     grid = np.asarray(analysis["grid"])
     fig, ax = plt.subplots(figsize=(7, 4.2))
-    banded, single = [], []
+    banded, single, held = [], [], []
     for cname, c in analysis["conditions"].items():
         if c.get("curve") is None:
             continue
         mean = np.asarray(c["curve"]["mean"])
-        (line,) = ax.plot(grid, mean, label=f"{cname} (n={c['n_runs']})")
+        rests = (c.get("final_rests_on") or {}).get("text")
+        label = f"{cname} (n={c['n_runs']}" + (f"; final: {rests})" if rests else ")")
+        firsts = [r["first_step"] for r in c["runs"] if r.get("first_step") is not None]
+        first = max(firsts, default=0.0)  # before it some run's value is held, not measured
+        measured = grid >= first
+        (line,) = ax.plot(grid[measured], mean[measured], label=label)
+        if first > grid[0]:
+            held.append(cname)
+            upto = grid <= first
+            ax.plot(grid[upto], mean[upto], color=line.get_color(), linestyle=":")
         if c["n_runs"] < 2:  # a bootstrap band of one run is the run itself: no interval
             single.append(cname)
             continue
@@ -455,7 +559,8 @@ def plot_curves(
         band = (f"{band} (runs >= 2); " if banded else "") + (
             f"no band for {', '.join(single)} (n=1: no interval)"
         )
-    ax.set_title(f"{title}\nline: mean over seeds; {band}", fontsize=10)
+    note = "\ndotted: before the first measurement (the first value held)" if held else ""
+    ax.set_title(f"{title}\nline: mean over seeds; {band}{note}", fontsize=10)
     ax.grid(alpha=0.3)
     ax.legend(loc="best", fontsize=8)
     fig.tight_layout()

@@ -41,7 +41,7 @@ from .config import (
     run_wandb,
     trainer_spec,
 )
-from .report import analyze, plot_curves, render_report, run_final, title_of
+from .report import analyze, final_rests_on, plot_curves, render_report, run_final, title_of
 
 __all__ = ["dry_run_comparison", "output_dir_of", "run_comparison"]
 
@@ -131,6 +131,38 @@ FALLBACK_METRICS = {
 }
 """Curve metrics a trainer falls back to, with why: a ``threshold`` meant for the metric it
 would have used (a success rate) is not applied to them unless ``metric`` names them."""
+
+
+TRAINING_REWARD_METRICS = ("rollout/ep_rew_mean",)
+"""Curve metrics that are each run's training reward: it differs between reward conditions
+(the verifier's includes its shaping term), so no verdict is given on them. SAC's curve with
+evaluation off is ``rollout/ep_env_rew_mean`` (the environment's own reward); runs of earlier
+versions used ``rollout/ep_rew_mean``."""
+
+
+def not_comparable_why(run_metrics: set[str]) -> str | None:
+    """Why the runs' curves are not on one scale (``None`` when they are): different metrics
+    across runs, or a metric that is each run's training reward (:data:`TRAINING_REWARD_METRICS`).
+
+    >>> not_comparable_why({"eval/success_rate"}) is None
+    True
+    >>> "training reward" in not_comparable_why({"rollout/ep_rew_mean"})
+    True
+    """
+    if len(run_metrics) > 1:
+        return (
+            f"the runs' curves are different metrics ({', '.join(sorted(run_metrics))}); "
+            "fix: give every condition the same evaluation settings"
+        )
+    trained_on = sorted(run_metrics & set(TRAINING_REWARD_METRICS))
+    if trained_on:
+        return (
+            f"the curves are each run's training reward (`{trained_on[0]}`), on a different scale "
+            "per reward condition (the verifier's includes its shaping term); fix: turn evaluation "
+            "on (training.eval_every > 0) or rerun the runs (the curve without evaluation is now "
+            "the environment's own reward, rollout/ep_env_rew_mean)"
+        )
+    return None
 
 
 def threshold_for(
@@ -287,6 +319,9 @@ def run_comparison(
         confidence=cfg.confidence,
         seed=cfg.stats_seed,
         primary=cfg.primary,
+        not_comparable=not_comparable_why(
+            {str(r["metric"]) for rs in by_cond.values() for r in rs if r.get("metric")}
+        ),
     )
     wall = sum(float(r.get("wall_s") or 0.0) for rs in by_cond.values() for r in rs)
     report = render_report(
@@ -391,18 +426,19 @@ def dry_run_comparison(
     )
     out = output_dir_of(output_dir, cfg.output_dir, cfg.name)
     order = [(c, f"seed{s}") for s in cfg.seeds for c in cfg.conditions]
-    done, changed = 0, []
+    done, changed, metrics = 0, [], set()
     for c, k in order:
         try:
-            done += (
-                _load_result(
-                    out / "runs" / c / k / "result.json",
-                    fingerprint(cfg.trainer, run_configs[c][k]),
-                )
-                is not None
+            r = _load_result(
+                out / "runs" / c / k / "result.json",
+                fingerprint(cfg.trainer, run_configs[c][k]),
             )
         except _ChangedConfig as exc:
             changed.append(str(exc))
+            continue
+        done += r is not None
+        if r is not None and r.get("metric"):
+            metrics.add(str(r["metric"]))
     lines = [
         f"comparison {cfg.name!r}: trainer {cfg.trainer}, conditions {list(cfg.conditions)}, "
         f"seeds {list(cfg.seeds)}, budget {_get(run_configs[order[0][0]][order[0][1]], spec.budget_key)}",
@@ -411,6 +447,9 @@ def dry_run_comparison(
     each_run = out / "runs" / "<condition>" / "seed<k>" / "<condition>-seed<k>"
     lines.append(describe_wandb(WandbConfig.from_section(run_wandb(cfg)), each_run))
     lines += [f"!! a finished run has a different config: {c}" for c in changed[:1]]
+    why = not_comparable_why(metrics)
+    if why:  # the report would give no verdict on these runs (issue 41 third rerun F2)
+        lines.append(f"!! no verdict from the finished runs: {why}")
     with tempfile.TemporaryDirectory() as tmp:
         for cname, seeds in run_configs.items():
             first = copy.deepcopy(next(iter(seeds.values())))
@@ -509,10 +548,17 @@ def _run_all(
                 # the report's computation (the trainer's own "final" is its curve's last point)
                 "final": run_final(summary.get("curve") or [], cfg.final_window),
                 "final_window": cfg.final_window,
+                # what this "final" rests on; the trainer's own final and its final_rests_on
+                # (the last point alone) are left out of "summary": one final per file
+                "final_rests_on": final_rests_on(summary.get("curve") or [], cfg.final_window)[
+                    "text"
+                ],
                 "wall_s": round(wall, 2),
                 "run_dir": summary.get("run_dir", str(run_dir)),
                 "summary": {
-                    k: v for k, v in summary.items() if k not in ("curve", "run_dir", "final")
+                    k: v
+                    for k, v in summary.items()
+                    if k not in ("curve", "run_dir", "final", "final_rests_on")
                 },
                 "config": run_configs[cname][key],
             }

@@ -272,8 +272,16 @@ def run(
     summary = heldout.summary(run_dir, write=main_process)
     if summary is not None and parts["heldout"].every_steps:  # the held-out curve is the run's
         metric = f"heldout/pass_rate_{heldout.curve[-1]['mode']}"
+        n_problems = summary.get("n_problems")
         curve, train_curve = (
-            [{"step": r["step"], "value": r["value"]} for r in heldout.curve],
+            [
+                {
+                    "step": r["step"],
+                    "value": r["value"],
+                    **({"n_problems": int(n_problems)} if n_problems else {}),
+                }
+                for r in heldout.curve
+            ],
             curve,
         )
     result = {
@@ -322,14 +330,28 @@ def _final_rests_on(
 
 
 def _curve(run_dir: Path, trainer: Any) -> list[dict[str, Any]]:
+    """The pass-rate curve, each point with ``n_completions`` (the completions it is the pass
+    rate of) where the records count them (``densereward compare`` reports what a final
+    value rests on)."""
     path = run_dir / "reward_quality.jsonl"
     by_step: dict[int, list[float]] = {}
+    n_by_step: dict[int, float] = {}
     if path.is_file():
         for r in read_jsonl(path):
             if r.get("verifier/pass_rate") is not None:
                 by_step.setdefault(int(r["step"]), []).append(r["verifier/pass_rate"])
+                n_by_step[int(r["step"])] = n_by_step.get(int(r["step"]), 0.0) + float(
+                    r.get("verifier/n") or 0.0
+                )
     if by_step:
-        return [{"step": s, "value": sum(v) / len(v)} for s, v in sorted(by_step.items())]
+        return [
+            {
+                "step": s,
+                "value": sum(v) / len(v),
+                **({"n_completions": int(n_by_step[s])} if n_by_step.get(s) else {}),
+            }
+            for s, v in sorted(by_step.items())
+        ]
     return [
         {"step": int(h["step"]), "value": h["reward"]}
         for h in trainer.state.log_history

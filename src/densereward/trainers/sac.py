@@ -124,14 +124,11 @@ def _verifier_reward(cfg: SACRunConfig) -> str:
     }[cfg.reward.mode]
 
 
-def _training_reward(cfg: SACRunConfig) -> str:
-    """The reward the agent trains on, summed over an episode, in words: what ``value`` of
-    ``train_curve.jsonl`` is when the environment reports no success."""
-    if cfg.env.reward == "verifier":
-        return f"training reward ({_verifier_reward(cfg)}), summed over a training episode"
-    return eval_reward_label(cfg.env.reward).removesuffix(", summed") + (
-        ", summed over a training episode"
-    )
+ENV_RETURN_LABEL = (
+    "the environment's own reward (info['true_reward']: no verifier shaping), summed over a "
+    "training episode"
+)
+"""What ``value`` of ``train_curve.jsonl`` is when the environment reports no success."""
 
 
 def _plot(cfg: SACRunConfig, run_dir: Path, threshold_source: str, success: bool) -> Path | None:
@@ -318,8 +315,8 @@ def run(config: dict[str, Any], *, output_dir: Path, resume: bool = False) -> di
         the training-episode curve (``"rollout/success_rate"``); ``curve_source`` says which in words;
         ``train_curve`` is the training-episode curve, whose ``train_curve_metric`` (and each
         point's ``metric``) is ``"rollout/success_rate"``, or without ``info["is_success"]``
-        ``"rollout/ep_rew_mean"``, the mean training return (each point's ``reward`` says which
-        reward: with the verifier, the base reward plus its shaping);
+        ``"rollout/ep_env_rew_mean"``, the mean return of the environment's own reward
+        (``info["true_reward"]``, no verifier shaping; each point's ``reward`` says so);
         ``final`` is its last value; ``seconds`` includes ``eval_seconds``; ``undefined``
         holds, for every null (NaN) in ``metrics``, why it is null with the count it rests on
         (:func:`densereward.callbacks.undefined_reasons`: ``"verifier/voc": "6 episodes with a
@@ -459,7 +456,7 @@ def run(config: dict[str, Any], *, output_dir: Path, resume: bool = False) -> di
         every=tc.curve_every,
         window=tc.metrics_window,
         success=success,
-        reward_label=_training_reward(cfg),
+        reward_label=ENV_RETURN_LABEL,
     )
     callbacks = [dynamics, curve_cb]
     eval_cb = None
@@ -521,7 +518,12 @@ def run(config: dict[str, Any], *, output_dir: Path, resume: bool = False) -> di
             curve, metric = train_curve, curve_cb.metric
             source = f"training episodes: success rate of the last {tc.metrics_window}"
         if not success:
-            what = "mean reward" if eval_cb is not None else "mean return (the training reward)"
+            what = (
+                "mean reward"
+                if eval_cb is not None
+                else "mean return of the environment's own reward (no shaping term: one scale "
+                "for every reward condition)"
+            )
             source = source.replace("success rate", what) + (
                 f"; {cfg.env.id} reports no info['is_success'], so no success rate"
             )

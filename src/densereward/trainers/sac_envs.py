@@ -105,7 +105,7 @@ def check_reward_kind(cfg: SACRunConfig) -> str:
     on = f" on base {kind!r}" if cfg.env.reward == "verifier" else ""
     line = f"reward: {cfg.env.reward!r}{on} built and stepped once"
     if envs.SUCCESS_KEY not in info:
-        curve = "eval/mean_reward" if cfg.training.eval_every else "rollout/ep_rew_mean"
+        curve = "eval/mean_reward" if cfg.training.eval_every else "rollout/ep_env_rew_mean"
         line += (
             f"; its step info has no 'is_success': success-rate metrics off, the learning "
             f"curve is {curve}"
