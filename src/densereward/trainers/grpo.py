@@ -565,7 +565,10 @@ def main(args: argparse.Namespace) -> int:
     """CLI entry: run (or dry-run) and print a summary; returns the exit code."""
     import json
 
+    from densereward._quiet import print_library_records_once
+
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    print_library_records_once()  # huggingface_hub's warnings printed twice
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     try:
         config = config_from_args(args)
