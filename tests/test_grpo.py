@@ -629,3 +629,53 @@ def test_the_final_value_says_what_it_rests_on(tmp_path):
         _final_rests_on(tmp_path, "heldout/pass_rate_greedy", curve, held) == "50 held-out problems"
     )
     assert _final_rests_on(tmp_path, "verifier/pass_rate", [], None) is None
+
+
+@pytest.mark.slow  # imports trl
+def test_a_generation_setting_transformers_refuses_is_a_config_error_in_dry_run_and_run(
+    tmp_path, capsys, monkeypatch, data_dir
+):
+    """Issue 41 third rerun F12: `--dry-run training.temperature=-1` said "configuration valid"
+    (exit 0); the run loaded both models and ended in "internal error: ValueError ... This is a
+    bug". transformers' own checks now run in the config check: one line naming the key, exit 2,
+    in the dry run and at the run's start, before any directory or model."""
+    from densereward.backends import models
+    from densereward.cli import main as cli_main
+
+    def no_model(*a, **k):
+        raise AssertionError("a model loaded before the generation settings were checked")
+
+    monkeypatch.setattr(models, "resolve_model", no_model)
+    out = tmp_path / "run"
+    base = ["train", "grpo", "--config", str(REPO / "configs/grpo_math_cpu.yaml")]
+    base += ["--data", str(data_dir / "math500" / "test.jsonl"), "--output-dir", str(out)]
+    for extra in (["--dry-run"], ["wandb.enabled=false"]):
+        for setting, key in (
+            ("training.temperature=-1", "training.temperature=-1: `temperature` (=-1)"),
+            ("training.generation_kwargs={top_k: -2}", "training.generation_kwargs.top_k=-2"),
+        ):
+            assert cli_main([*base, *extra, setting]) == 2, (extra, setting)
+            captured = capsys.readouterr()
+            assert captured.err.startswith("densereward: error: " + key), captured.err
+            assert captured.err.count("\n") == 1 and "internal error" not in captured.err
+            assert "configuration valid" not in captured.out and not out.exists()
+
+
+def test_a_trainer_start_value_error_naming_a_training_setting_is_the_configs():
+    """Issue 41 third rerun F12: a ValueError from TRL / transformers at the trainer's start that
+    names a training.* setting the config gave is a ConfigError naming it; one that names none
+    stays a bug."""
+    from densereward.trainers.grpo_config import training_error
+
+    training = {"temperature": -1, "top_p": 0.9, "max_completion_length": 16}
+    error = training_error(
+        ValueError("`temperature` (=-1) has to be a strictly positive float\nmore"), training
+    )
+    assert isinstance(error, ConfigError)
+    assert str(error) == (
+        "training.temperature=-1: trl / transformers refused it when the trainer started: "
+        "`temperature` (=-1) has to be a strictly positive float"
+    )
+    assert training_error(ValueError("list index out of range"), training) is None
+    assert training_error(ValueError("model.top_p_head is broken"), training) is None
+    assert training_error(KeyError("temperature"), training) is None  # not a ValueError

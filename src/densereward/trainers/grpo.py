@@ -60,6 +60,7 @@ from .grpo_config import (  # noqa: F401  (re-exported: the config is part of th
     policy_dtype,
     resolve_config,
     training_device,
+    training_error,
 )
 from .grpo_heldout import HeldoutEvaluator
 
@@ -195,6 +196,7 @@ def run(
 
     t0 = time.monotonic()
     run_dir = _run_dir(parts, output_dir, resume)  # checked; created below, once all passed
+    args = build_grpo_args(parts, run_dir)  # TRL's config and the generation settings first
     check_models(parts["model"].name, parts["verifier"], refuse_problems=True)
     key_env = getattr(parts["verifier"].options, "api_key_env", None)
     secrets = [(get_api_key(key_env) if key_env else None) or ""]
@@ -205,7 +207,6 @@ def run(
 
     # Reward functions. The verifier is built now, before the policy loads, so an unreachable
     # verifier server fails the run here (naming the URL), not inside the first training step.
-    args = build_grpo_args(parts, run_dir)
     # Every process scores its share and the tracker gathers them; only the main one writes.
     tracker = RewardQualityTracker(
         run_dir if main_process else None,
@@ -237,9 +238,14 @@ def run(
         if parts["model"].torch_threads:
             torch.set_num_threads(parts["model"].torch_threads)
         torch.manual_seed(args.seed)
-        trainer = GRPOTrainer(
-            model=policy, reward_funcs=reward_funcs, args=args, train_dataset=dataset
-        )
+        try:
+            trainer = GRPOTrainer(
+                model=policy, reward_funcs=reward_funcs, args=args, train_dataset=dataset
+            )
+        except ValueError as exc:  # one that names a training.* setting is the config's
+            if (error := training_error(exc, parts["training"])) is None:
+                raise
+            raise error from exc
         trainer.add_callback(_ConfigToWandb(redact(config, secrets)))
         name_base_model(trainer, parts["model"].name)  # the model card names the embedded model
         trainer.add_callback(RewardQualityCallback(tracker))  # writes the plot when training ends
