@@ -679,3 +679,54 @@ def test_a_trainer_start_value_error_naming_a_training_setting_is_the_configs():
     assert training_error(ValueError("list index out of range"), training) is None
     assert training_error(ValueError("model.top_p_head is broken"), training) is None
     assert training_error(KeyError("temperature"), training) is None  # not a ValueError
+
+
+def _rows(path: Path, counts: list[tuple[int, int]]) -> None:
+    path.write_text(
+        "".join(
+            json.dumps({"step": i + 1, "verifier/n_read": r, "verifier/n_unread": u}) + "\n"
+            for i, (r, u) in enumerate(counts)
+        )
+    )
+
+
+def test_the_summary_says_loudly_when_the_verifier_read_no_completion(
+    tmp_path, capsys, monkeypatch
+):
+    """Issue 41 third rerun F13: the README's quick start read 0 of 20 completions (the 135M
+    policy never reached a final answer in 64 tokens): the dense reward was constant, loss 0,
+    exit 0, and only step 1 warned. The end-of-run summary (console and result.json) says so."""
+    from densereward.rewards import RewardConfig
+    from densereward.trainers import grpo
+
+    rq = tmp_path / "reward_quality.jsonl"
+    dense = {"reward": RewardConfig(type="dense"), "training": {}}
+    _rows(rq, [(0, 4)] * 5)
+    reads = grpo.verifier_reads(tmp_path, dense, 64)
+    assert reads["n_read"] == 0 and reads["n"] == 20
+    assert reads["warning"].startswith(
+        "the dense reward's verifier read 0 of 20 completions over the run"
+    )
+    assert "it was constant: the policy trained on nothing" in reads["warning"]
+    assert "training.max_completion_length (now 64)" in reads["warning"]
+    gated = {"reward": RewardConfig(type="gated"), "training": {}}
+    assert (
+        "only the Math-Verify answer check trained"
+        in grpo.verifier_reads(tmp_path, gated)["warning"]
+    )
+    _rows(rq, [(1, 3)] + [(0, 4)] * 4)  # 1 of 20: fewer than a tenth
+    assert "read 1 of 20" in grpo.verifier_reads(tmp_path, dense)["warning"]
+    _rows(rq, [(2, 2)] * 5)  # half read: nothing to say
+    assert grpo.verifier_reads(tmp_path, dense) == {"n_read": 10, "n": 20, "warning": None}
+    sparse = {"reward": RewardConfig(type="sparse"), "training": {}}
+    assert grpo.verifier_reads(tmp_path, sparse) is None  # the reward reads no verifier
+
+    # the console summary ends with it
+    _rows(rq, [(0, 4)] * 5)
+    warning = grpo.verifier_reads(tmp_path, dense, 64)["warning"]
+    result = {"run_dir": str(tmp_path), "wall_s": 1.0, "verifier_reads": {"warning": warning}}
+    monkeypatch.setattr(grpo, "run", lambda *a, **k: result)
+    cpu = str(REPO / "configs/grpo_math_cpu.yaml")
+    assert grpo.main(_parse(["--config", cpu])) == 0
+    out = capsys.readouterr().out
+    assert out.rstrip().splitlines()[-1] == f"!! WARNING: {warning}"
