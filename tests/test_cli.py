@@ -525,3 +525,14 @@ def test_the_launch_scripts_are_the_cli_overrides_anywhere_and_one_line_errors(k
         f"densereward: error: config file not found: {tmp_path / 'nope.yaml'}"
     ]
     assert not (tmp_path / "r").exists()
+
+
+def test_a_hugging_face_hub_warning_prints_once_after_the_cli_set_up():
+    """Issue 41 third rerun F11: each of huggingface_hub's retry warnings printed twice under
+    `train grpo` (by its own handler, then as "WARNING huggingface_hub.utils._http: ...")."""
+    err = _stderr_of(
+        "import densereward.cli as c; c.main(['models']); "  # the CLI's logging set-up
+        "from huggingface_hub.utils import logging as hl; "
+        "hl.get_logger('huggingface_hub.utils._http').warning('Retrying in 1s [Retry 1/5].')"
+    )
+    assert err.count("Retrying in 1s") == 1, err

@@ -54,3 +54,63 @@ def test_a_level_filter_that_leaves_nothing_names_the_levels(tmp_path):
     ):
         load_tasks({"path": path, "levels": [5]})
     assert len(load_tasks({"path": path, "levels": [3]})) == 1
+
+
+@pytest.fixture
+def no_hub(tmp_path, monkeypatch):
+    """HF_HUB_OFFLINE unset and a Hub endpoint on a closed loopback port (nothing answers)."""
+    from huggingface_hub import constants
+    from servers import free_port
+
+    from densereward.backends import models
+
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(constants, "ENDPOINT", f"http://127.0.0.1:{free_port()}")
+    monkeypatch.setattr(models, "_HUB_ANSWERS", {})
+    return constants
+
+
+def test_a_hub_data_id_the_hub_cannot_serve_is_a_problem_at_once(no_hub, monkeypatch, server):
+    """Issue 41 third rerun F11: the dry run said "not checked" and exited 0 for a Hub data id
+    with no route to the Hub, and the run then waited ~30 s through huggingface_hub's retries
+    and ended saying "unset HF_HUB_OFFLINE", which was not set. The Hub is asked once, as for
+    a model id; the run stops at once with the same line."""
+    import time
+
+    import datasets
+
+    def no_download(*a, **k):
+        raise AssertionError("load_dataset was called with the Hub unreachable")
+
+    monkeypatch.setattr(datasets, "load_dataset", no_download)
+    cfg = DataConfig(source="HuggingFaceH4/MATH-500")
+    line, problem = check_source(cfg)
+    assert line is None and "not checked" not in (problem or "")
+    assert "the Hub data set 'HuggingFaceH4/MATH-500' cannot be reached" in problem
+    assert "data.path" in problem and "HF_HUB_OFFLINE=1" in problem
+    assert "unset HF_HUB_OFFLINE" not in problem
+    t0 = time.monotonic()
+    with pytest.raises(DataError) as err:
+        load_tasks(cfg)
+    assert time.monotonic() - t0 < 10 and str(err.value) == problem
+    # the Hub answers: downloaded when the run starts
+    no_hub.ENDPOINT = server.base_url.removesuffix("/v1")
+    line, problem = check_source(cfg)
+    assert problem is None and line.endswith("the Hub answers: downloaded when the run starts")
+
+
+def test_a_missing_split_names_the_splits_and_not_hf_hub_offline(monkeypatch):
+    """Issue 41 third rerun F11: MATH-500 has only 'test'; the error names the split to set."""
+    import datasets
+    from huggingface_hub import constants
+
+    def unknown_split(*a, **k):
+        raise ValueError("Unknown split \"train\". Should be one of ['test'].")
+
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)  # no Hub request in the test
+    monkeypatch.setattr(datasets, "load_dataset", unknown_split)
+    with pytest.raises(DataError) as err:
+        load_tasks({"source": "HuggingFaceH4/MATH-500"})
+    msg = str(err.value)
+    assert "Fix: set data.split to one of its splits ('test')" in msg and "\n" not in msg
+    assert "unset HF_HUB_OFFLINE" not in msg

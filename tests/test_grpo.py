@@ -641,3 +641,104 @@ def test_the_final_value_says_what_it_rests_on(tmp_path):
         {"step": 1, "value": 0.0, "n_completions": 8},
         {"step": 2, "value": 0.125, "n_completions": 16},
     ]
+
+
+@pytest.mark.slow  # imports trl
+def test_a_generation_setting_transformers_refuses_is_a_config_error_in_dry_run_and_run(
+    tmp_path, capsys, monkeypatch, data_dir
+):
+    """Issue 41 third rerun F12: `--dry-run training.temperature=-1` said "configuration valid"
+    (exit 0); the run loaded both models and ended in "internal error: ValueError ... This is a
+    bug". transformers' own checks now run in the config check: one line naming the key, exit 2,
+    in the dry run and at the run's start, before any directory or model."""
+    from densereward.backends import models
+    from densereward.cli import main as cli_main
+
+    def no_model(*a, **k):
+        raise AssertionError("a model loaded before the generation settings were checked")
+
+    monkeypatch.setattr(models, "resolve_model", no_model)
+    out = tmp_path / "run"
+    base = ["train", "grpo", "--config", str(REPO / "configs/grpo_math_cpu.yaml")]
+    base += ["--data", str(data_dir / "math500" / "test.jsonl"), "--output-dir", str(out)]
+    for extra in (["--dry-run"], ["wandb.enabled=false"]):
+        for setting, key in (
+            ("training.temperature=-1", "training.temperature=-1: `temperature` (=-1)"),
+            ("training.generation_kwargs={top_k: -2}", "training.generation_kwargs.top_k=-2"),
+        ):
+            assert cli_main([*base, *extra, setting]) == 2, (extra, setting)
+            captured = capsys.readouterr()
+            assert captured.err.startswith("densereward: error: " + key), captured.err
+            assert captured.err.count("\n") == 1 and "internal error" not in captured.err
+            assert "configuration valid" not in captured.out and not out.exists()
+
+
+def test_a_trainer_start_value_error_naming_a_training_setting_is_the_configs():
+    """Issue 41 third rerun F12: a ValueError from TRL / transformers at the trainer's start that
+    names a training.* setting the config gave is a ConfigError naming it; one that names none
+    stays a bug."""
+    from densereward.trainers.grpo_config import training_error
+
+    training = {"temperature": -1, "top_p": 0.9, "max_completion_length": 16}
+    error = training_error(
+        ValueError("`temperature` (=-1) has to be a strictly positive float\nmore"), training
+    )
+    assert isinstance(error, ConfigError)
+    assert str(error) == (
+        "training.temperature=-1: trl / transformers refused it when the trainer started: "
+        "`temperature` (=-1) has to be a strictly positive float"
+    )
+    assert training_error(ValueError("list index out of range"), training) is None
+    assert training_error(ValueError("model.top_p_head is broken"), training) is None
+    assert training_error(KeyError("temperature"), training) is None  # not a ValueError
+
+
+def _rows(path: Path, counts: list[tuple[int, int]]) -> None:
+    path.write_text(
+        "".join(
+            json.dumps({"step": i + 1, "verifier/n_read": r, "verifier/n_unread": u}) + "\n"
+            for i, (r, u) in enumerate(counts)
+        )
+    )
+
+
+def test_the_summary_says_loudly_when_the_verifier_read_no_completion(
+    tmp_path, capsys, monkeypatch
+):
+    """Issue 41 third rerun F13: the README's quick start read 0 of 20 completions (the 135M
+    policy never reached a final answer in 64 tokens): the dense reward was constant, loss 0,
+    exit 0, and only step 1 warned. The end-of-run summary (console and result.json) says so."""
+    from densereward.rewards import RewardConfig
+    from densereward.trainers import grpo
+
+    rq = tmp_path / "reward_quality.jsonl"
+    dense = {"reward": RewardConfig(type="dense"), "training": {}}
+    _rows(rq, [(0, 4)] * 5)
+    reads = grpo.verifier_reads(tmp_path, dense, 64)
+    assert reads["n_read"] == 0 and reads["n"] == 20
+    assert reads["warning"].startswith(
+        "the dense reward's verifier read 0 of 20 completions over the run"
+    )
+    assert "it was constant: the policy trained on nothing" in reads["warning"]
+    assert "training.max_completion_length (now 64)" in reads["warning"]
+    gated = {"reward": RewardConfig(type="gated"), "training": {}}
+    assert (
+        "only the Math-Verify answer check trained"
+        in grpo.verifier_reads(tmp_path, gated)["warning"]
+    )
+    _rows(rq, [(1, 3)] + [(0, 4)] * 4)  # 1 of 20: fewer than a tenth
+    assert "read 1 of 20" in grpo.verifier_reads(tmp_path, dense)["warning"]
+    _rows(rq, [(2, 2)] * 5)  # half read: nothing to say
+    assert grpo.verifier_reads(tmp_path, dense) == {"n_read": 10, "n": 20, "warning": None}
+    sparse = {"reward": RewardConfig(type="sparse"), "training": {}}
+    assert grpo.verifier_reads(tmp_path, sparse) is None  # the reward reads no verifier
+
+    # the console summary ends with it
+    _rows(rq, [(0, 4)] * 5)
+    warning = grpo.verifier_reads(tmp_path, dense, 64)["warning"]
+    result = {"run_dir": str(tmp_path), "wall_s": 1.0, "verifier_reads": {"warning": warning}}
+    monkeypatch.setattr(grpo, "run", lambda *a, **k: result)
+    cpu = str(REPO / "configs/grpo_math_cpu.yaml")
+    assert grpo.main(_parse(["--config", cpu])) == 0
+    out = capsys.readouterr().out
+    assert out.rstrip().splitlines()[-1] == f"!! WARNING: {warning}"

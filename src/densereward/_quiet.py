@@ -23,6 +23,13 @@ Python's default filter prints once per location. :func:`trl_vllm_notice_once`, 
 GRPO run starts (:func:`densereward.trainers.grpo.run`, so ``compare`` and Python callers too),
 lets the warning (any vLLM version) print at most once per process: the information stays, the
 repetition goes.
+
+huggingface_hub's loggers print through a handler of their own on the ``huggingface_hub``
+logger *and* propagate to the root logger: once the CLI configures the root logger
+(``logging.basicConfig``), each of its warnings (every "Retrying in 1s" of an unreachable Hub)
+printed twice, bare and as ``WARNING huggingface_hub.utils._http: ...``.
+:func:`print_library_records_once`, called where the CLI configures logging, stops that
+propagation (what ``huggingface_hub.utils.logging.disable_propagation`` does): one copy.
 """
 
 from __future__ import annotations
@@ -30,7 +37,7 @@ from __future__ import annotations
 import logging
 import warnings
 
-__all__ = ["quiet_known_notices", "trl_vllm_notice_once"]
+__all__ = ["print_library_records_once", "quiet_known_notices", "trl_vllm_notice_once"]
 
 _TRL_VLLM_ANY = r"TRL currently supports vLLM versions"
 _TRITON_NOTICES = (
@@ -55,6 +62,18 @@ def quiet_known_notices() -> None:
     # a filter on the emitting logger runs before any handler vLLM configures on "vllm"
     logging.getLogger("vllm.triton_utils.importing").addFilter(_DropTritonCpuNotice())
     _installed = True
+
+
+_OWN_HANDLER_LOGGERS = ("huggingface_hub",)
+"""Library root loggers that print through a handler of their own (added at their import)."""
+
+
+def print_library_records_once() -> None:
+    """Make each record of :data:`_OWN_HANDLER_LOGGERS` print once, by the library's own
+    handler, not again by the root logger's (idempotent; call it after configuring the root
+    logger; the library may be imported before or after)."""
+    for name in _OWN_HANDLER_LOGGERS:
+        logging.getLogger(name).propagate = False
 
 
 def trl_vllm_notice_once() -> None:

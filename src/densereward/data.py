@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import re
 from collections import Counter
 from dataclasses import dataclass
@@ -118,7 +117,10 @@ def check_source(cfg: DataConfig) -> tuple[str | None, str | None]:
 
     Local sources (a JSONL file, reasoning-gym) are loaded with :func:`load_tasks`, so a
     missing file, a malformed row or an empty filter result fails here. A Hub id is not
-    downloaded; with ``HF_HUB_OFFLINE`` set it is looked up in the local datasets cache.
+    downloaded; with ``HF_HUB_OFFLINE`` set it is looked up in the local datasets cache, else
+    the Hub is asked as for a model id (one request, a 3 s timeout:
+    :func:`densereward.backends.models.hub_unreachable`) and one that does not answer is a
+    problem (:func:`_hub_data_problem`), as the run's start would stop on it.
 
     Returns:
         ``(description, problem)``: ``problem`` is ``None``, or why the run would fail here
@@ -140,7 +142,12 @@ def check_source(cfg: DataConfig) -> tuple[str | None, str | None]:
     from huggingface_hub import constants
 
     if not constants.HF_HUB_OFFLINE:
-        return line + ", not checked (set HF_HUB_OFFLINE=1 to look it up in the local cache)", None
+        from .backends.models import hub_unreachable
+
+        why = hub_unreachable()
+        if why is not None:
+            return None, _hub_data_problem(cfg, why)
+        return line + ", the Hub answers: downloaded when the run starts", None
     try:
         import datasets
 
@@ -153,6 +160,21 @@ def check_source(cfg: DataConfig) -> tuple[str | None, str | None]:
             "data.source=reasoning_gym"
         )
     return line + ", found in the local cache", None
+
+
+def _hub_data_problem(cfg: DataConfig, why: str) -> str:
+    """One line: the Hub data set of ``cfg`` cannot be reached (``why``), and the ways out.
+
+    The dry run lists it under ``!!`` and a run's start stops with it at once, instead of
+    waiting through huggingface_hub's retries (about 30 s).
+    """
+    src = cfg.path or cfg.source
+    return (
+        f"data: the Hub data set {src!r} cannot be reached ({why}): point data.path at a local "
+        "JSONL copy (e.g. data.path=../shared/data/math500/test.jsonl), or use "
+        "data.source=reasoning_gym (offline generated tasks), or, with a copy in the local "
+        "datasets cache, set HF_HUB_OFFLINE=1 so that nothing waits for the Hub"
+    )
 
 
 def _level(value: Any) -> int | None:
@@ -231,19 +253,32 @@ def _read_jsonl(path: Path) -> list[dict[str, Any]]:
 
 def _read_hub(cfg: DataConfig) -> list[dict[str, Any]]:
     import datasets
+    from huggingface_hub import constants
+
+    from .backends.models import hub_unreachable
 
     src = cfg.path or cfg.source
+    offline = bool(constants.HF_HUB_OFFLINE)
+    if not offline and (why := hub_unreachable()) is not None:  # at once, not after retries
+        raise DataError(_hub_data_problem(cfg, why))
     try:
         ds = datasets.load_dataset(src, cfg.subset, split=cfg.split)
     except Exception as exc:  # offline, unknown id, missing config: all surface as DataError
-        offline = os.environ.get("HF_HUB_OFFLINE") in ("1", "true", "True")
+        splits = re.search(r"[Ss]hould be one of \[([^\]]*)\]", str(exc))
+        fix = (
+            f"set data.split to one of its splits ({splits.group(1)})"
+            if splits
+            else (
+                "connect to the Hub and unset HF_HUB_OFFLINE (it is set)"
+                if offline
+                else "check the id (and data.subset, data.split)"
+            )
+        )
         raise DataError(
             f"could not load Hub data set {src!r} (split {cfg.split!r}"
             + (f", subset {cfg.subset!r}" if cfg.subset else "")
-            + f"): {type(exc).__name__}: {str(exc)[:300]}. "
-            + ("HF_HUB_OFFLINE is set. " if offline else "")
-            + "Fix: connect to the Hub (and unset HF_HUB_OFFLINE), or point data.path at a local "
-            "JSONL copy (e.g. data.path=../shared/data/math500/test.jsonl), or use "
+            + f"): {type(exc).__name__}: {str(exc)[:300]}. Fix: {fix}, or point data.path at a "
+            "local JSONL copy (e.g. data.path=../shared/data/math500/test.jsonl), or use "
             "data.source=reasoning_gym for the offline generated tasks."
         ) from exc
     return [dict(r) for r in ds]

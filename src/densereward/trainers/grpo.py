@@ -60,6 +60,7 @@ from .grpo_config import (  # noqa: F401  (re-exported: the config is part of th
     policy_dtype,
     resolve_config,
     training_device,
+    training_error,
 )
 from .grpo_heldout import HeldoutEvaluator
 
@@ -164,8 +165,9 @@ def run(
 
     Returns:
         ``{"run_dir", "curve": [{"step", "value"}], "metric": "verifier/pass_rate", "final",
-        "wall_s", "steps", "heldout"}`` (the curve is the policy's Math-Verify pass rate on
-        each step's training batch); with ``heldout.every_steps`` set the curve is the held-out
+        "wall_s", "steps", "heldout", "verifier_reads"}`` (the curve is the policy's Math-Verify
+        pass rate on each step's training batch; ``verifier_reads`` how many completions the
+        verifier reward read, with a warning when it read almost none: :func:`verifier_reads`); with ``heldout.every_steps`` set the curve is the held-out
         pass rate instead (steps 0, k, 2k, ..., last; ``metric`` ``heldout/pass_rate_greedy``
         or ``_sampled``) and the training-batch curve is ``"train_curve"``;
         for a dry run ``{"dry_run": True, "checks": [...]}``.
@@ -195,6 +197,7 @@ def run(
 
     t0 = time.monotonic()
     run_dir = _run_dir(parts, output_dir, resume)  # checked; created below, once all passed
+    args = build_grpo_args(parts, run_dir)  # TRL's config and the generation settings first
     check_models(parts["model"].name, parts["verifier"], refuse_problems=True)
     key_env = getattr(parts["verifier"].options, "api_key_env", None)
     secrets = [(get_api_key(key_env) if key_env else None) or ""]
@@ -205,7 +208,6 @@ def run(
 
     # Reward functions. The verifier is built now, before the policy loads, so an unreachable
     # verifier server fails the run here (naming the URL), not inside the first training step.
-    args = build_grpo_args(parts, run_dir)
     # Every process scores its share and the tracker gathers them; only the main one writes.
     tracker = RewardQualityTracker(
         run_dir if main_process else None,
@@ -237,9 +239,14 @@ def run(
         if parts["model"].torch_threads:
             torch.set_num_threads(parts["model"].torch_threads)
         torch.manual_seed(args.seed)
-        trainer = GRPOTrainer(
-            model=policy, reward_funcs=reward_funcs, args=args, train_dataset=dataset
-        )
+        try:
+            trainer = GRPOTrainer(
+                model=policy, reward_funcs=reward_funcs, args=args, train_dataset=dataset
+            )
+        except ValueError as exc:  # one that names a training.* setting is the config's
+            if (error := training_error(exc, parts["training"])) is None:
+                raise
+            raise error from exc
         trainer.add_callback(_ConfigToWandb(redact(config, secrets)))
         name_base_model(trainer, parts["model"].name)  # the model card names the embedded model
         trainer.add_callback(RewardQualityCallback(tracker))  # writes the plot when training ends
@@ -295,6 +302,7 @@ def run(
         "reward_quality": str(tracker.jsonl_path),
         "plot": str(plot) if plot else None,
         "heldout": summary,
+        "verifier_reads": verifier_reads(run_dir, parts, args.max_completion_length),
     }
     if metric != "verifier/pass_rate":
         result["train_curve"] = train_curve
@@ -308,6 +316,54 @@ def _builds_verifier(parts: dict[str, Any]) -> bool:
     sparse reward reads it only to track reward quality)."""
     reward = parts["reward"]
     return reward.judge != "process_oracle" and (reward.kind.uses_verifier or reward.track)
+
+
+MIN_READ_SHARE = 0.1
+"""Below this share of completions read by the verifier over a run, the summary warns."""
+
+
+def verifier_reads(
+    run_dir: Path, parts: dict[str, Any], max_completion_length: int | None = None
+) -> dict[str, Any] | None:
+    """How many of the run's completions the verifier reward read, from ``reward_quality.jsonl``
+    (``verifier/n_read`` and ``verifier/n_unread`` of every step), with a warning when it read
+    none or fewer than :data:`MIN_READ_SHARE` of them.
+
+    A completion the verifier did not read (no final answer, an empty response) gets a fixed
+    reward, so a run whose verifier read nothing trained on a constant judge: the README's quick
+    start with the 135M policy read 0 of 20 completions, logged loss 0 and exited 0 with one
+    warning at step 1.
+
+    Returns:
+        ``{"n_read", "n", "warning"}`` (``warning`` ``None`` when enough were read), or ``None``
+        for a reward that reads no verifier or a run with no counts.
+    """
+    reward = parts["reward"]
+    path = run_dir / "reward_quality.jsonl"
+    if not reward.kind.uses_verifier or not path.is_file():
+        return None
+    rows = [r for r in read_jsonl(path) if "verifier/n_read" in r]
+    n_read = int(sum(r.get("verifier/n_read") or 0 for r in rows))
+    n = n_read + int(sum(r.get("verifier/n_unread") or 0 for r in rows))
+    if not n:
+        return None
+    warning = None
+    if n_read < MIN_READ_SHARE * n:
+        what = (
+            "its judge term was constant: only the Math-Verify answer check trained the policy"
+            if reward.kind.checks_answer
+            else "it was constant: the policy trained on nothing"
+        )
+        if n_read:
+            what = f"the judge term rested on those few ({n_read / n:.0%})"
+        warning = (
+            f"the {reward.type} reward's verifier read {n_read} of {n} completions over the run "
+            f"(an unread one had no final answer or was empty: verifier/n_unread): {what}. Fix: "
+            f"raise training.max_completion_length (now {max_completion_length}) so that answers are not cut "
+            "off, use a stronger policy (model.name), or check the answer format (the system "
+            "prompt, reward.answer_format)"
+        )
+    return {"n_read": n_read, "n": n, "warning": warning}
 
 
 def _final_rests_on(
@@ -587,7 +643,10 @@ def main(args: argparse.Namespace) -> int:
     """CLI entry: run (or dry-run) and print a summary; returns the exit code."""
     import json
 
+    from densereward._quiet import print_library_records_once
+
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    print_library_records_once()  # huggingface_hub's warnings printed twice
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     try:
         config = config_from_args(args)
@@ -618,6 +677,9 @@ def main(args: argparse.Namespace) -> int:
     print(
         f"  W&B run (offline: `wandb sync <dir>`):        {', '.join(wandb_runs) or 'not logged'}"
     )
+    warning = (result.get("verifier_reads") or {}).get("warning")
+    if warning:  # loud, last: a run that trained on a constant reward still exits 0
+        print(f"\n!! WARNING: {warning}")
     return 0
 
 

@@ -9,6 +9,7 @@ itself is :mod:`densereward.trainers.grpo`.
 from __future__ import annotations
 
 import dataclasses
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -34,7 +35,9 @@ __all__ = [
     "grpo_config_kwargs",
     "resolve_config",
     "build_grpo_args",
+    "check_generation",
     "training_device",
+    "training_error",
     "policy_dtype",
 ]
 
@@ -253,6 +256,7 @@ def build_grpo_args(parts: dict[str, Any], run_dir: Path, *, cpu_check: bool = F
         args = GRPOConfig(**kw)
     except (ValueError, TypeError) as exc:
         raise ConfigError(f"trl.GRPOConfig rejected the training section: {exc}") from exc
+    check_generation(args)
     if kind.check_training is not None:  # the kind's own checks (gated: the aggregation)
         kind.check_training(parts["reward"], args)
     if kind.needs_groups:
@@ -264,3 +268,103 @@ def build_grpo_args(parts: dict[str, Any], run_dir: Path, *, cpu_check: bool = F
                 f"must be a multiple of num_generations ({args.num_generations})"
             )
     return args
+
+
+_SAMPLERS = (  # GenerationMixin._get_logits_processor's rule: which processor each setting makes
+    ("temperature", "TemperatureLogitsWarper", lambda v: v is not None and v != 1.0),
+    ("top_k", "TopKLogitsWarper", lambda v: v is not None and v != 0),
+    ("top_p", "TopPLogitsWarper", lambda v: v is not None and v < 1.0),
+    ("min_p", "MinPLogitsWarper", lambda v: v is not None),
+    (
+        "repetition_penalty",
+        "RepetitionPenaltyLogitsProcessor",
+        lambda v: v is not None and v != 1.0,
+    ),
+)
+
+
+def check_generation(args: Any) -> None:
+    """Check the generation settings of a built ``trl.GRPOConfig`` as transformers will at the
+    first generation, so that the dry run and the run's start refuse them, naming the key.
+
+    The settings go into ``transformers.GenerationConfig`` as TRL's GRPOTrainer builds it
+    (``max_completion_length``, ``temperature``, ``top_p``, ``top_k``, ``min_p``,
+    ``repetition_penalty``, ``cache_implementation``, then ``generation_kwargs`` over them),
+    which is validated (``validate(strict=True)``); then each logits processor that
+    transformers' ``generate`` would build from them is built (their constructors check the
+    values: ``temperature=-1`` loaded both models and ended the first step in a ValueError).
+    With ``use_vllm`` the settings go to vLLM's ``SamplingParams`` instead (other rules, e.g.
+    ``temperature=0`` is greedy there): vLLM checks them when it generates.
+
+    Raises:
+        ConfigError: naming ``training.<field>`` (or ``training.generation_kwargs.<key>``).
+    """
+    if getattr(args, "use_vllm", False):
+        return
+    from transformers import GenerationConfig
+    from transformers.generation import logits_process
+
+    given = dict(args.generation_kwargs or {})
+    kw = {
+        "max_new_tokens": args.max_completion_length,
+        "do_sample": True,
+        "temperature": args.temperature,
+        "top_p": args.top_p,
+        "top_k": args.top_k,
+        "min_p": args.min_p,
+        "repetition_penalty": args.repetition_penalty,
+        "cache_implementation": args.cache_implementation,
+        **given,
+    }
+
+    def key(name: str) -> str:
+        if name in given:
+            return f"training.generation_kwargs.{name}"
+        return "training." + ("max_completion_length" if name == "max_new_tokens" else name)
+
+    try:
+        gen = GenerationConfig(**kw, disable_compile=True)
+        gen.validate(strict=True)
+    except (ValueError, TypeError) as exc:
+        named = [k for k in kw if re.search(rf"\b{re.escape(k)}\b", str(exc))]
+        where = ", ".join(key(k) for k in named) or "training (generation settings)"
+        raise ConfigError(
+            f"{where}: transformers' GenerationConfig refuses it: {exc}".replace("\n", " ")
+        ) from None
+    if not gen.do_sample:
+        return
+    for name, processor, builds in _SAMPLERS:
+        value = getattr(gen, name, None)
+        if not builds(value):
+            continue
+        try:
+            getattr(logits_process, processor)(value)
+        except (ValueError, TypeError) as exc:
+            raise ConfigError(
+                f"{key(name)}={value!r}: {exc} (transformers' {processor} refuses it at the "
+                "first generation)"
+            ) from None
+
+
+def training_error(exc: BaseException, training: dict[str, Any]) -> ConfigError | None:
+    """A ``ValueError`` that TRL or transformers raised while the trainer started, as a
+    :class:`ConfigError` naming the ``training.*`` setting its message names, or ``None`` when
+    it names none of the settings the config gave (then it is not attributable to the config
+    and is reported as what it is, a bug).
+
+    >>> str(training_error(ValueError("`top_p` must be > 0"), {"top_p": -1.0}))
+    'training.top_p=-1.0: trl / transformers refused it when the trainer started: `top_p` must be > 0'
+    >>> training_error(ValueError("index out of range"), {"top_p": -1.0}) is None
+    True
+    """
+    if not isinstance(exc, ValueError):
+        return None
+    text = str(exc)
+    named = [k for k in training if re.search(rf"(?<![\w.]){re.escape(k)}(?!\w)", text)]
+    if not named:
+        return None
+    settings = ", ".join(f"training.{k}={training[k]!r}" for k in named)
+    first = text.strip().splitlines()[0] if text.strip() else type(exc).__name__
+    return ConfigError(
+        f"{settings}: trl / transformers refused it when the trainer started: {first}"
+    )
