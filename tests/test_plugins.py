@@ -367,7 +367,7 @@ def test_compare_runs_a_plugin_trainer_from_yaml(plugin, tmp_path):
         output_dir: {tmp_path / "cmp"}
         base: {{training: {{steps: 8}}, reward: {{rate: 1.0}}}}
         conditions: {{slow: [reward.rate=0.3], fast: [reward.rate=3.0]}}
-        seeds: [0, 1]
+        seeds: [0, 1, 2, 3]
         threshold: 0.9
         n_bootstrap: 200
     """)
@@ -375,6 +375,7 @@ def test_compare_runs_a_plugin_trainer_from_yaml(plugin, tmp_path):
     assert "slow: plugin rate 0.3" in lines
     res = run_comparison(config, progress=False)
     assert res["trainer"] == "plugin_toy" and res["x_label"] == "plugin steps"
+    # 4 runs a side: the fewest that can give a verdict (MIN_RUNS_FOR_A_VERDICT)
     assert res["pairs"][0]["verdict"].startswith("fast beats slow")
     assert "metric `plugin/score`" in (tmp_path / "cmp" / "report.md").read_text()
 

@@ -121,7 +121,11 @@ def test_heldout_every_steps_makes_the_run_curve_held_out(tmp_path, default_mode
     assert [r["step"] for r in rows] == [0, 2, 3]
     assert all(r["mode"] == "greedy" and r["value"] == r["greedy"] for r in rows)
     assert result["metric"] == "heldout/pass_rate_greedy"
-    assert result["curve"] == [{"step": r["step"], "value": r["value"]} for r in rows]
+    assert [{"step": p["step"], "value": p["value"]} for p in result["curve"]] == [
+        {"step": r["step"], "value": r["value"]} for r in rows
+    ]
+    # each point says what it rests on (compare sums them: issue 41 third rerun F4)
+    assert all(p["n_problems"] == result["heldout"]["n_problems"] for p in result["curve"])
     assert result["final"] == rows[-1]["value"]
     saved = json.loads((tmp_path / "run/heldout.json").read_text())
     assert np.mean(saved["before"]["greedy"]) == rows[0]["value"]
