@@ -616,19 +616,21 @@ def test_the_final_value_says_what_it_rests_on(tmp_path):
     """Issue 41 second rerun (kind 4): a run's result printed ``"final": 0.25`` with no count;
     ``final_rests_on`` says how many completions (or held-out problems) it is computed from."""
     from densereward.io import append_jsonl
-    from densereward.trainers.grpo import _final_rests_on
+    from densereward.trainers.grpo import _final_rests_on, _records
 
     for step, n in ((1, 8.0), (2, 8.0), (2, 8.0)):  # two generation batches at step 2
         append_jsonl(tmp_path / "reward_quality.jsonl", {"step": step, "verifier/n": n})
     curve = [{"step": 1, "value": 0.1}, {"step": 2, "value": 0.25}]
     assert (
-        _final_rests_on(tmp_path, "verifier/pass_rate", curve, None) == "16 completions of step 2"
+        _final_rests_on(_records(tmp_path), "verifier/pass_rate", curve, None)
+        == "16 completions of step 2"
     )
     held = {"n_problems": 50}
     assert (
-        _final_rests_on(tmp_path, "heldout/pass_rate_greedy", curve, held) == "50 held-out problems"
+        _final_rests_on(_records(tmp_path), "heldout/pass_rate_greedy", curve, held)
+        == "50 held-out problems"
     )
-    assert _final_rests_on(tmp_path, "verifier/pass_rate", [], None) is None
+    assert _final_rests_on(_records(tmp_path), "verifier/pass_rate", [], None) is None
     # the curve's points count their completions (compare sums them: issue 41 third rerun F4)
     from densereward.trainers.grpo import _curve
 
@@ -637,7 +639,7 @@ def test_the_final_value_says_what_it_rests_on(tmp_path):
             tmp_path / "curve" / "reward_quality.jsonl",
             {"step": step, "verifier/n": n, "verifier/pass_rate": rate},
         )
-    assert _curve(tmp_path / "curve", None) == [
+    assert _curve(_records(tmp_path / "curve"), None) == [
         {"step": 1, "value": 0.0, "n_completions": 8},
         {"step": 2, "value": 0.125, "n_completions": 16},
     ]

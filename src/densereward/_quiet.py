@@ -37,7 +37,12 @@ from __future__ import annotations
 import logging
 import warnings
 
-__all__ = ["print_library_records_once", "quiet_known_notices", "trl_vllm_notice_once"]
+__all__ = [
+    "configure_logging",
+    "print_library_records_once",
+    "quiet_known_notices",
+    "trl_vllm_notice_once",
+]
 
 _TRL_VLLM_ANY = r"TRL currently supports vLLM versions"
 _TRITON_NOTICES = (
@@ -74,6 +79,14 @@ def print_library_records_once() -> None:
     logger; the library may be imported before or after)."""
     for name in _OWN_HANDLER_LOGGERS:
         logging.getLogger(name).propagate = False
+
+
+def configure_logging(level: int) -> None:
+    """The command line's log lines (``LEVEL logger: message`` on stderr), each record printed
+    once (:func:`print_library_records_once`): the ``densereward`` CLI and the trainers' own
+    ``main`` (``python -m densereward.trainers.grpo``) configure logging with this one call."""
+    logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
+    print_library_records_once()
 
 
 def trl_vllm_notice_once() -> None:

@@ -419,20 +419,13 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def configure_logging(level: int) -> None:
-    """The CLI's log lines (``LEVEL logger: message`` on stderr), each record printed once
-    (:func:`densereward._quiet.print_library_records_once`)."""
-    from ._quiet import print_library_records_once
-
-    logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
-    print_library_records_once()
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``densereward`` console script. Returns the exit status."""
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     parser = build_parser()  # importing densereward dropped two known notices (_quiet)
     args = parse_command_line(parser, argv)
+    from ._quiet import configure_logging
+
     configure_logging(logging.INFO if args.verbose else logging.WARNING)
     try:
         return int(args.func(args) or 0)

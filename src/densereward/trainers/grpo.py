@@ -275,7 +275,8 @@ def run(
         wandb_env.close()
 
     plot = tracker.plot_path if tracker.plot_path and tracker.plot_path.is_file() else None
-    curve, metric = _curve(run_dir, trainer), "verifier/pass_rate"
+    records = _records(run_dir)  # reward_quality.jsonl, read once for the curve and the counts
+    curve, metric = _curve(records, trainer), "verifier/pass_rate"
     summary = heldout.summary(run_dir, write=main_process)
     if summary is not None and parts["heldout"].every_steps:  # the held-out curve is the run's
         metric = f"heldout/pass_rate_{heldout.curve[-1]['mode']}"
@@ -296,13 +297,13 @@ def run(
         "metric": metric,
         "curve": curve,
         "final": curve[-1]["value"] if curve else float("nan"),
-        "final_rests_on": _final_rests_on(run_dir, metric, curve, summary),
+        "final_rests_on": _final_rests_on(records, metric, curve, summary),
         "steps": int(trainer.state.global_step),
         "wall_s": round(time.monotonic() - t0, 1),
         "reward_quality": str(tracker.jsonl_path),
         "plot": str(plot) if plot else None,
         "heldout": summary,
-        "verifier_reads": verifier_reads(run_dir, parts, args.max_completion_length),
+        "verifier_reads": _verifier_reads(records, parts, args.max_completion_length),
     }
     if metric != "verifier/pass_rate":
         result["train_curve"] = train_curve
@@ -338,11 +339,23 @@ def verifier_reads(
         ``{"n_read", "n", "warning"}`` (``warning`` ``None`` when enough were read), or ``None``
         for a reward that reads no verifier or a run with no counts.
     """
-    reward = parts["reward"]
+    return _verifier_reads(_records(run_dir), parts, max_completion_length)
+
+
+def _records(run_dir: Path) -> list[dict[str, Any]]:
+    """The run's ``reward_quality.jsonl`` records (none when it has no such file)."""
     path = run_dir / "reward_quality.jsonl"
-    if not reward.kind.uses_verifier or not path.is_file():
+    return list(read_jsonl(path)) if path.is_file() else []
+
+
+def _verifier_reads(
+    records: list[dict[str, Any]], parts: dict[str, Any], max_completion_length: int | None
+) -> dict[str, Any] | None:
+    """:func:`verifier_reads` of the records already read."""
+    reward = parts["reward"]
+    if not reward.kind.uses_verifier or not records:
         return None
-    rows = [r for r in read_jsonl(path) if "verifier/n_read" in r]
+    rows = [r for r in records if "verifier/n_read" in r]
     n_read = int(sum(r.get("verifier/n_read") or 0 for r in rows))
     n = n_read + int(sum(r.get("verifier/n_unread") or 0 for r in rows))
     if not n:
@@ -367,7 +380,10 @@ def verifier_reads(
 
 
 def _final_rests_on(
-    run_dir: Path, metric: str, curve: list[dict[str, Any]], heldout: dict[str, Any] | None
+    records: list[dict[str, Any]],
+    metric: str,
+    curve: list[dict[str, Any]],
+    heldout: dict[str, Any] | None,
 ) -> str | None:
     """What the run's ``final`` value is computed from, e.g. ``"16 completions of step 5"`` or
     ``"50 held-out problems"`` (``None`` when the records do not say)."""
@@ -376,29 +392,23 @@ def _final_rests_on(
     if metric.startswith("heldout/"):
         n = (heldout or {}).get("n_problems")
         return f"{n} held-out problems" if n else None
-    path, step = run_dir / "reward_quality.jsonl", curve[-1]["step"]
-    n = sum(
-        r.get("verifier/n") or 0
-        for r in (read_jsonl(path) if path.is_file() else [])
-        if r.get("step") == step
-    )
+    step = curve[-1]["step"]
+    n = sum(r.get("verifier/n") or 0 for r in records if r.get("step") == step)
     return f"{n:.0f} completions of step {step}" if n else None
 
 
-def _curve(run_dir: Path, trainer: Any) -> list[dict[str, Any]]:
+def _curve(records: list[dict[str, Any]], trainer: Any) -> list[dict[str, Any]]:
     """The pass-rate curve, each point with ``n_completions`` (the completions it is the pass
     rate of) where the records count them (``densereward compare`` reports what a final
     value rests on)."""
-    path = run_dir / "reward_quality.jsonl"
     by_step: dict[int, list[float]] = {}
     n_by_step: dict[int, float] = {}
-    if path.is_file():
-        for r in read_jsonl(path):
-            if r.get("verifier/pass_rate") is not None:
-                by_step.setdefault(int(r["step"]), []).append(r["verifier/pass_rate"])
-                n_by_step[int(r["step"])] = n_by_step.get(int(r["step"]), 0.0) + float(
-                    r.get("verifier/n") or 0.0
-                )
+    for r in records:
+        if r.get("verifier/pass_rate") is not None:
+            by_step.setdefault(int(r["step"]), []).append(r["verifier/pass_rate"])
+            n_by_step[int(r["step"])] = n_by_step.get(int(r["step"]), 0.0) + float(
+                r.get("verifier/n") or 0.0
+            )
     if by_step:
         return [
             {
@@ -643,10 +653,9 @@ def main(args: argparse.Namespace) -> int:
     """CLI entry: run (or dry-run) and print a summary; returns the exit code."""
     import json
 
-    from densereward._quiet import print_library_records_once
+    from densereward._quiet import configure_logging
 
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    print_library_records_once()  # huggingface_hub's warnings printed twice
+    configure_logging(logging.INFO)  # the CLI's format; huggingface_hub's warnings print once
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     try:
         config = config_from_args(args)

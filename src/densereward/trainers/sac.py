@@ -17,7 +17,7 @@ A run directory holds ``config.yaml``, ``logs/progress.csv`` (every SB3 key, inc
 ``verifier/*``, ``rollout/*`` and ``eval/*``), ``eval_curve.jsonl`` (success rate of
 deterministic evaluation episodes vs environment steps: the learning curve),
 ``train_curve.jsonl`` (success rate of the training episodes; without ``info["is_success"]``
-their mean training return; each row's ``metric`` says which), ``verifier_dynamics.jsonl``
+their mean return of the environment's own reward; each row's ``metric`` says which), ``verifier_dynamics.jsonl``
 (``rollout/ep_env_rew_mean`` and the ``verifier/*`` metrics at each episode end),
 ``training_curves.png`` (all of them against the step, :mod:`densereward.trainers.sac_plots`),
 ``checkpoints/`` (model + replay buffer), ``final_model.zip``, ``summary.json`` and the
