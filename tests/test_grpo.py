@@ -328,10 +328,17 @@ def test_a_one_step_grpo_start_prints_each_known_notice_at_most_once(tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     lines = done.stderr.splitlines()
     assert not any("TRL currently supports vLLM" in line for line in lines), done.stderr[-3000:]
-    for notice in ("Triton is installed", "undefined"):
+    for notice in ("Triton is installed", "undefined at step"):
         assert sum(notice in line for line in lines) <= 1, (notice, done.stderr[-3000:])
-    undefined = [line for line in lines if "undefined" in line]
+    undefined = [line for line in lines if "undefined at step" in line]
     assert len(undefined) == 1 and "undefined at step 1" in undefined[0]  # still said, once
+    # its lines below: one per reason (F9: one reason was repeated for each of 8 metrics)
+    import itertools
+
+    below = lines[lines.index(undefined[0]) + 1 :]
+    said = itertools.takewhile(lambda line: line.startswith("  verifier/"), below)
+    reasons = [line.split(": ", 1)[1] for line in said]
+    assert reasons and len(reasons) == len(set(reasons)), done.stderr[-3000:]
 
 
 # --------------------------------------------------------------------------------------------

@@ -885,13 +885,66 @@ def test_an_undefined_metric_is_explained_once_in_the_log_and_on_the_plot(tmp_pa
     # one line for the step, not one per metric (issue 41: five near-identical lines at step 1),
     # and not again at steps 2 and 3
     assert len(said) == 1 and said[0].startswith("undefined at step 1"), said
-    assert "verifier/window/tpr (no correct completion (Math-Verify) in the window)" in said[0]
-    assert "verifier/window/auroc (" in said[0] and "window/balanced_accuracy (" in said[0]
+    assert "\n  verifier/window/tpr: no correct completion (Math-Verify) in the window" in said[0]
+    assert "verifier/window/auroc, " in said[0] and "window/balanced_accuracy: " in said[0]
     assert "tnr" not in said[0]  # TNR is defined (0.5)
     reasons = undefined_reasons(tracker.records[-1])
     assert any(k.endswith("tpr") for k in reasons)
     note = _undefined_note(tracker.records, "verifier/")
     assert "tpr undefined at 3 of 3 steps" in note and "no correct completion" in note
+    assert tracker.plot().stat().st_size > 5000
+
+
+def test_one_reason_shared_by_many_undefined_metrics_is_said_once_in_the_log_and_on_the_plot(
+    tmp_path, caplog
+):
+    """F9: with no completion read at step 1, the once-only message repeated one ~150-character
+    reason for each of 8 metrics (~1,500 characters on one line), and the plot's footer did the
+    same on 8 lines. One line per distinct reason now, naming the metrics it covers."""
+    import matplotlib.pyplot as plt
+
+    from densereward.rewards.tracking_plot import _reward_quality_figure, _undefined_note
+
+    unread = (
+        "no completion in the window was read by the verifier (2 of 2 in this batch were "
+        "scored 0 without a read: no final answer)"
+    )
+    tracker = RewardQualityTracker(tmp_path, threshold=0.5)
+    with caplog.at_level("WARNING", logger="densereward.rewards.tracking"):
+        tracker.update(prompts=["p", "p"], scores=[0.0, 0.0], correct=[0, 0], read=[False] * 2)
+    said = [r.getMessage() for r in caplog.records if "undefined at step" in r.getMessage()]
+    assert len(said) == 1 and said[0].count(unread) == 1, said
+    lines = said[0].splitlines()
+    assert lines[0] == "undefined at step 1, not logged while undefined (each said once):"
+    assert lines[1:] == [
+        "  verifier/window/tpr, verifier/window/tnr, verifier/window/auroc, "
+        "verifier/window/pairwise_accuracy, verifier/window/score_gap, "
+        "verifier/window/precision, verifier/window/balanced_accuracy, "
+        f"verifier/window/verifier_gain: {unread}"
+    ], lines
+    note = _undefined_note(tracker.records, "verifier/")
+    assert note == (
+        "window/tpr, window/tnr, window/auroc, window/pairwise_accuracy, window/score_gap, "
+        "window/precision, window/balanced_accuracy, window/verifier_gain undefined at 1 of 1 "
+        f"steps (no point drawn); at step 1: {unread}"
+    ), note
+    tracker.update(prompts=["p", "p"], scores=[0.9, 0.1], correct=[1, 0])  # 1 of each class
+    note = _undefined_note(tracker.records, "verifier/").splitlines()
+    assert note == [  # three reasons at step 2: three lines, not eight
+        "window/tpr, window/auroc, window/pairwise_accuracy, window/score_gap, "
+        "window/balanced_accuracy undefined at 2 of 2 steps (no point drawn); at step 2: "
+        "fewer than 5 correct read completions in the window (1)",
+        "window/tnr undefined at 2 of 2 steps (no point drawn); at step 2: "
+        "fewer than 5 incorrect read completions in the window (1)",
+        "window/precision, window/verifier_gain undefined at 2 of 2 steps (no point drawn); "
+        "at step 2: fewer than 5 accepted read completions in the window (1)",
+    ], note
+    fig = _reward_quality_figure(tracker.records, "verifier/")
+    try:  # the footer drawn under the panels is that note
+        footer = [t.get_text() for t in fig.texts if t is not fig._suptitle]
+        assert footer == ["\n".join(note)]
+    finally:
+        plt.close(fig)
     assert tracker.plot().stat().st_size > 5000
 
 
@@ -1036,8 +1089,9 @@ def test_window_rates_from_too_few_completions_of_a_class_are_null_with_the_coun
     assert _window_classes(row) == (1, 7)
     note = _undefined_note(tracker.records, "verifier/")
     assert (
-        "window/tpr undefined at 1 of 1 steps (no point drawn); at step 1: fewer than 5 correct read "
-        "completions in the window (1)" in note
+        "window/tpr, window/auroc, window/pairwise_accuracy, window/score_gap, "
+        "window/balanced_accuracy undefined at 1 of 1 steps (no point drawn); at step 1: "
+        "fewer than 5 correct read completions in the window (1)" in note.splitlines()
     ), note
     for _ in range(4):  # 5 correct reads in the window: the rates are back
         tracker.update(prompts=["p"] * 2, scores=[0.8, 0.3], correct=[1, 0])

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Sequence
+from collections.abc import Hashable, Iterable, Sequence
 from typing import Any
 
 import numpy as np
@@ -167,6 +167,20 @@ def undefined_reasons(metrics: dict[str, Any], prefix: str = "verifier/") -> dic
             }[key]
         out[scope + key] = why
     return out
+
+
+def group_by_reason(reasons: Iterable[tuple[str, Hashable]]) -> list[tuple[list[str], Any]]:
+    """``[(metrics, reason)]``: the metrics of ``(metric, reason)`` pairs grouped by their reason,
+    reasons and metrics in the order first seen. A reason shared by several metrics (no read
+    completion leaves all eight rates undefined for one cause) is said once, naming them all.
+
+    >>> group_by_reason([("tpr", "no read"), ("tnr", "no read"), ("precision", "none accepted")])
+    [(['tpr', 'tnr'], 'no read'), (['precision'], 'none accepted')]
+    """
+    grouped: dict[Hashable, list[str]] = {}
+    for metric, why in reasons:
+        grouped.setdefault(why, []).append(metric)
+    return [(metrics, why) for why, metrics in grouped.items()]
 
 
 def _zero_spread(values: Sequence[float | None], groups: list[slice], eps: float = 1e-6) -> float:

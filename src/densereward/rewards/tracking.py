@@ -81,6 +81,7 @@ from .quality import (
     MIN_PER_CLASS,
     WINDOW_KEYS,
     format_metrics,
+    group_by_reason,
     labelled_metrics,
     reward_quality_metrics,
     undefined_reasons,
@@ -330,12 +331,15 @@ class RewardQualityTracker:
             ).items()
             if k not in self._explained
         }
-        if fresh:  # each metric once per run, and one line per step, not one per metric
+        if fresh:  # each metric once per run: one message per step, one line per reason
             self._explained.update(fresh)
             logger.warning(
-                "undefined at step %d, not logged while undefined (each said once): %s",
+                "undefined at step %d, not logged while undefined (each said once):\n%s",
                 step,
-                "; ".join(f"{self.prefix}{k} ({why})" for k, why in fresh.items()),
+                "\n".join(
+                    f"  {', '.join(self.prefix + k for k in keys)}: {why}"
+                    for keys, why in group_by_reason(fresh.items())
+                ),
             )
         if log_metric is not None:
             for k, v in metrics.items():

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from .quality import WINDOW_KEYS, undefined_reasons
+from .quality import WINDOW_KEYS, group_by_reason, undefined_reasons
 
 __all__ = ["PLOT_KEYS", "AUDIT_PANEL", "plot_reward_quality"]
 
@@ -43,8 +43,9 @@ with no sparse spread, and the steps the judge alone decided."""
 
 
 def _undefined_note(records: Sequence[dict[str, Any]], prefix: str) -> str:
-    """One line per metric that is undefined at some steps: how often, and why at the last of
-    them (the reason changes as the window fills: no threshold yet, then too few of a class).
+    """Why points are missing: for the metrics that are undefined at some steps, how often, and
+    why at the last of them (the reason changes as the window fills: no threshold yet, then too
+    few of a class); one line per reason, naming every metric it covers at as many steps.
 
     >>> print(_undefined_note([{"step": 1, "verifier/n_valid": 4.0, "verifier/auroc": None},
     ...                        {"step": 2, "verifier/n_valid": 4.0, "verifier/auroc": 0.5}], "verifier/"))
@@ -58,9 +59,11 @@ def _undefined_note(records: Sequence[dict[str, Any]], prefix: str) -> str:
             steps.setdefault(key, set()).add(int(r["step"]))
     n_steps = len({int(r["step"]) for r in records})
     return "\n".join(
-        f"{key} undefined at {len(steps[key])} of {n_steps} steps (no point drawn); "
+        f"{', '.join(keys)} undefined at {n} of {n_steps} steps (no point drawn); "
         f"at step {step}: {why}"
-        for key, (step, why) in last.items()
+        for keys, (n, step, why) in group_by_reason(
+            (key, (len(steps[key]), step, why)) for key, (step, why) in last.items()
+        )
     )
 
 
@@ -264,8 +267,14 @@ def _reward_quality_figure(records: Sequence[dict[str, Any]], prefix: str) -> An
     fig.suptitle(title, fontsize=10)
     for row in grid:
         row[0].set_ylabel("value")
-    note = _undefined_note(records, prefix)
-    if note:  # beside the lines: why some points are missing
+    # beside the lines: why some points are missing; a reason naming many metrics is wrapped
+    # to the figure's width (~17 characters an inch at 7 pt)
+    width = int(17 * fig.get_figwidth())
+    note = "\n".join(
+        textwrap.fill(line, width, subsequent_indent="    ")
+        for line in _undefined_note(records, prefix).splitlines()
+    )
+    if note:
         fig.text(0.005, 0.005, note, fontsize=7, va="bottom", ha="left", color="0.3")
     # the note's lines take ~0.13 in each at 7 pt: keep the panels above them, whatever the height
     below = (0.12 + 0.13 * (note.count("\n") + 1)) / fig.get_figheight() if note else 0
