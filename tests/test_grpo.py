@@ -751,3 +751,75 @@ def test_the_summary_says_loudly_when_the_verifier_read_no_completion(
     assert grpo.main(_parse(["--config", cpu])) == 0
     out = capsys.readouterr().out
     assert out.rstrip().splitlines()[-1] == f"!! WARNING: {warning}"
+
+
+# --------------------------------------------------------------------------------------------
+# Resume from a checkpoint (F3, F4)
+# --------------------------------------------------------------------------------------------
+
+
+def _one_layer_policy(model_dir: Path, tie: bool):
+    """The embedded policy's architecture (SmolLM2: Llama, tied embeddings) with one layer."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    config = AutoConfig.from_pretrained(model_dir, num_hidden_layers=1, tie_word_embeddings=tie)
+    return AutoModelForCausalLM.from_config(config)
+
+
+@pytest.mark.slow  # imports transformers' Trainer
+def test_a_resume_drops_the_missing_keys_notice_only_for_tied_weights(tmp_path, default_model_dir):
+    """F4: every --resume of the SmolLM2 policy printed transformers' "There were missing keys
+    in the checkpoint model loaded: ['lm_head.weight']": its embeddings are tied, so the head
+    is the embedding matrix and was loaded with it. transformers' own Trainer emits the notice
+    here (a one-layer SmolLM2 saved and loaded as a resume does); the filter drops it for a tied head,
+    and keeps it for the same key of an untied model, whose head was really not loaded."""
+    import contextlib
+    import logging
+
+    import safetensors.torch
+    from transformers import Trainer, TrainingArguments
+
+    from densereward._quiet import tied_weights_notice_dropped
+
+    said: list[str] = []
+
+    class Collect(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            said.append(record.getMessage())
+
+    def resume(model, ckpt: Path, quiet: bool) -> list[str]:
+        said.clear()
+        args = TrainingArguments(output_dir=str(tmp_path / "out"), use_cpu=True, report_to=[])
+        trainer = Trainer(model=model, args=args)
+        with tied_weights_notice_dropped(model) if quiet else contextlib.nullcontext():
+            trainer._load_from_checkpoint(str(ckpt))  # what train(resume_from_checkpoint) calls
+        return [m for m in said if "missing keys" in m]
+
+    handler = Collect()
+    emitter = logging.getLogger("transformers.trainer")
+    emitter.addHandler(handler)
+    try:
+        tied = _one_layer_policy(default_model_dir, tie=True)
+        tied.save_pretrained(tmp_path / "tied")  # saves the embedding once, no lm_head.weight
+        notice = "There were missing keys in the checkpoint model loaded: ['lm_head.weight']."
+        assert resume(tied, tmp_path / "tied", quiet=False) == [notice]  # the control
+        assert resume(tied, tmp_path / "tied", quiet=True) == []
+        assert not emitter.filters  # the filter is removed when the resume has loaded
+
+        untied = _one_layer_policy(default_model_dir, tie=False)
+        untied.save_pretrained(tmp_path / "untied")
+        weights = tmp_path / "untied" / "model.safetensors"
+        state = safetensors.torch.load_file(weights)
+        del state["lm_head.weight"]  # a head that really is missing
+        safetensors.torch.save_file(state, weights, metadata={"format": "pt"})
+        assert resume(untied, tmp_path / "untied", quiet=True) == [notice]
+        # a tied head and a missing norm: the norm is news, so the notice stays whole
+        tied.save_pretrained(tmp_path / "tied-no-norm")
+        weights = tmp_path / "tied-no-norm" / "model.safetensors"
+        state = safetensors.torch.load_file(weights)
+        del state["model.norm.weight"]
+        safetensors.torch.save_file(state, weights, metadata={"format": "pt"})
+        (kept,) = resume(tied, tmp_path / "tied-no-norm", quiet=True)
+        assert "model.norm.weight" in kept and "lm_head.weight" in kept
+    finally:
+        emitter.removeHandler(handler)

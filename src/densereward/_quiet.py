@@ -30,17 +30,32 @@ logger *and* propagate to the root logger: once the CLI configures the root logg
 printed twice, bare and as ``WARNING huggingface_hub.utils._http: ...``.
 :func:`print_library_records_once`, called where the CLI configures logging, stops that
 propagation (what ``huggingface_hub.utils.logging.disable_propagation`` does): one copy.
+
+A resume of a policy with tied input and output embeddings (SmolLM2, Qwen2.5's small models)
+printed transformers' "There were missing keys in the checkpoint model loaded:
+['lm_head.weight']." on every ``--resume``: the checkpoint stores the shared matrix once, as
+the embedding, and loading it loads the head, but a user reads the notice as a corrupt
+checkpoint. :func:`tied_weights_notice_dropped`, held around ``trainer.train`` by
+:func:`densereward.trainers.grpo.run`, drops exactly that notice when every key it names is
+tied to a loaded one in that model (``tie_word_embeddings`` set and the two parameters one
+tensor); a notice naming any other key (an untied head, a missing layer) passes unchanged.
 """
 
 from __future__ import annotations
 
+import ast
+import contextlib
 import logging
+import re
 import warnings
+from collections.abc import Iterator
+from typing import Any
 
 __all__ = [
     "configure_logging",
     "print_library_records_once",
     "quiet_known_notices",
+    "tied_weights_notice_dropped",
     "trl_vllm_notice_once",
 ]
 
@@ -108,3 +123,55 @@ def trl_vllm_notice_once() -> None:
         return
     is_vllm_available()
     warnings.filterwarnings("ignore", message=_TRL_VLLM_ANY, category=UserWarning, append=True)
+
+
+_MISSING_KEYS = re.compile(r"There were missing keys in the checkpoint model loaded: (\[.*\])\.?")
+"""transformers.Trainer._issue_warnings_after_load's notice (logger ``transformers.trainer``)."""
+
+
+def _tied_only(model: Any, keys: list[str]) -> bool:
+    """Whether every key is a parameter tied to another of ``model`` (its config ties the word
+    embeddings, the key is in ``all_tied_weights_keys`` and both names are one tensor)."""
+    config = getattr(model, "config", None)
+    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    if not keys or not getattr(text, "tie_word_embeddings", False):
+        return False
+    tied = getattr(model, "all_tied_weights_keys", None) or {}
+    try:
+        return all(
+            k in tied and model.get_parameter(k) is model.get_parameter(tied[k]) for k in keys
+        )
+    except AttributeError:  # a name that is not a parameter of the model
+        return False
+
+
+class _DropTiedMissingKeys(logging.Filter):
+    def __init__(self, model: Any) -> None:
+        super().__init__()
+        self.model = model
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        found = _MISSING_KEYS.fullmatch(record.getMessage())
+        if found is None:
+            return True
+        try:
+            keys = ast.literal_eval(found.group(1))
+        except (ValueError, SyntaxError):
+            return True
+        return not (isinstance(keys, list) and _tied_only(self.model, keys))
+
+
+@contextlib.contextmanager
+def tied_weights_notice_dropped(model: Any) -> Iterator[None]:
+    """While held, drop transformers' "There were missing keys in the checkpoint model loaded:
+    [...]" when every key it names is tied to a loaded parameter of ``model`` (the
+    ``lm_head.weight`` of a model with tied word embeddings, loaded with the embedding);
+    any other missing key keeps the notice whole. Hold it around ``trainer.train`` of a
+    resume; the filter is removed on leaving."""
+    emitter = logging.getLogger("transformers.trainer")
+    dropped = _DropTiedMissingKeys(model)
+    emitter.addFilter(dropped)
+    try:
+        yield
+    finally:
+        emitter.removeFilter(dropped)

@@ -175,7 +175,7 @@ def run(
     Raises:
         ConfigError, DataError: on an invalid configuration or unloadable data.
     """
-    from densereward._quiet import trl_vllm_notice_once
+    from densereward._quiet import tied_weights_notice_dropped, trl_vllm_notice_once
 
     trl_vllm_notice_once()  # TRL warns about the vLLM version at five imports: once here
     config = copy.deepcopy(config)
@@ -255,7 +255,8 @@ def run(
             trainer.add_callback(every_k)
         heldout.evaluate("before", 0)  # the initial policy, before any step (or checkpoint) loads
         checkpoint = True if resume == "latest" else resume
-        trainer.train(resume_from_checkpoint=checkpoint)
+        with tied_weights_notice_dropped(trainer.model):  # a tied lm_head is no missing key
+            trainer.train(resume_from_checkpoint=checkpoint)
         trainer.save_state()
         heldout.evaluate("after", int(trainer.state.global_step))
     except BaseException:
