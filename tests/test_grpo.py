@@ -823,3 +823,76 @@ def test_a_resume_drops_the_missing_keys_notice_only_for_tied_weights(tmp_path, 
         assert "model.norm.weight" in kept and "lm_head.weight" in kept
     finally:
         emitter.removeHandler(handler)
+
+
+@pytest.mark.slow  # two GRPO starts of two steps each with the embedded model (~2 min)
+def test_a_resume_from_a_weights_only_checkpoint_continues_the_schedule_and_says_so(tmp_path):
+    """F3: ``make demo`` saves weights-only checkpoints (``training.save_only_model: true``: no
+    optimizer.pt, no scheduler.pt). transformers then skips the optimizer and the scheduler
+    without a word and builds the schedule at step 0, so the resumed steps' learning rate
+    jumped back to its peak (the demo: 6e-06 at step 5, 3e-05 at step 6), while the run, its
+    dry run and its summary called it a continuation. The schedule now continues from the
+    checkpoint's step, and the dry run, the start and the summary say that the optimizer's
+    state starts afresh and how to keep it. Through the command line, as a user runs it."""
+    import os
+    import subprocess
+    import sys
+
+    import yaml
+
+    from densereward.config import load_yaml
+
+    config = load_yaml(REPO / "configs/grpo_dynamics_cpu.yaml")
+    config.pop("heldout")
+    config["reward"]["track"] = False  # the sparse reward alone: no verifier to load
+    config["data"].update(size=8, limit=8)
+    config["training"].update(
+        max_steps=2,
+        save_steps=2,
+        save_only_model=True,
+        per_device_train_batch_size=4,
+        num_generations=2,
+        max_completion_length=8,
+    )
+    config["wandb"] = {"enabled": False}
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(config))
+    run_dir = tmp_path / "run"
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+
+    def cli(*argv: str) -> subprocess.CompletedProcess:
+        cmd = [sys.executable, "-m", "densereward.cli", "train", "grpo", "--config", str(path)]
+        done = subprocess.run(
+            [*cmd, "--output-dir", str(run_dir), *argv],
+            cwd=REPO,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=900,
+        )
+        assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+        return done
+
+    first = cli()
+    ckpt = run_dir / "checkpoint-2"
+    assert not (ckpt / "optimizer.pt").exists() and not (ckpt / "scheduler.pt").exists()
+    (ends,) = [line for line in first.stdout.splitlines() if "checkpoints (resume with" in line]
+    assert ends.endswith(
+        f"{ckpt} (weights only: a resume restarts the optimizer state; "
+        "training.save_only_model: false keeps it)"
+    ), ends
+    dry = cli("--resume", "--dry-run").stdout
+    assert (
+        f"ok  run directory: {run_dir} (continues from checkpoint-2, weights only: the "
+        "learning-rate schedule continues from step 2, the optimizer state (Adam's moments) "
+        "starts afresh; training.save_only_model: false keeps it)"
+    ) in dry, dry
+    resumed = cli("--resume", "--max-steps", "4")
+    said = [line for line in resumed.stderr.splitlines() if "weights only" in line]
+    assert len(said) == 1 and "training.save_only_model: false" in said[0], resumed.stderr
+    assert "missing keys" not in resumed.stderr  # F4: the tied lm_head is no missing key
+    history = json.loads((run_dir / "trainer_state.json").read_text())["log_history"]
+    lr = {h["step"]: h["learning_rate"] for h in history if "learning_rate" in h}
+    # the linear schedule, rebuilt for 4 steps, at its steps 3 and 4: 3e-5 * (1 - (k - 1) / 4);
+    # before, it restarted at step 0: 3e-5 and 2.25e-5
+    assert lr[3] == pytest.approx(1.5e-5) and lr[4] == pytest.approx(7.5e-6), lr

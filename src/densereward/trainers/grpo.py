@@ -88,6 +88,73 @@ def _checkpoints(run_dir: Path) -> list[Path]:
     return sorted(found, key=lambda p: int(_CHECKPOINT.fullmatch(p.name).group(1)))
 
 
+_OPTIMIZER_STATE = ("optimizer.pt", "optimizer.bin")  # transformers.trainer.OPTIMIZER_NAME(_BIN)
+_SCHEDULER_STATE = "scheduler.pt"  # transformers.trainer.SCHEDULER_NAME
+KEEP_OPTIMIZER_STATE = "training.save_only_model: false keeps it"
+"""The fix a weights-only checkpoint's notes name (checkpoints about 3x the policy's size)."""
+
+
+def _weights_only(ckpt: Path) -> bool:
+    """Whether a ``checkpoint-<step>`` holds no optimizer or no scheduler state (one saved with
+    ``training.save_only_model: true``, as ``make demo``'s): transformers' resume from it loads
+    the weights and the step, and skips the optimizer and the scheduler without a word."""
+    has_optimizer = any((ckpt / name).is_file() for name in _OPTIMIZER_STATE) or any(
+        p.is_dir() and "optimizer" in p.name
+        for p in ckpt.iterdir()  # FSDP: optimizer_0/
+    )
+    return not (has_optimizer and (ckpt / _SCHEDULER_STATE).is_file())
+
+
+def _resume_checkpoint(run_dir: Path, resume: str | None) -> Path | None:
+    """The checkpoint a resume continues from: ``resume`` itself, or for ``"latest"`` the newest
+    of ``run_dir`` (what transformers' ``get_last_checkpoint`` picks); ``None`` without one."""
+    if not resume:
+        return None
+    if resume != "latest":
+        return Path(resume)
+    found = _checkpoints(run_dir)
+    return found[-1] if found else None
+
+
+def _step_of(ckpt: Path) -> int:
+    return int(_CHECKPOINT.fullmatch(ckpt.name).group(1))
+
+
+def _continue_schedule(scheduler: Any, step: int) -> None:
+    """Step a learning-rate schedule built at step 0 on to ``step`` (no optimizer step between:
+    torch's warnings about that order are for training loops, not for this catch-up). A
+    ``ReduceLROnPlateau`` schedule follows an evaluation metric, not the step: left as it is."""
+    import warnings
+
+    from torch.optim.lr_scheduler import ReduceLROnPlateau
+
+    if scheduler is None or isinstance(scheduler, ReduceLROnPlateau):
+        return
+    with warnings.catch_warnings():
+        warnings.filterwarnings(
+            "ignore", message=r"(Detected call of `lr_scheduler\.step\(\)`|Seems like `optimizer)"
+        )
+        while scheduler.last_epoch < step:
+            scheduler.step()
+
+
+class _ContinueSchedule:
+    """transformers' resume from a checkpoint without ``scheduler.pt`` restores the step but
+    builds the learning-rate schedule at step 0: the resumed steps' rate jumped back to its
+    peak (``make demo``: 6e-06 at step 5, 3e-05 at step 6). At the start of training, after the
+    schedule is built and the step restored, this steps the schedule on to the restored step,
+    as the saved schedule would have been."""
+
+    def __new__(cls):
+        from transformers import TrainerCallback
+
+        class _Cb(TrainerCallback):
+            def on_train_begin(self, args, state, control, lr_scheduler=None, **kwargs):
+                _continue_schedule(lr_scheduler, int(state.global_step))
+
+        return _Cb()
+
+
 def _run_dir(parts: dict[str, Any], output_dir: str | Path | None, resume: str | None) -> Path:
     """The run directory, checked but not created (:func:`densereward.io.check_run_dir`): the
     caller creates it once the data, the verifier and TRL's config have passed, so a start that
@@ -162,6 +229,9 @@ def run(
             ``training.output_dir`` or ``runs/<wandb.name or timestamp>``.
         dry_run: Build and validate everything except model weights and data downloads.
         resume: ``"latest"`` (newest checkpoint in the run directory) or a checkpoint path.
+            From a weights-only checkpoint (``training.save_only_model: true``) the
+            learning-rate schedule continues from its step and the optimizer state starts
+            afresh, with one warning.
 
     Returns:
         ``{"run_dir", "curve": [{"step", "value"}], "metric": "verifier/pass_rate", "final",
@@ -255,6 +325,18 @@ def run(
             trainer.add_callback(every_k)
         heldout.evaluate("before", 0)  # the initial policy, before any step (or checkpoint) loads
         checkpoint = True if resume == "latest" else resume
+        if (ckpt := _resume_checkpoint(run_dir, resume)) is not None and _weights_only(ckpt):
+            trainer.add_callback(_ContinueSchedule())
+            if main_process:
+                logger.warning(
+                    "%s holds weights only (no optimizer.pt or scheduler.pt: it was saved with "
+                    "training.save_only_model: true): the resume continues the learning-rate "
+                    "schedule from step %d, but the optimizer state (Adam's moments) starts "
+                    "afresh. Fix: %s (checkpoints about 3x larger)",
+                    ckpt,
+                    _step_of(ckpt),
+                    KEEP_OPTIMIZER_STATE,
+                )
         with tied_weights_notice_dropped(trainer.model):  # a tied lm_head is no missing key
             trainer.train(resume_from_checkpoint=checkpoint)
         trainer.save_state()
@@ -482,15 +564,18 @@ def _dry_run(
         check_verifier_server(parts["verifier"]) if _builds_verifier(parts) else (None, None)
     )  # a served verifier is contacted as the run's start contacts it
     run_dir = _run_dir(parts, output_dir, resume)
-    state = (
-        "continues from its newest checkpoint"
-        if resume
-        else (
-            "exists with no checkpoint and no result: reused"
-            if run_dir.is_dir() and any(run_dir.iterdir())
-            else "created when the run starts"
-        )
-    )
+    ckpt = _resume_checkpoint(run_dir, resume)  # checked by _run_dir: there is one to resume
+    if ckpt is not None:
+        state = f"continues from {ckpt.name}"
+        if _weights_only(ckpt):
+            state += (
+                f", weights only: the learning-rate schedule continues from step {_step_of(ckpt)}, "
+                f"the optimizer state (Adam's moments) starts afresh; {KEEP_OPTIMIZER_STATE}"
+            )
+    elif run_dir.is_dir() and any(run_dir.iterdir()):
+        state = "exists with no checkpoint and no result: reused"
+    else:
+        state = "created when the run starts"
     checks = [
         *([f"{policy_line} ({_dtype_note(parts)}) -- weights NOT loaded"] if policy_line else []),
         *([data_line] if data_line else []),  # a source with a problem: only its !! line
@@ -681,8 +766,14 @@ def main(args: argparse.Namespace) -> int:
     table = f"{run_dir}/completions/, " if (run_dir / "completions").is_dir() else ""
     label = ("completions table, " if table else "") + "config, result:"
     print(f"  {label:<46}{table}config.json, result.json")
+    checkpoints = _checkpoints(run_dir)
+    weights_only = (
+        f" (weights only: a resume restarts the optimizer state; {KEEP_OPTIMIZER_STATE})"
+        if checkpoints and _weights_only(checkpoints[-1])  # the one --resume continues from
+        else ""
+    )
     print(
-        f"  checkpoints (resume with --resume):           {', '.join(sorted(str(p) for p in run_dir.glob('checkpoint-*'))) or 'none'}"
+        f"  checkpoints (resume with --resume):           {', '.join(str(p) for p in checkpoints) or 'none'}{weights_only}"
     )
     print(
         f"  W&B run (offline: `wandb sync <dir>`):        {', '.join(wandb_runs) or 'not logged'}"
