@@ -1140,7 +1140,13 @@ def test_the_final_values_say_what_they_rest_on(tmp_path):
     assert "final_rests_on" not in stored["summary"] and "final" not in stored["summary"]
     for cond in ("slow", "fast"):
         rests = res["conditions"][cond]["final_rests_on"]
-        assert rests == {"n": 32, "unit": "completions", "n_runs": 2, "text": rests["text"]}
+        assert rests == {
+            "n": 32,
+            "unit": "completions",
+            "at_least": False,
+            "n_runs": 2,
+            "text": rests["text"],
+        }
         assert rests["text"] == "32 completions over 2 runs"
         assert res["conditions"][cond]["runs"][0]["first_step"] == 10.0
     report = (out / "report.md").read_text()
@@ -1150,3 +1156,92 @@ def test_the_final_values_say_what_they_rest_on(tmp_path):
     assert (
         C.report.final_rests_on([{"step": 5, "value": 1.0}], 3)["text"] == "1 curve point (step 5)"
     )
+
+
+@pytest.mark.slow
+def test_an_evaluation_off_comparison_counts_distinct_training_episodes(tmp_path, capsys):
+    """Fresh-user trial F1: with evaluation off (training.eval_every=0) the curve is the
+    training episodes' rolling window (rollout/success_rate here), and compare said "32
+    evaluation episodes over 2 runs" (report, legend) and "16 evaluation episodes of steps
+    150, 200" (result.json): no evaluation episode was run, and the overlapping windows were
+    summed (monitor.csv held 10 episodes). Now every output says training episodes, counts each
+    distinct episode once (= monitor.csv's rows here), and the Method section speaks of the
+    training curve, not of evaluations."""
+    import csv
+
+    from densereward.cli import main
+
+    out = tmp_path / "cmp"
+    config = _sac_compare_config(out, budget=300, seeds=(0,))
+    # windows of up to 4 episodes every 100 steps (FetchReach: 50-step episodes): the windows
+    # of steps 100, 200, 300 hold 2, 4, 4 episodes (10 summed), 6 distinct ones in all
+    config["common"] = [
+        *[x for x in config["common"] if not x.startswith("training.eval_")],
+        "training.eval_every=0",
+        "training.metrics_window=4",
+    ]
+    config["final_window"] = 3
+    path = tmp_path / "cmp.yaml"
+    path.write_text(yaml.safe_dump(config))
+    assert main(["compare", "--config", str(path), "--no-progress"]) == 0
+    err = capsys.readouterr().err
+    results = json.loads((out / "results.json").read_text())
+    assert results["metric"] == "rollout/success_rate"
+    report = (out / "report.md").read_text()
+    for cond in ("sparse", "env_dense"):
+        run_dir = out / "runs" / cond / "seed0"
+        stored = json.loads((run_dir / "result.json").read_text())
+        assert [p["n_episodes"] for p in stored["curve"]] == [2, 4, 4]
+        with (run_dir / f"{cond}-seed0" / "monitor.csv").open() as f:
+            episodes = len(list(csv.DictReader(line for line in f if not line.startswith("#"))))
+        assert episodes == 6
+        assert stored["final_rests_on"] == (
+            "6 training episodes in the rolling windows (the last 2, 4, 4 episodes) of steps "
+            "100, 200, 300"
+        )
+        rests = results["conditions"][cond]["final_rests_on"]
+        assert rests["text"] == "6 training episodes over 1 run" and rests["n"] == 6
+        assert f"| {cond} | 1 |" in report and "| 6 training episodes over 1 run |" in report
+        # the console's line for the run says the same
+        (line,) = [x for x in err.splitlines() if f"] {cond} seed0: final" in x]
+        assert "(mean of the last 3 of 3 points: 6 training episodes in the rolling" in line
+    assert "evaluation episodes" not in report and "first evaluation" not in report
+    assert "the first training-curve point at or above the threshold" in report
+    assert (
+        "Learning curves: training episodes: success rate of the last 4 training episodes at "
+        "each point (rolling windows, which overlap)." in report
+    )
+    assert "each distinct episode counted once" in report
+
+
+def test_final_rests_on_counts_each_episode_of_overlapping_windows_once():
+    """Rolling windows of training episodes (a ``rollout/`` curve) overlap: the distinct
+    episodes behind them come from each point's running episode count
+    (``n_episodes_total``); without it the largest window is a lower bound, said as such.
+    Evaluation episodes (an ``eval/`` curve) are new at every point and are summed."""
+    rolling = [
+        {
+            "step": s,
+            "value": 0.5,
+            "metric": "rollout/success_rate",
+            "n_episodes": n,
+            "n_episodes_total": t,
+        }
+        for s, n, t in ((100, 2, 2), (200, 4, 4), (300, 4, 6), (400, 4, 20))
+    ]
+    # windows (0,2], (0,4], (2,6], (16,20]: episodes 7-16 are in none of them
+    rests = C.report.final_rests_on(rolling, 4)
+    assert rests["n"] == 10 and rests["unit"] == "training episodes" and not rests["at_least"]
+    assert rests["text"].startswith("10 training episodes in the rolling windows")
+    old = [{k: v for k, v in p.items() if k != "n_episodes_total"} for p in rolling]
+    rests = C.report.final_rests_on(old, 2)
+    assert rests["n"] == 4 and rests["at_least"]
+    assert rests["text"].startswith("at least 4 training episodes in the rolling windows")
+    assert (
+        C.report._condition_rests_on(
+            [C.report.final_rests_on(rolling, 4), C.report.final_rests_on(old, 2)]
+        )["text"]
+        == "at least 14 training episodes over 2 runs"
+    )
+    evals = [{**p, "metric": "eval/success_rate"} for p in old]
+    assert C.report.final_rests_on(evals, 2)["text"] == "8 evaluation episodes of steps 300, 400"

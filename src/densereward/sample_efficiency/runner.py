@@ -338,6 +338,7 @@ def run_comparison(
         wall_s=wall,
         missing=missing,
         notes=[threshold_note] if threshold_note else [],
+        run_metrics={str(r["metric"]) for rs in by_cond.values() for r in rs if r.get("metric")},
         curve_sources=sorted(
             {
                 str(r["summary"]["curve_source"])
@@ -595,7 +596,8 @@ def _run_all(
             console.print(
                 f"[{n_done0 + i + 1}/{n_total}] {cname} {key}: final {summary.get('metric')}="
                 f"{format_number(final)} (mean of the last {min(cfg.final_window, values.size)} of "
-                f"{values.size} points) in {wall:.0f} s; ~{_hms(eta)} left"
+                f"{values.size} points: {record['final_rests_on']}) in {wall:.0f} s; "
+                f"~{_hms(eta)} left"
             )
 
 

@@ -516,7 +516,10 @@ def run(config: dict[str, Any], *, output_dir: Path, resume: bool = False) -> di
             )
         else:
             curve, metric = train_curve, curve_cb.metric
-            source = f"training episodes: success rate of the last {tc.metrics_window}"
+            source = (
+                f"training episodes: success rate of the last {tc.metrics_window} training "
+                "episodes at each point (rolling windows, which overlap)"
+            )
         if not success:
             what = (
                 "mean reward"
