@@ -1214,6 +1214,71 @@ def test_an_evaluation_off_comparison_counts_distinct_training_episodes(tmp_path
     assert "each distinct episode counted once" in report
 
 
+def _two_point_runs(values: tuple[float, ...], seeds=(0, 1)) -> list[dict]:
+    """Runs measured at steps 0 and 300 only (evaluations at the start and the end)."""
+    return [
+        {"seed": s, "curve": [{"step": 0, "value": 0.0}, {"step": 300, "value": v}]}
+        for s, v in zip(seeds, values, strict=True)
+    ]
+
+
+def _saved_figure(monkeypatch, draw):
+    """The figure ``draw()`` saves (caught at ``savefig``, then saved as usual)."""
+    import matplotlib.figure
+
+    figures = []
+    real = matplotlib.figure.Figure.savefig
+    monkeypatch.setattr(
+        matplotlib.figure.Figure,
+        "savefig",
+        lambda fig, *a, **k: figures.append(fig) or real(fig, *a, **k),
+    )
+    draw()
+    (fig,) = figures
+    return fig
+
+
+def test_a_plot_of_few_points_and_few_runs_shows_its_points_and_says_too_few(tmp_path, monkeypatch):
+    """Fresh-user trial F5: runs evaluated only at steps 0 and 300 were drawn as continuous
+    lines with no markers, under a 95% bootstrap band from 2 seeds and no "too few runs" banner
+    (the verdict said it; the eval-verifier plots have such a banner). Now a curve of at most
+    MAX_POINTS_MARKED points marks its measured steps, and a plot with a condition below
+    MIN_RUNS_FOR_A_VERDICT says so in a banner."""
+    a = C.analyze(
+        {"sparse": _two_point_runs((0.2, 0.4)), "dense": _two_point_runs((0.5, 0.7))},
+        budget=300,
+        n_bootstrap=50,
+    )
+    png = tmp_path / "learning_curves.png"
+    fig = _saved_figure(
+        monkeypatch,
+        lambda: C.plot_curves(a, png, metric="m", x_label="steps", threshold=None, title="t"),
+    )
+    (ax,) = fig.axes
+    marked = [ln for ln in ax.get_lines() if ln.get_marker() not in (None, "None", "")]
+    assert len(marked) == 2  # one per condition, at its two measured steps
+    for ln in marked:
+        assert list(ln.get_xdata()) == [0.0, 300.0]
+    assert [ln.get_ydata()[-1] for ln in marked] == pytest.approx([0.3, 0.6])
+    banner = fig._suptitle.get_text().replace("\n", " ")
+    assert banner.startswith(
+        "too few runs for a verdict (n < MIN_RUNS_FOR_A_VERDICT = 4 a side): sparse n=2, dense n=2"
+    ), banner
+    assert png.stat().st_size > 1000
+    # long curves (20 points) and 4 runs a side: no markers, no banner
+    a = C.analyze(
+        {"sparse": _synthetic_runs(800, budget=2000), "dense": _synthetic_runs(200, budget=2000)},
+        budget=2000,
+        n_bootstrap=50,
+    )
+    fig = _saved_figure(
+        monkeypatch,
+        lambda: C.plot_curves(a, png, metric="m", x_label="steps", threshold=None, title="t"),
+    )
+    assert all(ln.get_marker() in (None, "None", "") for ln in fig.axes[0].get_lines())
+    assert fig._suptitle is None or not fig._suptitle.get_text()
+
+
 def test_final_rests_on_counts_each_episode_of_overlapping_windows_once():
     """Rolling windows of training episodes (a ``rollout/`` curve) overlap: the distinct
     episodes behind them come from each point's running episode count

@@ -50,6 +50,11 @@ runs, however clean, is significant at 5 %, while the percentile bootstrap still
 for a verdict" and at most a descriptive P with its run counts."""
 
 
+MAX_POINTS_MARKED = 10
+"""Curves with at most this many points per run are drawn with markers at the measured steps:
+a line between two evaluations otherwise reads as a measured curve."""
+
+
 def step_cost(summary: Mapping[str, Any]) -> dict[str, float | None]:
     """A SAC run's training cost per environment step and the reward's share of it, from its
     ``summary.json``: ``ms_per_step`` = 1000 / ``steps_per_second`` (training only, evaluation
@@ -299,7 +304,8 @@ def analyze(
 
     Returns:
         ``{"grid": (G,), "conditions": {name: {"runs": [...], "final": ci, "auc": ci,
-        "steps_to_threshold": {...}, "curve": {"mean", "low", "high"}}}, "pairs": [...]}``;
+        "steps_to_threshold": {...}, "curve": {"mean", "low", "high"}, "measured_steps":
+        [steps at which any run has a point]}}, "pairs": [...]}``;
         each pair ``{"a", "b", "score", "p_improvement", "enough_runs", "verdict"}``, where
         ``enough_runs`` is False when a side has fewer than :data:`MIN_RUNS_FOR_A_VERDICT`
         finished runs (its ``p_improvement`` is then no result: the report leaves it out).
@@ -330,6 +336,7 @@ def analyze(
             if s.size:
                 rows.append(resample_curve(s, v, grid))
         finals = [x["final"] for x in per_run]
+        measured = sorted({float(p["step"]) for r in results for p in r.get("curve") or []})
         aucs = [x["auc"] for x in per_run]
         entry: dict[str, Any] = {
             "n_runs": len(per_run),
@@ -337,6 +344,7 @@ def analyze(
             "final": iqm_ci(finals, **kw),
             "final_rests_on": _condition_rests_on([x["final_rests_on"] for x in per_run]),
             "auc": iqm_ci(aucs, **kw),
+            "measured_steps": measured,  # where any of its runs has a point
         }
         if threshold is not None:
             sts = np.array([x["steps_to_threshold"] for x in per_run], dtype=float)
@@ -621,6 +629,9 @@ def plot_curves(
 ) -> Path:
     """Mean learning curve with its bootstrap band per condition (PNG, written atomically).
 
+    A condition whose runs have at most :data:`MAX_POINTS_MARKED` points each is marked at its
+    measured steps; a plot with a condition of fewer than :data:`MIN_RUNS_FOR_A_VERDICT` runs
+    carries a red "too few runs for a verdict" banner (the console and the report say the same).
     Needs matplotlib (``pip install densereward[plots]``).
     """
     import matplotlib
@@ -630,7 +641,7 @@ def plot_curves(
 
     grid = np.asarray(analysis["grid"])
     fig, ax = plt.subplots(figsize=(7, 4.2))
-    banded, single, held = [], [], []
+    banded, single, held, marked, few = [], [], [], [], []
     for cname, c in analysis["conditions"].items():
         if c.get("curve") is None:
             continue
@@ -641,6 +652,18 @@ def plot_curves(
         first = max(firsts, default=0.0)  # before it some run's value is held, not measured
         measured = grid >= first
         (line,) = ax.plot(grid[measured], mean[measured], label=label)
+        if (
+            0
+            < max((int(r.get("n_points") or 0) for r in c["runs"]), default=0)
+            <= (MAX_POINTS_MARKED)
+        ):
+            at = np.array(
+                [x for x in c.get("measured_steps") or [] if grid[0] <= x <= grid[-1]], dtype=float
+            )
+            marked.append(cname)
+            ax.plot(at, np.interp(at, grid, mean), "o", color=line.get_color(), markersize=5)
+        if 0 < c["n_runs"] < MIN_RUNS_FOR_A_VERDICT:
+            few.append(f"{cname} n={c['n_runs']}")
         if first > grid[0]:
             held.append(cname)
             upto = grid <= first
@@ -669,12 +692,30 @@ def plot_curves(
             f"no band for {', '.join(single)} (n=1: no interval)"
         )
     note = "\ndotted: before the first measurement (the first value held)" if held else ""
+    if marked:
+        note += "\nmarkers: the steps at which runs were measured (the line joins them)"
     ax.set_title(f"{title}\nline: mean over seeds; {band}{note}", fontsize=10)
     ax.grid(alpha=0.3)
     ax.legend(loc="best", fontsize=8)
     fig.tight_layout()
+    if few:  # the verdict rule's banner, in the eval-verifier plots' style
+        import textwrap
+
+        fig.suptitle(
+            textwrap.fill(
+                f"too few runs for a verdict (n < MIN_RUNS_FOR_A_VERDICT = "
+                f"{MIN_RUNS_FOR_A_VERDICT} a side): {', '.join(few)}; the lines and bands "
+                "describe these runs only",
+                90,
+            ),
+            y=1.0,
+            va="bottom",
+            color="tab:red",
+            fontweight="bold",
+            fontsize=9,
+        )
     tmp = path.with_name(f".{path.name}.tmp.png")
-    fig.savefig(tmp, dpi=120)
+    fig.savefig(tmp, dpi=120, bbox_inches="tight")
     plt.close(fig)
     os.replace(tmp, path)
     return path
