@@ -1310,3 +1310,30 @@ def test_final_rests_on_counts_each_episode_of_overlapping_windows_once():
     )
     evals = [{**p, "metric": "eval/success_rate"} for p in old]
     assert C.report.final_rests_on(evals, 2)["text"] == "8 evaluation episodes of steps 300, 400"
+
+
+def test_the_compare_doc_says_how_the_grpo_arms_differ_besides_the_reward():
+    """Fresh-user trial F13: compare.md said "only the reward differs", while the GRPO arms of
+    compare_grpo_cpu.yaml also differ in TRL's advantage scaling (the dry run shows sparse with
+    scale_rewards=group, dense with none). The page now names the kinds run without scaling
+    (the library's own list) and each arm's scaling in that config."""
+    from densereward.rewards.kinds import CONTINUOUS_KINDS, default_scale_rewards
+
+    text = " ".join((REPO / "docs" / "compare.md").read_text().split())
+    assert "only the reward differs" not in text
+    named = ", ".join(f"`{k}`" for k in sorted(CONTINUOUS_KINDS, key=text.find))
+    assert f"the verifier kinds ({named}) run with `scale_rewards: none`" in text
+    arms = {
+        name: dict(o.split("=", 1) for o in overrides)["reward.type"]
+        for name, overrides in load_yaml(REPO / "configs" / "compare_grpo_cpu.yaml")[
+            "conditions"
+        ].items()
+    }
+    by_scale: dict[str, list[str]] = {}
+    for name, kind in arms.items():
+        by_scale.setdefault(default_scale_rewards(kind), []).append(f"`{name}`")
+    (group,), none = by_scale["group"], by_scale["none"]
+    assert (
+        f"in `compare_grpo_cpu.yaml` the {group} arm is `scale_rewards=group` and the "
+        f"{', '.join(none[:-1])} and {none[-1]} arms `none`" in text
+    )
