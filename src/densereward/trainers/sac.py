@@ -633,21 +633,29 @@ def main(args: argparse.Namespace) -> int:
     for k, why in summary["undefined"].items():  # a null is never left out without its reason
         print(f"{k}: undefined, {why}")
     if summary["eval_reward"] and summary["curve"]:
-        last = summary["curve"][-1]
-        rate = (
-            f"eval/success_rate {last['value']:.3f} (fraction of {last['n_episodes']} deterministic "
-            "episodes ending at the goal), "
-            if summary["success_metrics"]
-            else f"{last['n_episodes']} deterministic episodes (no success rate: the "
-            "environment reports no is_success), "
-        )
-        print(
-            f"evaluation at step {last['step']}: {rate}mean_reward "
-            f"{last['mean_reward']:.3f} ({summary['eval_reward']} over an episode; not the "
-            "verifier's shaped reward)"
-        )
+        print(evaluation_line(summary))
     print(f"plot: {summary['plot']}")
     return 0
+
+
+def evaluation_line(summary: dict[str, Any]) -> str:
+    """The console line of a run's last evaluation (``summary`` of :func:`run` with an
+    evaluation curve): its success rate over how many deterministic episodes, and its mean
+    reward, named."""
+    from .sac_plots import episodes
+
+    last = summary["curve"][-1]
+    n = episodes(int(last["n_episodes"]), "deterministic")
+    rate = (
+        f"eval/success_rate {last['value']:.3f} (fraction of {n} ending at the goal), "
+        if summary["success_metrics"]
+        else f"{n} (no success rate: the environment reports no is_success), "
+    )
+    return (
+        f"evaluation at step {last['step']}: {rate}mean_reward "
+        f"{last['mean_reward']:.3f} ({summary['eval_reward']} over an episode; not the "
+        "verifier's shaped reward)"
+    )
 
 
 def cli_main(argv: list[str] | None = None) -> int:
