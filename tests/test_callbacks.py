@@ -401,6 +401,13 @@ def test_learning_curve_is_sb3_success_rate_and_appends(tmp_path):
     model.learn(100, callback=cb)  # FetchReach episodes end at 50 and 100
     # a point every 20 steps once an episode has ended (FetchReach: 50 steps)
     assert [p["step"] for p in cb.curve] == [50, 60, 80, 100]
+    # the window's episodes and those finished so far (windows overlap: compare counts each once)
+    assert [(p["n_episodes"], p["n_episodes_total"]) for p in cb.curve] == [
+        (1, 1),
+        (1, 1),
+        (1, 1),
+        (2, 2),
+    ]
     assert cb.curve[-1]["value"] == pytest.approx(np.mean(model.ep_success_buffer))
     assert list(read_jsonl(path)) == cb.curve
     assert all(p["metric"] == "rollout/success_rate" and "reward" not in p for p in cb.curve)

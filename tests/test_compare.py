@@ -1140,7 +1140,13 @@ def test_the_final_values_say_what_they_rest_on(tmp_path):
     assert "final_rests_on" not in stored["summary"] and "final" not in stored["summary"]
     for cond in ("slow", "fast"):
         rests = res["conditions"][cond]["final_rests_on"]
-        assert rests == {"n": 32, "unit": "completions", "n_runs": 2, "text": rests["text"]}
+        assert rests == {
+            "n": 32,
+            "unit": "completions",
+            "at_least": False,
+            "n_runs": 2,
+            "text": rests["text"],
+        }
         assert rests["text"] == "32 completions over 2 runs"
         assert res["conditions"][cond]["runs"][0]["first_step"] == 10.0
     report = (out / "report.md").read_text()
@@ -1149,4 +1155,185 @@ def test_the_final_values_say_what_they_rest_on(tmp_path):
     # without counts in the curve: the points it rests on
     assert (
         C.report.final_rests_on([{"step": 5, "value": 1.0}], 3)["text"] == "1 curve point (step 5)"
+    )
+
+
+@pytest.mark.slow
+def test_an_evaluation_off_comparison_counts_distinct_training_episodes(tmp_path, capsys):
+    """Fresh-user trial F1: with evaluation off (training.eval_every=0) the curve is the
+    training episodes' rolling window (rollout/success_rate here), and compare said "32
+    evaluation episodes over 2 runs" (report, legend) and "16 evaluation episodes of steps
+    150, 200" (result.json): no evaluation episode was run, and the overlapping windows were
+    summed (monitor.csv held 10 episodes). Now every output says training episodes, counts each
+    distinct episode once (= monitor.csv's rows here), and the Method section speaks of the
+    training curve, not of evaluations."""
+    import csv
+
+    from densereward.cli import main
+
+    out = tmp_path / "cmp"
+    config = _sac_compare_config(out, budget=300, seeds=(0,))
+    # windows of up to 4 episodes every 100 steps (FetchReach: 50-step episodes): the windows
+    # of steps 100, 200, 300 hold 2, 4, 4 episodes (10 summed), 6 distinct ones in all
+    config["common"] = [
+        *[x for x in config["common"] if not x.startswith("training.eval_")],
+        "training.eval_every=0",
+        "training.metrics_window=4",
+    ]
+    config["final_window"] = 3
+    path = tmp_path / "cmp.yaml"
+    path.write_text(yaml.safe_dump(config))
+    assert main(["compare", "--config", str(path), "--no-progress"]) == 0
+    err = capsys.readouterr().err
+    results = json.loads((out / "results.json").read_text())
+    assert results["metric"] == "rollout/success_rate"
+    report = (out / "report.md").read_text()
+    for cond in ("sparse", "env_dense"):
+        run_dir = out / "runs" / cond / "seed0"
+        stored = json.loads((run_dir / "result.json").read_text())
+        assert [p["n_episodes"] for p in stored["curve"]] == [2, 4, 4]
+        with (run_dir / f"{cond}-seed0" / "monitor.csv").open() as f:
+            episodes = len(list(csv.DictReader(line for line in f if not line.startswith("#"))))
+        assert episodes == 6
+        assert stored["final_rests_on"] == (
+            "6 training episodes in the rolling windows (the last 2, 4, 4 episodes) of steps "
+            "100, 200, 300"
+        )
+        rests = results["conditions"][cond]["final_rests_on"]
+        assert rests["text"] == "6 training episodes over 1 run" and rests["n"] == 6
+        assert f"| {cond} | 1 |" in report and "| 6 training episodes over 1 run |" in report
+        # the console's line for the run says the same
+        (line,) = [x for x in err.splitlines() if f"] {cond} seed0: final" in x]
+        assert "(mean of the last 3 of 3 points: 6 training episodes in the rolling" in line
+    assert "evaluation episodes" not in report and "first evaluation" not in report
+    assert "the first training-curve point at or above the threshold" in report
+    assert (
+        "Learning curves: training episodes: success rate of the last 4 training episodes at "
+        "each point (rolling windows, which overlap)." in report
+    )
+    assert "each distinct episode counted once" in report
+
+
+def _two_point_runs(values: tuple[float, ...], seeds=(0, 1)) -> list[dict]:
+    """Runs measured at steps 0 and 300 only (evaluations at the start and the end)."""
+    return [
+        {"seed": s, "curve": [{"step": 0, "value": 0.0}, {"step": 300, "value": v}]}
+        for s, v in zip(seeds, values, strict=True)
+    ]
+
+
+def _saved_figure(monkeypatch, draw):
+    """The figure ``draw()`` saves (caught at ``savefig``, then saved as usual)."""
+    import matplotlib.figure
+
+    figures = []
+    real = matplotlib.figure.Figure.savefig
+    monkeypatch.setattr(
+        matplotlib.figure.Figure,
+        "savefig",
+        lambda fig, *a, **k: figures.append(fig) or real(fig, *a, **k),
+    )
+    draw()
+    (fig,) = figures
+    return fig
+
+
+def test_a_plot_of_few_points_and_few_runs_shows_its_points_and_says_too_few(tmp_path, monkeypatch):
+    """Fresh-user trial F5: runs evaluated only at steps 0 and 300 were drawn as continuous
+    lines with no markers, under a 95% bootstrap band from 2 seeds and no "too few runs" banner
+    (the verdict said it; the eval-verifier plots have such a banner). Now a curve of at most
+    MAX_POINTS_MARKED points marks its measured steps, and a plot with a condition below
+    MIN_RUNS_FOR_A_VERDICT says so in a banner."""
+    a = C.analyze(
+        {"sparse": _two_point_runs((0.2, 0.4)), "dense": _two_point_runs((0.5, 0.7))},
+        budget=300,
+        n_bootstrap=50,
+    )
+    png = tmp_path / "learning_curves.png"
+    fig = _saved_figure(
+        monkeypatch,
+        lambda: C.plot_curves(a, png, metric="m", x_label="steps", threshold=None, title="t"),
+    )
+    (ax,) = fig.axes
+    marked = [ln for ln in ax.get_lines() if ln.get_marker() not in (None, "None", "")]
+    assert len(marked) == 2  # one per condition, at its two measured steps
+    for ln in marked:
+        assert list(ln.get_xdata()) == [0.0, 300.0]
+    assert [ln.get_ydata()[-1] for ln in marked] == pytest.approx([0.3, 0.6])
+    banner = fig._suptitle.get_text().replace("\n", " ")
+    assert banner.startswith(
+        "too few runs for a verdict (n < MIN_RUNS_FOR_A_VERDICT = 4 a side): sparse n=2, dense n=2"
+    ), banner
+    assert png.stat().st_size > 1000
+    # long curves (20 points) and 4 runs a side: no markers, no banner
+    a = C.analyze(
+        {"sparse": _synthetic_runs(800, budget=2000), "dense": _synthetic_runs(200, budget=2000)},
+        budget=2000,
+        n_bootstrap=50,
+    )
+    fig = _saved_figure(
+        monkeypatch,
+        lambda: C.plot_curves(a, png, metric="m", x_label="steps", threshold=None, title="t"),
+    )
+    assert all(ln.get_marker() in (None, "None", "") for ln in fig.axes[0].get_lines())
+    assert fig._suptitle is None or not fig._suptitle.get_text()
+
+
+def test_final_rests_on_counts_each_episode_of_overlapping_windows_once():
+    """Rolling windows of training episodes (a ``rollout/`` curve) overlap: the distinct
+    episodes behind them come from each point's running episode count
+    (``n_episodes_total``); without it the largest window is a lower bound, said as such.
+    Evaluation episodes (an ``eval/`` curve) are new at every point and are summed."""
+    rolling = [
+        {
+            "step": s,
+            "value": 0.5,
+            "metric": "rollout/success_rate",
+            "n_episodes": n,
+            "n_episodes_total": t,
+        }
+        for s, n, t in ((100, 2, 2), (200, 4, 4), (300, 4, 6), (400, 4, 20))
+    ]
+    # windows (0,2], (0,4], (2,6], (16,20]: episodes 7-16 are in none of them
+    rests = C.report.final_rests_on(rolling, 4)
+    assert rests["n"] == 10 and rests["unit"] == "training episodes" and not rests["at_least"]
+    assert rests["text"].startswith("10 training episodes in the rolling windows")
+    old = [{k: v for k, v in p.items() if k != "n_episodes_total"} for p in rolling]
+    rests = C.report.final_rests_on(old, 2)
+    assert rests["n"] == 4 and rests["at_least"]
+    assert rests["text"].startswith("at least 4 training episodes in the rolling windows")
+    assert (
+        C.report._condition_rests_on(
+            [C.report.final_rests_on(rolling, 4), C.report.final_rests_on(old, 2)]
+        )["text"]
+        == "at least 14 training episodes over 2 runs"
+    )
+    evals = [{**p, "metric": "eval/success_rate"} for p in old]
+    assert C.report.final_rests_on(evals, 2)["text"] == "8 evaluation episodes of steps 300, 400"
+
+
+def test_the_compare_doc_says_how_the_grpo_arms_differ_besides_the_reward():
+    """Fresh-user trial F13: compare.md said "only the reward differs", while the GRPO arms of
+    compare_grpo_cpu.yaml also differ in TRL's advantage scaling (the dry run shows sparse with
+    scale_rewards=group, dense with none). The page now names the kinds run without scaling
+    (the library's own list) and each arm's scaling in that config."""
+    from densereward.rewards.kinds import CONTINUOUS_KINDS, default_scale_rewards
+
+    text = " ".join((REPO / "docs" / "compare.md").read_text().split())
+    assert "only the reward differs" not in text
+    named = ", ".join(f"`{k}`" for k in sorted(CONTINUOUS_KINDS, key=text.find))
+    assert f"the verifier kinds ({named}) run with `scale_rewards: none`" in text
+    arms = {
+        name: dict(o.split("=", 1) for o in overrides)["reward.type"]
+        for name, overrides in load_yaml(REPO / "configs" / "compare_grpo_cpu.yaml")[
+            "conditions"
+        ].items()
+    }
+    by_scale: dict[str, list[str]] = {}
+    for name, kind in arms.items():
+        by_scale.setdefault(default_scale_rewards(kind), []).append(f"`{name}`")
+    (group,), none = by_scale["group"], by_scale["none"]
+    assert (
+        f"in `compare_grpo_cpu.yaml` the {group} arm is `scale_rewards=group` and the "
+        f"{', '.join(none[:-1])} and {none[-1]} arms `none`" in text
     )

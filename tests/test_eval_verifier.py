@@ -1218,3 +1218,166 @@ def test_test_time_and_calibration_tables_and_every_plot_carry_their_counts(tmp_
     assert "too few to rank" in drawn["tpr_tnr_by_difficulty"][2]
     by_gen = drawn["tpr_tnr_by_generator"][0]  # TPR n, TNR n, balanced accuracy n (all scored)
     assert by_gen.count("n=4") >= 1 and "n=3" in by_gen, by_gen
+
+
+# ---- issue 41 fourth rerun: --scores matching, duplicate rows, is_correct forms ------------
+
+
+def _twelve(tmp_path, name="twelve.jsonl"):
+    """12 generic rows: 6 problems x 2 generators, both classes."""
+    p = tmp_path / name
+    p.write_text(
+        "".join(
+            json.dumps(
+                {
+                    "problem_id": f"p{i // 2}",
+                    "problem": f"q{i // 2}",
+                    "response": f"r{i}",
+                    "is_correct": i % 3 != 0,
+                    "generator": f"g{i % 2}",
+                }
+            )
+            + "\n"
+            for i in range(12)
+        )
+    )
+    return p
+
+
+def _scored_run(tmp_path, responses, *limit):
+    """A run that wrote scores.jsonl and metrics.json as the command does (a recompute of
+    synthetic scores: its metrics.json records --responses and --limit like a scoring run)."""
+    seed = tmp_path / "seed"
+    seed.mkdir(exist_ok=True)
+    synthetic_scores(E.load_responses(responses), seed / "scores.jsonl", abstain_every=0)
+    run = tmp_path / f"run{'-'.join(limit)}"
+    argv = ["--responses", str(responses), "--scores", str(seed / "scores.jsonl")]
+    assert _cli(*argv, *limit, "--out", str(run), "--bootstrap", "0", "--no-plots") == 0
+    return run / "scores.jsonl"
+
+
+def test_score_rows_that_match_no_response_are_said_once_or_refused_when_none_match(
+    tmp_path, capsys
+):
+    """F10: --scores with a responses file holding 6 of the 12 scored rows reported on 6 and
+    said nothing of the other 6 score rows; a wrong responses file must be told. Some unmatched:
+    one note with the count (exit 0, recorded in metrics.json and report.md); none matched:
+    refused (exit 2) naming the file the scores were made from."""
+    twelve = _twelve(tmp_path)
+    scores = _scored_run(tmp_path, twelve)
+    capsys.readouterr()
+    six = tmp_path / "six.jsonl"
+    six.write_text("".join(twelve.read_text().splitlines(keepends=True)[:6]))
+    out = tmp_path / "re6"
+    base = ["--scores", str(scores), "--bootstrap", "0", "--no-plots"]
+    assert _cli("--responses", str(six), *base, "--out", str(out)) == 0
+    err = [line for line in capsys.readouterr().err.splitlines() if "score rows" in line]
+    assert len(err) == 1, err
+    assert "6 of the 12 score rows" in err[0] and "match no response" in err[0]
+    assert str(twelve) in err[0]  # the responses file the scores were made from
+    meta = json.loads((out / "metrics.json").read_text())["meta"]
+    assert meta["n_score_rows_unmatched"] == 6
+    assert "6 of its 12 score rows match no response" in (out / "report.md").read_text()
+    # the whole file: no note
+    assert _cli("--responses", str(twelve), *base, "--out", str(tmp_path / "re12")) == 0
+    assert "score rows" not in capsys.readouterr().err
+    # a file none of whose rows were scored: refused, one line, nothing written
+    other = tmp_path / "other.jsonl"
+    other.write_text(twelve.read_text().replace('"problem_id": "p', '"problem_id": "x'))
+    out = tmp_path / "refused"
+    assert _cli("--responses", str(other), *base, "--out", str(out)) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "none of the 12 score rows" in err[0], err
+    assert str(twelve) in err[0] and not out.exists()
+
+
+def test_scores_made_with_a_limit_name_it_when_it_explains_a_missing_score(tmp_path, capsys):
+    """F7: after a --limit 2 scoring run, recomputing without --limit failed "no score for
+    problem_id=... in the scores file" although metrics.json beside the scores records limit 2.
+    The refusal names the recorded limit and the fix; --limit 2 works; a smaller --limit is a
+    note on the score rows it leaves unused."""
+    twelve = _twelve(tmp_path)
+    scores = _scored_run(tmp_path, twelve, "--limit", "2")
+    assert json.loads(scores.with_name("metrics.json").read_text())["meta"]["limit"] == 2
+    capsys.readouterr()
+    base = ["--responses", str(twelve), "--scores", str(scores), "--bootstrap", "0", "--no-plots"]
+    for limit in ([], ["--limit", "3"]):
+        out = tmp_path / f"refused{limit}"
+        assert _cli(*base, *limit, "--out", str(out)) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1, err
+        assert "the scores were made with --limit 2" in err[0] and "add --limit 2" in err[0]
+        assert not out.exists()
+    assert _cli(*base, "--limit", "2", "--out", str(tmp_path / "ok")) == 0
+    assert "score rows" not in capsys.readouterr().err
+    assert _cli(*base, "--limit", "1", "--out", str(tmp_path / "one")) == 0
+    err = [line for line in capsys.readouterr().err.splitlines() if "score rows" in line]
+    assert len(err) == 1 and "2 of the 4 score rows" in err[0], err
+    assert "--limit 1" in err[0] and "--limit 2" in err[0]
+
+
+def test_an_exact_duplicate_row_is_refused_naming_both_lines(tmp_path, capsys):
+    """F11: the 12 rows plus an exact copy of row 1 were counted as 13 responses. Refused (exit
+    2) naming both file:lines; two samples that read alike stay two rows when a field tells them
+    apart. Scores are matched by (problem_id, generator, occurrence), so a duplicate was not
+    ambiguous there, only counted twice."""
+    twelve = _twelve(tmp_path)
+    lines = twelve.read_text().splitlines(keepends=True)
+    dup = tmp_path / "dup_row.jsonl"
+    dup.write_text("".join([*lines, lines[0]]))
+    with pytest.raises(DataError, match=rf"^{re.escape(str(dup))}:13: .*{re.escape(str(dup))}:1\b"):
+        E.load_responses(dup)
+    out = tmp_path / "out"
+    assert _cli("--responses", str(dup), "--out", str(out)) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "counted twice" in err[0], err
+    assert not out.exists()
+    # a copy of a problem past --limit is not read: no refusal for rows the run does not use
+    dup.write_text("".join([*lines, lines[-1]]))
+    assert len(E.load_responses(dup, limit=5)) == 10
+    samples = [json.loads(lines[0]) | {"sample": k} for k in range(2)]
+    ok = tmp_path / "samples.jsonl"
+    ok.write_text("".join(json.dumps(s) + "\n" for s in samples))
+    assert len(E.load_responses(ok)) == 2
+    # a GSM8K model-solutions line given twice: the same
+    g = tmp_path / "g.jsonl"
+    line = json.dumps({"question": "q", "a": {"solution": "x #### 1", "is_correct": True}})
+    g.write_text(f"{line}\n{line}\n")
+    with pytest.raises(DataError, match=rf"^{re.escape(str(g))}:2: .*{re.escape(str(g))}:1\b"):
+        E.load_responses(g)
+
+
+@pytest.mark.parametrize(
+    ("value", "accepted"),
+    [
+        (True, True),
+        (False, False),
+        (1, True),
+        (0, False),
+        ("false", None),
+        ("true", None),
+        ("maybe", None),
+        (2, None),
+        (None, None),
+    ],
+)
+def test_is_correct_is_a_json_boolean_or_0_1_and_a_string_is_refused(
+    tmp_path, capsys, value, accepted
+):
+    """F12: the docs said a non-boolean is_correct is refused, but "false" and "true" (strings)
+    were read as labels. A quoted "false" is true to bool() in most pipelines, a classic source
+    of flipped labels: strings are refused (exit 2, file:line, the value and the fix); JSON
+    booleans and the integers 0/1 are labels, as docs/eval_verifier.md says."""
+    p = tmp_path / "r.jsonl"
+    row = {"problem": "q", "response": "r", "generator": "g", "is_correct": value}
+    p.write_text(json.dumps(row) + "\n")
+    if accepted is not None:
+        assert E.load_responses(p)[0]["is_correct"] is accepted
+        return
+    with pytest.raises(DataError, match=rf"^{re.escape(str(p))}:1: is_correct must be"):
+        E.load_responses(p)
+    assert _cli("--responses", str(p), "--out", str(tmp_path / "out")) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and json.dumps(value) in err[0], err
+    if isinstance(value, str):
+        assert "a string" in err[0] and "unquoted" in err[0]

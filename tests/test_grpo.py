@@ -885,7 +885,8 @@ def test_a_resume_from_a_weights_only_checkpoint_continues_the_schedule_and_says
     assert (
         f"ok  run directory: {run_dir} (continues from checkpoint-2, weights only: the "
         "learning-rate schedule continues from step 2, the optimizer state (Adam's moments) "
-        "starts afresh; training.save_only_model: false keeps it)"
+        "starts afresh; training.save_only_model: false keeps it; the rows written after it "
+        "(reward_quality.jsonl) are dropped)"
     ) in dry, dry
     resumed = cli("--resume", "--max-steps", "4")
     said = [line for line in resumed.stderr.splitlines() if "weights only" in line]

@@ -123,6 +123,38 @@ def test_timeout_kills_worker_without_signals():
         c.close()
 
 
+HANGING = [rf"\boxed{{{b}^{{{b}^{{{b}^{{{b}}}}}}}}}" for b in (9, 8, 7)]
+"""Answers that really hang Math-Verify (SymPy evaluates the power tower)."""
+
+
+@pytest.mark.slow
+def test_a_hanging_answer_is_checked_once_and_a_timeout_flood_is_counted_not_logged(caplog):
+    """F8: ``serve`` logged "math-verify check exceeded 1.0 s" twice per hanging item: the sparse
+    reward and the reward-quality tracker each checked it (a timeout was not remembered, and
+    two checks at once both ran), so each cost two timeouts. Now one (reference, answer) is
+    checked once -- again later, or by a caller at the same time, it reads the same abstention --
+    and the first timeout is logged with its fix, later ones counted (at 10, 100, ...)."""
+    import logging
+
+    c = MathChecker(timeout_s=1.0, workers=2)
+    try:
+        with caplog.at_level(logging.WARNING, logger="densereward.rewards.math"):
+            with ThreadPoolExecutor(2) as pool:  # the reward and the tracker, side by side
+                both = list(pool.map(lambda _: c.check("5", HANGING[0]), range(2)))
+            again = c.check("5", HANGING[0])  # the tracker after the reward
+            assert [r.reason for r in [*both, again]] == ["timeout"] * 3
+            assert c.n_timeouts == 1
+            for answer in HANGING[1:]:
+                assert c.check("5", answer).reason == "timeout"
+            assert c.n_timeouts == 3
+            assert c.check("5", r"\boxed{5}").reward == 1.0
+        lines = [r.getMessage() for r in caplog.records if r.name == "densereward.rewards.math"]
+        assert len(lines) == 1, lines
+        assert "exceeded 1.0 s" in lines[0] and "math_timeout_s" in lines[0]
+    finally:
+        c.close()
+
+
 def test_inline_executor_matches():
     c = MathChecker(executor="inline")
     assert c.check("3", r"\boxed{3}").reward == 1.0

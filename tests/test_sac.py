@@ -703,6 +703,39 @@ def test_training_curves_give_a_constant_curve_a_sane_axis_and_say_the_episode_c
     assert "evaluation (5 deterministic episodes)" in legend
 
 
+def test_one_evaluation_episode_is_counted_in_the_singular(tmp_path, monkeypatch):
+    """F13: the console line and the plot said "1 deterministic episodes"."""
+    from densereward.io import append_jsonl
+    from densereward.trainers import sac_plots
+
+    append_jsonl(
+        tmp_path / "eval_curve.jsonl",
+        {"step": 100, "value": 0.0, "n_episodes": 1, "mean_reward": 0.5},
+    )
+    figs = []
+    monkeypatch.setattr(sac_plots, "_save", lambda fig, plt, path: figs.append(fig) or path)
+    sac_plots.plot_sac_run(
+        tmp_path, eval_reward="r", training_reward=None, threshold_source=None, title="t"
+    )
+    axes = {ax.get_title(): ax for ax in figs[0].axes}
+    assert "evaluation episodes: mean return of 1 episode" in axes
+    legend = [t.get_text() for t in axes["success rate"].get_legend().get_texts()]
+    assert "evaluation (1 deterministic episode)" in legend
+    last = {"step": 100, "value": 0.0, "n_episodes": 1, "mean_reward": 0.5}
+    for success, words in (
+        (True, "(fraction of 1 deterministic episode ending at the goal)"),
+        (False, "evaluation at step 100: 1 deterministic episode (no success rate"),
+    ):
+        line = sac.evaluation_line(
+            {"curve": [last], "success_metrics": success, "eval_reward": "r"}
+        )
+        assert words in line and "episodes" not in line
+    two = sac.evaluation_line(
+        {"curve": [{**last, "n_episodes": 2}], "success_metrics": True, "eval_reward": "r"}
+    )
+    assert "fraction of 2 deterministic episodes ending at the goal" in two
+
+
 def test_the_plot_reads_the_training_return_of_a_run_written_before_its_rename(
     tmp_path, monkeypatch
 ):
@@ -762,11 +795,12 @@ def test_an_unknown_id_of_ones_own_module_suggests_only_that_modules_ids(myreach
     for env_id, expect in (
         (
             "myreach:Nope-v0",
-            "unknown environment 'myreach:Nope-v0': module 'myreach' registers ['Reach1D-v0']",
+            "unknown environment 'myreach:Nope-v0': module 'myreach' registers ['Reach1D-v0'] "
+            "(give one as env.id=myreach:Reach1D-v0)",
         ),
         (
-            "myreach:Reach1D-v1",
-            "unknown environment 'myreach:Reach1D-v1': did you mean ['Reach1D-v0']?",
+            "myreach:Reach1D-v1",  # F6: the suggestion is the form to type, module included
+            "unknown environment 'myreach:Reach1D-v1': did you mean ['myreach:Reach1D-v0']?",
         ),
     ):
         with pytest.raises(ConfigError) as api:

@@ -467,25 +467,33 @@ def test_verl_reward_retries_through_a_restart_and_refuses_at_once_on_a_4xx():
 # ------------------------------------------------------------------------------ Math-Verify
 
 
+def sparse_service(verifier, reward, serve=None):
+    """``build_service`` of a sparse reward (``reward``: its other settings) with the scripted
+    ``verifier`` server as the verifier: ``(service, close)``."""
+    from densereward.serve.cli import build_service
+
+    return build_service(
+        {
+            "reward": {"type": "sparse", **reward},
+            "verifier": {
+                "backend": "openai",
+                "granularity": 20,
+                "calibrate": False,
+                "backend_options": {"base_url": verifier.base_url},
+            },
+            "serve": serve or {},
+        }
+    )
+
+
 def test_an_answer_that_hangs_math_verify_does_not_stall_other_requests():
     """Issue 40 item 6: one completion whose answer hangs SymPy (9^9^9^9) held every other
     request until its Math-Verify deadline: one worker behind one lock, and the server's lock
     around every sync reward function. Now the checks of concurrent requests run on
     serve.math_workers workers, each with its own deadline (reward.math_timeout_s)."""
-    from densereward.serve.cli import build_service
-
     with MisbehavingServer() as verifier:
-        service, close = build_service(
-            {
-                "reward": {"type": "sparse", "track": False, "math_timeout_s": 6.0},
-                "verifier": {
-                    "backend": "openai",
-                    "granularity": 20,
-                    "calibrate": False,
-                    "backend_options": {"base_url": verifier.base_url},
-                },
-                "serve": {"math_workers": 2},
-            }
+        service, close = sparse_service(
+            verifier, {"track": False, "math_timeout_s": 6.0}, {"math_workers": 2}
         )
         served = Served([], service=service)
         try:
@@ -511,6 +519,33 @@ def test_an_answer_that_hangs_math_verify_does_not_stall_other_requests():
             close()
     assert fine.json()["rewards"] == [1.0] and took < 3.0, took  # was: after the hung check's 6 s
     assert hung["resp"].json() == {"rewards": [None], "abstained": [True]}  # its deadline passed
+
+
+@pytest.mark.slow
+def test_a_hanging_answer_costs_one_check_and_the_log_says_it_once(caplog):
+    """F8: `serve` with reward.type=sparse (the tracker on) and reward.math_timeout_s=1 logged
+    "math-verify check exceeded 1.0 s" twice per hanging item, each a timeout: the sparse reward
+    and the reward-quality tracker both checked it. Now each item is checked once (one timeout),
+    and three hanging items give one warning with the fix; the others are counted."""
+    import logging
+
+    with MisbehavingServer() as verifier:
+        service, close = sparse_service(verifier, {"track": True, "math_timeout_s": 1.0})
+        served = Served([], service=service)
+        checker = service.funcs[0].checker
+        try:
+            with caplog.at_level(logging.WARNING, logger="densereward.rewards.math"):
+                for b in (9, 8, 7):
+                    hanging = rf"\boxed{{{b}^{{{b}^{{{b}^{{{b}}}}}}}}}"
+                    body = {**score_body(hanging, r"\boxed{2}"), "references": ["5", "2"]}
+                    got = httpx.post(f"{served.url}/score", json=body, timeout=120).json()
+                    assert got["rewards"] == [None, 1.0], got
+        finally:
+            served.stop()
+            close()
+    assert checker.n_timeouts == 3  # was 6: the tracker checked each item again
+    lines = [r.getMessage() for r in caplog.records if r.name == "densereward.rewards.math"]
+    assert len(lines) == 1 and "reward.math_timeout_s" in lines[0], lines
 
 
 def test_a_long_rank_on_a_served_verifier_does_not_hold_the_reward_calls():

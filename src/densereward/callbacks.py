@@ -480,8 +480,8 @@ class ReplayRelabelCallback(BaseCallback):
 
 
 class LearningCurveCallback(BaseCallback):
-    """Append ``{"step": env_steps, "value": success_rate, "metric", "n_episodes"}`` to a JSONL
-    curve file.
+    """Append ``{"step": env_steps, "value": success_rate, "metric", "n_episodes",
+    "n_episodes_total"}`` to a JSONL curve file.
 
     The success rate is the mean ``is_success`` of the last ``window`` finished training
     episodes (SB3's ``rollout/success_rate``), written every ``every`` environment steps
@@ -493,7 +493,11 @@ class LearningCurveCallback(BaseCallback):
     which for the verifier reward includes the potential-shaping term, so that conditions with
     different rewards have curves on one scale (issue 41 third rerun F2). Each row says which:
     ``metric`` is ``"rollout/success_rate"`` or ``"rollout/ep_env_rew_mean"`` (:attr:`metric`),
-    and a return row also has ``reward``, ``reward_label`` in words.
+    and a return row also has ``reward``, ``reward_label`` in words. ``n_episodes`` is the
+    point's window (the last ``window`` episodes, fewer at first), ``n_episodes_total`` the
+    episodes finished so far by this callback: the windows of successive points overlap, and
+    the two counts say how many distinct episodes a stretch of the curve rests on
+    (:func:`densereward.sample_efficiency.report.final_rests_on`).
 
     Args:
         path: the JSONL file (appended to, so a resumed run continues the curve).
@@ -526,6 +530,7 @@ class LearningCurveCallback(BaseCallback):
         self.reward_label = reward_label
         self.successes: deque[float] = deque(maxlen=window)  # or returns, without success
         self.curve: list[dict[str, Any]] = []
+        self.n_episodes_total = 0  # episodes that entered the window (a resumed run restarts it)
         self._next = None
         self._env_return: np.ndarray | None = None  # per environment, the episode so far
 
@@ -540,9 +545,11 @@ class LearningCurveCallback(BaseCallback):
         for i, (info, done) in enumerate(zip(infos, dones, strict=True)):
             if done and self.success and "is_success" in info:
                 self.successes.append(float(bool(info["is_success"])))
+                self.n_episodes_total += 1
             elif done and not self.success:
                 self.successes.append(float(self._env_return[i]))
                 self._env_return[i] = 0.0
+                self.n_episodes_total += 1
         if self._next is None:
             self._next = (self.num_timesteps // self.every + 1) * self.every
         if self.num_timesteps >= self._next and self.successes:
@@ -560,6 +567,7 @@ class LearningCurveCallback(BaseCallback):
             "value": float(np.mean(self.successes)),
             "metric": self.metric,
             "n_episodes": len(self.successes),
+            "n_episodes_total": self.n_episodes_total,
         }
         if not self.success:
             point["reward"] = self.reward_label

@@ -17,12 +17,15 @@ Exit codes: 0 done; 1 an unexpected error (a bug: one line, ``--verbose`` adds t
 2 a usage, configuration, data or backend error (the message names the fix); 3 the verifier
 abstained: ``score`` has no score (with ``--json`` too), ``eval-verifier``, ``eval-progress`` and
 ``distill``: most reads abstained
-(:data:`densereward.eval_verifier.cli.EXIT_MOST_ABSTAINED`); 130 interrupted.
+(:data:`densereward.eval_verifier.cli.EXIT_MOST_ABSTAINED`); 130 stopped by Ctrl-C, 143 ``train``
+and ``compare`` stopped by SIGTERM (128 + the signal's number; the line on stderr says what the
+stopped run left: a checkpoint to ``--resume`` from, or nothing).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import os
@@ -30,7 +33,7 @@ import sys
 from collections.abc import Sequence
 
 from .config_files import add_override_arguments, overrides_from, parse_command_line
-from .errors import BackendUnavailableError, DenseRewardError
+from .errors import BackendUnavailableError, DenseRewardError, Interrupted, sigterm_interrupts
 
 __all__ = ["EXIT_ABSTAINED", "EXIT_ERROR", "EXIT_INTERNAL", "main", "build_parser"]
 
@@ -40,6 +43,9 @@ EXIT_ERROR = 2
 """A usage, configuration, data or backend error (argparse's code too); the message says why."""
 EXIT_ABSTAINED = 3
 """``densereward score``: the verifier abstained (no score); ``eval-verifier`` uses it too."""
+
+_STOPPABLE = ("train", "compare")
+"""The commands in which SIGTERM stops the run as Ctrl-C does (exit status 143, not 130)."""
 
 _EPILOG = """examples:
   densereward score --problem "What is 7+5?" --response "12"
@@ -427,14 +433,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     from ._quiet import configure_logging
 
     configure_logging(logging.INFO if args.verbose else logging.WARNING)
+    # a training command stopped by SIGTERM (a scheduler, `kill`, a container's stop) cleans
+    # up and says what it left as after Ctrl-C; serve has its own drain (serve/lifecycle.py)
+    stop = sigterm_interrupts() if args.command in _STOPPABLE else contextlib.nullcontext()
     try:
-        return int(args.func(args) or 0)
+        with stop:
+            return int(args.func(args) or 0)
     except DenseRewardError as err:
         print(f"densereward: error: {err}", file=sys.stderr)
         return EXIT_ERROR
-    except KeyboardInterrupt:
-        print("densereward: interrupted", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as exc:
+        stopped = Interrupted.of(exc)
+        detail = f" {stopped.detail}" if stopped.detail else ""
+        print(f"densereward: stopped by {stopped.words}{detail}", file=sys.stderr)
+        return stopped.exit_code
     except Exception as err:  # noqa: BLE001 - no input ends in a traceback; --verbose shows it
         from ._extras import install_hint
 

@@ -6,9 +6,20 @@ so callers can catch the library's errors without catching programming errors.
 object, a command-line choice); faults met while running have their own types: the model
 (:class:`BackendError`), data and values handed over at run time (:class:`DataError`), a call
 in the wrong state (:class:`StateError`), the verifier's abstention (:class:`AbstentionError`).
+
+A command stopped by Ctrl-C or SIGTERM is not an error: :class:`Interrupted` (a
+``KeyboardInterrupt``, so every clean-up written for Ctrl-C runs) carries the signal, the exit
+status (130 for Ctrl-C, 143 for SIGTERM: 128 + the signal's number, as a shell reports it) and
+what the stopped run left; :func:`sigterm_interrupts` turns SIGTERM into it.
 """
 
 from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import threading
+from collections.abc import Iterator
 
 __all__ = [
     "DenseRewardError",
@@ -21,6 +32,8 @@ __all__ = [
     "DataError",
     "StateError",
     "RegistryError",
+    "Interrupted",
+    "sigterm_interrupts",
 ]
 
 
@@ -93,3 +106,67 @@ class RegistryError(ConfigError):
     """A registry refused a registration: the name is taken, the entry point is malformed, or
     the entry is not what the registry holds (a backend that is not a backend). A
     :class:`ConfigError`: registering an entry configures the library."""
+
+
+class Interrupted(KeyboardInterrupt):
+    """A command stopped by a signal: Ctrl-C (SIGINT) or SIGTERM.
+
+    A ``KeyboardInterrupt``, so whatever cleans up after Ctrl-C cleans up after SIGTERM too.
+    A trainer that was stopped re-raises it with ``detail``: what the stopped run left and how
+    to go on (the checkpoint and ``--resume``, or nothing), which the CLI prints on one line.
+
+    Attributes:
+        signal_name: ``"SIGINT"`` or ``"SIGTERM"``.
+        exit_code: the command's exit status: 128 + the signal's number (130, 143).
+        detail: what the stopped run left, in words (``""`` when nothing is known).
+    """
+
+    def __init__(self, detail: str = "", *, signal_name: str = "SIGINT") -> None:
+        super().__init__(detail)
+        self.detail = detail
+        self.signal_name = signal_name
+        self.exit_code = 128 + int(getattr(signal, signal_name))
+
+    @classmethod
+    def of(cls, exc: BaseException, detail: str | None = None) -> Interrupted:
+        """``exc`` (a ``KeyboardInterrupt``: Ctrl-C, or an :class:`Interrupted`) as an
+        :class:`Interrupted` of the same signal, with ``detail`` when given."""
+        name = exc.signal_name if isinstance(exc, Interrupted) else "SIGINT"
+        if detail is None:
+            detail = exc.detail if isinstance(exc, Interrupted) else ""
+        return cls(detail, signal_name=name)
+
+    @property
+    def words(self) -> str:
+        """The signal as a user sent it: ``"Ctrl-C (SIGINT)"`` or ``"SIGTERM"``."""
+        return "Ctrl-C (SIGINT)" if self.signal_name == "SIGINT" else self.signal_name
+
+
+@contextlib.contextmanager
+def sigterm_interrupts() -> Iterator[None]:
+    """Within the block, SIGTERM raises :class:`Interrupted` (``signal_name="SIGTERM"``) in
+    the main thread, as Ctrl-C raises ``KeyboardInterrupt``; the previous handler is restored
+    after the block, and at once after the first SIGTERM (a second one acts as before: by
+    default it ends the process). Outside the main thread, and in a child process forked
+    within the block, SIGTERM keeps its default action. ``densereward train`` and
+    ``compare`` run inside it; ``serve`` has its own drain."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    owner = os.getpid()
+    previous = signal.getsignal(signal.SIGTERM)
+    if previous is None:  # a handler not set from Python: the default action stands for it
+        previous = signal.SIG_DFL
+
+    def handler(signum: int, frame: object) -> None:
+        signal.signal(signal.SIGTERM, previous if os.getpid() == owner else signal.SIG_DFL)
+        if os.getpid() != owner:  # a forked worker: end as SIGTERM ends it by default
+            os.kill(os.getpid(), signal.SIGTERM)
+            return
+        raise Interrupted(signal_name="SIGTERM")
+
+    signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)

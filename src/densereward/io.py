@@ -23,8 +23,11 @@ __all__ = [
     "atomic_write_json",
     "append_jsonl",
     "read_jsonl",
+    "drop_rows_after",
     "make_run_dir",
     "check_run_dir",
+    "replace_earlier_files",
+    "reuse_words",
     "configure_wandb",
     "wandb_key_configured",
     "get_api_key",
@@ -143,6 +146,28 @@ def read_jsonl(path: str | Path, *, strict: bool = False) -> Iterator[dict[str, 
         yield record
 
 
+def drop_rows_after(path: str | Path, step: int, *, key: str = "step") -> int:
+    """Keep only the rows of the JSONL file ``path`` whose ``key`` is at most ``step``.
+
+    For a run resumed from the checkpoint at ``step``: the rows its stopped predecessor
+    appended after that checkpoint would otherwise be counted twice (once more by the resumed
+    run). The file is rewritten atomically (a torn last line goes too); rows without ``key``
+    are kept. A missing file drops nothing.
+
+    Returns:
+        How many rows were dropped.
+    """
+    path = Path(path)
+    if not path.is_file():
+        return 0
+    rows = list(read_jsonl(path))
+    kept = [r for r in rows if not (isinstance(r.get(key), (int, float)) and r[key] > step)]
+    text = "".join(json.dumps(r, allow_nan=False) + "\n" for r in kept)
+    if len(kept) != len(rows) or text != path.read_text(encoding="utf-8"):
+        atomic_write_text(path, text)
+    return len(rows) - len(kept)
+
+
 def make_run_dir(
     output_root: str | Path, run_name: str | None = None, *, exist_ok: bool = False
 ) -> Path:
@@ -222,6 +247,44 @@ def check_run_dir(
             f"run directory {d} holds a finished run ({finished.name}); choose another {flag}"
         )
     return "reuse" if d.is_dir() and any(d.iterdir()) else "new"
+
+
+def _earlier(run_dir: Path, names: Sequence[str]) -> list[str]:
+    return sorted(name for name in names if (run_dir / name).is_file())
+
+
+def reuse_words(run_dir: str | Path, names: Sequence[str]) -> str:
+    """A dry run's words for a directory :func:`check_run_dir` calls ``"reuse"``: which of
+    the run's files ``names`` (relative paths) a stopped earlier start left there, which the
+    run will replace (:func:`replace_earlier_files`)."""
+    earlier = _earlier(Path(run_dir), names)
+    return "exists with no checkpoint and no result: " + (
+        f"the files of the earlier start ({', '.join(earlier)}) are replaced" if earlier else "used"
+    )
+
+
+def replace_earlier_files(run_dir: str | Path, names: Sequence[str]) -> list[str]:
+    """Delete the run files ``names`` (relative paths) that a stopped earlier start left in a
+    directory :func:`check_run_dir` calls ``"reuse"``, and say so once (a warning): a new run
+    appending to that start's curves would mix the two runs. Other files are left alone.
+
+    Returns:
+        The names deleted, sorted.
+    """
+    import logging
+
+    d = Path(run_dir)
+    earlier = _earlier(d, names)
+    for name in earlier:
+        (d / name).unlink()
+    if earlier:
+        logging.getLogger("densereward").warning(
+            "run directory %s holds no checkpoint and no result: the files of the earlier start "
+            "(%s) are replaced by this run's",
+            d,
+            ", ".join(earlier),
+        )
+    return earlier
 
 
 def get_api_key(env_var: str, *, dotenv_path: str | Path | None = ".env") -> str | None:

@@ -175,7 +175,8 @@ def require_registered(env_id: str) -> str:
     An unknown plain id suggests close ids of the whole registry and says how to name one's
     own environment (the ``"module:Id"`` form, ``PYTHONPATH=.``). For the ``"module:Id"`` form
     the suggestions come only from the ids that module registered (another package's id is no
-    answer to a typo in one's own), and a module that registered none says so.
+    answer to a typo in one's own), written as ``"module:Id"``, the form to type, and a module
+    that registered none says so.
 
     Raises:
         ConfigError: for a module that cannot be imported (naming it) or an id that is not
@@ -201,6 +202,12 @@ def require_registered(env_id: str) -> str:
             f"environment (it must call gymnasium.register(id={name!r}, entry_point=...) when "
             "imported)"
         )
-    close = difflib.get_close_matches(name, own, n=3)
-    hint = f"did you mean {close}?" if close else f"module {module!r} registers {own[:10]}"
+    # the suggestions in the form to type: 'myreach:Reach1D-v0', not the registry's bare id,
+    # which would not import the module
+    close = [f"{module}:{c}" for c in difflib.get_close_matches(name, own, n=3)]
+    hint = (
+        f"did you mean {close}?"
+        if close
+        else f"module {module!r} registers {own[:10]} (give one as env.id={module}:{own[0]})"
+    )
     raise ConfigError(f"unknown environment {env_id!r}: {hint}")

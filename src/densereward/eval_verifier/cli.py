@@ -18,10 +18,10 @@ from ..config_files import (
     load_yaml,
     overrides_from,
 )
-from ..errors import ConfigError
+from ..errors import ConfigError, DataError
 from ..io import to_jsonable
 from ..metrics.format import format_number
-from .data import align_scores, load_responses, load_scores
+from .data import align_scores, load_responses, load_scores, score_coverage
 from .evaluation import (
     abstention_headline,
     abstention_summary,
@@ -88,7 +88,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--scores",
         default=None,
-        help="reuse per-response scores (a scores.jsonl) instead of scoring",
+        help="reuse per-response scores (a scores.jsonl) instead of scoring; pass the --responses "
+        "and --limit they were made with",
     )
     parser.add_argument(
         "--limit", type=int, default=None, help="evaluate the first N problems only"
@@ -162,21 +163,107 @@ def _refuse_settings_with_scores(args: argparse.Namespace, config: VerifierConfi
         )
 
 
+def _recorded_meta(scores: str | Path) -> tuple[dict[str, Any] | None, str]:
+    """The ``meta`` of the ``metrics.json`` beside ``scores`` (the run that wrote them), and why
+    not when there is none: ``(meta, why_not)``."""
+    path = Path(scores).with_name("metrics.json")
+    if not path.is_file():
+        return None, f"no metrics.json beside {scores}"
+    try:
+        meta = json.loads(path.read_text(encoding="utf-8")).get("meta") or {}
+    except (OSError, ValueError, AttributeError):
+        return None, f"{path} is not a readable metrics.json"
+    if not isinstance(meta, dict):
+        return None, f"{path} is not a readable metrics.json"
+    return meta, f"{path} does not record it"
+
+
 def _recorded_scoring(scores: str | Path) -> tuple[dict[str, Any] | None, str | None, str]:
     """The verifier settings and prompt kind of the run that made ``scores``, as the
     ``metrics.json`` beside it records them (``meta.verifier``, ``meta.prompt``; a run that
     recomputed from scores carries its source's), and why not when it does not:
     ``(verifier, prompt, why_not)``."""
-    path = Path(scores).with_name("metrics.json")
-    if not path.is_file():
-        return None, None, f"no metrics.json beside {scores}"
-    try:
-        meta = json.loads(path.read_text(encoding="utf-8")).get("meta") or {}
-    except (OSError, ValueError, AttributeError):
-        return None, None, f"{path} is not a readable metrics.json"
+    meta, why = _recorded_meta(scores)
+    meta = meta or {}
     verifier = meta.get("verifier") if isinstance(meta.get("verifier"), dict) else None
     prompt = meta.get("prompt") if isinstance(meta.get("prompt"), str) else None
-    return verifier, prompt, f"{path} does not record it"
+    return verifier, prompt, why
+
+
+def _key_text(key: tuple[str, str, int]) -> str:
+    return f"problem_id={key[0]!r} generator={key[1]!r} #{key[2]}"
+
+
+def _read_scores(
+    rows: list[dict[str, Any]], args: argparse.Namespace
+) -> tuple[list[dict[str, Any]], int, str | None]:
+    """The score records of ``rows`` from ``args.scores``, the number of score rows that match
+    no response, and the report's note on them (said once on stderr here; ``None`` when all
+    match).
+
+    The ``metrics.json`` beside the scores names the responses file and ``--limit`` they were
+    made with (``meta.responses``, ``meta.limit``); the messages use them to say why.
+
+    Raises:
+        DataError: no score row matches a response (another responses file), or some responses
+            have no score (with the recorded ``--limit`` and the fix when it explains them), or
+            as :func:`align_scores`.
+    """
+    stored = load_scores(args.scores)
+    missing, unmatched = score_coverage(rows, stored)
+    made, _ = _recorded_meta(args.scores)
+    made = made or {}
+    made_limit = made.get("limit") if isinstance(made.get("limit"), int) else None
+    made_from = made.get("responses") if isinstance(made.get("responses"), str) else None
+    metrics_json = Path(args.scores).with_name("metrics.json")
+    other_file = (
+        made_from is not None and Path(made_from).resolve() != Path(args.responses).resolve()
+    )
+    source = f"made from {made_from} ({metrics_json} meta.responses)" if other_file else None
+    if missing and len(missing) == len(rows):
+        raise DataError(
+            f"none of the {len(stored)} score rows in {args.scores} matches a response of "
+            f"{args.responses} (first response: {_key_text(missing[0])}"
+            + (f"; first score row: {_key_text(unmatched[0])}" if unmatched else "")
+            + f"): the scores were {source or 'made from another responses file'}; pass that "
+            "file as --responses, or score this one without --scores"
+        )
+    if missing:
+        head = (
+            f"no score for {len(missing)} of the {len(rows)} responses in {args.scores} "
+            f"(first: {_key_text(missing[0])})"
+        )
+        if made_limit is not None and (args.limit is None or args.limit > made_limit):
+            raise DataError(
+                f"{head}: the scores were made with --limit {made_limit} ({metrics_json}); "
+                f"add --limit {made_limit}"
+            )
+        raise DataError(
+            f"{head}: the scores were {source or 'made from other responses'}; pass the "
+            "--responses and --limit they were made with, or score again without --scores"
+        )
+    note = None
+    if unmatched:
+        if args.limit is not None and (made_limit is None or args.limit < made_limit):
+            made_with = f"--limit {made_limit}" if made_limit is not None else "no --limit"
+            why = (
+                f"this run's --limit {args.limit} keeps fewer problems than the scores were "
+                f"made with ({made_with}, {metrics_json})"
+            )
+        elif source is not None:
+            why = f"the scores were {source}: pass that file to use them all"
+        else:
+            why = "the scores were made from more responses than this file holds"
+        print(
+            f"eval-verifier: {len(unmatched)} of the {len(stored)} score rows in {args.scores} "
+            f"match no response of {args.responses} and are not used (first: "
+            f"{_key_text(unmatched[0])}); {why}",
+            file=sys.stderr,
+        )
+        note = (
+            f"{len(unmatched)} of its {len(stored)} score rows match no response: not used; {why}"
+        )
+    return align_scores(rows, stored), len(unmatched), note
 
 
 SCORE_CACHE_DIR = "score-cache"
@@ -295,9 +382,11 @@ def main(args: argparse.Namespace) -> int:
                 f"{sparse['n_labelled']} unlabelled rows labelled by the sparse reward"
             )
     origin: dict[str, str] = {}
+    scores_note = None
     if args.scores:
-        records = align_scores(rows, load_scores(args.scores))
+        records, n_unmatched, scores_note = _read_scores(rows, args)
         meta["scores_from"] = str(args.scores)
+        meta["n_score_rows_unmatched"] = n_unmatched
         recorded, origin = _scores_origin(args.scores)
         meta.update(recorded)
         meta["threshold_setting"] = to_jsonable(config.threshold)
@@ -342,7 +431,8 @@ def main(args: argparse.Namespace) -> int:
         )
     report_meta = {
         "responses": meta["responses"],
-        "scores": meta.get("scores_from", "scored now"),
+        "scores": meta.get("scores_from", "scored now")
+        + (f" ({scores_note})" if scores_note else ""),
         "verifier": origin.get("verifier") or _verifier_text(config),
         "prompt": origin.get("prompt")
         or _prompt_description(config, _prompt_kind(args, config), scored=True),

@@ -19,6 +19,7 @@ __all__ = [
     "load_responses",
     "load_scores",
     "align_scores",
+    "score_coverage",
 ]
 
 GSM8K_GENERATORS = ("6b_finetuning", "6b_verification", "175b_finetuning", "175b_verification")
@@ -46,13 +47,48 @@ def _sha1(text: str) -> str:
 
 
 def _label(value: Any, where: str) -> bool:
+    """``is_correct`` as a bool: a JSON boolean, or the number 0 or 1.
+
+    A string (``"false"``, ``"true"``) is refused, not read: ``bool("false")`` is true in most
+    pipelines, so a quoted label is a classic source of flipped labels, and guessing here would
+    hide it from the export that wrote it.
+    """
     if isinstance(value, bool):
         return value
-    if value in (0, 1):
+    if isinstance(value, (int, float)) and value in (0, 1):
         return bool(value)
-    if isinstance(value, str) and value.lower() in ("true", "false"):
-        return value.lower() == "true"
-    raise DataError(f"{where}: is_correct must be a boolean (or 0/1), got {value!r}")
+    shown = json.dumps(value)[:60]
+    if isinstance(value, str):
+        raise DataError(
+            f"{where}: is_correct must be a JSON boolean (true/false) or 0/1, got the string "
+            f'{shown}: write it unquoted (a quoted "false" is true to bool() in most pipelines, '
+            "so a string label is refused, not guessed)"
+        )
+    raise DataError(f"{where}: is_correct must be a JSON boolean (true/false) or 0/1, got {shown}")
+
+
+class _Copies:
+    """Finds a row that repeats an earlier one exactly (every field equal): it would be counted
+    twice. Two samples that read alike stay two rows when a field tells them apart."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = path
+        self.first: dict[str, int] = {}
+
+    def check(self, rec: Mapping[str, Any], line: int, what: str) -> None:
+        """Remember ``rec`` (read at ``line``, 1-based) or refuse it as a copy.
+
+        Raises:
+            DataError: naming both ``file:line``, ``what`` the row is, and the fix.
+        """
+        digest = _sha1(json.dumps(rec, sort_keys=True, ensure_ascii=False))
+        earlier = self.first.setdefault(digest, line)
+        if earlier != line:
+            raise DataError(
+                f"{self.path}:{line}: the same row as {self.path}:{earlier} ({what}): it would be "
+                "counted twice; remove the copy, or, for two samples that read alike, give each a "
+                'field that tells them apart (e.g. "sample": 0 and 1)'
+            )
 
 
 def _text(value: Any, field: str, where: str) -> str:
@@ -83,9 +119,11 @@ def load_gsm8k_model_solutions(
     Raises:
         DataError: naming the file and line: a line that is not a JSON object (a cut-off last
             line included), or one that lacks ``question`` or a generator's
-            ``solution``/``is_correct``, or whose ``solution`` is not a string (a null).
+            ``solution``/``is_correct``, or whose ``solution`` is not a string (a null), or
+            that repeats an earlier line exactly (both lines named).
     """
     rows: list[dict[str, Any]] = []
+    copies = _Copies(path)
     for i, rec in enumerate(read_jsonl(path, strict=True)):
         if limit is not None and i >= limit:
             break
@@ -100,6 +138,7 @@ def load_gsm8k_model_solutions(
                 f"{path}:{i + 1}: no generator object with 'solution' and 'is_correct' (has "
                 f"{sorted(rec)}); {ROW_SHAPES}"
             )
+        copies.check(rec, i + 1, "the same question and solutions")
         for g in gens:
             sol = rec[g]
             if sol.get("is_correct") is None and not allow_unlabelled:
@@ -146,7 +185,10 @@ def load_responses(
             JSON object (a cut-off last line included: no row is dropped), or a row lacks a
             required field (the message names the missing fields and the accepted shapes), or
             its ``problem``/``response`` is not a string (a ``null`` is a broken export, not an
-            empty answer; ``""`` is one) or its ``is_correct`` not a boolean.
+            empty answer; ``""`` is one) or its ``is_correct`` not a JSON boolean or 0/1 (a
+            string such as ``"false"`` included), or a row repeats an earlier one exactly
+            (every field equal: it would be counted twice; both lines named). Rows past
+            ``limit`` are not read.
     """
     p = Path(path)
     if not p.is_file():
@@ -157,6 +199,7 @@ def load_responses(
     if _is_gsm8k(first) and "response" not in first:
         return load_gsm8k_model_solutions(p, limit=limit, allow_unlabelled=allow_unlabelled)
     rows: list[dict[str, Any]] = []
+    copies = _Copies(p)
     seen: set[str] = set()
     need = ("problem", "response", "generator") + (() if allow_unlabelled else ("is_correct",))
     for i, rec in enumerate(read_jsonl(p, strict=True)):
@@ -177,6 +220,7 @@ def load_responses(
             if limit is not None and len(seen) >= limit:
                 continue
             seen.add(pid)
+        copies.check(rec, i + 1, f"problem_id {pid!r}, generator {rec['generator']!r}")
         rows.append(
             {
                 "problem_id": pid,
@@ -227,7 +271,8 @@ def align_scores(
 ) -> list[dict[str, Any]]:
     """Match pre-computed score records to rows by ``(problem_id, generator, response_index)``.
 
-    Extra score records (e.g. from a run without ``--limit``) are ignored.
+    Extra score records (e.g. from a run without ``--limit``) are ignored here;
+    :func:`score_coverage` counts them (the command says so).
 
     Returns:
         One record per row ``{score, mass, abstained}`` (and ``reason`` where the file records
@@ -237,10 +282,7 @@ def align_scores(
         DataError: if a row has no score record, or the stored ``response_sha1`` shows the
             record was computed for a different response text.
     """
-    index: dict[tuple[str, str, int], Mapping[str, Any]] = {}
-    for key, rec in zip(_keys(score_records), score_records, strict=True):
-        k = int(rec.get("response_index", key[2]))
-        index[(key[0], key[1], k)] = rec
+    index = _score_index(score_records)
     out = []
     for key, row in zip(_keys(rows), rows, strict=True):
         rec = index.get(key)
@@ -263,3 +305,30 @@ def align_scores(
             }
         )
     return out
+
+
+def _score_index(
+    score_records: Sequence[Mapping[str, Any]],
+) -> dict[tuple[str, str, int], Mapping[str, Any]]:
+    """Score records by ``(problem_id, generator, response_index)`` (the occurrence of the pair
+    when a record has no ``response_index``)."""
+    index: dict[tuple[str, str, int], Mapping[str, Any]] = {}
+    for key, rec in zip(_keys(score_records), score_records, strict=True):
+        index[(key[0], key[1], int(rec.get("response_index", key[2])))] = rec
+    return index
+
+
+def score_coverage(
+    rows: Sequence[Mapping[str, Any]], score_records: Sequence[Mapping[str, Any]]
+) -> tuple[list[tuple[str, str, int]], list[tuple[str, str, int]]]:
+    """Which rows have no score record, and which score records match no row, by the key
+    :func:`align_scores` matches on (``(problem_id, generator, response_index)``).
+
+    Returns:
+        ``(missing, unmatched)``: the ``(problem_id, generator, index)`` keys of the rows without
+        a score record, and of the score records without a row, each in file order.
+    """
+    index = _score_index(score_records)
+    keys = _keys(rows)
+    have = set(keys)
+    return [k for k in keys if k not in index], [k for k in index if k not in have]

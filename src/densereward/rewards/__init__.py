@@ -173,7 +173,9 @@ class RewardConfig:
     response is evidence of manipulation (:data:`densereward.prompts.MANIPULATION_WARNING`); not
     with ``reference_prompt=answer_match``, which does not show the response."""
     math_timeout_s: float = 10.0
-    """Math-Verify timeout per completion (seconds; enforced in a worker process)."""
+    """Math-Verify timeout per completion (seconds; enforced in a worker process). A check past
+    it abstains; the answer is not checked again (the sparse reward and the tracker share the
+    verdict), the first timeout is logged with this setting as the fix, later ones counted."""
     answer_format: Literal["auto", "boxed", "final_line"] = "auto"
     """Where the sparse reward (and the tracker's ground truth) looks for the final answer
     (:mod:`densereward.answers`), always after the last ``</think>``: ``auto`` = the last

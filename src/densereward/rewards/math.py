@@ -180,8 +180,13 @@ class MathChecker:
     With several workers the checks of a batch, and of concurrent callers (a reward server's
     requests), run side by side, so an answer that hangs SymPy holds one worker for
     ``timeout_s``, not every other check. Results are memoised in an LRU cache keyed by
-    ``(reference, completion)`` so the sparse reward and the reward-quality tracker share the
-    work.
+    ``(reference, final answer)`` so the sparse reward and the reward-quality tracker share the
+    work: each pair is checked once, a timeout included (SymPy hangs on the expression, so a
+    second check would only wait again), and a caller that asks for a pair another caller is
+    checking waits for that check. A crashed worker's result is not kept. The first timeout is
+    logged with its fix (raise ``timeout_s``, ``reward.math_timeout_s`` in a config); later
+    ones are counted in :attr:`n_timeouts` and logged at 10, 100, 1000, ... so a flood of
+    hanging answers does not flood the log.
 
     Args:
         timeout_s: Wall-clock seconds per check (parse + verify), > 0.
@@ -247,6 +252,8 @@ class MathChecker:
             self._slots.put(None)
         self._live: set[_Worker] = set()
         self._threads: concurrent.futures.ThreadPoolExecutor | None = None
+        # (reference, answer) -> the check running for it now: a second caller waits for it
+        self._inflight: dict[tuple[str, str], concurrent.futures.Future[MathCheck]] = {}
 
     # -- worker management -------------------------------------------------------------------
     @property
@@ -265,7 +272,7 @@ class MathChecker:
         # cached so far; not the lock, the workers or the threads, which the copy creates
         # afresh (its workers start at its first check)
         state = self.__dict__.copy()
-        for name in ("_lock", "_slots", "_live", "_threads"):
+        for name in ("_lock", "_slots", "_live", "_threads", "_inflight"):
             state.pop(name, None)
         state["_gold_cache"] = {}  # parsed gold answers: rebuilt on demand
         return state
@@ -302,14 +309,31 @@ class MathChecker:
                 return out
             with self._lock:
                 self.n_timeouts += 1
-            logger.warning(
-                "math-verify check exceeded %.1f s; worker restarted, reward abstains",
-                self.timeout_s,
-            )
+                n = self.n_timeouts
+            self._say_timeout(n, completion)
             worker.stop()
             return None, "", "timeout"
         finally:
             self._slots.put(worker)
+
+    def _say_timeout(self, n: int, answer: str) -> None:
+        """Log the ``n``-th timeout: the first with the answer and the fix, then a count at
+        10, 100, 1000, ... (each timeout is in :attr:`n_timeouts`)."""
+        if n == 1:
+            logger.warning(
+                "math-verify check exceeded %.1f s on the answer %r; worker restarted, the reward "
+                "abstains. If correct answers take this long, raise reward.math_timeout_s "
+                "(MathChecker timeout_s); later timeouts are counted, logged at 10, 100, ...",
+                self.timeout_s,
+                answer[:80],
+            )
+        elif str(n).strip("0") == "1":  # n is 10, 100, 1000, ...
+            logger.warning(
+                "math-verify: %d checks have exceeded %.1f s so far (each abstained and restarted "
+                "its worker); raise reward.math_timeout_s if correct answers take this long",
+                n,
+                self.timeout_s,
+            )
 
     def _run(self, keys: list[tuple[str, str]]) -> list[tuple[float | None, str, str | None]]:
         """Check each ``(reference, answer)`` key: inline, or on the workers side by side."""
@@ -368,7 +392,8 @@ class MathChecker:
         """
         check_lengths(completions=completions, references=references)
         out: list[MathCheck | None] = []
-        misses: dict[tuple[str, str], list[int]] = {}
+        misses: dict[tuple[str, str], list[int]] = {}  # checked by this call
+        waits: dict[tuple[str, str], tuple[concurrent.futures.Future[MathCheck], list[int]]] = {}
         with self._lock:
             for i, (ref, comp) in enumerate(zip(references, completions, strict=True)):
                 self.n_checks += 1
@@ -388,22 +413,35 @@ class MathChecker:
                 if hit is not None:
                     self._cache.move_to_end(key)
                     out[i] = hit
+                elif key in misses:
+                    misses[key].append(i)
+                elif key in self._inflight:  # another caller is checking it: wait for that
+                    waits.setdefault(key, (self._inflight[key], []))[1].append(i)
                 else:
-                    misses.setdefault(key, []).append(i)
-        results = self._run(list(misses))  # outside the lock: other callers' checks go on
+                    misses[key] = [i]
+                    self._inflight[key] = concurrent.futures.Future()
+        try:
+            results = self._run(list(misses))  # outside the lock: other callers' checks go on
+        except BaseException as exc:
+            with self._lock:
+                for key in misses:
+                    self._inflight.pop(key).set_exception(exc)
+            raise
         with self._lock:
             for key, res in zip(misses, results, strict=True):
                 result = MathCheck(*res)
-                if (
-                    self.cache_size > 0
-                    and result.reason not in ("timeout",)
-                    and not str(result.reason).startswith("worker_error")
-                ):
+                # a timeout is kept (the expression hangs SymPy); a crashed worker's is not
+                if self.cache_size > 0 and not str(result.reason).startswith("worker_error"):
                     self._cache[key] = result
                     if len(self._cache) > self.cache_size:
                         self._cache.popitem(last=False)
+                self._inflight.pop(key).set_result(result)
                 for i in misses[key]:
                     out[i] = result
+        for running, at in waits.values():
+            result = running.result()
+            for i in at:
+                out[i] = result
         return out  # type: ignore[return-value]
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import itertools
 import math
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +50,11 @@ runs, however clean, is significant at 5 %, while the percentile bootstrap still
 for a verdict" and at most a descriptive P with its run counts."""
 
 
+MAX_POINTS_MARKED = 10
+"""Curves with at most this many points per run are drawn with markers at the measured steps:
+a line between two evaluations otherwise reads as a measured curve."""
+
+
 def step_cost(summary: Mapping[str, Any]) -> dict[str, float | None]:
     """A SAC run's training cost per environment step and the reward's share of it, from its
     ``summary.json``: ``ms_per_step`` = 1000 / ``steps_per_second`` (training only, evaluation
@@ -84,16 +89,55 @@ COUNT_KEYS = {
     "n_problems": "held-out problem reads",
 }
 """Keys of a curve point that count what its value is computed from (GRPO's pass rate: the
-step's completions; SAC's evaluation: its episodes; GRPO's held-out curve: the problems read)."""
+step's completions; SAC's evaluation: its episodes; GRPO's held-out curve: the problems read).
+A point whose ``metric`` is a ``rollout/`` one (SAC with evaluation off) counts training
+episodes in a rolling window instead: :data:`TRAINING_EPISODES`."""
+
+TRAINING_EPISODES = "training episodes"
+"""The unit of a rolling-window curve (``metric`` ``rollout/...``: SAC's training curve, the
+last ``training.metrics_window`` training episodes at each point). Successive windows overlap,
+so their ``n_episodes`` are not summed: each distinct episode is counted once."""
+
+
+def _rolling_episodes(pts: Sequence[Mapping[str, Any]]) -> tuple[int, bool]:
+    """The distinct training episodes in the rolling windows of ``pts`` (sorted by step), and
+    whether that is only a lower bound.
+
+    Point ``i``'s window is the last ``n_episodes`` of the ``n_episodes_total`` episodes finished
+    so far, so it adds ``min(n_i, total_i - total_{i-1})`` episodes to those of the earlier
+    windows (the rest of it lies inside them). Without ``n_episodes_total`` (runs of earlier
+    versions), or where it falls (a resumed run restarts it), the largest window: at least
+    that many.
+    """
+    if all(isinstance(p.get("n_episodes_total"), (int, float)) for p in pts):
+        totals = [int(p["n_episodes_total"]) for p in pts]
+        if all(b >= a for a, b in itertools.pairwise(totals)):
+            n = int(pts[0]["n_episodes"]) + sum(
+                min(int(p["n_episodes"]), b - a)
+                for p, (a, b) in zip(pts[1:], itertools.pairwise(totals), strict=True)
+            )
+            return n, False
+    return max(int(p["n_episodes"]) for p in pts), True
 
 
 def final_rests_on(curve: Sequence[Mapping[str, Any]], final_window: int) -> dict[str, Any]:
     """What :func:`run_final` rests on: the last ``final_window`` points of the curve and, where
-    the points count them (:data:`COUNT_KEYS`), the completions or episodes summed over them.
+    the points count them (:data:`COUNT_KEYS`), the completions or episodes behind them: summed
+    over the points, except for rolling windows of training episodes (:data:`TRAINING_EPISODES`),
+    which overlap and count each distinct episode once.
+
+    Returns:
+        ``{"n": count or None, "unit": what n counts or None, "at_least": n is a lower bound,
+        "n_points", "text"}``.
 
     >>> final_rests_on([{"step": 1, "value": 0.0, "n_completions": 8},
     ...                 {"step": 2, "value": 0.125, "n_completions": 8}], 2)["text"]
     '16 completions of steps 1, 2'
+    >>> final_rests_on([{"step": 150, "value": 0.5, "metric": "rollout/success_rate",
+    ...                  "n_episodes": 6, "n_episodes_total": 6},
+    ...                 {"step": 200, "value": 0.5, "metric": "rollout/success_rate",
+    ...                  "n_episodes": 10, "n_episodes_total": 10}], 2)["text"]
+    '10 training episodes in the rolling windows (the last 6, 10 episodes) of steps 150, 200'
     >>> final_rests_on([{"step": 100, "value": 0.5}], 3)["text"]
     '1 curve point (step 100)'
     """
@@ -104,24 +148,59 @@ def final_rests_on(curve: Sequence[Mapping[str, Any]], final_window: int) -> dic
     ][-final_window:]
     steps = [p["step"] for p in pts]
     where = f"step {steps[0]}" if len(steps) == 1 else f"steps {', '.join(map(str, steps))}"
+    rolling = bool(pts) and all(str(p.get("metric", "")).startswith("rollout/") for p in pts)
+    if rolling and all(isinstance(p.get("n_episodes"), (int, float)) for p in pts):
+        n, at_least = _rolling_episodes(pts)
+        windows = ", ".join(str(int(p["n_episodes"])) for p in pts)
+        text = (
+            f"{'at least ' if at_least else ''}{n} {TRAINING_EPISODES} in the rolling "
+            f"window{'s' if len(pts) != 1 else ''} (the last {windows} episodes) of {where}"
+        )
+        return {
+            "n": n,
+            "unit": TRAINING_EPISODES,
+            "at_least": at_least,
+            "n_points": len(pts),
+            "text": text,
+        }
     for key, unit in COUNT_KEYS.items():
         if pts and all(isinstance(p.get(key), (int, float)) for p in pts):
             n = int(sum(p[key] for p in pts))
-            return {"n": n, "unit": unit, "n_points": len(pts), "text": f"{n} {unit} of {where}"}
+            return {
+                "n": n,
+                "unit": unit,
+                "at_least": False,
+                "n_points": len(pts),
+                "text": f"{n} {unit} of {where}",
+            }
     text = f"{len(pts)} curve point{'s' if len(pts) != 1 else ''} ({where})" if pts else "no point"
-    return {"n": None, "unit": None, "n_points": len(pts), "text": text}
+    return {"n": None, "unit": None, "at_least": False, "n_points": len(pts), "text": text}
 
 
 def _condition_rests_on(items: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    """A condition's final values rest on: the counts of its runs summed, with the run count."""
+    """A condition's final values rest on: the counts of its runs summed (different runs'
+    episodes are distinct), with the run count; "at least" if a run's count is a lower bound."""
     k = len(items)
     runs = f"{k} run{'s' if k != 1 else ''}"
     units = {x["unit"] for x in items}
     if items and len(units) == 1 and None not in units:
         n, unit = sum(int(x["n"]) for x in items), units.pop()
-        return {"n": n, "unit": unit, "n_runs": k, "text": f"{n} {unit} over {runs}"}
+        at_least = any(x.get("at_least") for x in items)
+        return {
+            "n": n,
+            "unit": unit,
+            "at_least": at_least,
+            "n_runs": k,
+            "text": f"{'at least ' if at_least else ''}{n} {unit} over {runs}",
+        }
     pts = sum(int(x["n_points"]) for x in items)
-    return {"n": None, "unit": None, "n_runs": k, "text": f"{pts} curve points over {runs}"}
+    return {
+        "n": None,
+        "unit": None,
+        "at_least": False,
+        "n_runs": k,
+        "text": f"{pts} curve points over {runs}",
+    }
 
 
 def title_of(conditions: Mapping[str, Mapping[str, Any]]) -> str:
@@ -225,7 +304,8 @@ def analyze(
 
     Returns:
         ``{"grid": (G,), "conditions": {name: {"runs": [...], "final": ci, "auc": ci,
-        "steps_to_threshold": {...}, "curve": {"mean", "low", "high"}}}, "pairs": [...]}``;
+        "steps_to_threshold": {...}, "curve": {"mean", "low", "high"}, "measured_steps":
+        [steps at which any run has a point]}}, "pairs": [...]}``;
         each pair ``{"a", "b", "score", "p_improvement", "enough_runs", "verdict"}``, where
         ``enough_runs`` is False when a side has fewer than :data:`MIN_RUNS_FOR_A_VERDICT`
         finished runs (its ``p_improvement`` is then no result: the report leaves it out).
@@ -256,6 +336,7 @@ def analyze(
             if s.size:
                 rows.append(resample_curve(s, v, grid))
         finals = [x["final"] for x in per_run]
+        measured = sorted({float(p["step"]) for r in results for p in r.get("curve") or []})
         aucs = [x["auc"] for x in per_run]
         entry: dict[str, Any] = {
             "n_runs": len(per_run),
@@ -263,6 +344,7 @@ def analyze(
             "final": iqm_ci(finals, **kw),
             "final_rests_on": _condition_rests_on([x["final_rests_on"] for x in per_run]),
             "auc": iqm_ci(aucs, **kw),
+            "measured_steps": measured,  # where any of its runs has a point
         }
         if threshold is not None:
             sts = np.array([x["steps_to_threshold"] for x in per_run], dtype=float)
@@ -357,6 +439,26 @@ def _ci_text(ci: Mapping[str, float], digits: int = 3, n: int | None = None) -> 
     return f"{format_number(ci['value'], digits)} [{lo}, {hi}]"
 
 
+def curve_points_are(run_metrics: Iterable[str]) -> str:
+    """What the points of curves of ``run_metrics`` are, as the report names them:
+    ``"evaluations"`` (``eval/``, ``heldout/``: measured apart from training),
+    ``"training-curve points"`` (``rollout/``: rolling windows of training episodes;
+    ``verifier/``: GRPO's training batches), else ``"curve points"``.
+
+    >>> curve_points_are({"rollout/success_rate"}), curve_points_are({"eval/success_rate"})
+    ('training-curve points', 'evaluations')
+    """
+    kinds = {
+        "evaluations"
+        if m.startswith(("eval/", "heldout/"))
+        else "training-curve points"
+        if m.startswith(("rollout/", "verifier/"))
+        else "curve points"
+        for m in run_metrics
+    }
+    return kinds.pop() if len(kinds) == 1 else "curve points"
+
+
 def render_report(
     analysis: Mapping[str, Any],
     *,
@@ -373,13 +475,18 @@ def render_report(
     missing: Sequence[str] = (),
     curve_sources: Sequence[str] = (),
     notes: Sequence[str] = (),
+    run_metrics: Iterable[str] = (),
 ) -> str:
     """Markdown report: one table row per condition and one verdict line per pair.
 
     ``curve_sources``: what the runs' learning curves measure, as the trainers state it
     (``summary["curve_source"]``, e.g. SAC's deterministic evaluation episodes); each distinct
-    one is named in the report's header and Method section.
+    one is named in the report's header and Method section. ``run_metrics``: the runs' curve
+    metrics (``result["metric"]``); they name the curves' points in the Method section
+    (:func:`curve_points_are`: an evaluation-off SAC run's are training-curve points).
     """
+    points = curve_points_are(run_metrics)
+    point = {"evaluations": "evaluation"}.get(points, points[:-1])
     pct = f"{round(confidence * 100)}%"
     headers = [
         "condition",
@@ -464,8 +571,8 @@ def render_report(
     if short:
         lines += [
             "",
-            f"**Short curves:** some runs of {', '.join(short)} have fewer than 3 evaluation "
-            "points; the budget may be too small to learn anything (e.g. below SAC's "
+            f"**Short curves:** some runs of {', '.join(short)} have fewer than 3 {points}; "
+            "the budget may be too small to learn anything (e.g. below SAC's "
             "`learning_starts`), or the curve interval too large.",
         ]
     lines += [
@@ -476,10 +583,20 @@ def render_report(
         "",
         *[f"- Curve (`{metric}`): {src}." for src in curve_sources],
         f"- Final performance: mean of the last {final_window} points of each run's `{metric}` curve "
-        '("final rests on": the completions or evaluation episodes behind those points, summed '
-        "over the condition's runs, where the curve counts them). "
-        f"AUC: area under the curve on [0, {int(budget)}] {x_label} (trapezoid on a common grid, "
-        "the first value held before the first evaluation) divided by the budget, i.e. the mean "
+        '("final rests on": the completions or episodes behind those points, where the curve '
+        "counts them, summed over the condition's runs"
+        + (
+            "; a training curve's points are rolling windows over the last training episodes, "
+            "which overlap: each distinct episode counted once). "
+            if any(
+                (r.get("final_rests_on") or {}).get("unit") == TRAINING_EPISODES
+                for c in analysis["conditions"].values()
+                for r in c["runs"]
+            )
+            else "). "
+        )
+        + f"AUC: area under the curve on [0, {int(budget)}] {x_label} (trapezoid on a common grid, "
+        f"the first value held before the first {point}) divided by the budget, i.e. the mean "
         "performance over training; higher = learns faster.",
         "- IQM: interquartile mean over runs (25%-trimmed mean, `rliable.metrics.aggregate_iqm`); "
         "with fewer than 4 runs it equals the mean. "
@@ -490,7 +607,7 @@ def render_report(
         "bootstrap (`StratifiedIndependentBootstrap`); "
         f"X beats Y when the CI's lower bound is above 0.5, given at least {MIN_RUNS_FOR_A_VERDICT} "
         "runs a side (with fewer no ordering of the runs is significant at 5 %: no verdict).",
-        "- Steps to threshold: the first evaluation at or above the threshold; the median counts "
+        f"- Steps to threshold: the first {point} at or above the threshold; the median counts "
         "runs that never reached it as infinite.",
         "- ms / env step (SAC): training wall time per environment step (evaluation excluded), "
         "mean over runs; the reward's share is the time inside the verifier or the distilled "
@@ -512,6 +629,9 @@ def plot_curves(
 ) -> Path:
     """Mean learning curve with its bootstrap band per condition (PNG, written atomically).
 
+    A condition whose runs have at most :data:`MAX_POINTS_MARKED` points each is marked at its
+    measured steps; a plot with a condition of fewer than :data:`MIN_RUNS_FOR_A_VERDICT` runs
+    carries a red "too few runs for a verdict" banner (the console and the report say the same).
     Needs matplotlib (``pip install densereward[plots]``).
     """
     import matplotlib
@@ -521,7 +641,7 @@ def plot_curves(
 
     grid = np.asarray(analysis["grid"])
     fig, ax = plt.subplots(figsize=(7, 4.2))
-    banded, single, held = [], [], []
+    banded, single, held, marked, few = [], [], [], [], []
     for cname, c in analysis["conditions"].items():
         if c.get("curve") is None:
             continue
@@ -532,6 +652,18 @@ def plot_curves(
         first = max(firsts, default=0.0)  # before it some run's value is held, not measured
         measured = grid >= first
         (line,) = ax.plot(grid[measured], mean[measured], label=label)
+        if (
+            0
+            < max((int(r.get("n_points") or 0) for r in c["runs"]), default=0)
+            <= (MAX_POINTS_MARKED)
+        ):
+            at = np.array(
+                [x for x in c.get("measured_steps") or [] if grid[0] <= x <= grid[-1]], dtype=float
+            )
+            marked.append(cname)
+            ax.plot(at, np.interp(at, grid, mean), "o", color=line.get_color(), markersize=5)
+        if 0 < c["n_runs"] < MIN_RUNS_FOR_A_VERDICT:
+            few.append(f"{cname} n={c['n_runs']}")
         if first > grid[0]:
             held.append(cname)
             upto = grid <= first
@@ -560,12 +692,30 @@ def plot_curves(
             f"no band for {', '.join(single)} (n=1: no interval)"
         )
     note = "\ndotted: before the first measurement (the first value held)" if held else ""
+    if marked:
+        note += "\nmarkers: the steps at which runs were measured (the line joins them)"
     ax.set_title(f"{title}\nline: mean over seeds; {band}{note}", fontsize=10)
     ax.grid(alpha=0.3)
     ax.legend(loc="best", fontsize=8)
     fig.tight_layout()
+    if few:  # the verdict rule's banner, in the eval-verifier plots' style
+        import textwrap
+
+        fig.suptitle(
+            textwrap.fill(
+                f"too few runs for a verdict (n < MIN_RUNS_FOR_A_VERDICT = "
+                f"{MIN_RUNS_FOR_A_VERDICT} a side): {', '.join(few)}; the lines and bands "
+                "describe these runs only",
+                90,
+            ),
+            y=1.0,
+            va="bottom",
+            color="tab:red",
+            fontweight="bold",
+            fontsize=9,
+        )
     tmp = path.with_name(f".{path.name}.tmp.png")
-    fig.savefig(tmp, dpi=120)
+    fig.savefig(tmp, dpi=120, bbox_inches="tight")
     plt.close(fig)
     os.replace(tmp, path)
     return path

@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import ConfigError, DenseRewardError
+from ..errors import ConfigError, DenseRewardError, Interrupted
 from ..io import append_jsonl, atomic_write_json, atomic_write_text, to_jsonable
 from ..metrics.curves import curve_arrays
 from ..metrics.format import format_number
@@ -338,6 +338,7 @@ def run_comparison(
         wall_s=wall,
         missing=missing,
         notes=[threshold_note] if threshold_note else [],
+        run_metrics={str(r["metric"]) for rs in by_cond.values() for r in rs if r.get("metric")},
         curve_sources=sorted(
             {
                 str(r["summary"]["curve_source"])
@@ -535,6 +536,24 @@ def _run_all(
                 with restored_environ(_WANDB_ENV):
                     os.environ["WANDB_JOB_TYPE"] = cname  # the group: the run's wandb: section
                     summary = spec.run(copy.deepcopy(run_configs[cname][key]), output_dir=run_dir)
+            except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM in densereward compare
+                stopped = Interrupted.of(exc)
+                append_jsonl(
+                    events,
+                    {
+                        "event": "stopped",
+                        "condition": cname,
+                        "seed": key,
+                        "signal": stopped.signal_name,
+                        "time": time.time(),
+                    },
+                )
+                raise Interrupted.of(
+                    exc,
+                    f"{len(results)} of {n_total} runs finished and are kept in {out / 'runs'}; "
+                    f"the run stopped ({cname} {key}) starts again: re-run the same command to "
+                    "continue the comparison",
+                ) from None
             finally:
                 gc.collect()
             wall = time.monotonic() - t0
@@ -595,7 +614,8 @@ def _run_all(
             console.print(
                 f"[{n_done0 + i + 1}/{n_total}] {cname} {key}: final {summary.get('metric')}="
                 f"{format_number(final)} (mean of the last {min(cfg.final_window, values.size)} of "
-                f"{values.size} points) in {wall:.0f} s; ~{_hms(eta)} left"
+                f"{values.size} points: {record['final_rests_on']}) in {wall:.0f} s; "
+                f"~{_hms(eta)} left"
             )
 
 

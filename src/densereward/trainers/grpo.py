@@ -38,13 +38,16 @@ from densereward.config_files import (
     overrides_from,
     parse_command_line,
 )
-from densereward.errors import ConfigError, DenseRewardError
+from densereward.errors import ConfigError, DenseRewardError, Interrupted
 from densereward.io import (
     atomic_write_json,
     check_run_dir,
+    drop_rows_after,
     get_api_key,
     read_jsonl,
     redact,
+    replace_earlier_files,
+    reuse_words,
 )
 from densereward.verifier import VerifierFactory
 from densereward.wandb_config import describe_wandb, wandb_environment
@@ -95,25 +98,19 @@ KEEP_OPTIMIZER_STATE = "training.save_only_model: false keeps it"
 
 
 def _weights_only(ckpt: Path) -> bool:
-    """Whether a ``checkpoint-<step>`` holds no optimizer or no scheduler state (one saved with
-    ``training.save_only_model: true``, as ``make demo``'s): transformers' resume from it loads
-    the weights and the step, and skips the optimizer and the scheduler without a word."""
+    """Whether a ``checkpoint-<step>`` holds the policy's weights (``*.safetensors`` / ``*.bin``)
+    but no optimizer or no scheduler state (one saved with ``training.save_only_model: true``,
+    as ``make demo``'s): transformers' resume from it loads the weights and the step, and
+    skips the optimizer and the scheduler without a word."""
+    files = [p for p in ckpt.iterdir() if p.is_file()]
+    has_weights = any(
+        p.suffix in (".safetensors", ".bin") and p.name not in _OPTIMIZER_STATE for p in files
+    )
     has_optimizer = any((ckpt / name).is_file() for name in _OPTIMIZER_STATE) or any(
         p.is_dir() and "optimizer" in p.name
         for p in ckpt.iterdir()  # FSDP: optimizer_0/
     )
-    return not (has_optimizer and (ckpt / _SCHEDULER_STATE).is_file())
-
-
-def _resume_checkpoint(run_dir: Path, resume: str | None) -> Path | None:
-    """The checkpoint a resume continues from: ``resume`` itself, or for ``"latest"`` the newest
-    of ``run_dir`` (what transformers' ``get_last_checkpoint`` picks); ``None`` without one."""
-    if not resume:
-        return None
-    if resume != "latest":
-        return Path(resume)
-    found = _checkpoints(run_dir)
-    return found[-1] if found else None
+    return has_weights and not (has_optimizer and (ckpt / _SCHEDULER_STATE).is_file())
 
 
 def _step_of(ckpt: Path) -> int:
@@ -186,13 +183,78 @@ def _run_dir(parts: dict[str, Any], output_dir: str | Path | None, resume: str |
     return p
 
 
-def _create_run_dir(run_dir: Path, resume: str | None) -> None:
-    """Create the checked run directory; a fresh start drops reward-quality rows left by an
-    earlier start that never reached a checkpoint (they would mix with this run's steps)."""
-    run_dir.mkdir(parents=True, exist_ok=True)
+RUN_FILES = ("reward_quality.jsonl", "reward_quality.png")
+"""The files a run appends to or draws in its run directory. A new run in a directory that a
+stopped start left (no checkpoint, no ``result.json``) replaces them: the stopped start's rows
+would mix with this run's steps."""
+
+
+def _resume_checkpoint(run_dir: Path, resume: str | None) -> Path | None:
+    """The checkpoint a resumed run continues from (``None`` for a new run or none found)."""
     if not resume:
-        for stale in ("reward_quality.jsonl", "reward_quality.png"):
-            (run_dir / stale).unlink(missing_ok=True)
+        return None
+    if resume != "latest":
+        return Path(resume)
+    found = _checkpoints(run_dir)
+    return found[-1] if found else None
+
+
+def _run_dir_state(run_dir: Path, resume: str | None) -> str:
+    """What the run does with its (checked) run directory, in the dry run's words."""
+    ckpt = _resume_checkpoint(run_dir, resume)
+    if ckpt is not None:
+        weights_only = (
+            f", weights only: the learning-rate schedule continues from step {_step_of(ckpt)}, "
+            f"the optimizer state (Adam's moments) starts afresh; {KEEP_OPTIMIZER_STATE}"
+            if _weights_only(ckpt)
+            else ""
+        )
+        return (
+            f"continues from {ckpt.name}{weights_only}; the rows written after it "
+            "(reward_quality.jsonl) are dropped"
+        )
+    if not (run_dir.is_dir() and any(run_dir.iterdir())):
+        return "created when the run starts"
+    return reuse_words(run_dir, RUN_FILES)
+
+
+def _create_run_dir(run_dir: Path, resume: str | None) -> None:
+    """Create the checked run directory. A fresh start replaces the :data:`RUN_FILES` left by
+    an earlier start that never reached a checkpoint (they would mix with this run's steps); a
+    resumed run drops the reward-quality rows its stopped predecessor wrote after the
+    checkpoint (the resumed run writes those steps again). Each is said once in the log."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    ckpt = _resume_checkpoint(run_dir, resume)
+    if ckpt is not None:
+        step = _step_of(ckpt)
+        if dropped := drop_rows_after(run_dir / "reward_quality.jsonl", step):
+            logger.warning(
+                "--resume from %s: reward_quality.jsonl: %d row(s) written after it dropped "
+                "(this run writes those steps again)",
+                ckpt.name,
+                dropped,
+            )
+    elif not resume:
+        replace_earlier_files(run_dir, RUN_FILES)
+
+
+def _stopped(exc: BaseException, run_dir: Path, step: int, max_steps: int) -> Interrupted:
+    """The :class:`~densereward.errors.Interrupted` of a run stopped while training: what it
+    left in ``run_dir`` and how to go on."""
+    found = _checkpoints(run_dir)
+    where = f"at step {step} of {max_steps}"
+    if found:
+        return Interrupted.of(
+            exc,
+            f"{where}; {run_dir} keeps {found[-1].name}: add --resume to the same command "
+            f"(--output-dir {run_dir}) to continue from it (the reward-quality rows written "
+            "after it are dropped then)",
+        )
+    return Interrupted.of(
+        exc,
+        f"{where}, before its first checkpoint (training.save_steps): {run_dir} holds nothing "
+        "to resume from; the same command starts the run afresh there and replaces its files",
+    )
 
 
 def _drop_unstarted(run_dir: Path, created: bool, trainer: Any) -> None:
@@ -337,8 +399,14 @@ def run(
                     _step_of(ckpt),
                     KEEP_OPTIMIZER_STATE,
                 )
-        with tied_weights_notice_dropped(trainer.model):  # a tied lm_head is no missing key
-            trainer.train(resume_from_checkpoint=checkpoint)
+        try:
+            with tied_weights_notice_dropped(trainer.model):  # a tied lm_head is no missing key
+                trainer.train(resume_from_checkpoint=checkpoint)
+        except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM in densereward train
+            step = int(trainer.state.global_step)
+            if main_process and (step or _checkpoints(run_dir) or not created):
+                raise _stopped(exc, run_dir, step, int(trainer.state.max_steps)) from None
+            raise  # before step 1 in a directory this start created: it goes (_drop_unstarted)
         trainer.save_state()
         heldout.evaluate("after", int(trainer.state.global_step))
     except BaseException:
@@ -564,18 +632,7 @@ def _dry_run(
         check_verifier_server(parts["verifier"]) if _builds_verifier(parts) else (None, None)
     )  # a served verifier is contacted as the run's start contacts it
     run_dir = _run_dir(parts, output_dir, resume)
-    ckpt = _resume_checkpoint(run_dir, resume)  # checked by _run_dir: there is one to resume
-    if ckpt is not None:
-        state = f"continues from {ckpt.name}"
-        if _weights_only(ckpt):
-            state += (
-                f", weights only: the learning-rate schedule continues from step {_step_of(ckpt)}, "
-                f"the optimizer state (Adam's moments) starts afresh; {KEEP_OPTIMIZER_STATE}"
-            )
-    elif run_dir.is_dir() and any(run_dir.iterdir()):
-        state = "exists with no checkpoint and no result: reused"
-    else:
-        state = "created when the run starts"
+    state = _run_dir_state(run_dir, resume)
     checks = [
         *([f"{policy_line} ({_dtype_note(parts)}) -- weights NOT loaded"] if policy_line else []),
         *([data_line] if data_line else []),  # a source with a problem: only its !! line

@@ -23,6 +23,12 @@ their mean return of the environment's own reward; each row's ``metric`` says wh
 ``checkpoints/`` (model + replay buffer), ``final_model.zip``, ``summary.json`` and the
 offline W&B run.
 
+A new run in a directory that a stopped start left (no checkpoint, no ``summary.json``)
+replaces that start's :data:`RUN_FILES` (the dry run names them); ``--resume`` drops the rows
+of :data:`CURVE_FILES` written after its checkpoint. A run stopped while training (Ctrl-C, or
+SIGTERM in ``densereward train sac``) raises :class:`densereward.errors.Interrupted` saying
+what it left; checkpoints are written whole or not at all.
+
 Evaluation (``training.eval_every``, ``training.eval_episodes``) runs on its own vectorised
 environment, built like the training one (same id, ``VecMonitor``, ``VecNormalize`` with the
 training statistics frozen) but without the verifier wrapper: its reward is the sparse
@@ -60,12 +66,15 @@ from densereward.config_files import (
     overrides_from,
     parse_command_line,
 )
-from densereward.errors import ConfigError, DenseRewardError
+from densereward.errors import ConfigError, DenseRewardError, Interrupted
 from densereward.io import (
     atomic_write_json,
     atomic_write_text,
     check_run_dir,
+    drop_rows_after,
     read_jsonl,
+    replace_earlier_files,
+    reuse_words,
 )
 
 from ..backend_options import loads_model
@@ -180,11 +189,93 @@ def _latest_checkpoint(ckpt_dir: Path) -> tuple[Path, Path | None, Path | None] 
     return model, (buf if buf.is_file() else None), (norm if norm.is_file() else None)
 
 
-_STATE_TEXT = {
-    "new": "created when the run starts",
-    "reuse": "exists with no checkpoint and no result: reused",
-    "resume": "continues from its newest checkpoint",
-}
+RUN_FILES = (
+    "eval_curve.jsonl",
+    "train_curve.jsonl",
+    "verifier_dynamics.jsonl",
+    "monitor.csv",
+    "logs/progress.csv",
+    "training_curves.png",
+    "final_model.zip",
+    "vecnormalize.pkl",
+    "wandb_id.txt",
+)
+"""The files a run writes in its run directory beside ``config.yaml``, ``checkpoints/`` and
+``summary.json``. A new run in a directory that a stopped start left (no checkpoint, no
+summary) replaces them, as SB3 replaces its own ``progress.csv`` and ``monitor.csv``: the
+append-only curves would otherwise mix the two runs, and ``wandb_id.txt`` would continue the
+stopped start's W&B run. Other files in the directory are left alone."""
+
+CURVE_FILES = ("eval_curve.jsonl", "train_curve.jsonl", "verifier_dynamics.jsonl")
+"""The append-only files with a ``step`` per row; a resumed run drops their rows written after
+its checkpoint (:func:`densereward.io.drop_rows_after`)."""
+
+
+def _state_text(state: str, run_dir: Path) -> str:
+    """The dry run's words for the run directory: what the run will do with it."""
+    if state == "new":
+        return "created when the run starts"
+    if state == "resume":
+        return "continues from its newest checkpoint; the curve rows written after it are dropped"
+    return reuse_words(run_dir, RUN_FILES)
+
+
+def _stopped(exc: BaseException, run_dir: Path, steps: int, cfg: SACRunConfig) -> Interrupted:
+    """The :class:`~densereward.errors.Interrupted` of a run stopped while training: what it
+    left in ``run_dir`` and how to go on."""
+    tc = cfg.training
+    found = _checkpoint_models(run_dir / "checkpoints")
+    where = f"at step {steps} of {tc.total_timesteps}"
+    if found:
+        n, model = found[-1]
+        return Interrupted.of(
+            exc,
+            f"{where}; {run_dir} keeps checkpoint {model.name} (step {n}): add --resume to the "
+            f"same command (--output-dir {run_dir}) to continue from it (the curve rows written "
+            f"after step {n} are dropped then)",
+        )
+    why = (
+        f"before its first checkpoint (training.checkpoint_every={tc.checkpoint_every})"
+        if tc.checkpoint_every
+        else "with checkpoints off (training.checkpoint_every=0)"
+    )
+    return Interrupted.of(
+        exc,
+        f"{where}, {why}: {run_dir} holds nothing to resume from; the same command starts the "
+        "run afresh there and replaces its files",
+    )
+
+
+def _atomic_checkpoints(**kwargs: Any) -> Any:
+    """SB3's ``CheckpointCallback`` whose files are written whole or not at all.
+
+    Each file goes to a temporary name (``.tmp-<name>``) and is renamed into place, the model
+    zip last, so a run stopped while it saves (SIGTERM, Ctrl-C) never leaves a
+    ``sac_<steps>_steps.zip`` without its complete replay buffer and statistics for
+    ``--resume`` to load.
+    """
+    from stable_baselines3.common.callbacks import CheckpointCallback
+
+    class AtomicCheckpointCallback(CheckpointCallback):
+        def _on_step(self) -> bool:
+            if self.n_calls % self.save_freq:
+                return True
+
+            def save(path: str, write: Any) -> None:
+                final = Path(path)
+                tmp = final.with_name(f".tmp-{final.name}")
+                write(str(tmp))
+                os.replace(tmp, final)
+
+            norm = self.model.get_vec_normalize_env()
+            if self.save_replay_buffer and getattr(self.model, "replay_buffer", None) is not None:
+                save(self._checkpoint_path("replay_buffer_", "pkl"), self.model.save_replay_buffer)
+            if self.save_vecnormalize and norm is not None:
+                save(self._checkpoint_path("vecnormalize_", "pkl"), norm.save)
+            save(self._checkpoint_path(extension="zip"), self.model.save)
+            return True
+
+    return AtomicCheckpointCallback(**kwargs)
 
 
 def check_her(cfg: Any, observation_space: Any) -> None:
@@ -236,7 +327,7 @@ def dry_run(config: dict[str, Any], *, output_dir: Path, resume: bool = False) -
     lines = [
         f"env: {spec.id} (max_episode_steps {spec.max_episode_steps}), reward {cfg.env.reward}, "
         f"n_envs {cfg.env.n_envs}",
-        f"run directory: {output_dir} ({_STATE_TEXT[state]})",
+        f"run directory: {output_dir} ({_state_text(state, Path(output_dir))})",
         f"sac: stable_baselines3.SAC arguments ok {sorted(cfg.sac)}",
     ]
     unreachable = None  # an offline name not installed, a Hub id not reachable offline
@@ -324,12 +415,14 @@ def run(config: dict[str, Any], *, output_dir: Path, resume: bool = False) -> di
 
     Raises:
         ConfigError: on an invalid config, or ``resume`` without a checkpoint.
+        Interrupted: Ctrl-C (or SIGTERM under :func:`densereward.errors.sigterm_interrupts`)
+            while training; its ``detail`` names the checkpoint to ``--resume`` from, or says
+            there is none.
     """
     import gymnasium as gym
     import numpy as np
     import torch
     from stable_baselines3 import SAC, HerReplayBuffer
-    from stable_baselines3.common.callbacks import CheckpointCallback
     from stable_baselines3.common.logger import Logger, make_output_format
     from stable_baselines3.common.vec_env import VecNormalize
 
@@ -346,7 +439,7 @@ def run(config: dict[str, Any], *, output_dir: Path, resume: bool = False) -> di
 
     cfg = parse_config(config)
     run_dir = Path(output_dir)
-    _check_run_dir(run_dir, resume)  # created below, once the verifier and the env id passed
+    state = _check_run_dir(run_dir, resume)  # created below, once the verifier and env id passed
     tc = cfg.training
     if tc.torch_threads is not None:
         torch.set_num_threads(tc.torch_threads)
@@ -364,6 +457,8 @@ def run(config: dict[str, Any], *, output_dir: Path, resume: bool = False) -> di
     env_spec(cfg.env.id)
     created = not run_dir.exists()
     run_dir.mkdir(parents=True, exist_ok=True)
+    if state == "reuse":  # a stopped start's curves: this run's are written anew
+        replace_earlier_files(run_dir, RUN_FILES)
     atomic_write_text(run_dir / "config.yaml", yaml.safe_dump(config, sort_keys=False))
 
     # 2. the environments: VecMonitor(VecVerifierProgressReward(DummyVecEnv([...]))) (frames
@@ -394,6 +489,15 @@ def run(config: dict[str, Any], *, output_dir: Path, resume: bool = False) -> di
             model = SAC.load(latest[0], env=venv, device=tc.device)
             if latest[1] is not None:
                 model.load_replay_buffer(latest[1])
+            for name in CURVE_FILES:  # rows a stopped run wrote after its checkpoint
+                if dropped := drop_rows_after(run_dir / name, model.num_timesteps):
+                    logger.warning(
+                        "--resume from step %d: %s: %d row(s) written after the checkpoint "
+                        "dropped (this run writes them anew)",
+                        model.num_timesteps,
+                        name,
+                        dropped,
+                    )
         else:
             if cfg.env.normalize_obs:
                 venv = VecNormalize(
@@ -474,7 +578,7 @@ def run(config: dict[str, Any], *, output_dir: Path, resume: bool = False) -> di
         callbacks.append(ReplayRelabelCallback())
     if tc.checkpoint_every:
         callbacks.append(
-            CheckpointCallback(
+            _atomic_checkpoints(
                 save_freq=max(tc.checkpoint_every // cfg.env.n_envs, 1),
                 save_path=str(ckpt_dir),
                 name_prefix="sac",
@@ -489,12 +593,15 @@ def run(config: dict[str, Any], *, output_dir: Path, resume: bool = False) -> di
     t0 = time.perf_counter()
     try:
         if remaining > 0:
-            model.learn(
-                remaining,
-                callback=callbacks,
-                log_interval=tc.log_interval,
-                reset_num_timesteps=not resume,
-            )
+            try:
+                model.learn(
+                    remaining,
+                    callback=callbacks,
+                    log_interval=tc.log_interval,
+                    reset_num_timesteps=not resume,
+                )
+            except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM in densereward train
+                raise _stopped(exc, run_dir, model.num_timesteps, cfg) from None
             dynamics.record()  # the metrics again, so the final log row carries them too
             model.dump_logs()
         seconds = time.perf_counter() - t0
@@ -516,7 +623,10 @@ def run(config: dict[str, Any], *, output_dir: Path, resume: bool = False) -> di
             )
         else:
             curve, metric = train_curve, curve_cb.metric
-            source = f"training episodes: success rate of the last {tc.metrics_window}"
+            source = (
+                f"training episodes: success rate of the last {tc.metrics_window} training "
+                "episodes at each point (rolling windows, which overlap)"
+            )
         if not success:
             what = (
                 "mean reward"
@@ -633,21 +743,29 @@ def main(args: argparse.Namespace) -> int:
     for k, why in summary["undefined"].items():  # a null is never left out without its reason
         print(f"{k}: undefined, {why}")
     if summary["eval_reward"] and summary["curve"]:
-        last = summary["curve"][-1]
-        rate = (
-            f"eval/success_rate {last['value']:.3f} (fraction of {last['n_episodes']} deterministic "
-            "episodes ending at the goal), "
-            if summary["success_metrics"]
-            else f"{last['n_episodes']} deterministic episodes (no success rate: the "
-            "environment reports no is_success), "
-        )
-        print(
-            f"evaluation at step {last['step']}: {rate}mean_reward "
-            f"{last['mean_reward']:.3f} ({summary['eval_reward']} over an episode; not the "
-            "verifier's shaped reward)"
-        )
+        print(evaluation_line(summary))
     print(f"plot: {summary['plot']}")
     return 0
+
+
+def evaluation_line(summary: dict[str, Any]) -> str:
+    """The console line of a run's last evaluation (``summary`` of :func:`run` with an
+    evaluation curve): its success rate over how many deterministic episodes, and its mean
+    reward, named."""
+    from .sac_plots import episodes
+
+    last = summary["curve"][-1]
+    n = episodes(int(last["n_episodes"]), "deterministic")
+    rate = (
+        f"eval/success_rate {last['value']:.3f} (fraction of {n} ending at the goal), "
+        if summary["success_metrics"]
+        else f"{n} (no success rate: the environment reports no is_success), "
+    )
+    return (
+        f"evaluation at step {last['step']}: {rate}mean_reward "
+        f"{last['mean_reward']:.3f} ({summary['eval_reward']} over an episode; not the "
+        "verifier's shaped reward)"
+    )
 
 
 def cli_main(argv: list[str] | None = None) -> int:

@@ -89,7 +89,7 @@ def plot_sac_run(
     evals = _read(run_dir / "eval_curve.jsonl")
     train = _read(run_dir / "train_curve.jsonl")
     dyn = _read(run_dir / "verifier_dynamics.jsonl")
-    per_point = _episodes_per_point(evals)
+    per_point = _episodes_per_point(evals, "deterministic")
     panels: list[tuple[str, tuple[float, float] | None, list[tuple[Any, ...]]]] = [
         *(
             [
@@ -97,7 +97,7 @@ def plot_sac_run(
                     "success rate",
                     (-0.05, 1.05),
                     [
-                        (evals, "value", f"evaluation ({per_point} deterministic episodes)", "o-"),
+                        (evals, "value", f"evaluation ({per_point})", "o-"),
                         (train, "value", "training episodes (last window)", ".-"),
                     ],
                 )
@@ -106,7 +106,7 @@ def plot_sac_run(
             else []
         ),
         (
-            f"evaluation episodes: mean return of {per_point} episodes",
+            f"evaluation episodes: mean return of {_episodes_per_point(evals)}",
             None,
             [(evals, "mean_reward", eval_reward, "o-")],
         ),
@@ -234,13 +234,23 @@ def plot_sac_run(
     return _save(fig, plt, run_dir / PLOT_NAME)
 
 
-def _episodes_per_point(evals: list[dict[str, Any]]) -> str:
-    """How many evaluation episodes each point of ``eval_curve.jsonl`` averages (``"10"``,
-    ``"5-10"``; ``"the"`` for a curve without counts): a reader of a curve of means needs n."""
+def _episodes_per_point(evals: list[dict[str, Any]], kind: str = "") -> str:
+    """How many evaluation episodes each point of ``eval_curve.jsonl`` averages, in words
+    (``"10 deterministic episodes"``, ``"1 episode"``, ``"5-10 episodes"``; ``"the episodes"``
+    for a curve without counts): a reader of a curve of means needs n."""
     counts = sorted({int(r["n_episodes"]) for r in evals if r.get("n_episodes") is not None})
+    noun = f"{kind} episode".strip()
     if not counts:
-        return "the"
-    return str(counts[0]) if len(counts) == 1 else f"{counts[0]}-{counts[-1]}"
+        return f"the {noun}s"
+    if len(counts) == 1:
+        return episodes(counts[0], kind)
+    return f"{counts[0]}-{counts[-1]} {noun}s"
+
+
+def episodes(n: int, kind: str = "") -> str:
+    """``n`` episodes in words, in the singular for one: ``episodes(1, "deterministic")`` is
+    ``"1 deterministic episode"``."""
+    return f"{n} {f'{kind} episode'.strip()}{'' if n == 1 else 's'}"
 
 
 def _constant_ylim(lines: list[tuple[Any, ...]]) -> tuple[float, float] | None:

@@ -1,0 +1,241 @@
+"""A run stopped by SIGTERM or Ctrl-C, and the run that follows it in the same directory (F2).
+
+A stopped ``train sac`` / ``train grpo`` / ``compare`` says on stderr what it left (a checkpoint
+to resume from, or nothing) and exits 143 (SIGTERM) or 130 (Ctrl-C); a fresh run in a directory
+a stopped start left behind replaces that start's files (its curves are not appended to), and a
+resumed run drops the rows written after its checkpoint.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from densereward.config import load_yaml
+from densereward.errors import Interrupted, sigterm_interrupts
+from densereward.io import append_jsonl, drop_rows_after, read_jsonl
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _steps(path: Path) -> list[int]:
+    return [int(r["step"]) for r in read_jsonl(path)]
+
+
+def test_drop_rows_after_keeps_the_rows_up_to_the_step(tmp_path):
+    path = tmp_path / "curve.jsonl"
+    for step in (0, 100, 200, 300):
+        append_jsonl(path, {"step": step, "value": step / 300})
+    with path.open("a") as f:
+        f.write('{"step": 40')  # a line torn by the kill
+    assert drop_rows_after(path, 100) == 2
+    assert _steps(path) == [0, 100] and path.read_text().endswith("}\n")
+    assert drop_rows_after(path, 100) == 0
+    assert drop_rows_after(tmp_path / "none.jsonl", 5) == 0
+
+
+def test_sigterm_raises_interrupted_in_the_main_thread_and_is_restored_after():
+    before = signal.getsignal(signal.SIGTERM)
+    with pytest.raises(Interrupted) as stopped, sigterm_interrupts():
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(5)  # the handler runs at the next bytecode
+    assert stopped.value.signal_name == "SIGTERM" and stopped.value.exit_code == 143
+    assert isinstance(stopped.value, KeyboardInterrupt)  # the clean-up of Ctrl-C runs
+    assert signal.getsignal(signal.SIGTERM) is before
+    ctrl_c = Interrupted.of(KeyboardInterrupt())
+    assert (ctrl_c.signal_name, ctrl_c.exit_code) == ("SIGINT", 130)
+
+
+# --------------------------------------------------------------------------------------------
+# SAC
+# --------------------------------------------------------------------------------------------
+
+
+def _small_sac(**training) -> dict:
+    config = load_yaml(REPO / "configs" / "sac_fetchreach_sparse.yaml")
+    config["training"].update(
+        {"log_interval": 1, "curve_every": 50, "eval_every": 50, "eval_episodes": 1, **training}
+    )
+    config["sac"].update({"learning_starts": 40, "batch_size": 16})
+    config["wandb"] = {"enabled": False}
+    return config
+
+
+@pytest.mark.slow
+def test_a_fresh_run_replaces_the_files_a_stopped_start_left(tmp_path):
+    """F2: a run killed before its first checkpoint left eval_curve.jsonl (and more); the
+    corrected re-run appended to it, and its curve read steps [0, 0, 500, 1000]."""
+    from densereward.trainers import sac
+
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "config.yaml").write_text("env: {}\n")
+    append_jsonl(run_dir / "eval_curve.jsonl", {"step": 0, "value": 0.9, "n_episodes": 3})
+    append_jsonl(run_dir / "train_curve.jsonl", {"step": 900, "value": 0.5})
+    append_jsonl(run_dir / "verifier_dynamics.jsonl", {"step": 900, "stale": True})
+    (run_dir / "monitor.csv").write_text("#stale\n")
+    (run_dir / "notes.txt").write_text("the user's own file")
+    config = _small_sac(total_timesteps=100, checkpoint_every=0)
+    lines = sac.dry_run(config, output_dir=run_dir)
+    assert (
+        f"run directory: {run_dir} (exists with no checkpoint and no result: the files of the "
+        "earlier start (eval_curve.jsonl, monitor.csv, train_curve.jsonl, "
+        "verifier_dynamics.jsonl) are replaced)" in lines
+    )
+    summary = sac.run(config, output_dir=run_dir)
+    assert [p["step"] for p in summary["curve"]] == [0, 50, 100]
+    assert _steps(run_dir / "eval_curve.jsonl") == [0, 50, 100]
+    assert all(p["n_episodes"] == 1 for p in summary["curve"])  # none of the stale row
+    assert 900 not in _steps(run_dir / "train_curve.jsonl")
+    assert not any(r.get("stale") for r in read_jsonl(run_dir / "verifier_dynamics.jsonl"))
+    assert (run_dir / "notes.txt").read_text() == "the user's own file"
+
+
+@pytest.mark.slow
+def test_sigterm_stops_train_sac_with_what_it_left_and_resume_drops_the_later_rows(tmp_path):
+    """F2: `densereward train sac` killed by SIGTERM exited 143 with no message. It says now
+    what it left (the checkpoint and the --resume command) and exits 143; --resume then drops
+    the curve rows written after that checkpoint instead of counting them twice."""
+    import densereward
+    from densereward.trainers import sac
+
+    run_dir = tmp_path / "run"
+    src = str(Path(densereward.__file__).parents[1])  # the densereward under test
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([src, os.environ.get("PYTHONPATH", "")]))
+    yaml_path = str(REPO / "configs" / "sac_fetchreach_sparse.yaml")
+    cmd = [sys.executable, "-m", "densereward.cli", "train", "sac", "--config", yaml_path]
+    cmd += [
+        *("--output-dir", str(run_dir), "--total-timesteps", "100000"),
+        "training.checkpoint_every=100",
+        "training.curve_every=25",
+        "training.eval_every=0",
+        "sac.learning_starts=40",
+        "sac.batch_size=16",
+        "wandb.enabled=false",
+    ]
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline and proc.poll() is None:
+            rows = (
+                _steps(run_dir / "train_curve.jsonl")
+                if (run_dir / "train_curve.jsonl").is_file()
+                else []
+            )
+            if (run_dir / "checkpoints" / "sac_100_steps.zip").is_file() and max(
+                rows, default=0
+            ) > 100:
+                break
+            time.sleep(0.2)
+        assert proc.poll() is None, proc.communicate()[1][-3000:]
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 143, err[-3000:]
+    stopped = [line for line in err.splitlines() if line.startswith("densereward: stopped")]
+    assert len(stopped) == 1, err[-3000:]
+    newest = max(
+        int(p.name.split("_")[1]) for p in (run_dir / "checkpoints").glob("sac_*_steps.zip")
+    )
+    assert stopped[0].startswith("densereward: stopped by SIGTERM at step ")
+    assert f"checkpoint sac_{newest}_steps.zip" in stopped[0]
+    assert f"add --resume to the same command (--output-dir {run_dir})" in stopped[0]
+    assert "Traceback" not in err and not (run_dir / "summary.json").exists()
+    assert max(_steps(run_dir / "train_curve.jsonl")) > newest  # rows the resume must drop
+
+    config = load_yaml(REPO / "configs" / "sac_fetchreach_sparse.yaml")
+    config["training"].update(
+        total_timesteps=newest + 100, checkpoint_every=100, curve_every=25, eval_every=0
+    )
+    config["sac"].update(learning_starts=40, batch_size=16)
+    config["wandb"] = {"enabled": False}
+    summary = sac.run(config, output_dir=run_dir, resume=True)
+    steps = [p["step"] for p in summary["curve"]]
+    assert steps == sorted(set(steps)) and steps[-1] == newest + 100, steps
+    assert _steps(run_dir / "train_curve.jsonl") == steps
+    dyn = _steps(run_dir / "verifier_dynamics.jsonl")
+    assert dyn == sorted(dyn)
+
+
+# --------------------------------------------------------------------------------------------
+# GRPO's run directory
+# --------------------------------------------------------------------------------------------
+
+
+def test_grpo_dry_run_says_a_stopped_starts_files_are_replaced_and_resume_drops_later_rows(
+    tmp_path,
+):
+    from densereward.trainers.grpo import _create_run_dir, _run_dir_state
+
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "config.json").write_text("{}")
+    for step in (1, 2, 3):
+        append_jsonl(run_dir / "reward_quality.jsonl", {"step": step})
+    assert _run_dir_state(run_dir, None) == (
+        "exists with no checkpoint and no result: the files of the earlier start "
+        "(reward_quality.jsonl) are replaced"
+    )
+    (run_dir / "checkpoint-2").mkdir()
+    assert _run_dir_state(run_dir, "latest") == (
+        "continues from checkpoint-2; the rows written after it (reward_quality.jsonl) are dropped"
+    )
+    _create_run_dir(run_dir, "latest")
+    assert _steps(run_dir / "reward_quality.jsonl") == [1, 2]
+    _create_run_dir(run_dir, str(run_dir / "checkpoint-2"))
+    assert _steps(run_dir / "reward_quality.jsonl") == [1, 2]
+
+
+# --------------------------------------------------------------------------------------------
+# compare
+# --------------------------------------------------------------------------------------------
+
+
+def test_a_comparison_stopped_by_sigterm_says_which_runs_are_kept(tmp_path):
+    from densereward import sample_efficiency as C
+
+    calls: list[str] = []
+
+    def run(config, *, output_dir):
+        calls.append(str(output_dir))
+        output_dir.mkdir(parents=True)
+        if len(calls) == 3:
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(5)
+        steps = config["training"]["steps"]
+        return {
+            "metric": "toy",
+            "curve": [{"step": 0, "value": 0.0}, {"step": steps, "value": 1.0}],
+        }
+
+    spec = C.TrainerSpec(
+        run=run, dry_run=lambda c, *, output_dir: [], budget_key=("training", "steps")
+    )
+    out = tmp_path / "cmp"
+    config = {
+        "name": "toy",
+        "trainer": "toy",
+        "output_dir": str(out),
+        "base": {"training": {"steps": 10}},
+        "conditions": {"a": {}, "b": {}},
+        "seeds": [0, 1],
+        "budget": 10,
+    }
+    with pytest.raises(Interrupted) as stopped, sigterm_interrupts():
+        C.run_comparison(config, trainers={"toy": spec}, progress=False)
+    assert stopped.value.exit_code == 143
+    assert stopped.value.detail == (
+        f"2 of 4 runs finished and are kept in {out / 'runs'}; the run stopped (a seed1) starts "
+        "again: re-run the same command to continue the comparison"
+    )
+    events = [json.loads(x) for x in (out / "events.jsonl").read_text().splitlines()]
+    assert events[-1]["event"] == "stopped" and events[-1]["signal"] == "SIGTERM"
