@@ -158,3 +158,44 @@ def test_the_demo_numbers_come_with_their_counts():
     for clause in clauses:
         assert re.search(r"\d+ / \d+", clause), f"a demo number without its counts: {clause!r}"
     assert "not a verdict" in bullet and "TPR 1.00, TNR 1.00" not in bullet
+
+
+def test_the_demo_bullet_matches_the_demo_records():
+    """F9: the README said "TPR 0.50, TNR 1.00 at the auto threshold 0.57, chosen in-sample at
+    step 1", but the demo's records give 0.83 at step 1 (in-sample) and 0.57 at step 5 (out of
+    sample). Every window number, threshold and in-sample step the `make demo` bullet names is
+    checked against docs/figures/grpo_demo.reward_quality.jsonl."""
+    import json
+
+    records = {
+        r["step"]: r
+        for r in map(json.loads, (REPO / "docs/figures/grpo_demo.reward_quality.jsonl").open())
+    }
+    start = README.index("- **`make demo`**")
+    bullet = " ".join(README[start : README.index("\n- **", start + 1)].split())
+    held = re.search(
+        r"step-(\d+) window held (\d+) read completions, (\d+) / (\d+) correct / incorrect", bullet
+    )
+    assert held, bullet
+    last = records[int(held[1])]
+    assert [int(held[i]) for i in (2, 3, 4)] == [
+        last[f"verifier/window/n_read{k}"] for k in ("", "_correct", "_incorrect")
+    ]
+    for name, key in (("AUROC", "auroc"), ("TPR", "tpr"), ("TNR", "tnr")):
+        value = re.search(rf"\b{name} (\d\.\d+)", bullet)
+        assert value and float(value[1]) == round(last[f"verifier/window/{key}"], len(value[1]) - 2)
+    thresholds = re.findall(r"(\d\.\d\d) (?:at|by) step (\d+)", bullet)
+    assert thresholds, bullet
+    for value, step in thresholds:
+        assert float(value) == round(records[int(step)]["verifier/threshold"], 2), (value, step)
+    in_sample = [s for s, r in records.items() if r["verifier/threshold_in_sample"] == 1]
+    named = re.findall(
+        r"(\d\.\d\d)[^;()\d]*?step (\d+)[^;()\d]*?in-sample|(\d\.\d\d)[^;()\d]*?in-sample"
+        r"[^;()\d]*?step (\d+)",
+        bullet,
+    )
+    assert len(named) == len(in_sample) == bullet.count("in-sample"), (named, in_sample)
+    for match in named:
+        value, step = (match[0], match[1]) if match[0] else (match[2], match[3])
+        assert int(step) in in_sample, (value, step)
+        assert float(value) == round(records[int(step)]["verifier/threshold"], 2), (value, step)
