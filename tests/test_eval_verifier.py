@@ -1380,4 +1380,29 @@ def test_is_correct_is_a_json_boolean_or_0_1_and_a_string_is_refused(
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and json.dumps(value) in err[0], err
     if isinstance(value, str):
-        assert "a string" in err[0] and "unquoted" in err[0]
+        assert "a string" in err[0], err
+
+
+@pytest.mark.parametrize(
+    ("value", "advice"),
+    [
+        ("false", "write it as the JSON false, unquoted"),
+        ("True", "write it as the JSON true, unquoted"),
+        (" 1 ", "write it as the JSON 1, unquoted"),
+        ("0", "write it as the JSON 0, unquoted"),
+        ("maybe", "relabel the row with true/false or 0/1"),
+        ("", "relabel the row with true/false or 0/1"),
+        ("yes", "relabel the row with true/false or 0/1"),
+    ],
+)
+def test_a_string_is_correct_gets_advice_that_fits_the_value(tmp_path, capsys, value, advice):
+    """F10: for "is_correct": "maybe" the error advised "write it unquoted", which fits only
+    a quoted boolean word or 0/1 (an unquoted maybe is not JSON). A boolean word or 0/1 is told
+    the JSON to write; any other string is told to relabel the row."""
+    p = tmp_path / "r.jsonl"
+    row = {"problem": "q", "response": "r", "generator": "g", "is_correct": value}
+    p.write_text(json.dumps(row) + "\n")
+    assert _cli("--responses", str(p), "--out", str(tmp_path / "out")) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and advice in err[0], err
+    assert ("unquoted" in err[0]) == advice.endswith("unquoted"), err

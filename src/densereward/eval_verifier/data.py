@@ -51,7 +51,12 @@ def _label(value: Any, where: str) -> bool:
 
     A string (``"false"``, ``"true"``) is refused, not read: ``bool("false")`` is true in most
     pipelines, so a quoted label is a classic source of flipped labels, and guessing here would
-    hide it from the export that wrote it.
+    hide it from the export that wrote it. The error's advice fits the string: a boolean word or
+    0/1 (any case, spaces ignored) is told the JSON to write unquoted; any other string (``"maybe"``)
+    is told to relabel the row.
+
+    Raises:
+        DataError: ``<where>: is_correct must be ...``, naming the value and the fix.
     """
     if isinstance(value, bool):
         return value
@@ -59,10 +64,16 @@ def _label(value: Any, where: str) -> bool:
         return bool(value)
     shown = json.dumps(value)[:60]
     if isinstance(value, str):
+        word = value.strip().lower()
+        fix = (
+            f"write it as the JSON {word}, unquoted"
+            if word in ("true", "false", "0", "1")
+            else "relabel the row with true/false or 0/1"
+        )
         raise DataError(
             f"{where}: is_correct must be a JSON boolean (true/false) or 0/1, got the string "
-            f'{shown}: write it unquoted (a quoted "false" is true to bool() in most pipelines, '
-            "so a string label is refused, not guessed)"
+            f'{shown}: {fix} (a quoted "false" is true to bool() in most pipelines, so a '
+            "string label is refused, not guessed)"
         )
     raise DataError(f"{where}: is_correct must be a JSON boolean (true/false) or 0/1, got {shown}")
 
