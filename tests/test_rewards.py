@@ -1038,6 +1038,41 @@ def test_a_panel_with_no_point_says_no_data_and_why(tmp_path):
     assert tracker.plot().stat().st_size > 5000
 
 
+def test_a_panel_with_no_reads_keeps_its_texts_clear_and_a_probability_axis(tmp_path):
+    """F11: with no completion read (0 of 4), the TPR / TNR panel drew its "no data" text over
+    the threshold line and the window's count box, and the pass-rate panel (and the empty AUROC
+    panel) ran from -1 to 1. Now an empty panel draws no threshold line, its texts do not
+    overlap, and only a panel that draws the verifier gain or the score gap goes below 0;
+    checked on the figure of real tracker records and, for the gain, the demo's records."""
+    import matplotlib.pyplot as plt
+
+    from densereward.io import read_jsonl
+    from densereward.rewards.tracking_plot import _reward_quality_figure
+
+    tracker = RewardQualityTracker(tmp_path, threshold=0.5)
+    for _ in range(2):  # no final answer anywhere: nothing is read
+        tracker.update(prompts=["p"] * 4, scores=[0.5] * 4, correct=[1, 0, 0, 0], read=[False] * 4)
+    fig = _reward_quality_figure(tracker.records, "verifier/")
+    try:
+        first, rates, passes = fig.axes[:3]
+        assert not rates.get_lines() and rates.get_legend() is None  # no threshold over "no data"
+        fig.canvas.draw()
+        boxes = [t.get_window_extent() for t in rates.texts]
+        assert len(boxes) == 2 and not boxes[0].overlaps(boxes[1]), boxes
+        assert first.get_ylim() == passes.get_ylim() == rates.get_ylim() == (-0.05, 1.05)
+    finally:
+        plt.close(fig)
+    figures = Path(__file__).resolve().parents[1] / "docs" / "figures"
+    fig = _reward_quality_figure(
+        list(read_jsonl(figures / "grpo_demo.reward_quality.jsonl")), "verifier/"
+    )
+    try:  # the demo's gain and score gap are drawn: their panels keep [-1, 1]
+        assert fig.axes[0].get_ylim() == fig.axes[2].get_ylim() == (-1.05, 1.05)
+        assert "threshold" in fig.axes[1].get_legend_handles_labels()[1]
+    finally:
+        plt.close(fig)
+
+
 def test_the_plot_title_says_what_the_last_window_rests_on():
     """Issue 41 item 4: the demo's plot showed window AUROC/TPR/TNR 1.00 at step 5 with no word
     that they rest on 4 correct completions (another machine: 2, AUROC 0.75). The title now

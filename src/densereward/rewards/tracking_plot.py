@@ -219,10 +219,11 @@ def _reward_quality_figure(records: Sequence[dict[str, Any]], prefix: str) -> An
                 )
             else:
                 ax.plot(steps, series(key), ls=ls, marker=mk, lw=lw, ms=4, mfc="none", label=key)
-        if "tpr" in keys and any(prefix + "threshold" in r for r in records):
+        # the threshold only beside rates it applies to: alone, it ran through "no data"
+        if drawn and "tpr" in keys and any(prefix + "threshold" in r for r in records):
             ax.plot(steps, series("threshold"), ls="--", color="0.4", lw=1, label="threshold")
         if "tpr" in keys:  # what the rates rest on, on their own panel
-            _annotate_rates(ax, records, by_step, steps, prefix, windowed)
+            _annotate_rates(ax, records, by_step, steps, prefix, windowed, empty=not drawn)
         if not drawn:  # no axis made up around nothing: say that there is no data, and why
             reason = textwrap.fill(_empty_panel_reason(records, keys, prefix), 48)
             ax.text(
@@ -239,8 +240,9 @@ def _reward_quality_figure(records: Sequence[dict[str, Any]], prefix: str) -> An
         if steps:  # the steps of the run, also where a panel has no point (not -0.04..0.04)
             ax.set_xlim(steps[0] - pad, steps[-1] + pad)
         ax.set_xlabel("GRPO step")
-        # rates and probabilities lie in [0, 1]; the verifier gain and the score gap in [-1, 1]
-        ax.set_ylim(-1.05 if {"verifier_gain", "score_gap"} & set(keys) else -0.05, 1.05)
+        # rates and probabilities lie in [0, 1]; the verifier gain and the score gap in [-1, 1],
+        # so a panel goes below 0 only when it draws one of them (not for an empty gain)
+        ax.set_ylim(-1.05 if {"verifier_gain", "score_gap"} & set(drawn) else -0.05, 1.05)
         ax.xaxis.get_major_locator().set_params(integer=True)
         ax.grid(alpha=0.3)
         if ax.get_legend_handles_labels()[0]:
@@ -289,9 +291,11 @@ def _annotate_rates(
     steps: list[int],
     prefix: str,
     windowed: bool,
+    empty: bool = False,
 ) -> None:
     """On the TPR / TNR panel: a dotted line and "in-sample threshold" at each step whose
-    threshold was chosen on its own batch, and the counts the last window's rates rest on."""
+    threshold was chosen on its own batch, and the counts the last window's rates rest on
+    (at the lower right when the panel is ``empty``, clear of its centred "no data" text)."""
     for st in _in_sample_steps(records, prefix):
         ax.axvline(st, color="tab:red", ls=":", lw=1)
         ax.text(
@@ -309,11 +313,11 @@ def _annotate_rates(
     if classes is not None:
         ax.text(
             0.98,
-            0.5,
+            0.04 if empty else 0.5,
             f"step {steps[-1]} window:\n{classes[0]} correct /\n{classes[1]} incorrect",
             transform=ax.transAxes,
             ha="right",
-            va="center",
+            va="bottom" if empty else "center",
             fontsize=7,
             bbox={"boxstyle": "round", "fc": "white", "ec": "0.6", "alpha": 0.85},
         )
@@ -327,13 +331,14 @@ def plot_reward_quality(
     Records of the same step (several generation batches per logging step) are averaged.
     Where the records hold window metrics (``<prefix>window/<metric>``) those are the lines
     and the per-batch values faint dots; the accept threshold (``<prefix>threshold``) is drawn
-    dashed in the rates panel, and the title says how it was chosen (``threshold_source``)
+    dashed in the rates panel when it has a rate to draw, and the title says how it was chosen (``threshold_source``)
     and what the last window rests on (its correct / incorrect completions, also on the rates
     panel); steps whose threshold was chosen on the batch it scored
     (``<prefix>threshold_in_sample`` = 1) are marked "in-sample threshold" there and named in
     the title. A panel none of whose metrics has a point at any step draws no axis around nothing: it
     says "no data" and why (the most frequent reason its metrics are undefined). Every panel's
-    x axis spans the records' steps.
+    x axis spans the records' steps; its y axis is [0, 1] unless it draws the verifier gain or
+    the score gap ([-1, 1]).
 
     Args:
         records: Rows of ``reward_quality.jsonl`` (``step`` plus ``<prefix><metric>`` keys).
