@@ -624,6 +624,35 @@ def test_fetch_push_describer_on_real_observations():
     assert f"now {100 * block_goal:.0f} cm" in text
 
 
+def test_fetch_reach_describer_claims_no_approach_when_the_distance_did_not_change():
+    """User note: at step 0 the FetchReach text said "at start 16 cm; now 16 cm ... The gripper
+    is closing in on the target": an approach that did not happen. On real FetchReach states the
+    trajectory text now says "no change in distance" when the distance moved less than
+    :attr:`FetchDescriber.TREND_TOLERANCE` since the previous step (step 0, a zero action), and
+    "closing in" only when the gripper did come closer; describe_state (no history) is as before."""
+    env = raw_env("FetchReach-v4")
+    d = FetchDescriber.for_env_id("FetchReach-v4")
+    for seed in range(50):  # a start 10..20 cm from the target: the "closing in" band
+        obs, _ = env.reset(seed=seed)
+        if 0.105 < d._goal_distance(obs) < 0.195:
+            break
+    else:
+        pytest.fail("no FetchReach start in the 10..20 cm band")
+    start = d.describe([obs], [])
+    assert start.startswith("Step 0.") and "closing in" not in start, start
+    assert "no change in distance since the start" in start, start
+    still = env.step(np.zeros(4))[0]
+    assert abs(d._goal_distance(still) - d._goal_distance(obs)) <= d.TREND_TOLERANCE
+    text = d.describe([obs, still], [np.zeros(4)])
+    assert "closing in" not in text and "no change in distance since step 0" in text, text
+    towards = np.append((obs["desired_goal"] - obs["achieved_goal"]) / 0.05, 0.0).clip(-0.4, 0.4)
+    closer = env.step(towards)[0]
+    assert d._goal_distance(closer) < d._goal_distance(still) - d.TREND_TOLERANCE
+    text = d.describe([obs, still, closer], [np.zeros(4), towards])
+    assert "The gripper is closing in on the target" in text and "no change" not in text, text
+    assert "closing in" in d.describe_state(obs)  # the state alone: its band, no history
+
+
 def test_describer_errors():
     with pytest.raises(ConfigError):
         FetchDescriber.for_env_id("FetchSlide-v4")

@@ -182,7 +182,10 @@ class FetchDescriber:
             dist += "; steps " + ", ".join(map(str, recent)) + ": "
             dist += ", ".join(_cm(self._goal_distance(observations[s])) for s in recent) + " cm"
         dist += f"; now {_cm(self._goal_distance(now))} cm (success: at most {_cm(self.distance_threshold)} cm)."
-        return f"Step {t}. {dist} {self._relation(now)}"
+        before = observations[-2] if t else now  # step 0: no move yet
+        change = self._goal_distance(before) - self._goal_distance(now)  # m, > 0: closer
+        since = f"step {t - 1}" if t else "the start"
+        return f"Step {t}. {dist} {self._relation(now, (change, since))}"
 
     def describe_state(self, observation: Any) -> str:
         """The current state alone: goal distance, the success radius and the stage in words.
@@ -200,7 +203,7 @@ class FetchDescriber:
             f"(success: at most {_cm(self.distance_threshold)} cm). " + self._relation(observation)
         )
 
-    def _relation(self, obs: dict[str, Any]) -> str:
+    def _relation(self, obs: dict[str, Any], trend: tuple[float, str] | None = None) -> str:
         """The state's relation to success in words (relational quantities, not coordinates).
 
         Small verifiers do not derive progress from raw positions or compare two distances
@@ -209,11 +212,20 @@ class FetchDescriber:
         the success radius ``r``: within ``r`` the success condition holds, within ``2r`` near,
         within ``4r`` closing in, beyond that far. Push has two stages: reach the block
         (gripper more than :attr:`AT_BLOCK` from its centre), then push it.
+
+        ``trend`` (the trajectory text only): ``(change, since)``, the goal distance's decrease
+        in metres since the step named ``since``. "Closing in" is said only when it exceeds
+        :attr:`TREND_TOLERANCE`; otherwise that band says "no change in distance since ..." or
+        "farther than at ...". Without it (the state text) the band is named as before.
         """
         r = self.distance_threshold
         d = self._goal_distance(obs)
+        if trend is not None:
+            change, since = trend
+            tol = self.TREND_TOLERANCE
+            trend = (1 if change > tol else 0 if change >= -tol else -1, since)
         if self.kind == "reach":
-            return _band("The gripper", "the target", d, r)
+            return _band("The gripper", "the target", d, r, trend)
         grip = np.asarray(obs["observation"], dtype=np.float64)[:3]
         block = np.asarray(obs["observation"], dtype=np.float64)[3:6]
         gb = float(np.linalg.norm(grip - block))
@@ -221,7 +233,7 @@ class FetchDescriber:
             return "Stage done: the block is at the target: the success condition holds."
         if gb <= self.AT_BLOCK:
             return "Stage 2 of 2 (push the block): the gripper is at the block. " + _band(
-                "The block", "the target", d, r
+                "The block", "the target", d, r, trend
             )
         return (
             f"Stage 1 of 2 (reach the block): the gripper is {_cm(gb)} cm from the block, "
@@ -231,21 +243,38 @@ class FetchDescriber:
     AT_BLOCK = 0.06
     """Gripper-block centre distance (m) within which a push state counts as "at the block"."""
 
+    TREND_TOLERANCE = 0.005
+    """Goal-distance change (m; half the texts' 1 cm rounding) within which the trajectory text
+    says "no change in distance" instead of "closing in"."""
 
-def _band(subject: str, place: str, d: float, r: float) -> str:
-    """``subject``'s relation to ``place`` at distance ``d`` with success radius ``r``.
+
+def _band(
+    subject: str, place: str, d: float, r: float, trend: tuple[int, str] | None = None
+) -> str:
+    """``subject``'s relation to ``place`` at distance ``d`` with success radius ``r`` (m).
+
+    ``trend``: ``(sign, since)``, +1 closer / 0 no change / -1 farther since ``since``; in the
+    ``(2r, 4r]`` band only +1 or ``None`` (no history) says "closing in".
 
     >>> _band("The gripper", "the target", 0.03, 0.05)
     'The gripper is at the target: the success condition holds.'
     >>> _band("The gripper", "the target", 0.15, 0.05)
     'The gripper is closing in on the target, not within the success radius yet.'
+    >>> _band("The gripper", "the target", 0.15, 0.05, (0, "the start"))
+    'The gripper is within 20 cm of the target, no change in distance since the start, not within the success radius yet.'
     """
     if d <= r:
         return f"{subject} is at {place}: the success condition holds."
     if d <= 2 * r:
         return f"{subject} is near {place}, not within the success radius yet."
     if d <= 4 * r:
-        return f"{subject} is closing in on {place}, not within the success radius yet."
+        if trend is None or trend[0] > 0:
+            return f"{subject} is closing in on {place}, not within the success radius yet."
+        how = "no change in distance since" if trend[0] == 0 else "farther than at"
+        return (
+            f"{subject} is within {_cm(4 * r)} cm of {place}, {how} {trend[1]}, "
+            "not within the success radius yet."
+        )
     return f"{subject} is far from {place}."
 
 
