@@ -855,3 +855,119 @@ def test_her_on_an_environment_without_goals_is_refused_by_the_dry_run_and_the_s
     fetch["wandb"] = {"enabled": False}
     lines = sac.dry_run(fetch, output_dir=tmp_path / "fetch")
     assert any(line.startswith("her: HerReplayBuffer") for line in lines), lines
+
+
+# --------------------------------------------------------------------------------------------
+# --resume keeps the whole run: monitor.csv, the training curve's window and episode count
+# --------------------------------------------------------------------------------------------
+
+
+def _monitor_rows(run_dir: Path) -> tuple[dict, list[dict]]:
+    with open(run_dir / "monitor.csv", newline="") as f:
+        header = json.loads(f.readline()[1:])
+        return header, list(csv.DictReader(f))
+
+
+@pytest.mark.slow
+def test_resume_keeps_the_episodes_before_the_checkpoint_in_monitor_csv_and_the_curve(
+    tmp_path, caplog
+):
+    """F2: SB3's VecMonitor reopened monitor.csv on --resume, so the episodes before the
+    checkpoint were lost. F3: the training curve's window and n_episodes_total restarted from
+    zero at the resume step. Both continue now from the episodes that ended by the checkpoint."""
+    config = small_config(
+        "sac_fetchreach_sparse.yaml", total_timesteps=300, checkpoint_every=200, eval_every=0
+    )
+    config["sac"].update({"learning_starts": 60, "batch_size": 32})
+    # two environments, 50-step episodes: two end at each of steps 100, 200 and 300
+    sac.run(config, output_dir=tmp_path)
+    header, before = _monitor_rows(tmp_path)
+    assert [int(r["l"]) for r in before] == [50] * 6
+    config["training"]["total_timesteps"] = 500
+    with caplog.at_level(logging.WARNING, logger="densereward.trainers.sac"):
+        sac.run(config, output_dir=tmp_path, resume=True)  # from sac_200_steps.zip
+    new_header, after = _monitor_rows(tmp_path)
+    # the four episodes that ended by step 200, then the resumed run's six (300, 400, 500)
+    assert len(after) == 10, after
+    assert [r["is_success"] for r in after[:4]] == [r["is_success"] for r in before[:4]]
+    assert [r["r"] for r in after[:4]] == [r["r"] for r in before[:4]]
+    # t stays seconds since this file's t_start: the kept episodes ended before it
+    for old, new in zip(before[:4], after[:4], strict=True):
+        t_abs = float(old["t"]) + header["t_start"]
+        assert float(new["t"]) + new_header["t_start"] == pytest.approx(t_abs, abs=1e-3)
+    said = [r.getMessage() for r in caplog.records if "monitor.csv" in r.getMessage()]
+    assert len(said) == 1 and "keeps the 4 episode(s) that ended by the checkpoint" in said[0]
+    # the training curve counts on from the 4 kept episodes
+    curve = [p for p in read_jsonl(tmp_path / "train_curve.jsonl") if p["step"] > 200]
+    assert [(p["step"], p["n_episodes"], p["n_episodes_total"]) for p in curve] == [
+        (300, 6, 6),
+        (400, 8, 8),
+        (500, 10, 10),
+    ]
+
+
+def test_continue_episodes_refills_sb3s_rollout_window_and_the_curves(tmp_path):
+    """F3: SB3 saves no ep_info_buffer / ep_success_buffer in the model zip; a resumed run
+    refills them (and the training curve's window) from the kept monitor.csv episodes."""
+    from stable_baselines3 import SAC
+
+    from densereward.callbacks import LearningCurveCallback
+
+    model = SAC("MultiInputPolicy", _dummy_venv(), stats_window_size=2, learning_starts=10)
+    curve = LearningCurveCallback(tmp_path / "c.jsonl", window=2, success=True)
+    episodes = [
+        {"r": -50.0, "l": 50, "t": 1.0, "is_success": False},
+        {"r": -3.0, "l": 50, "t": 2.0, "is_success": True},
+        {"r": -2.0, "l": 50, "t": 3.0, "is_success": True},
+    ]
+    sac._continue_episodes(model, curve, episodes, env_return=False)
+    assert list(model.ep_info_buffer) == episodes[1:]
+    assert list(model.ep_success_buffer) == [True, True]
+    assert list(curve.successes) == [1.0, 1.0] and curve.n_episodes_total == 3
+    # SB3's learn (reset_num_timesteps=False, as --resume calls it) keeps the refilled windows
+    model.learn(1, reset_num_timesteps=False)
+    assert len(model.ep_info_buffer) == 2 and list(model.ep_success_buffer) == [True, True]
+    # without is_success, the window holds the environment's return (the monitor's r) when
+    # that is the training reward, and is left empty otherwise; the count goes on
+    returns = LearningCurveCallback(tmp_path / "r.jsonl", window=5, success=False)
+    plain = [{k: v for k, v in e.items() if k != "is_success"} for e in episodes]
+    sac._continue_episodes(model, returns, plain, env_return=True)
+    assert list(returns.successes) == [-50.0, -3.0, -2.0] and returns.n_episodes_total == 3
+    shaped = LearningCurveCallback(tmp_path / "s.jsonl", window=5, success=False)
+    sac._continue_episodes(model, shaped, plain, env_return=False)
+    assert not shaped.successes and shaped.n_episodes_total == 3
+
+
+def test_verifier_dynamics_writes_each_step_once(tmp_path):
+    """F5: the record after model.learn wrote the last row of verifier_dynamics.jsonl twice
+    (steps ..., 100, 100) when the run ended with an episode."""
+    config = small_config(
+        "sac_fetchreach_sparse.yaml", total_timesteps=100, checkpoint_every=0, eval_every=0
+    )
+    config["env"]["n_envs"] = 1
+    config["sac"].update({"learning_starts": 50, "batch_size": 32})
+    sac.run(config, output_dir=tmp_path)
+    steps = [row["step"] for row in read_jsonl(tmp_path / "verifier_dynamics.jsonl")]
+    assert steps == [50, 100]
+
+
+def test_a_metrics_window_below_min_episodes_is_said_by_the_dry_run_and_the_start(tmp_path, caplog):
+    """F8: training.metrics_window=6 < MIN_EPISODES=10 makes verifier/tpr, tnr and voc
+    impossible; the dry run printed only `ok`. It says so now, with the fix (the start logs
+    the same line once)."""
+    from densereward.callbacks import MIN_EPISODES
+
+    config = small_config("sac_fetchreach_verifier.yaml", metrics_window=6)
+    lines = sac.dry_run(config, output_dir=tmp_path / "dry")
+    said = [line for line in lines if line.startswith("!!") and "metrics_window" in line]
+    assert len(said) == 1 and said[0].startswith("!! training.metrics_window=6 < 10"), lines
+    assert f"fix: training.metrics_window={MIN_EPISODES}" in said[0]
+    config["training"]["metrics_window"] = MIN_EPISODES
+    assert not [line for line in sac.dry_run(config, output_dir=tmp_path / "dry") if "!!" in line]
+    # the rates are the verifier reward's: a run with another reward is not warned
+    sparse = small_config("sac_fetchreach_sparse.yaml", metrics_window=6)
+    assert sac._metrics_window_problem(sac.parse_config(sparse)) is None
+    problem = sac._metrics_window_problem(
+        sac.parse_config(small_config("sac_fetchreach_verifier.yaml", metrics_window=6))
+    )
+    assert "verifier/tpr" in problem and "can never be" in problem

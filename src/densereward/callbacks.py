@@ -271,6 +271,7 @@ class VerifierDynamicsCallback(BaseCallback):
         self.n_episodes = 0
         self._true_sum: np.ndarray | None = None
         self._stats: list[VerifierCallStats] = []
+        self._written_step: int | None = None  # the step of the last JSONL row
 
     def _on_training_start(self) -> None:
         self._true_sum = np.zeros(self.training_env.num_envs)
@@ -396,15 +397,18 @@ class VerifierDynamicsCallback(BaseCallback):
 
     def record(self) -> None:
         """Record :meth:`metrics` in the SB3 logger (NaN = undefined in this window, skipped)
-        and, with ``path``, in its JSONL file."""
+        and, with ``path``, in its JSONL file: one row per step, so a second record at the
+        step of the last row (the trainer's after ``learn``) writes none."""
         metrics = self.metrics()
         for k, v in metrics.items():
             # skip NaN (undefined in this window, or too few episodes) and the training success
             # rate SB3 records itself under the same key
             if v == v and k != "rollout/success_rate":
                 self.logger.record(k, v)
-        if self.path is not None:
-            append_jsonl(self.path, {"step": int(self.num_timesteps), **metrics})
+        step = int(self.num_timesteps)
+        if self.path is not None and step != self._written_step:  # one row per step
+            append_jsonl(self.path, {"step": step, **metrics})
+            self._written_step = step
 
 
 class ReplayRelabelCallback(BaseCallback):
@@ -495,8 +499,9 @@ class LearningCurveCallback(BaseCallback):
     ``metric`` is ``"rollout/success_rate"`` or ``"rollout/ep_env_rew_mean"`` (:attr:`metric`),
     and a return row also has ``reward``, ``reward_label`` in words. ``n_episodes`` is the
     point's window (the last ``window`` episodes, fewer at first), ``n_episodes_total`` the
-    episodes finished so far by this callback: the windows of successive points overlap, and
-    the two counts say how many distinct episodes a stretch of the curve rests on
+    episodes finished so far in the run (a resumed run continues both from the episodes that
+    ended by its checkpoint: :meth:`continue_from`): the windows of successive points overlap,
+    and the two counts say how many distinct episodes a stretch of the curve rests on
     (:func:`densereward.sample_efficiency.report.final_rests_on`).
 
     Args:
@@ -530,7 +535,7 @@ class LearningCurveCallback(BaseCallback):
         self.reward_label = reward_label
         self.successes: deque[float] = deque(maxlen=window)  # or returns, without success
         self.curve: list[dict[str, Any]] = []
-        self.n_episodes_total = 0  # episodes that entered the window (a resumed run restarts it)
+        self.n_episodes_total = 0  # episodes that entered the window (continue_from on resume)
         self._next = None
         self._env_return: np.ndarray | None = None  # per environment, the episode so far
 
@@ -556,6 +561,18 @@ class LearningCurveCallback(BaseCallback):
             self._write()
             self._next = (self.num_timesteps // self.every + 1) * self.every
         return True
+
+    def continue_from(self, values: Iterable[float], n_episodes_total: int) -> None:
+        """Continue a resumed run's curve from the episodes of its stopped predecessor.
+
+        Args:
+            values: the window's values of the episodes that ended by the checkpoint, oldest
+                first (success as 0.0/1.0, or the environment's return without ``is_success``);
+                the last ``window`` of them are kept. Empty: the window starts empty.
+            n_episodes_total: the episodes that ended by the checkpoint (>= 0), counted on.
+        """
+        self.successes.extend(float(v) for v in values)
+        self.n_episodes_total = int(n_episodes_total)
 
     def _on_training_end(self) -> None:
         if self.successes and (not self.curve or self.curve[-1]["step"] != self.num_timesteps):

@@ -25,9 +25,12 @@ offline W&B run.
 
 A new run in a directory that a stopped start left (no checkpoint, no ``summary.json``)
 replaces that start's :data:`RUN_FILES` (the dry run names them); ``--resume`` drops the rows
-of :data:`CURVE_FILES` written after its checkpoint. A run stopped while training (Ctrl-C, or
-SIGTERM in ``densereward train sac``) raises :class:`densereward.errors.Interrupted` saying
-what it left; checkpoints are written whole or not at all.
+of :data:`CURVE_FILES` written after its checkpoint, writes the episodes of ``monitor.csv``
+that ended by it back into the file SB3 reopens, and continues SB3's ``rollout/*`` windows and
+the training curve's window and ``n_episodes_total`` from them (:func:`_continue_episodes`).
+A run stopped while training (Ctrl-C, or SIGTERM in ``densereward train sac``) raises
+:class:`densereward.errors.Interrupted` saying what it left; checkpoints are written whole or
+not at all.
 
 Evaluation (``training.eval_every``, ``training.eval_episodes``) runs on its own vectorised
 environment, built like the training one (same id, ``VecMonitor``, ``VecNormalize`` with the
@@ -90,7 +93,15 @@ from .sac_config import (  # noqa: F401  (re-exported: the config is part of thi
     eval_reward_label,
     parse_config,
 )
-from .sac_envs import build_envs, check_reward_kind, env_spec, render_kwargs, reward_model_stats
+from .sac_envs import (
+    build_envs,
+    check_reward_kind,
+    env_spec,
+    episodes_by,
+    parse_episode,
+    render_kwargs,
+    reward_model_stats,
+)
 from .sac_envs import eval_reward as _eval_reward
 
 logger = logging.getLogger(__name__)
@@ -120,6 +131,80 @@ def _learning_starts_problem(cfg: SACRunConfig) -> str | None:
         f"the policy stays untrained; fix: sac.learning_starts={total // 4} (below "
         f"total_timesteps) or training.total_timesteps above {starts}"
     )
+
+
+def _metrics_window_problem(cfg: SACRunConfig) -> str | None:
+    """The message when ``training.metrics_window`` can never hold the episodes the verifier's
+    rates need (:data:`densereward.callbacks.MIN_EPISODES` of a class), else ``None``."""
+    from densereward.callbacks import MIN_EPISODES
+
+    window = cfg.training.metrics_window
+    if cfg.env.reward != "verifier" or window >= MIN_EPISODES:
+        return None
+    return (
+        f"training.metrics_window={window} < {MIN_EPISODES}: verifier/tpr, verifier/tnr, "
+        f"verifier/balanced_accuracy, verifier/voc and verifier/voc_success need "
+        f"{MIN_EPISODES} episodes of a class in the window, so they can never be defined in "
+        f"this run (null, summary.json's undefined says why); fix: "
+        f"training.metrics_window={MIN_EPISODES} or more"
+    )
+
+
+def _continue_episodes(
+    model: Any, curve_cb: Any, episodes: list[dict[str, Any]], *, env_return: bool
+) -> None:
+    """Continue a resumed run's episode windows from the episodes that ended by its checkpoint.
+
+    SB3 saves no ``ep_info_buffer`` / ``ep_success_buffer`` in the model zip, so they (the
+    ``rollout/*`` of its log) and the training curve's window would start empty, and the
+    curve's ``n_episodes_total`` at zero, at the resume step.
+
+    Args:
+        model: the loaded SAC model; its buffers are refilled with the last
+            ``stats_window_size`` of ``episodes`` (``learn(reset_num_timesteps=False)`` keeps them).
+        curve_cb: the run's :class:`~densereward.callbacks.LearningCurveCallback`.
+        episodes: :func:`~densereward.trainers.sac_envs.parse_episode` of the kept
+            ``monitor.csv`` rows, oldest first.
+        env_return: the monitor's ``r`` is the environment's own reward (no shaping, no
+            learned reward), so a curve without ``is_success`` can refill its window of returns;
+            otherwise that window starts empty (its count goes on).
+    """
+    from collections import deque
+
+    size = getattr(model, "_stats_window_size", 100)
+    model.ep_info_buffer = deque(episodes[-size:], maxlen=size)
+    model.ep_success_buffer = deque(
+        [e["is_success"] for e in episodes if "is_success" in e][-size:], maxlen=size
+    )
+    if curve_cb.success:
+        judged = [e for e in episodes if "is_success" in e]  # as the callback counts them
+        curve_cb.continue_from((float(e["is_success"]) for e in judged), len(judged))
+    else:
+        curve_cb.continue_from((e["r"] for e in episodes) if env_return else (), len(episodes))
+
+
+def _write_back(
+    monitor: Any, t_start: float | None, rows: list[dict[str, str]]
+) -> list[dict[str, str]]:
+    """Write ``rows`` of the stopped run's ``monitor.csv`` first into the file the new
+    ``VecMonitor`` (``monitor``) just opened; returns them.
+
+    ``rows`` and ``t_start`` are :func:`~densereward.trainers.sac_envs.episodes_by`'s.
+
+    ``t`` (seconds since the file's ``t_start``) is rebased to the new file's ``t_start``, so
+    the kept episodes, which ended before it, have a negative ``t``; without the old
+    ``t_start`` it is written as it was.
+    """
+    writer = getattr(monitor, "results_writer", None)
+    if writer is None:  # no monitor file
+        return rows
+    names = writer.logger.fieldnames
+    shift = 0.0 if t_start is None else t_start - monitor.t_start
+    for row in rows:
+        out = {k: v for k, v in row.items() if k in names}
+        out["t"] = round(float(row["t"]) + shift, 6)
+        writer.write_row(out)
+    return rows
 
 
 def _verifier_reward(cfg: SACRunConfig) -> str:
@@ -216,7 +301,10 @@ def _state_text(state: str, run_dir: Path) -> str:
     if state == "new":
         return "created when the run starts"
     if state == "resume":
-        return "continues from its newest checkpoint; the curve rows written after it are dropped"
+        return (
+            "continues from its newest checkpoint; the curve rows written after it are dropped, "
+            "monitor.csv keeps the episodes that ended by it"
+        )
     return reuse_words(run_dir, RUN_FILES)
 
 
@@ -382,7 +470,7 @@ def dry_run(config: dict[str, Any], *, output_dir: Path, resume: bool = False) -
         finally:
             env.close()
         lines.append(f"her: HerReplayBuffer {dict(cfg.her)} on a goal-conditioned observation")
-    problems = [_learning_starts_problem(cfg), unreachable]
+    problems = [_learning_starts_problem(cfg), _metrics_window_problem(cfg), unreachable]
     lines.append(describe_wandb(cfg.wandb, Path(output_dir)))
     return lines + [f"!! {p}" for p in problems if p]
 
@@ -466,14 +554,19 @@ def run(config: dict[str, Any], *, output_dir: Path, resume: bool = False) -> di
     # never renders and never calls the verifier (sac_envs.build_envs)
     sac_kwargs = dict(cfg.sac)
     gamma = float(sac_kwargs.get("gamma", 0.99))  # SB3's default; shaping uses the agent's
+    ckpt_dir = run_dir / "checkpoints"
+    # --resume: SB3's VecMonitor reopens monitor.csv, so the episodes that ended by the
+    # checkpoint are read first and written back into the new file
+    found = _checkpoint_models(ckpt_dir) if resume else []
+    earlier = episodes_by(run_dir / "monitor.csv", found[-1][0]) if found else (None, [], 0)
     try:
         venv, eval_venv = build_envs(cfg, progress_fn=progress_fn, gamma=gamma, monitor_dir=run_dir)
         reward_venv = venv  # VecMonitor(...): carries verifier_stats; VecNormalize goes on top
+        kept = _write_back(reward_venv, earlier[0], earlier[1])
         # success rates exist when the environment's step info reports is_success (not Pendulum)
         success = SUCCESS_KEY in reward_venv.info_keywords
 
         # 3. SAC (fresh, or the latest checkpoint and its replay buffer)
-        ckpt_dir = run_dir / "checkpoints"
         if resume:
             latest = _latest_checkpoint(ckpt_dir)
             if latest is None:
@@ -498,6 +591,15 @@ def run(config: dict[str, Any], *, output_dir: Path, resume: bool = False) -> di
                         name,
                         dropped,
                     )
+            if found:
+                logger.warning(
+                    "--resume from step %d: monitor.csv keeps the %d episode(s) that ended by the "
+                    "checkpoint (of %d the stopped run wrote; their t is rebased to the new "
+                    "t_start) and this run appends its own, so it holds the whole run",
+                    model.num_timesteps,
+                    len(kept),
+                    earlier[2],
+                )
         else:
             if cfg.env.normalize_obs:
                 venv = VecNormalize(
@@ -527,9 +629,9 @@ def run(config: dict[str, Any], *, output_dir: Path, resume: bool = False) -> di
 
         drop_unstarted(run_dir, created, verifier)
         raise
-    problem = _learning_starts_problem(cfg)
-    if problem:
-        logger.warning(problem)
+    for problem in (_learning_starts_problem(cfg), _metrics_window_problem(cfg)):
+        if problem:
+            logger.warning(problem)
 
     # 4. logging: CSV (+ stdout) and W&B (offline by default) through SB3's logger
     formats = [make_output_format("csv", str(run_dir / "logs"))]
@@ -562,6 +664,10 @@ def run(config: dict[str, Any], *, output_dir: Path, resume: bool = False) -> di
         success=success,
         reward_label=ENV_RETURN_LABEL,
     )
+    if resume:  # SB3's rollout windows and the curve continue from the kept episodes
+        _continue_episodes(
+            model, curve_cb, [parse_episode(r) for r in kept], env_return=cfg.env.reward == "env"
+        )
     callbacks = [dynamics, curve_cb]
     eval_cb = None
     if eval_venv is not None:

@@ -25,6 +25,8 @@ __all__ = [
     "build_envs",
     "drop_unstarted",
     "reward_model_stats",
+    "episodes_by",
+    "parse_episode",
 ]
 
 
@@ -225,3 +227,60 @@ def drop_unstarted(run_dir: Path, created: bool, verifier: Any) -> None:
         shutil.rmtree(run_dir, ignore_errors=True)
     if verifier is not None and hasattr(verifier, "close"):
         verifier.close()
+
+
+def episodes_by(monitor_csv: Path, steps: int) -> tuple[float | None, list[dict[str, str]], int]:
+    """The episodes of an SB3 ``monitor.csv`` that ended by environment step ``steps``.
+
+    For ``--resume`` from the checkpoint at ``steps``: SB3's ``VecMonitor`` reopens the file,
+    so the trainer writes these back into the new one. Rows are in the order the episodes
+    ended, those of all environments interleaved, and ``l`` (the episode's length) adds up to
+    the environment steps summed over environments, as SB3's ``num_timesteps`` counts them, so
+    the rows are kept while the running sum of ``l`` is at most ``steps`` (exact for one
+    environment and for environments whose episodes end together). A torn last row (a run
+    killed while writing it) is left out.
+
+    Returns:
+        ``(t_start, rows, n_rows)``: the file's ``t_start`` (seconds since the epoch; ``None`` with no
+        file or no header) and the kept rows as written (``r``, ``l``, ``t``: seconds since
+        ``t_start``, and the info keywords such as ``is_success``; text, :func:`parse_episode`
+        reads them), and how many episode rows the file held in all.
+    """
+    import csv
+    import json
+
+    if not monitor_csv.is_file():
+        return None, [], 0
+    with open(monitor_csv, newline="", encoding="utf-8") as f:
+        first = f.readline()
+        try:
+            t_start = float(json.loads(first[1:])["t_start"]) if first.startswith("#") else None
+        except (ValueError, KeyError, TypeError):
+            t_start = None
+        rows = list(csv.DictReader(f))
+    kept: list[dict[str, str]] = []
+    total = 0
+    for row in rows:
+        try:
+            total += int(parse_episode(row)["l"])
+        except (KeyError, TypeError, ValueError):
+            break  # a torn last row
+        if total > steps:
+            break
+        kept.append({k: v for k, v in row.items() if k is not None})
+    return t_start, kept, len(rows)
+
+
+def parse_episode(row: dict[str, str]) -> dict[str, Any]:
+    """A ``monitor.csv`` row as SB3's ``info["episode"]`` holds it: ``{"r": float, "l": int,
+    "t": float}`` and ``is_success`` (a bool, where recorded; ``True``/``False`` or
+    ``1.0``/``0.0`` in the file).
+
+    Raises:
+        ValueError, KeyError, TypeError: on a row that is not one (a torn line).
+    """
+    ep: dict[str, Any] = {"r": float(row["r"]), "l": int(row["l"]), "t": float(row["t"])}
+    success = row.get("is_success")
+    if success not in (None, ""):
+        ep["is_success"] = success == "True" or (success != "False" and float(success) > 0)
+    return ep
