@@ -1145,12 +1145,17 @@ def test_the_final_values_say_what_they_rest_on(tmp_path):
             "unit": "completions",
             "at_least": False,
             "n_runs": 2,
+            "steps": [90, 100],
+            "untrained": False,
             "text": rests["text"],
         }
-        assert rests["text"] == "32 completions over 2 runs"
+        assert rests["text"] == "32 completions of steps 90, 100 over 2 runs"
         assert res["conditions"][cond]["runs"][0]["first_step"] == 10.0
     report = (out / "report.md").read_text()
-    assert "| final rests on |" in report and "| 32 completions over 2 runs |" in report
+    assert (
+        "| final rests on |" in report
+        and "| 32 completions of steps 90, 100 over 2 runs |" in report
+    )
     assert (out / "learning_curves.png").stat().st_size > 1000
     # without counts in the curve: the points it rests on
     assert (
@@ -1200,8 +1205,9 @@ def test_an_evaluation_off_comparison_counts_distinct_training_episodes(tmp_path
             "100, 200, 300"
         )
         rests = results["conditions"][cond]["final_rests_on"]
-        assert rests["text"] == "6 training episodes over 1 run" and rests["n"] == 6
-        assert f"| {cond} | 1 |" in report and "| 6 training episodes over 1 run |" in report
+        assert rests["text"] == "6 training episodes of steps 100, 200, 300 over 1 run"
+        assert rests["n"] == 6 and f"| {cond} | 1 |" in report
+        assert "| 6 training episodes of steps 100, 200, 300 over 1 run |" in report
         # the console's line for the run says the same
         (line,) = [x for x in err.splitlines() if f"] {cond} seed0: final" in x]
         assert "(mean of the last 3 of 3 points: 6 training episodes in the rolling" in line
@@ -1306,7 +1312,7 @@ def test_final_rests_on_counts_each_episode_of_overlapping_windows_once():
         C.report._condition_rests_on(
             [C.report.final_rests_on(rolling, 4), C.report.final_rests_on(old, 2)]
         )["text"]
-        == "at least 14 training episodes over 2 runs"
+        == "at least 14 training episodes of steps 100 to 400 over 2 runs"
     )
     evals = [{**p, "metric": "eval/success_rate"} for p in old]
     assert C.report.final_rests_on(evals, 2)["text"] == "8 evaluation episodes of steps 300, 400"
@@ -1336,4 +1342,91 @@ def test_the_compare_doc_says_how_the_grpo_arms_differ_besides_the_reward():
     assert (
         f"in `compare_grpo_cpu.yaml` the {group} arm is `scale_rewards=group` and the "
         f"{', '.join(none[:-1])} and {none[-1]} arms `none`" in text
+    )
+
+
+def _eval_run(steps_by_condition: dict[str, tuple[int, ...]], values=(0.9, 0.2, 0.4)):
+    """A trainer whose runs are evaluated at the condition's ``steps`` (``reward.name``), 10
+    evaluation episodes a point, with ``values`` in step order."""
+
+    def run(config, *, output_dir):
+        output_dir.mkdir(parents=True)
+        steps = steps_by_condition[config["reward"]["name"]]
+        curve = [
+            {"step": s, "value": v, "n_episodes": 10} for s, v in zip(steps, values, strict=False)
+        ]
+        return {"metric": "eval/success_rate", "curve": curve, "run_dir": str(output_dir)}
+
+    return C.TrainerSpec(run=run, dry_run=_toy_dry_run, budget_key=("training", "steps"))
+
+
+def test_the_final_leaves_out_the_untrained_policys_step_0_and_names_its_steps(
+    tmp_path, monkeypatch, capsys
+):
+    """Fresh-user trial F6: with final_window >= the curve's points, "final" was the mean of
+    the whole curve, the untrained policy's step-0 evaluation included, and the table,
+    results.json and the legend ("60 evaluation episodes over 2 runs") did not say so. Now the
+    final leaves step 0 out when later points exist (and says so), a final that has only step 0
+    says it rests on the untrained policy, and every output names the steps."""
+    out = tmp_path / "cmp"
+    config = {
+        "name": "f6",
+        "trainer": "toy",
+        "output_dir": str(out),
+        "n_bootstrap": 100,
+        "base": {"training": {"steps": 10}, "reward": {"name": "x"}},
+        "conditions": {
+            "evaluated": ["reward.name=evaluated"],
+            "untrained": ["reward.name=untrained"],
+        },
+        "seeds": [0, 1],
+        "budget": 100,
+        "final_window": 3,
+    }
+    spec = _eval_run({"evaluated": (0, 50, 100), "untrained": (0,)})
+    fig = _saved_figure(
+        monkeypatch, lambda: C.run_comparison(config, trainers={"toy": spec}, progress=False)
+    )
+    err = capsys.readouterr().err
+    stored = json.loads((out / "runs" / "evaluated" / "seed0" / "result.json").read_text())
+    assert stored["final"] == pytest.approx(0.3)  # steps 50, 100; not 0.5 with step 0
+    assert stored["final_rests_on"] == (
+        "20 evaluation episodes of steps 50, 100 (step 0, the untrained policy, left out)"
+    )
+    untrained = json.loads((out / "runs" / "untrained" / "seed0" / "result.json").read_text())
+    assert untrained["final"] == pytest.approx(0.9)
+    assert untrained["final_rests_on"] == (
+        "10 evaluation episodes of step 0: the untrained policy (no later point)"
+    )
+    (line,) = [x for x in err.splitlines() if "] evaluated seed0: final" in x]
+    assert (
+        "(mean of the last 2 of 3 points: 20 evaluation episodes of steps 50, 100 (step 0" in line
+    )
+    results = json.loads((out / "results.json").read_text())
+    rests = results["conditions"]["evaluated"]["final_rests_on"]
+    assert rests["text"] == "40 evaluation episodes of steps 50, 100 over 2 runs"
+    assert rests["steps"] == [50, 100] and rests["untrained"] is False
+    rests = results["conditions"]["untrained"]["final_rests_on"]
+    assert rests["text"] == "20 evaluation episodes of step 0 (the untrained policy) over 2 runs"
+    assert rests["steps"] == [0] and rests["untrained"] is True
+    report = (out / "report.md").read_text()
+    assert "| 40 evaluation episodes of steps 50, 100 over 2 runs |" in report
+    assert "| 20 evaluation episodes of step 0 (the untrained policy) over 2 runs |" in report
+    assert "a step-0 point (the untrained policy) is left out" in report
+    legend = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+    assert legend == [
+        "evaluated (n=2; final: 40 evaluation episodes of steps 50, 100 over 2 runs)",
+        "untrained (n=2; final: 20 evaluation episodes of step 0 (the untrained policy) over 2 runs)",
+    ]
+    # runs measured at different steps: the range of them
+    assert (
+        C.report._condition_rests_on(
+            [
+                C.report.final_rests_on(
+                    [{"step": 90, "value": 0.0}, {"step": 100, "value": 1.0}], 3
+                ),
+                C.report.final_rests_on([{"step": 80, "value": 0.0}], 3),
+            ]
+        )["text"]
+        == "3 curve points of steps 80 to 100 over 2 runs"
     )

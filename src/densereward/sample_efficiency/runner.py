@@ -557,6 +557,7 @@ def _run_all(
             finally:
                 gc.collect()
             wall = time.monotonic() - t0
+            rests = final_rests_on(summary.get("curve") or [], cfg.final_window)
             record = {
                 "condition": cname,
                 "seed": int(key[4:]),
@@ -569,9 +570,7 @@ def _run_all(
                 "final_window": cfg.final_window,
                 # what this "final" rests on; the trainer's own final and its final_rests_on
                 # (the last point alone) are left out of "summary": one final per file
-                "final_rests_on": final_rests_on(summary.get("curve") or [], cfg.final_window)[
-                    "text"
-                ],
+                "final_rests_on": rests["text"],
                 "wall_s": round(wall, 2),
                 "run_dir": summary.get("run_dir", str(run_dir)),
                 "summary": {
@@ -613,7 +612,7 @@ def _run_all(
             final = record["final"]  # as analyze() computes it
             console.print(
                 f"[{n_done0 + i + 1}/{n_total}] {cname} {key}: final {summary.get('metric')}="
-                f"{format_number(final)} (mean of the last {min(cfg.final_window, values.size)} of "
+                f"{format_number(final)} (mean of the last {rests['n_points']} of "
                 f"{values.size} points: {record['final_rests_on']}) in {wall:.0f} s; "
                 f"~{_hms(eta)} left"
             )
