@@ -1430,3 +1430,36 @@ def test_the_final_leaves_out_the_untrained_policys_step_0_and_names_its_steps(
         )["text"]
         == "3 curve points of steps 80 to 100 over 2 runs"
     )
+
+
+def test_the_dry_run_says_when_the_seeds_are_too_few_for_a_verdict(tmp_path, capsys):
+    """Fresh-user trial F13: the dry run of a comparison with 2 seeds a side printed only
+    ``ok`` lines, though "too few runs for a verdict" was certain before anything ran. Now it
+    says so in a note (not a problem: the runs are valid, exit 0), with the rule and the fix."""
+    from densereward.cli import main
+
+    name = "toy-dry-seeds"
+    C.register_trainer(name, _toy_spec([]))
+    try:
+        path = tmp_path / "toy.yaml"
+        config = {**_toy_config(tmp_path / "cmp"), "trainer": name, "seeds": [0, 1]}
+        config["conditions"] = {"slow": ["reward.rate=0.6"], "fast": ["reward.rate=3.0"]}
+        path.write_text(yaml.safe_dump(config))
+        assert main(["compare", "--config", str(path), "--dry-run"]) == 0
+        printed = capsys.readouterr().out
+        assert (
+            "  note  too few seeds for a verdict: 2 a side, >= 4 needed (MIN_RUNS_FOR_A_VERDICT); "
+            "the results are descriptive only; use --seeds 0 1 2 3\n" in printed
+        ), printed
+        assert "!!" not in printed and not (tmp_path / "cmp").exists()
+        # seeds of one's own are kept in the fix
+        assert main(["compare", "--config", str(path), "--dry-run", "--seeds", "5", "9"]) == 0
+        assert "use --seeds 5 9 10 11\n" in capsys.readouterr().out
+        # 4 seeds a side: no note
+        assert (
+            main(["compare", "--config", str(path), "--dry-run", "--seeds", "0", "1", "2", "3"])
+            == 0
+        )
+        assert "too few seeds" not in capsys.readouterr().out
+    finally:
+        C.TRAINERS._entries.pop(name, None)

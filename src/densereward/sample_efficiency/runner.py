@@ -41,7 +41,15 @@ from .config import (
     run_wandb,
     trainer_spec,
 )
-from .report import analyze, final_rests_on, plot_curves, render_report, run_final, title_of
+from .report import (
+    MIN_RUNS_FOR_A_VERDICT,
+    analyze,
+    final_rests_on,
+    plot_curves,
+    render_report,
+    run_final,
+    title_of,
+)
 
 __all__ = ["dry_run_comparison", "output_dir_of", "run_comparison"]
 
@@ -415,7 +423,9 @@ def dry_run_comparison(
 
     Returns:
         One line per check; a problem a run would hit although the config is valid starts
-        with ``"!! "``.
+        with ``"!! "``; an outcome certain before any run that is no problem (fewer seeds than
+        :data:`~densereward.sample_efficiency.report.MIN_RUNS_FOR_A_VERDICT`: no verdict)
+        starts with ``"note: "``.
 
     Raises:
         ConfigError, DataError: as :func:`run_comparison` would, before its first run.
@@ -448,6 +458,16 @@ def dry_run_comparison(
     each_run = out / "runs" / "<condition>" / "seed<k>" / "<condition>-seed<k>"
     lines.append(describe_wandb(WandbConfig.from_section(run_wandb(cfg)), each_run))
     lines += [f"!! a finished run has a different config: {c}" for c in changed[:1]]
+    n_seeds = len(cfg.seeds)
+    if len(cfg.conditions) >= 2 and n_seeds < MIN_RUNS_FOR_A_VERDICT:  # fresh-user trial F13
+        more = list(cfg.seeds)
+        while len(more) < MIN_RUNS_FOR_A_VERDICT:
+            more.append(max(more) + 1)
+        lines.append(
+            f"note: too few seeds for a verdict: {n_seeds} a side, >= {MIN_RUNS_FOR_A_VERDICT} "
+            "needed (MIN_RUNS_FOR_A_VERDICT); the results are descriptive only; use --seeds "
+            + " ".join(map(str, more))
+        )
     why = not_comparable_why(metrics)
     if why:  # the report would give no verdict on these runs (issue 41 third rerun F2)
         lines.append(f"!! no verdict from the finished runs: {why}")
