@@ -1463,3 +1463,48 @@ def test_the_dry_run_says_when_the_seeds_are_too_few_for_a_verdict(tmp_path, cap
         assert "too few seeds" not in capsys.readouterr().out
     finally:
         C.TRAINERS._entries.pop(name, None)
+
+
+def test_conditions_with_identical_curves_are_said_to_coincide_and_both_drawn(
+    tmp_path, monkeypatch
+):
+    """Fresh-user trial F7: two conditions with identical curves (the verifier's shaping
+    changed no outcome) drew one line exactly under the other: the legend listed three
+    conditions, the plot showed two, and nothing said so. Now the analysis lists coinciding
+    conditions (results.json ``coinciding``), the report and the plot say so, and the later
+    line is drawn dashed over the earlier so both show."""
+    out = tmp_path / "cmp"
+    config = {**_toy_config(out), "seeds": [0, 1], "n_bootstrap": 100}
+    config["conditions"] = {
+        "slow": ["reward.rate=0.3"],
+        "twin": ["reward.rate=0.3"],  # the same runs as slow, seed by seed
+        "fast": ["reward.rate=3.0"],
+    }
+    png = out / "learning_curves.png"
+    fig = _saved_figure(
+        monkeypatch,
+        lambda: C.run_comparison(config, trainers={"toy": _toy_spec([])}, progress=False),
+    )
+    results = json.loads((out / "results.json").read_text())
+    assert results["coinciding"] == [{"conditions": ["slow", "twin"], "same_runs": True}]
+    report = (out / "report.md").read_text()
+    assert (
+        "**Coinciding curves:** slow and twin coincide (identical mean curves; every seed's "
+        "curve the same: the difference between their rewards changed no measured value). In the "
+        "plot twin is drawn dashed over slow." in report
+    )
+    (ax,) = fig.axes
+    title = ax.get_title()
+    assert "slow and twin coincide (identical curves): twin dashed over slow" in title, title
+    styles = {ln.get_label().split(" ")[0]: ln.get_linestyle() for ln in ax.get_lines()}
+    assert styles["slow"] == "-" and styles["fast"] == "-" and styles["twin"] == "--"
+    assert png.stat().st_size > 1000
+    # different curves: none listed, no note
+    assert (
+        C.analyze(
+            {"a": _two_point_runs((0.2, 0.4)), "b": _two_point_runs((0.5, 0.7))},
+            budget=300,
+            n_bootstrap=100,
+        )["coinciding"]
+        == []
+    )

@@ -375,7 +375,10 @@ def analyze(
         [steps at which any run has a point]}}, "pairs": [...]}``;
         each pair ``{"a", "b", "score", "p_improvement", "enough_runs", "verdict"}``, where
         ``enough_runs`` is False when a side has fewer than :data:`MIN_RUNS_FOR_A_VERDICT`
-        finished runs (its ``p_improvement`` is then no result: the report leaves it out).
+        finished runs (its ``p_improvement`` is then no result: the report leaves it out);
+        ``"coinciding"``: groups of conditions with identical mean curves, each
+        ``{"conditions": [...], "same_runs": every seed's curve the same}`` (the report and the
+        plot say so: one line would lie under the other).
     """
     grid = np.linspace(0.0, float(budget), grid_points)
     kw = {"n_bootstrap": n_bootstrap, "confidence": confidence, "seed": seed}
@@ -437,6 +440,7 @@ def analyze(
         else:
             entry["curve"] = None
         conditions[name] = entry
+    coinciding = _coinciding(runs, conditions)
     pairs = []
     for a, b in itertools.combinations(list(conditions), 2):
         pa = {k: [x[k] for x in conditions[a]["runs"]] for k in ("auc", "final")}
@@ -490,7 +494,40 @@ def analyze(
                 ),
             }
         )
-    return {"grid": grid, "conditions": conditions, "pairs": pairs}
+    return {"grid": grid, "conditions": conditions, "pairs": pairs, "coinciding": coinciding}
+
+
+def _coinciding(
+    runs: Mapping[str, Sequence[Mapping[str, Any]]], conditions: Mapping[str, Any]
+) -> list[dict[str, Any]]:
+    """Groups of conditions whose mean curves are identical on the grid (one line would hide
+    the other in the plot), each ``{"conditions": [names in order], "same_runs": every seed's
+    curve is the same in each of them}``."""
+
+    def curve_of(r: Mapping[str, Any]) -> list[tuple[float, float]]:
+        return [(float(p["step"]), float(p["value"])) for p in r.get("curve") or []]
+
+    groups: list[list[str]] = []
+    for name, c in conditions.items():
+        if c.get("curve") is None:
+            continue
+        mean = np.asarray(c["curve"]["mean"], dtype=float)
+        for g in groups:
+            if np.allclose(mean, conditions[g[0]]["curve"]["mean"], rtol=0.0, atol=1e-12):
+                g.append(name)
+                break
+        else:
+            groups.append([name])
+    found = []
+    for g in (g for g in groups if len(g) > 1):
+        by_seed = [{r.get("seed"): curve_of(r) for r in runs[name]} for name in g]
+        found.append({"conditions": g, "same_runs": all(x == by_seed[0] for x in by_seed[1:])})
+    return found
+
+
+def _names(names: Sequence[str]) -> str:
+    """``a``, ``a and b``, ``a, b and c``."""
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
 
 
 def _ci_text(ci: Mapping[str, float], digits: int = 3, n: int | None = None) -> str:
@@ -627,6 +664,20 @@ def render_report(
             "significant at 5 %, and two runs that beat two others give P = 1.00 [1.00, 1.00]); "
             "add seeds (`--seeds`). The numbers above describe these runs only.",
         ]
+    for group in analysis.get("coinciding") or []:
+        names = group["conditions"]
+        lines += [
+            "",
+            f"**Coinciding curves:** {_names(names)} coincide (identical mean curves"
+            + (
+                "; every seed's curve the same: the difference between their rewards changed "
+                "no measured value"
+                if group["same_runs"]
+                else ""
+            )
+            + f"). In the plot {_names(names[1:])} {'is' if len(names) == 2 else 'are'} drawn "
+            f"dashed over {names[0]}.",
+        ]
     short = sorted(
         {
             cname
@@ -699,7 +750,9 @@ def plot_curves(
     """Mean learning curve with its bootstrap band per condition (PNG, written atomically).
 
     A condition whose runs have at most :data:`MAX_POINTS_MARKED` points each is marked at its
-    measured steps; a plot with a condition of fewer than :data:`MIN_RUNS_FOR_A_VERDICT` runs
+    measured steps; conditions with identical mean curves (``analysis["coinciding"]``) are said
+    to coincide in the title and the later ones drawn dashed (markers ``x``) over the first, so
+    none hides under another; a plot with a condition of fewer than :data:`MIN_RUNS_FOR_A_VERDICT` runs
     carries a red "too few runs for a verdict" banner (the console and the report say the same).
     Needs matplotlib (``pip install densereward[plots]``).
     """
@@ -711,6 +764,11 @@ def plot_curves(
     grid = np.asarray(analysis["grid"])
     fig, ax = plt.subplots(figsize=(7, 4.2))
     banded, single, held, marked, few = [], [], [], [], []
+    under = {  # a condition whose curve equals an earlier one's: drawn dashed over it
+        name: g["conditions"][0]
+        for g in analysis.get("coinciding") or []
+        for name in g["conditions"][1:]
+    }
     for cname, c in analysis["conditions"].items():
         if c.get("curve") is None:
             continue
@@ -720,7 +778,13 @@ def plot_curves(
         firsts = [r["first_step"] for r in c["runs"] if r.get("first_step") is not None]
         first = max(firsts, default=0.0)  # before it some run's value is held, not measured
         measured = grid >= first
-        (line,) = ax.plot(grid[measured], mean[measured], label=label)
+        (line,) = ax.plot(
+            grid[measured],
+            mean[measured],
+            label=label,
+            linestyle="--" if cname in under else "-",
+            linewidth=1.5 if cname in under else 2.0,
+        )
         if (
             0
             < max((int(r.get("n_points") or 0) for r in c["runs"]), default=0)
@@ -730,7 +794,13 @@ def plot_curves(
                 [x for x in c.get("measured_steps") or [] if grid[0] <= x <= grid[-1]], dtype=float
             )
             marked.append(cname)
-            ax.plot(at, np.interp(at, grid, mean), "o", color=line.get_color(), markersize=5)
+            ax.plot(
+                at,
+                np.interp(at, grid, mean),
+                "x" if cname in under else "o",
+                color=line.get_color(),
+                markersize=6 if cname in under else 5,
+            )
         if 0 < c["n_runs"] < MIN_RUNS_FOR_A_VERDICT:
             few.append(f"{cname} n={c['n_runs']}")
         if first > grid[0]:
@@ -763,6 +833,12 @@ def plot_curves(
     note = "\ndotted: before the first measurement (the first value held)" if held else ""
     if marked:
         note += "\nmarkers: the steps at which runs were measured (the line joins them)"
+    for g in analysis.get("coinciding") or []:  # fresh-user trial F7: one line hid another
+        names = g["conditions"]
+        note += (
+            f"\n{_names(names)} coincide (identical curves): {_names(names[1:])} dashed over "
+            f"{names[0]}"
+        )
     ax.set_title(f"{title}\nline: mean over seeds; {band}{note}", fontsize=10)
     ax.grid(alpha=0.3)
     ax.legend(loc="best", fontsize=8)

@@ -396,6 +396,7 @@ def run_comparison(
         "grid": analysis["grid"],
         "conditions": analysis["conditions"],
         "pairs": analysis["pairs"],
+        "coinciding": analysis["coinciding"],
         "missing": missing,
         "wall_s": round(wall, 1),
         "session_wall_s": round(time.monotonic() - t_start, 1),
