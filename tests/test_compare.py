@@ -1197,6 +1197,9 @@ def test_an_evaluation_off_comparison_counts_distinct_training_episodes(tmp_path
         run_dir = out / "runs" / cond / "seed0"
         stored = json.loads((run_dir / "result.json").read_text())
         assert [p["n_episodes"] for p in stored["curve"]] == [2, 4, 4]
+        # the recorded config names the run's real directory (fresh-user note), not runs/sac
+        assert stored["config"]["training"]["output_dir"] == stored["run_dir"]
+        assert Path(stored["run_dir"]) == run_dir / f"{cond}-seed0"
         with (run_dir / f"{cond}-seed0" / "monitor.csv").open() as f:
             episodes = len(list(csv.DictReader(line for line in f if not line.startswith("#"))))
         assert episodes == 6
@@ -1508,3 +1511,29 @@ def test_conditions_with_identical_curves_are_said_to_coincide_and_both_drawn(
         )["coinciding"]
         == []
     )
+
+
+def test_a_runs_result_records_its_real_run_directory_in_its_config(tmp_path):
+    """Fresh-user note: a run's result.json recorded ``config.training.output_dir`` as the
+    base file's value (``runs/sac``) while the run wrote to
+    ``<out>/runs/<condition>/seed<k>/<condition>-seed<k>``. A trainer's spec names its
+    run-directory key (``run_dir_key``; SAC and GRPO: ``training.output_dir``) and the record
+    holds the real directory there; the fingerprint (of the config as built) is unchanged."""
+    out = tmp_path / "cmp"
+    config = {**_toy_config(out), "seeds": [0]}
+    config["base"] = {**config["base"], "training": {"steps": 10, "output_dir": "runs/toy"}}
+    spec = dataclasses.replace(_toy_spec([]), run_dir_key=("training", "output_dir"))
+    C.run_comparison(config, trainers={"toy": spec}, progress=False)
+    stored = json.loads((out / "runs" / "slow" / "seed0" / "result.json").read_text())
+    real = out / "runs" / "slow" / "seed0" / "slow-seed0"
+    assert stored["run_dir"] == str(real) and real.is_dir()
+    assert stored["config"]["training"]["output_dir"] == str(real)
+    # the record's config is not the fingerprinted one: a re-run still resumes
+    calls: list = []
+    spec = dataclasses.replace(_toy_spec(calls), run_dir_key=("training", "output_dir"))
+    C.run_comparison(config, trainers={"toy": spec}, progress=False)
+    assert calls == []
+    from densereward.trainers.grpo_spec import GRPO_TRAINER
+    from densereward.trainers.sac_spec import SAC_TRAINER
+
+    assert SAC_TRAINER.run_dir_key == GRPO_TRAINER.run_dir_key == ("training", "output_dir")

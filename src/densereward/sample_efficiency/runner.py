@@ -28,6 +28,7 @@ from ..errors import ConfigError, DenseRewardError, Interrupted
 from ..io import append_jsonl, atomic_write_json, atomic_write_text, to_jsonable
 from ..metrics.curves import curve_arrays
 from ..metrics.format import format_number
+from ..trainers.spec import set_key
 from ..wandb_config import WandbConfig, describe_wandb, restored_environ
 from .config import (
     TRAINERS,
@@ -599,7 +600,7 @@ def _run_all(
                     for k, v in summary.items()
                     if k not in ("curve", "run_dir", "final", "final_rests_on")
                 },
-                "config": run_configs[cname][key],
+                "config": _recorded_config(spec, run_configs[cname][key], summary, run_dir),
             }
             atomic_write_json(seed_dir / "result.json", record)
             if not cfg.keep_checkpoints:
@@ -637,6 +638,18 @@ def _run_all(
                 f"{values.size} points: {record['final_rests_on']}) in {wall:.0f} s; "
                 f"~{_hms(eta)} left"
             )
+
+
+def _recorded_config(
+    spec: TrainerSpec, config: Mapping[str, Any], summary: Mapping[str, Any], run_dir: Path
+) -> dict[str, Any]:
+    """A run's config as its ``result.json`` records it: with the real run directory at the
+    spec's ``run_dir_key`` (not the base file's value); the fingerprint is of the config as
+    built."""
+    record = copy.deepcopy(dict(config))
+    if spec.run_dir_key is not None:
+        set_key(record, spec.run_dir_key, str(summary.get("run_dir", run_dir)))
+    return record
 
 
 def drop_checkpoints(run_dir: Path) -> int:
