@@ -1145,12 +1145,17 @@ def test_the_final_values_say_what_they_rest_on(tmp_path):
             "unit": "completions",
             "at_least": False,
             "n_runs": 2,
+            "steps": [90, 100],
+            "untrained": False,
             "text": rests["text"],
         }
-        assert rests["text"] == "32 completions over 2 runs"
+        assert rests["text"] == "32 completions of steps 90, 100 over 2 runs"
         assert res["conditions"][cond]["runs"][0]["first_step"] == 10.0
     report = (out / "report.md").read_text()
-    assert "| final rests on |" in report and "| 32 completions over 2 runs |" in report
+    assert (
+        "| final rests on |" in report
+        and "| 32 completions of steps 90, 100 over 2 runs |" in report
+    )
     assert (out / "learning_curves.png").stat().st_size > 1000
     # without counts in the curve: the points it rests on
     assert (
@@ -1192,6 +1197,9 @@ def test_an_evaluation_off_comparison_counts_distinct_training_episodes(tmp_path
         run_dir = out / "runs" / cond / "seed0"
         stored = json.loads((run_dir / "result.json").read_text())
         assert [p["n_episodes"] for p in stored["curve"]] == [2, 4, 4]
+        # the recorded config names the run's real directory (fresh-user note), not runs/sac
+        assert stored["config"]["training"]["output_dir"] == stored["run_dir"]
+        assert Path(stored["run_dir"]) == run_dir / f"{cond}-seed0"
         with (run_dir / f"{cond}-seed0" / "monitor.csv").open() as f:
             episodes = len(list(csv.DictReader(line for line in f if not line.startswith("#"))))
         assert episodes == 6
@@ -1200,8 +1208,9 @@ def test_an_evaluation_off_comparison_counts_distinct_training_episodes(tmp_path
             "100, 200, 300"
         )
         rests = results["conditions"][cond]["final_rests_on"]
-        assert rests["text"] == "6 training episodes over 1 run" and rests["n"] == 6
-        assert f"| {cond} | 1 |" in report and "| 6 training episodes over 1 run |" in report
+        assert rests["text"] == "6 training episodes of steps 100, 200, 300 over 1 run"
+        assert rests["n"] == 6 and f"| {cond} | 1 |" in report
+        assert "| 6 training episodes of steps 100, 200, 300 over 1 run |" in report
         # the console's line for the run says the same
         (line,) = [x for x in err.splitlines() if f"] {cond} seed0: final" in x]
         assert "(mean of the last 3 of 3 points: 6 training episodes in the rolling" in line
@@ -1306,7 +1315,7 @@ def test_final_rests_on_counts_each_episode_of_overlapping_windows_once():
         C.report._condition_rests_on(
             [C.report.final_rests_on(rolling, 4), C.report.final_rests_on(old, 2)]
         )["text"]
-        == "at least 14 training episodes over 2 runs"
+        == "at least 14 training episodes of steps 100 to 400 over 2 runs"
     )
     evals = [{**p, "metric": "eval/success_rate"} for p in old]
     assert C.report.final_rests_on(evals, 2)["text"] == "8 evaluation episodes of steps 300, 400"
@@ -1337,3 +1346,194 @@ def test_the_compare_doc_says_how_the_grpo_arms_differ_besides_the_reward():
         f"in `compare_grpo_cpu.yaml` the {group} arm is `scale_rewards=group` and the "
         f"{', '.join(none[:-1])} and {none[-1]} arms `none`" in text
     )
+
+
+def _eval_run(steps_by_condition: dict[str, tuple[int, ...]], values=(0.9, 0.2, 0.4)):
+    """A trainer whose runs are evaluated at the condition's ``steps`` (``reward.name``), 10
+    evaluation episodes a point, with ``values`` in step order."""
+
+    def run(config, *, output_dir):
+        output_dir.mkdir(parents=True)
+        steps = steps_by_condition[config["reward"]["name"]]
+        curve = [
+            {"step": s, "value": v, "n_episodes": 10} for s, v in zip(steps, values, strict=False)
+        ]
+        return {"metric": "eval/success_rate", "curve": curve, "run_dir": str(output_dir)}
+
+    return C.TrainerSpec(run=run, dry_run=_toy_dry_run, budget_key=("training", "steps"))
+
+
+def test_the_final_leaves_out_the_untrained_policys_step_0_and_names_its_steps(
+    tmp_path, monkeypatch, capsys
+):
+    """Fresh-user trial F6: with final_window >= the curve's points, "final" was the mean of
+    the whole curve, the untrained policy's step-0 evaluation included, and the table,
+    results.json and the legend ("60 evaluation episodes over 2 runs") did not say so. Now the
+    final leaves step 0 out when later points exist (and says so), a final that has only step 0
+    says it rests on the untrained policy, and every output names the steps."""
+    out = tmp_path / "cmp"
+    config = {
+        "name": "f6",
+        "trainer": "toy",
+        "output_dir": str(out),
+        "n_bootstrap": 100,
+        "base": {"training": {"steps": 10}, "reward": {"name": "x"}},
+        "conditions": {
+            "evaluated": ["reward.name=evaluated"],
+            "untrained": ["reward.name=untrained"],
+        },
+        "seeds": [0, 1],
+        "budget": 100,
+        "final_window": 3,
+    }
+    spec = _eval_run({"evaluated": (0, 50, 100), "untrained": (0,)})
+    fig = _saved_figure(
+        monkeypatch, lambda: C.run_comparison(config, trainers={"toy": spec}, progress=False)
+    )
+    err = capsys.readouterr().err
+    stored = json.loads((out / "runs" / "evaluated" / "seed0" / "result.json").read_text())
+    assert stored["final"] == pytest.approx(0.3)  # steps 50, 100; not 0.5 with step 0
+    assert stored["final_rests_on"] == (
+        "20 evaluation episodes of steps 50, 100 (step 0, the untrained policy, left out)"
+    )
+    untrained = json.loads((out / "runs" / "untrained" / "seed0" / "result.json").read_text())
+    assert untrained["final"] == pytest.approx(0.9)
+    assert untrained["final_rests_on"] == (
+        "10 evaluation episodes of step 0: the untrained policy (no later point)"
+    )
+    (line,) = [x for x in err.splitlines() if "] evaluated seed0: final" in x]
+    assert (
+        "(mean of the last 2 of 3 points: 20 evaluation episodes of steps 50, 100 (step 0" in line
+    )
+    results = json.loads((out / "results.json").read_text())
+    rests = results["conditions"]["evaluated"]["final_rests_on"]
+    assert rests["text"] == "40 evaluation episodes of steps 50, 100 over 2 runs"
+    assert rests["steps"] == [50, 100] and rests["untrained"] is False
+    rests = results["conditions"]["untrained"]["final_rests_on"]
+    assert rests["text"] == "20 evaluation episodes of step 0 (the untrained policy) over 2 runs"
+    assert rests["steps"] == [0] and rests["untrained"] is True
+    report = (out / "report.md").read_text()
+    assert "| 40 evaluation episodes of steps 50, 100 over 2 runs |" in report
+    assert "| 20 evaluation episodes of step 0 (the untrained policy) over 2 runs |" in report
+    assert "a step-0 point (the untrained policy) is left out" in report
+    legend = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+    assert legend == [
+        "evaluated (n=2; final: 40 evaluation episodes of steps 50, 100 over 2 runs)",
+        "untrained (n=2; final: 20 evaluation episodes of step 0 (the untrained policy) over 2 runs)",
+    ]
+    # runs measured at different steps: the range of them
+    assert (
+        C.report._condition_rests_on(
+            [
+                C.report.final_rests_on(
+                    [{"step": 90, "value": 0.0}, {"step": 100, "value": 1.0}], 3
+                ),
+                C.report.final_rests_on([{"step": 80, "value": 0.0}], 3),
+            ]
+        )["text"]
+        == "3 curve points of steps 80 to 100 over 2 runs"
+    )
+
+
+def test_the_dry_run_says_when_the_seeds_are_too_few_for_a_verdict(tmp_path, capsys):
+    """Fresh-user trial F13: the dry run of a comparison with 2 seeds a side printed only
+    ``ok`` lines, though "too few runs for a verdict" was certain before anything ran. Now it
+    says so in a note (not a problem: the runs are valid, exit 0), with the rule and the fix."""
+    from densereward.cli import main
+
+    name = "toy-dry-seeds"
+    C.register_trainer(name, _toy_spec([]))
+    try:
+        path = tmp_path / "toy.yaml"
+        config = {**_toy_config(tmp_path / "cmp"), "trainer": name, "seeds": [0, 1]}
+        config["conditions"] = {"slow": ["reward.rate=0.6"], "fast": ["reward.rate=3.0"]}
+        path.write_text(yaml.safe_dump(config))
+        assert main(["compare", "--config", str(path), "--dry-run"]) == 0
+        printed = capsys.readouterr().out
+        assert (
+            "  note  too few seeds for a verdict: 2 a side, >= 4 needed (MIN_RUNS_FOR_A_VERDICT); "
+            "the results are descriptive only; use --seeds 0 1 2 3\n" in printed
+        ), printed
+        assert "!!" not in printed and not (tmp_path / "cmp").exists()
+        # seeds of one's own are kept in the fix
+        assert main(["compare", "--config", str(path), "--dry-run", "--seeds", "5", "9"]) == 0
+        assert "use --seeds 5 9 10 11\n" in capsys.readouterr().out
+        # 4 seeds a side: no note
+        assert (
+            main(["compare", "--config", str(path), "--dry-run", "--seeds", "0", "1", "2", "3"])
+            == 0
+        )
+        assert "too few seeds" not in capsys.readouterr().out
+    finally:
+        C.TRAINERS._entries.pop(name, None)
+
+
+def test_conditions_with_identical_curves_are_said_to_coincide_and_both_drawn(
+    tmp_path, monkeypatch
+):
+    """Fresh-user trial F7: two conditions with identical curves (the verifier's shaping
+    changed no outcome) drew one line exactly under the other: the legend listed three
+    conditions, the plot showed two, and nothing said so. Now the analysis lists coinciding
+    conditions (results.json ``coinciding``), the report and the plot say so, and the later
+    line is drawn dashed over the earlier so both show."""
+    out = tmp_path / "cmp"
+    config = {**_toy_config(out), "seeds": [0, 1], "n_bootstrap": 100}
+    config["conditions"] = {
+        "slow": ["reward.rate=0.3"],
+        "twin": ["reward.rate=0.3"],  # the same runs as slow, seed by seed
+        "fast": ["reward.rate=3.0"],
+    }
+    png = out / "learning_curves.png"
+    fig = _saved_figure(
+        monkeypatch,
+        lambda: C.run_comparison(config, trainers={"toy": _toy_spec([])}, progress=False),
+    )
+    results = json.loads((out / "results.json").read_text())
+    assert results["coinciding"] == [{"conditions": ["slow", "twin"], "same_runs": True}]
+    report = (out / "report.md").read_text()
+    assert (
+        "**Coinciding curves:** slow and twin coincide (identical mean curves; every seed's "
+        "curve the same: the difference between their rewards changed no measured value). In the "
+        "plot twin is drawn dashed over slow." in report
+    )
+    (ax,) = fig.axes
+    title = ax.get_title()
+    assert "slow and twin coincide (identical curves): twin dashed over slow" in title, title
+    styles = {ln.get_label().split(" ")[0]: ln.get_linestyle() for ln in ax.get_lines()}
+    assert styles["slow"] == "-" and styles["fast"] == "-" and styles["twin"] == "--"
+    assert png.stat().st_size > 1000
+    # different curves: none listed, no note
+    assert (
+        C.analyze(
+            {"a": _two_point_runs((0.2, 0.4)), "b": _two_point_runs((0.5, 0.7))},
+            budget=300,
+            n_bootstrap=100,
+        )["coinciding"]
+        == []
+    )
+
+
+def test_a_runs_result_records_its_real_run_directory_in_its_config(tmp_path):
+    """Fresh-user note: a run's result.json recorded ``config.training.output_dir`` as the
+    base file's value (``runs/sac``) while the run wrote to
+    ``<out>/runs/<condition>/seed<k>/<condition>-seed<k>``. A trainer's spec names its
+    run-directory key (``run_dir_key``; SAC and GRPO: ``training.output_dir``) and the record
+    holds the real directory there; the fingerprint (of the config as built) is unchanged."""
+    out = tmp_path / "cmp"
+    config = {**_toy_config(out), "seeds": [0]}
+    config["base"] = {**config["base"], "training": {"steps": 10, "output_dir": "runs/toy"}}
+    spec = dataclasses.replace(_toy_spec([]), run_dir_key=("training", "output_dir"))
+    C.run_comparison(config, trainers={"toy": spec}, progress=False)
+    stored = json.loads((out / "runs" / "slow" / "seed0" / "result.json").read_text())
+    real = out / "runs" / "slow" / "seed0" / "slow-seed0"
+    assert stored["run_dir"] == str(real) and real.is_dir()
+    assert stored["config"]["training"]["output_dir"] == str(real)
+    # the record's config is not the fingerprinted one: a re-run still resumes
+    calls: list = []
+    spec = dataclasses.replace(_toy_spec(calls), run_dir_key=("training", "output_dir"))
+    C.run_comparison(config, trainers={"toy": spec}, progress=False)
+    assert calls == []
+    from densereward.trainers.grpo_spec import GRPO_TRAINER
+    from densereward.trainers.sac_spec import SAC_TRAINER
+
+    assert SAC_TRAINER.run_dir_key == GRPO_TRAINER.run_dir_key == ("training", "output_dir")

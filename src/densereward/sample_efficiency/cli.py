@@ -141,8 +141,13 @@ def main(args: argparse.Namespace) -> int:
             "dry run: comparison valid; nothing run, nothing created"
             + (f"; {n_problems} problem(s) the runs would hit:" if n_problems else "")
         )
-        for line in lines:
-            print(f"  {line}" if line.startswith("!! ") else f"  ok  {line}")
+        for line in lines:  # "!! " a problem (exit 2), "note: " a certain outcome, else a check
+            if line.startswith("!! "):
+                print(f"  {line}")
+            elif line.startswith("note: "):
+                print(f"  note  {line[len('note: ') :]}")
+            else:
+                print(f"  ok  {line}")
         return 2 if n_problems else 0  # a run would stop (or train nothing) on this machine
     res = run_comparison(
         config,

@@ -71,16 +71,44 @@ def step_cost(summary: Mapping[str, Any]) -> dict[str, float | None]:
     return {"ms_per_step": 1000.0 / float(sps), "reward_share": float(spent) / float(seconds)}
 
 
+def final_points(
+    curve: Sequence[Mapping[str, Any]], final_window: int
+) -> tuple[list[Mapping[str, Any]], bool]:
+    """The points a run's final performance rests on, and whether a step-0 point (the untrained
+    policy's evaluation) was left out of them.
+
+    The curve's finite points sorted by step; a point at step 0 measures the policy before any
+    training, so it is left out whenever a later point exists; of the rest, the last
+    ``final_window``. A curve with only step-0 points keeps them (its final is the untrained
+    policy's, which :func:`final_rests_on` says).
+
+    >>> pts, dropped = final_points([{"step": 0, "value": 0.9}, {"step": 50, "value": 0.2}], 3)
+    >>> [p["step"] for p in pts], dropped
+    ([50], True)
+    """
+    pts = [
+        p
+        for p in sorted(curve or [], key=lambda p: float(p["step"]))
+        if p.get("value") is not None and math.isfinite(float(p["value"]))
+    ]
+    trained = [p for p in pts if float(p["step"]) > 0]
+    window = (trained or pts)[-final_window:]
+    return window, bool(trained) and len(trained) < final_window and len(trained) < len(pts)
+
+
 def run_final(curve: Sequence[Mapping[str, Any]], final_window: int) -> float:
-    """A run's final performance: the mean of the last ``final_window`` points of its curve
-    (``NaN`` for an empty curve). The one computation behind the report's table, each run's
-    ``result.json`` and the line printed when a run finishes.
+    """A run's final performance: the mean of the last ``final_window`` points of its curve,
+    leaving out a step-0 point (the untrained policy) when later points exist
+    (:func:`final_points`; ``NaN`` for an empty curve). The one computation behind the report's
+    table, each run's ``result.json`` and the line printed when a run finishes.
 
     >>> run_final([{"step": 0, "value": 0.0}, {"step": 1, "value": 0.5}, {"step": 2, "value": 1.0}], 2)
     0.75
+    >>> run_final([{"step": 0, "value": 0.9}, {"step": 1, "value": 0.5}, {"step": 2, "value": 1.0}], 3)
+    0.75
     """
-    _, values = curve_arrays(curve or [])
-    return final_performance(values, final_window) if values.size else NAN
+    pts, _ = final_points(curve, final_window)
+    return final_performance([float(p["value"]) for p in pts], final_window) if pts else NAN
 
 
 COUNT_KEYS = {
@@ -128,7 +156,9 @@ def final_rests_on(curve: Sequence[Mapping[str, Any]], final_window: int) -> dic
 
     Returns:
         ``{"n": count or None, "unit": what n counts or None, "at_least": n is a lower bound,
-        "n_points", "text"}``.
+        "n_points", "text", "steps": the points' steps, "untrained": True when they are step 0
+        alone (the untrained policy's evaluation)}``; a step-0 point left out of the window
+        (:func:`final_points`) is said in ``text``.
 
     >>> final_rests_on([{"step": 1, "value": 0.0, "n_completions": 8},
     ...                 {"step": 2, "value": 0.125, "n_completions": 8}], 2)["text"]
@@ -141,13 +171,15 @@ def final_rests_on(curve: Sequence[Mapping[str, Any]], final_window: int) -> dic
     >>> final_rests_on([{"step": 100, "value": 0.5}], 3)["text"]
     '1 curve point (step 100)'
     """
-    pts = [
-        p
-        for p in sorted(curve or [], key=lambda p: float(p["step"]))
-        if p.get("value") is not None and math.isfinite(float(p["value"]))
-    ][-final_window:]
+    pts, dropped = final_points(curve, final_window)
     steps = [p["step"] for p in pts]
+    untrained = bool(pts) and all(float(s) <= 0 for s in steps)
     where = f"step {steps[0]}" if len(steps) == 1 else f"steps {', '.join(map(str, steps))}"
+    if untrained:
+        where += ": the untrained policy (no later point)"
+    elif dropped:
+        where += " (step 0, the untrained policy, left out)"
+    found = {"steps": steps, "untrained": untrained}
     rolling = bool(pts) and all(str(p.get("metric", "")).startswith("rollout/") for p in pts)
     if rolling and all(isinstance(p.get("n_episodes"), (int, float)) for p in pts):
         n, at_least = _rolling_episodes(pts)
@@ -162,6 +194,7 @@ def final_rests_on(curve: Sequence[Mapping[str, Any]], final_window: int) -> dic
             "at_least": at_least,
             "n_points": len(pts),
             "text": text,
+            **found,
         }
     for key, unit in COUNT_KEYS.items():
         if pts and all(isinstance(p.get(key), (int, float)) for p in pts):
@@ -172,16 +205,50 @@ def final_rests_on(curve: Sequence[Mapping[str, Any]], final_window: int) -> dic
                 "at_least": False,
                 "n_points": len(pts),
                 "text": f"{n} {unit} of {where}",
+                **found,
             }
     text = f"{len(pts)} curve point{'s' if len(pts) != 1 else ''} ({where})" if pts else "no point"
-    return {"n": None, "unit": None, "at_least": False, "n_points": len(pts), "text": text}
+    return {
+        "n": None,
+        "unit": None,
+        "at_least": False,
+        "n_points": len(pts),
+        "text": text,
+        **found,
+    }
 
 
 def _condition_rests_on(items: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """A condition's final values rest on: the counts of its runs summed (different runs'
-    episodes are distinct), with the run count; "at least" if a run's count is a lower bound."""
+    episodes are distinct), the steps (those of every run, or their range where the runs
+    differ; "(the untrained policy)" when they are step 0 alone), with the run count; "at
+    least" if a run's count is a lower bound.
+
+    >>> _condition_rests_on([final_rests_on([{"step": 0, "value": 0.5}], 3)])["text"]
+    '1 curve point of step 0 (the untrained policy) over 1 run'
+    """
     k = len(items)
     runs = f"{k} run{'s' if k != 1 else ''}"
+    steps: list[Any] = []
+    for x in items:  # the runs' own numbers (int steps stay int)
+        steps += [s for s in x.get("steps") or [] if s not in steps]
+    steps.sort(key=float)
+    same = len({tuple(x.get("steps") or []) for x in items}) == 1
+    if not steps:
+        where = ""
+    elif same:
+        where = (
+            f" of step {steps[0]}" if len(steps) == 1 else f" of steps {', '.join(map(str, steps))}"
+        )
+    else:
+        where = f" of steps {steps[0]} to {steps[-1]}"
+    untrained = bool(items) and all(x.get("untrained") for x in items)
+    if untrained:
+        where += " (the untrained policy)"
+    elif any(x.get("untrained") for x in items):
+        n_u = sum(bool(x.get("untrained")) for x in items)
+        where += f" ({n_u} of the runs: step 0 alone, the untrained policy)"
+    found = {"steps": steps, "untrained": untrained, "n_runs": k}
     units = {x["unit"] for x in items}
     if items and len(units) == 1 and None not in units:
         n, unit = sum(int(x["n"]) for x in items), units.pop()
@@ -190,16 +257,16 @@ def _condition_rests_on(items: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
             "n": n,
             "unit": unit,
             "at_least": at_least,
-            "n_runs": k,
-            "text": f"{'at least ' if at_least else ''}{n} {unit} over {runs}",
+            **found,
+            "text": f"{'at least ' if at_least else ''}{n} {unit}{where} over {runs}",
         }
     pts = sum(int(x["n_points"]) for x in items)
     return {
         "n": None,
         "unit": None,
         "at_least": False,
-        "n_runs": k,
-        "text": f"{pts} curve points over {runs}",
+        **found,
+        "text": f"{pts} curve point{'s' if pts != 1 else ''}{where} over {runs}",
     }
 
 
@@ -308,7 +375,10 @@ def analyze(
         [steps at which any run has a point]}}, "pairs": [...]}``;
         each pair ``{"a", "b", "score", "p_improvement", "enough_runs", "verdict"}``, where
         ``enough_runs`` is False when a side has fewer than :data:`MIN_RUNS_FOR_A_VERDICT`
-        finished runs (its ``p_improvement`` is then no result: the report leaves it out).
+        finished runs (its ``p_improvement`` is then no result: the report leaves it out);
+        ``"coinciding"``: groups of conditions with identical mean curves, each
+        ``{"conditions": [...], "same_runs": every seed's curve the same}`` (the report and the
+        plot say so: one line would lie under the other).
     """
     grid = np.linspace(0.0, float(budget), grid_points)
     kw = {"n_bootstrap": n_bootstrap, "confidence": confidence, "seed": seed}
@@ -370,6 +440,7 @@ def analyze(
         else:
             entry["curve"] = None
         conditions[name] = entry
+    coinciding = _coinciding(runs, conditions)
     pairs = []
     for a, b in itertools.combinations(list(conditions), 2):
         pa = {k: [x[k] for x in conditions[a]["runs"]] for k in ("auc", "final")}
@@ -423,7 +494,40 @@ def analyze(
                 ),
             }
         )
-    return {"grid": grid, "conditions": conditions, "pairs": pairs}
+    return {"grid": grid, "conditions": conditions, "pairs": pairs, "coinciding": coinciding}
+
+
+def _coinciding(
+    runs: Mapping[str, Sequence[Mapping[str, Any]]], conditions: Mapping[str, Any]
+) -> list[dict[str, Any]]:
+    """Groups of conditions whose mean curves are identical on the grid (one line would hide
+    the other in the plot), each ``{"conditions": [names in order], "same_runs": every seed's
+    curve is the same in each of them}``."""
+
+    def curve_of(r: Mapping[str, Any]) -> list[tuple[float, float]]:
+        return [(float(p["step"]), float(p["value"])) for p in r.get("curve") or []]
+
+    groups: list[list[str]] = []
+    for name, c in conditions.items():
+        if c.get("curve") is None:
+            continue
+        mean = np.asarray(c["curve"]["mean"], dtype=float)
+        for g in groups:
+            if np.allclose(mean, conditions[g[0]]["curve"]["mean"], rtol=0.0, atol=1e-12):
+                g.append(name)
+                break
+        else:
+            groups.append([name])
+    found = []
+    for g in (g for g in groups if len(g) > 1):
+        by_seed = [{r.get("seed"): curve_of(r) for r in runs[name]} for name in g]
+        found.append({"conditions": g, "same_runs": all(x == by_seed[0] for x in by_seed[1:])})
+    return found
+
+
+def _names(names: Sequence[str]) -> str:
+    """``a``, ``a and b``, ``a, b and c``."""
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
 
 
 def _ci_text(ci: Mapping[str, float], digits: int = 3, n: int | None = None) -> str:
@@ -560,6 +664,20 @@ def render_report(
             "significant at 5 %, and two runs that beat two others give P = 1.00 [1.00, 1.00]); "
             "add seeds (`--seeds`). The numbers above describe these runs only.",
         ]
+    for group in analysis.get("coinciding") or []:
+        names = group["conditions"]
+        lines += [
+            "",
+            f"**Coinciding curves:** {_names(names)} coincide (identical mean curves"
+            + (
+                "; every seed's curve the same: the difference between their rewards changed "
+                "no measured value"
+                if group["same_runs"]
+                else ""
+            )
+            + f"). In the plot {_names(names[1:])} {'is' if len(names) == 2 else 'are'} drawn "
+            f"dashed over {names[0]}.",
+        ]
     short = sorted(
         {
             cname
@@ -582,9 +700,11 @@ def render_report(
         "## Method",
         "",
         *[f"- Curve (`{metric}`): {src}." for src in curve_sources],
-        f"- Final performance: mean of the last {final_window} points of each run's `{metric}` curve "
-        '("final rests on": the completions or episodes behind those points, where the curve '
-        "counts them, summed over the condition's runs"
+        f"- Final performance: mean of the last {final_window} points of each run's `{metric}` curve; "
+        "a step-0 point (the untrained policy) is left out when a later point exists, and a run "
+        "with only a step-0 point rests on the untrained policy, which the table says "
+        '("final rests on": the steps of those points and the completions or episodes behind '
+        "them, where the curve counts them, summed over the condition's runs"
         + (
             "; a training curve's points are rolling windows over the last training episodes, "
             "which overlap: each distinct episode counted once). "
@@ -630,7 +750,9 @@ def plot_curves(
     """Mean learning curve with its bootstrap band per condition (PNG, written atomically).
 
     A condition whose runs have at most :data:`MAX_POINTS_MARKED` points each is marked at its
-    measured steps; a plot with a condition of fewer than :data:`MIN_RUNS_FOR_A_VERDICT` runs
+    measured steps; conditions with identical mean curves (``analysis["coinciding"]``) are said
+    to coincide in the title and the later ones drawn dashed (markers ``x``) over the first, so
+    none hides under another; a plot with a condition of fewer than :data:`MIN_RUNS_FOR_A_VERDICT` runs
     carries a red "too few runs for a verdict" banner (the console and the report say the same).
     Needs matplotlib (``pip install densereward[plots]``).
     """
@@ -642,6 +764,11 @@ def plot_curves(
     grid = np.asarray(analysis["grid"])
     fig, ax = plt.subplots(figsize=(7, 4.2))
     banded, single, held, marked, few = [], [], [], [], []
+    under = {  # a condition whose curve equals an earlier one's: drawn dashed over it
+        name: g["conditions"][0]
+        for g in analysis.get("coinciding") or []
+        for name in g["conditions"][1:]
+    }
     for cname, c in analysis["conditions"].items():
         if c.get("curve") is None:
             continue
@@ -651,7 +778,13 @@ def plot_curves(
         firsts = [r["first_step"] for r in c["runs"] if r.get("first_step") is not None]
         first = max(firsts, default=0.0)  # before it some run's value is held, not measured
         measured = grid >= first
-        (line,) = ax.plot(grid[measured], mean[measured], label=label)
+        (line,) = ax.plot(
+            grid[measured],
+            mean[measured],
+            label=label,
+            linestyle="--" if cname in under else "-",
+            linewidth=1.5 if cname in under else 2.0,
+        )
         if (
             0
             < max((int(r.get("n_points") or 0) for r in c["runs"]), default=0)
@@ -661,7 +794,13 @@ def plot_curves(
                 [x for x in c.get("measured_steps") or [] if grid[0] <= x <= grid[-1]], dtype=float
             )
             marked.append(cname)
-            ax.plot(at, np.interp(at, grid, mean), "o", color=line.get_color(), markersize=5)
+            ax.plot(
+                at,
+                np.interp(at, grid, mean),
+                "x" if cname in under else "o",
+                color=line.get_color(),
+                markersize=6 if cname in under else 5,
+            )
         if 0 < c["n_runs"] < MIN_RUNS_FOR_A_VERDICT:
             few.append(f"{cname} n={c['n_runs']}")
         if first > grid[0]:
@@ -694,6 +833,12 @@ def plot_curves(
     note = "\ndotted: before the first measurement (the first value held)" if held else ""
     if marked:
         note += "\nmarkers: the steps at which runs were measured (the line joins them)"
+    for g in analysis.get("coinciding") or []:  # fresh-user trial F7: one line hid another
+        names = g["conditions"]
+        note += (
+            f"\n{_names(names)} coincide (identical curves): {_names(names[1:])} dashed over "
+            f"{names[0]}"
+        )
     ax.set_title(f"{title}\nline: mean over seeds; {band}{note}", fontsize=10)
     ax.grid(alpha=0.3)
     ax.legend(loc="best", fontsize=8)

@@ -28,6 +28,7 @@ from ..errors import ConfigError, DenseRewardError, Interrupted
 from ..io import append_jsonl, atomic_write_json, atomic_write_text, to_jsonable
 from ..metrics.curves import curve_arrays
 from ..metrics.format import format_number
+from ..trainers.spec import set_key
 from ..wandb_config import WandbConfig, describe_wandb, restored_environ
 from .config import (
     TRAINERS,
@@ -41,7 +42,15 @@ from .config import (
     run_wandb,
     trainer_spec,
 )
-from .report import analyze, final_rests_on, plot_curves, render_report, run_final, title_of
+from .report import (
+    MIN_RUNS_FOR_A_VERDICT,
+    analyze,
+    final_rests_on,
+    plot_curves,
+    render_report,
+    run_final,
+    title_of,
+)
 
 __all__ = ["dry_run_comparison", "output_dir_of", "run_comparison"]
 
@@ -388,6 +397,7 @@ def run_comparison(
         "grid": analysis["grid"],
         "conditions": analysis["conditions"],
         "pairs": analysis["pairs"],
+        "coinciding": analysis["coinciding"],
         "missing": missing,
         "wall_s": round(wall, 1),
         "session_wall_s": round(time.monotonic() - t_start, 1),
@@ -415,7 +425,9 @@ def dry_run_comparison(
 
     Returns:
         One line per check; a problem a run would hit although the config is valid starts
-        with ``"!! "``.
+        with ``"!! "``; an outcome certain before any run that is no problem (fewer seeds than
+        :data:`~densereward.sample_efficiency.report.MIN_RUNS_FOR_A_VERDICT`: no verdict)
+        starts with ``"note: "``.
 
     Raises:
         ConfigError, DataError: as :func:`run_comparison` would, before its first run.
@@ -448,6 +460,16 @@ def dry_run_comparison(
     each_run = out / "runs" / "<condition>" / "seed<k>" / "<condition>-seed<k>"
     lines.append(describe_wandb(WandbConfig.from_section(run_wandb(cfg)), each_run))
     lines += [f"!! a finished run has a different config: {c}" for c in changed[:1]]
+    n_seeds = len(cfg.seeds)
+    if len(cfg.conditions) >= 2 and n_seeds < MIN_RUNS_FOR_A_VERDICT:  # fresh-user trial F13
+        more = list(cfg.seeds)
+        while len(more) < MIN_RUNS_FOR_A_VERDICT:
+            more.append(max(more) + 1)
+        lines.append(
+            f"note: too few seeds for a verdict: {n_seeds} a side, >= {MIN_RUNS_FOR_A_VERDICT} "
+            "needed (MIN_RUNS_FOR_A_VERDICT); the results are descriptive only; use --seeds "
+            + " ".join(map(str, more))
+        )
     why = not_comparable_why(metrics)
     if why:  # the report would give no verdict on these runs (issue 41 third rerun F2)
         lines.append(f"!! no verdict from the finished runs: {why}")
@@ -557,6 +579,7 @@ def _run_all(
             finally:
                 gc.collect()
             wall = time.monotonic() - t0
+            rests = final_rests_on(summary.get("curve") or [], cfg.final_window)
             record = {
                 "condition": cname,
                 "seed": int(key[4:]),
@@ -569,9 +592,7 @@ def _run_all(
                 "final_window": cfg.final_window,
                 # what this "final" rests on; the trainer's own final and its final_rests_on
                 # (the last point alone) are left out of "summary": one final per file
-                "final_rests_on": final_rests_on(summary.get("curve") or [], cfg.final_window)[
-                    "text"
-                ],
+                "final_rests_on": rests["text"],
                 "wall_s": round(wall, 2),
                 "run_dir": summary.get("run_dir", str(run_dir)),
                 "summary": {
@@ -579,7 +600,7 @@ def _run_all(
                     for k, v in summary.items()
                     if k not in ("curve", "run_dir", "final", "final_rests_on")
                 },
-                "config": run_configs[cname][key],
+                "config": _recorded_config(spec, run_configs[cname][key], summary, run_dir),
             }
             atomic_write_json(seed_dir / "result.json", record)
             if not cfg.keep_checkpoints:
@@ -613,10 +634,22 @@ def _run_all(
             final = record["final"]  # as analyze() computes it
             console.print(
                 f"[{n_done0 + i + 1}/{n_total}] {cname} {key}: final {summary.get('metric')}="
-                f"{format_number(final)} (mean of the last {min(cfg.final_window, values.size)} of "
+                f"{format_number(final)} (mean of the last {rests['n_points']} of "
                 f"{values.size} points: {record['final_rests_on']}) in {wall:.0f} s; "
                 f"~{_hms(eta)} left"
             )
+
+
+def _recorded_config(
+    spec: TrainerSpec, config: Mapping[str, Any], summary: Mapping[str, Any], run_dir: Path
+) -> dict[str, Any]:
+    """A run's config as its ``result.json`` records it: with the real run directory at the
+    spec's ``run_dir_key`` (not the base file's value); the fingerprint is of the config as
+    built."""
+    record = copy.deepcopy(dict(config))
+    if spec.run_dir_key is not None:
+        set_key(record, spec.run_dir_key, str(summary.get("run_dir", run_dir)))
+    return record
 
 
 def drop_checkpoints(run_dir: Path) -> int:

@@ -44,6 +44,7 @@ GRPO_TRAINER = TrainerSpec(
     budget_key=("training", "max_steps"),
     x_label="GRPO steps",
     reserved=(("training", "output_dir"),),
+    run_dir_key=("training", "output_dir"),
     prepare=_compare_prepare,
     validate=_compare_validate,
 )

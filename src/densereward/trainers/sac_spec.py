@@ -43,6 +43,7 @@ SAC_TRAINER = TrainerSpec(
     budget_key=("training", "total_timesteps"),
     x_label="environment steps",
     reserved=(("training", "output_dir"), ("training", "run_name")),
+    run_dir_key=("training", "output_dir"),
     prepare=_compare_prepare,
     validate=_compare_validate,
 )

@@ -56,17 +56,23 @@ class TrainerSpec:
     """``validate(config)``: the checks a run would fail at its start (the trainer's own
     config parser, data files, environment ids), raising ``ConfigError`` / ``DataError``;
     called for every condition before the first run. ``None`` = no check."""
+    run_dir_key: Keys | None = None
+    """Config key of the run directory, e.g. ``("training", "output_dir")``: each run's
+    ``result.json`` records its real directory (``<out>/runs/<condition>/seed<k>/...``) there,
+    not the base file's value; ``None`` = the config recorded as built. Reserved like the
+    budget key."""
 
     def __post_init__(self) -> None:
         if not callable(self.run) or not callable(self.dry_run):
             raise RegistryError("TrainerSpec needs callable run and dry_run functions")
-        for keys in (self.budget_key, self.seed_key, *self.reserved):
+        run_dir = (self.run_dir_key,) if self.run_dir_key is not None else ()
+        for keys in (self.budget_key, self.seed_key, *self.reserved, *run_dir):
             if not keys or not all(isinstance(k, str) and k for k in keys):
                 raise RegistryError(
                     f"TrainerSpec keys must be non-empty tuples of names, got {keys!r}"
                 )
         every = [tuple(self.budget_key), tuple(self.seed_key), ("wandb",)]
-        every += map(tuple, self.reserved)
+        every += map(tuple, (*self.reserved, *run_dir))
         object.__setattr__(self, "reserved", tuple(dict.fromkeys(every)))
 
 
