@@ -548,6 +548,34 @@ def test_a_hanging_answer_costs_one_check_and_the_log_says_it_once(caplog):
     assert len(lines) == 1 and "reward.math_timeout_s" in lines[0], lines
 
 
+@pytest.mark.slow
+def test_a_hanging_answer_is_an_abstention_under_the_gated_reward_too():
+    """F1: `serve` with reward.type=gated (the default) answered an item whose Math-Verify check
+    timed out as an ordinary wrong answer (`{"reward": -0.0104, "abstained": false}`, header 0)
+    while the log said "the reward abstains"; sparse flagged it. Now every client is told."""
+    with MisbehavingServer() as verifier:
+        service, close = sparse_service(
+            verifier, {"type": "gated", "track": False, "math_timeout_s": 1.0}
+        )
+        served = Served([], service=service)
+        try:
+            hanging = {"prompt": "What is 2+3?", "response": HANGING, "label": "5"}
+            resp = httpx.post(f"{served.url}/slime?details=1", json=hanging, timeout=120)
+            wrong = {**hanging, "response": r"\boxed{7}"}
+            scored = httpx.post(f"{served.url}/slime?details=1", json=wrong, timeout=120)
+            metrics = httpx.get(f"{served.url}/metrics", timeout=30).text
+        finally:
+            served.stop()
+            close()
+    assert resp.json() == {"reward": 0.0, "abstained": True}, resp.text
+    assert resp.headers["x-densereward-abstained"] == "1"
+    assert 'densereward_abstentions_total{endpoint="slime"} 1.0' in metrics
+    assert scored.json()["abstained"] is False and scored.headers["x-densereward-abstained"] == "0"
+
+
+HANGING = r"\boxed{9^{9^{9^{9}}}}"
+
+
 def test_a_long_rank_on_a_served_verifier_does_not_hold_the_reward_calls():
     """Issue 40 item 6: /rank held the server's model lock for its whole run, so every sync
     reward call of every other client waited for it. A served verifier (the openai backend)
