@@ -54,9 +54,11 @@ def build_service(config: dict[str, Any]) -> tuple[RewardService, Callable[[], N
     reward, verifier_config, serve = _sections(config)
     verifier = Verifier(verifier_config)
     try:
-        # bounded: the auto threshold on the last quality_history labelled items, as many records
+        # bounded: the auto threshold on the last quality_history labelled items, as many records;
+        # verifier.threshold (a number or an eval-verifier metrics.json) as train grpo reads it
         tracker = (
             RewardQualityTracker(
+                threshold=verifier_config.threshold,
                 window=reward.track_window,
                 history=serve.quality_history,
                 max_records=serve.quality_history,
