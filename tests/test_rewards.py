@@ -1224,3 +1224,51 @@ def test_the_reward_quality_plot_keeps_three_panels_a_row(tmp_path):
     records = [json.loads(line) for line in demo.read_text().splitlines() if line.strip()]
     width, height = Image.open(plot_reward_quality(records, tmp_path / "rq.png")).size
     assert width <= 1700 and width / height < 2.5, (width, height)
+
+
+@pytest.fixture(scope="module")
+def timeout_checker():
+    """A checker with a 1 s deadline, shared: the hanging answer times out once in the module."""
+    c = MathChecker(timeout_s=1.0)
+    yield c
+    c.close()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", ["gated", "mixed", "seed_recipe"])
+@pytest.mark.parametrize("grouped", [True, False], ids=["groups", "per_sample"])
+def test_every_reward_built_on_correctness_abstains_where_the_check_times_out(
+    kind, grouped, server, timeout_checker
+):
+    """F1: under reward.type=gated (the default) an answer whose Math-Verify check timed out
+    (``\\boxed{9^{9^{9^{9}}}}`` past reward.math_timeout_s) got the judge's score in the wrong
+    answers' band, while the sparse reward abstained; mixed and seed_recipe likewise kept their
+    judge (and format) terms, so TRL's nansum made it an ordinary wrong answer. Now every reward
+    function of these kinds returns None on it: TRL leaves a row every function abstained on out
+    of its group's mean and std (advantage 0), and ``serve`` flags it abstained. A wrong answer
+    and an item without a reference (the reference-free judge) are still scored."""
+    from servers import scripted_verifier
+
+    checker = timeout_checker
+    v = scripted_verifier(server.base_url, granularity=20, calibrate=False)
+    try:
+        funcs, _ = build_reward_funcs(
+            RewardConfig(type=kind, track=False, audit=False, group_method="round_robin"),
+            v,
+            checker=checker,
+            num_generations=2 if grouped else None,
+        )
+        for f in funcs:
+            if hasattr(f, "per_sample"):
+                f.per_sample = not grouped
+        prompts = ["What is 2+3?"] * 2 + ["What is 1+1?"] * 2 + ["What is 4+4?"] * 2
+        completions = [HANGING[0], r"\boxed{7}", r"\boxed{2}", r"\boxed{3}", "8", r"\boxed{9}"]
+        answers = ["5", "5", "2", "2", "", ""]  # the last group has no reference
+        rows = [f(prompts=prompts, completions=completions, answer=answers) for f in funcs]
+    finally:
+        v.close()
+    by_row = list(zip(*rows, strict=True))
+    assert all(r is None for r in by_row[0]), (kind, by_row)  # every function abstains
+    for row in by_row[1:]:
+        assert any(r is not None for r in row), (kind, by_row)  # the others are scored
+    assert checker.n_timeouts == 1  # checked once, whichever function asked first

@@ -415,3 +415,56 @@ def test_serve_dry_run_names_every_replica_that_is_down_and_the_ones_up(capsys):
     assert "none of the 2 verifier servers answered: " in problems[0]
     assert all(f"verifier server at {u} is not reachable" in problems[0] for u in closed)
     assert problems[0].endswith("start them or fix verifier.backend_options.base_url")
+
+
+def test_a_sparse_server_says_once_that_the_verifier_reads_every_labelled_item(capsys, caplog):
+    """F12: a reward.type=sparse server loaded the verifier and read every labelled item with
+    it, only to track reward quality (/metrics verifier/mean_mass, window/n_read), and neither
+    the dry run nor the start said so. Now both say what the reads are for, what they cost and
+    the key that turns them off (reward.track=false); not said with tracking off, nor for a
+    reward that is the verifier's."""
+    import logging
+
+    from servers import MisbehavingServer
+
+    from densereward.cli import main
+
+    with MisbehavingServer() as up:
+        argv = [
+            "serve",
+            "--dry-run",
+            "reward.type=sparse",
+            "verifier.backend=openai",
+            f"verifier.backend_options.base_url={up.base_url}",
+        ]
+        assert main(argv) == 0
+        out = capsys.readouterr().out
+        assert "reward.track=false" in out and "every labelled item" in out, out
+        assert main([*argv, "reward.track=false"]) == 0
+        assert "every labelled item" not in capsys.readouterr().out
+        assert main([*argv[:2], "reward.type=dense", *argv[3:]]) == 0
+        assert "every labelled item" not in capsys.readouterr().out
+
+        def start(reward: dict) -> list[str]:
+            caplog.clear()
+            with caplog.at_level(logging.WARNING, logger="densereward.serve.cli"):
+                _, close = build_service(
+                    {
+                        "reward": reward,
+                        "verifier": {
+                            "backend": "openai",
+                            "granularity": 20,
+                            "calibrate": False,
+                            "backend_options": {"base_url": up.base_url},
+                        },
+                    }
+                )
+                close()
+            return [
+                r.getMessage() for r in caplog.records if "every labelled item" in r.getMessage()
+            ]
+
+        said = start({"type": "sparse"})
+        assert len(said) == 1 and "reward.track=false" in said[0], said
+        assert start({"type": "sparse", "track": False}) == []
+        assert start({"type": "gated"}) == []

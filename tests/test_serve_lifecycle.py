@@ -548,6 +548,65 @@ def test_a_hanging_answer_costs_one_check_and_the_log_says_it_once(caplog):
     assert len(lines) == 1 and "reward.math_timeout_s" in lines[0], lines
 
 
+@pytest.mark.slow
+def test_a_hanging_answer_is_an_abstention_under_the_gated_reward_too():
+    """F1: `serve` with reward.type=gated (the default) answered an item whose Math-Verify check
+    timed out as an ordinary wrong answer (`{"reward": -0.0104, "abstained": false}`, header 0)
+    while the log said "the reward abstains"; sparse flagged it. Now every client is told."""
+    with MisbehavingServer() as verifier:
+        service, close = sparse_service(
+            verifier, {"type": "gated", "track": False, "math_timeout_s": 1.0}
+        )
+        served = Served([], service=service)
+        try:
+            hanging = {"prompt": "What is 2+3?", "response": HANGING, "label": "5"}
+            resp = httpx.post(f"{served.url}/slime?details=1", json=hanging, timeout=120)
+            wrong = {**hanging, "response": r"\boxed{7}"}
+            scored = httpx.post(f"{served.url}/slime?details=1", json=wrong, timeout=120)
+            metrics = httpx.get(f"{served.url}/metrics", timeout=30).text
+        finally:
+            served.stop()
+            close()
+    assert resp.json() == {"reward": 0.0, "abstained": True}, resp.text
+    assert resp.headers["x-densereward-abstained"] == "1"
+    assert 'densereward_abstentions_total{endpoint="slime"} 1.0' in metrics
+    assert scored.json()["abstained"] is False and scored.headers["x-densereward-abstained"] == "0"
+
+
+HANGING = r"\boxed{9^{9^{9^{9}}}}"
+
+
+def test_the_served_tracker_reads_at_the_configured_threshold():
+    """F4: the reward server built its reward-quality tracker without verifier.threshold, so
+    with `verifier.threshold=0.5` /metrics reported TPR / TNR at an in-sample auto threshold
+    (`verifier/threshold 0.4404`, `threshold_in_sample 1`). `train grpo` passes it; so does serve."""
+    from densereward.serve.cli import build_service
+
+    with MisbehavingServer() as verifier:
+        service, close = build_service(
+            {
+                "reward": {"type": "sparse", "track": True},
+                "verifier": {
+                    "backend": "openai",
+                    "granularity": 20,
+                    "calibrate": False,
+                    "threshold": 0.5,
+                    "backend_options": {"base_url": verifier.base_url},
+                },
+            }
+        )
+        served = Served([], service=service)
+        try:
+            body = {**score_body(r"\boxed{2}", r"\boxed{3}"), "references": ["2", "2"]}
+            assert httpx.post(f"{served.url}/score", json=body, timeout=60).status_code == 200
+            metrics = httpx.get(f"{served.url}/metrics", timeout=30).text
+        finally:
+            served.stop()
+            close()
+    assert 'densereward_verifier_metric{name="verifier/threshold"} 0.5' in metrics, metrics
+    assert 'name="verifier/threshold_in_sample"} 1.0' not in metrics
+
+
 def test_a_long_rank_on_a_served_verifier_does_not_hold_the_reward_calls():
     """Issue 40 item 6: /rank held the server's model lock for its whole run, so every sync
     reward call of every other client waited for it. A served verifier (the openai backend)

@@ -100,6 +100,8 @@ def stratified_rewards(
     Args:
         correct: ``(n,)`` Math-Verify verdicts (1 correct; 0 or ``None`` = not correct).
         judge: ``(n,)`` judge scores in ``[0, 1]`` (``None`` = abstained: the stratum's middle).
+            A row with ``None`` in both abstains: its reward is ``None`` and it belongs to no
+            stratum (:class:`GatedVerifierReward` passes a timed-out check so).
         groups: the GRPO groups (slices over ``range(n)``).
         w_sparse: weight of a correct verdict.
         w_judge: width of the judge's band (``< w_sparse``).
@@ -123,7 +125,12 @@ def stratified_rewards(
         raise ConfigError(f"{len(correct)} verdicts but {len(judge)} judge scores")
     w_s, w_j = gated_weights(w_sparse, w_judge)
     ok = [c is not None and float(c) == 1.0 for c in correct]
-    spread = [any(ok[g]) and not all(ok[g]) for g in groups]
+    gone = [c is None and d is None for c, d in zip(correct, judge, strict=True)]
+    # an abstained row (no verdict, no judge score) is neither correct nor incorrect
+    spread = [
+        any(ok[g]) and any(not o and not x for o, x in zip(ok[g], gone[g], strict=True))
+        for g in groups
+    ]
     judge_only = bool(groups) and not any(spread)
     skip = judge_only and judge_only_steps == "skip"
     u = [0.5] * len(ok)
@@ -189,7 +196,11 @@ class GatedVerifierReward(VerifierReward):
 
     Returns (from ``__call__``):
         ``(len(completions),)`` rewards in ``[-w_j/2, w_s + w_j/2]``; ``None`` where both the
-        verdict and the judge abstained. The reward-quality tracker measures the judge's
+        verdict and the judge abstained, and where Math-Verify's check abstained on an item
+        with a reference (a timeout, :attr:`~densereward.rewards.math.MathCheck.abstained`):
+        its verdict is unknown, and the judge alone would score it as a wrong answer. TRL leaves
+        such a completion out of its group's mean and std (advantage 0); ``densereward serve``
+        answers it as abstained. The reward-quality tracker measures the judge's
         scores (``verifier/*``); ``rewards/verifier_gated/mean`` is this reward's mean.
     """
 
@@ -231,7 +242,12 @@ class GatedVerifierReward(VerifierReward):
         from .math import default_checker
 
         refs = references_from_columns(columns, len(texts), self.answer_column)
-        verdicts = [c.reward for c in (self.checker or default_checker()).check_batch(refs, texts)]
+        checks = (self.checker or default_checker()).check_batch(refs, texts)
+        # where the check abstained on a labelled item (a timeout) the verdict is unknown: the
+        # judge alone would put the item in the wrong answers' band, so the reward abstains
+        gone = [c.abstained for c in checks]
+        verdicts = [c.reward for c in checks]
+        values = [None if g else v for v, g in zip(values, gone, strict=True)]
         groups = group_slices(prompts, self.num_generations)
         if self.per_sample or (
             self.num_generations is None and all(g.stop - g.start == 1 for g in groups)
@@ -241,9 +257,9 @@ class GatedVerifierReward(VerifierReward):
             w_s, w_j = self.weights
             return [
                 None
-                if c is None and d is None
+                if g or (c is None and d is None)
                 else w_s * float(c == 1.0) + w_j * ((0.5 if d is None else float(d)) - 0.5)
-                for c, d in zip(verdicts, values, strict=True)
+                for c, d, g in zip(verdicts, values, gone, strict=True)
             ]
         rewards, info = stratified_rewards(
             verdicts,

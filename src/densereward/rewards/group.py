@@ -156,6 +156,7 @@ class GroupVerifierReward(_VerifierRewardBase):
             values[sl] = self._rank_group(*args)
         flags = self._screen(shown)
         values = self._penalise(values, flags)
+        rewards = self._with_check(values, texts, kwargs)
         self._track(
             prompts=prompts,
             texts=texts,
@@ -166,8 +167,9 @@ class GroupVerifierReward(_VerifierRewardBase):
             log_metric=log_metric,
             log_extra=log_extra,
             flags=flags,
+            audit_values=rewards,
         )
-        return values
+        return rewards
 
 
 class AsyncGroupVerifierReward(GroupVerifierReward):
@@ -206,6 +208,7 @@ class AsyncGroupVerifierReward(GroupVerifierReward):
             values[sl] = out
         flags = self._screen(shown)
         values = self._penalise(values, flags)
+        rewards = await asyncio.to_thread(self._with_check, values, texts, kwargs)
         await asyncio.to_thread(
             self._track,
             prompts=prompts,
@@ -217,8 +220,9 @@ class AsyncGroupVerifierReward(GroupVerifierReward):
             log_metric=log_metric,
             log_extra=log_extra,
             flags=flags,
+            audit_values=rewards,
         )
-        return values
+        return rewards
 
 
 def check_whole_groups(slices: Sequence[slice], num_generations: int | None) -> None:

@@ -190,9 +190,9 @@ def sparse(ctx: RewardContext) -> tuple[list[Any], list[float] | None]:
     return funcs, None
 
 
-def _dense_reward(ctx: RewardContext) -> Any:
+def _dense_reward(ctx: RewardContext, **kwargs: Any) -> Any:
     cls = AsyncVerifierReward if ctx.config.use_async else VerifierReward
-    return cls(ctx.verifier, **ctx.verifier_kwargs())
+    return cls(ctx.verifier, **ctx.verifier_kwargs(), **kwargs)
 
 
 def dense(ctx: RewardContext) -> tuple[list[Any], list[float] | None]:
@@ -210,10 +210,12 @@ def group(ctx: RewardContext) -> tuple[list[Any], list[float] | None]:
 
 
 def mixed(ctx: RewardContext) -> tuple[list[Any], list[float] | None]:
-    """``mixed``: sparse + dense, weighted by ``RewardConfig.reward_weights``."""
+    """``mixed``: sparse + dense, weighted by ``RewardConfig.reward_weights``; where the sparse
+    check abstains on a labelled item (a timeout) the dense term abstains too, so the item is
+    an abstention, not a wrong answer scored by the judge alone."""
     return [
         MathCorrectnessReward(checker=ctx.checker),
-        _dense_reward(ctx),
+        _dense_reward(ctx, abstain_with_check=True),
     ], ctx.config.reward_weights
 
 
@@ -236,13 +238,20 @@ def gated(ctx: RewardContext) -> tuple[list[Any], list[float] | None]:
 def seed_recipe(ctx: RewardContext) -> tuple[list[Any], list[float] | None]:
     """``seed_recipe``: ``r_correct + r_format + beta * r_reasoning`` (Kwok et al. 2026's GRPO
     recipe), ``r_reasoning`` the group's Probabilistic Pivot Tournament win rate
-    (``reward.group_method``, ``reward.pivots``); weights ``[w_correct, w_format, beta]``."""
+    (``reward.group_method``, ``reward.pivots``); weights ``[w_correct, w_format, beta]``.
+    Where the correctness check abstains on a labelled item (a timeout) every term abstains."""
     c = ctx.config
     cls = AsyncGroupVerifierReward if c.use_async else GroupVerifierReward
     return [
         MathCorrectnessReward(checker=ctx.checker),
         AnswerFormatReward(checker=ctx.checker),
-        cls(ctx.verifier, method=c.group_method, pivots=c.pivots, **ctx.verifier_kwargs()),
+        cls(
+            ctx.verifier,
+            method=c.group_method,
+            pivots=c.pivots,
+            abstain_with_check=True,
+            **ctx.verifier_kwargs(),
+        ),
     ], ctx.config.reward_weights
 
 

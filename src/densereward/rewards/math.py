@@ -19,8 +19,12 @@ Reward semantics:
   no box or answer line, or the last box unfinished or empty) or with unclosed thinking
   (reason ``unclosed_thinking``): a missing final answer is a real failure that the policy
   must learn to avoid;
-* ``None`` -- abstain: the *reference* cannot be parsed, the check timed out, or the worker
-  crashed. TRL turns ``None`` into NaN and leaves it out of the group baseline.
+* ``None`` -- abstain: no reference, the *reference* cannot be parsed, the check timed out,
+  or the worker crashed. TRL turns ``None`` into NaN; a completion on which every reward
+  function returned ``None`` is left out of its group's baseline (advantage 0). The rewards
+  built on correctness (``gated``, ``mixed``, ``seed_recipe``) return ``None`` in every term
+  where the check abstains on an item with a reference (:attr:`MathCheck.abstained`), so TRL
+  and ``densereward serve`` see the abstention, not a wrong answer.
 """
 
 from __future__ import annotations
@@ -105,13 +109,28 @@ class MathCheck:
         reward: ``1.0`` correct, ``0.0`` wrong or no answer, ``None`` abstained.
         predicted: The final answer extracted from the completion (``""`` if none).
         reason: Why it abstained or scored 0 (``"no_answer"``, ``"unclosed_thinking"``,
-            ``"answer_unparseable"``, ``"gold_unparseable"``, ``"timeout"``,
-            ``"worker_error"``, ``"invalid_completion"`` for non-text), else ``None``.
+            ``"answer_unparseable"``, ``"no_reference"`` (none given), ``"gold_unparseable"``,
+            ``"timeout"``, ``"worker_error"``, ``"invalid_completion"`` for non-text), else
+            ``None``.
     """
 
     reward: float | None
     predicted: str = ""
     reason: str | None = None
+
+    @property
+    def abstained(self) -> bool:
+        """The check could not reach a verdict on an item that has a reference: it timed out,
+        its worker crashed, the reference or the completion could not be read. A reward built
+        on correctness (``gated``, ``mixed``, ``seed_recipe``) abstains there in every term: its
+        other terms alone would score the item as a wrong answer. ``False`` for a verdict and
+        for an item without a reference (``"no_reference"``: the reference-free judge scores
+        it, ``serve.require_labels=false``).
+
+        >>> MathCheck(None, "", "timeout").abstained, MathCheck(None, "", "no_reference").abstained
+        (True, False)
+        """
+        return self.reward is None and self.reason != "no_reference"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -399,7 +418,7 @@ class MathChecker:
                 self.n_checks += 1
                 out.append(None)
                 if ref is None or not str(ref).strip():
-                    out[i] = MathCheck(None, "", "gold_unparseable")
+                    out[i] = MathCheck(None, "", "no_reference")
                     continue
                 if not isinstance(comp, str):
                     out[i] = MathCheck(None, "", "invalid_completion")
@@ -548,7 +567,9 @@ class AnswerFormatReward(MathCorrectnessReward):
     r_reasoning`` (Kwok et al. 2026, reinforcement-learning guide): 1.0 where the checker's
     answer policy (``answer_format``: a ``\\boxed{}`` or an answer line, after the last
     ``</think>``) finds a final answer, whether or not it is right; 0.0 where none is found;
-    ``None`` for a completion that is not text. ``__name__`` ``"answer_format"``.
+    ``None`` for a completion that is not text and where the correctness check abstained on an
+    item with a reference (a timeout: :attr:`MathCheck.abstained`). ``__name__``
+    ``"answer_format"``.
 
     Example:
         >>> reward = AnswerFormatReward(checker=MathChecker(executor="inline"))
@@ -566,11 +587,10 @@ class AnswerFormatReward(MathCorrectnessReward):
         super().__init__(checker=checker, answer_column=answer_column, name=name, log_columns=False)
 
     def _rewards(self, results: Sequence[MathCheck]) -> list[float | None]:
-        """1.0 where a final answer was found, 0.0 where none, ``None`` for non-text."""
-        return [
-            None if c.reason == "invalid_completion" else (1.0 if c.predicted else 0.0)
-            for c in results
-        ]
+        """1.0 where a final answer was found, 0.0 where none; ``None`` for non-text and where
+        the correctness check abstained (:attr:`MathCheck.abstained`: a timeout found an answer
+        it could not check; ``seed_recipe``'s row then abstains in every term)."""
+        return [None if c.abstained else (1.0 if c.predicted else 0.0) for c in results]
 
 
 def references_from_columns(

@@ -95,6 +95,7 @@ class _VerifierRewardBase(VerifierHolder):
         reference_prompt: Literal["anchored", "answer_match", "process"] = "answer_match",
         injection_penalty: float | None = 1.0,
         guard_prompt: bool = False,
+        abstain_with_check: bool = False,
     ) -> None:
         check_verifier_options(
             reference_guided=reference_guided,
@@ -117,6 +118,7 @@ class _VerifierRewardBase(VerifierHolder):
         self.num_generations = num_generations
         self.criteria = criteria
         self.reference_guided = reference_guided
+        self.abstain_with_check = bool(abstain_with_check)
         self._abstention_alarm = AbstentionAlarm("dense verifier reads", min_reads=1)
         self._audit: Any = None
         self._audit_index = 0
@@ -142,6 +144,29 @@ class _VerifierRewardBase(VerifierHolder):
             return [c.reward for c in (self.checker or default_checker()).check_batch(refs, texts)]
 
         return self._audit.report(self._audit_index, values, verdicts=verdicts)
+
+    def _check_abstained(self, texts: list[Any], columns: dict[str, Any]) -> list[bool]:
+        """``(n,)`` True where Math-Verify's check abstained on an item with a reference
+        (:attr:`~densereward.rewards.math.MathCheck.abstained`: a timeout, a crashed worker);
+        all False without a reference column. The checker caches each verdict, so the sparse
+        reward, this function and the tracker check an item once."""
+        if columns.get(self.answer_column) is None and columns.get("solution") is None:
+            return [False] * len(texts)
+        refs = references_from_columns(columns, len(texts), self.answer_column)
+        checks = (self.checker or default_checker()).check_batch(refs, texts)
+        return [c.abstained for c in checks]
+
+    def _with_check(
+        self, rewards: list[float | None], texts: list[Any], columns: dict[str, Any]
+    ) -> list[float | None]:
+        """``rewards`` with ``None`` where the correctness check abstained, when this function is
+        a term of a reward built on correctness (``abstain_with_check``: ``mixed``,
+        ``seed_recipe``): without it TRL's nansum would score the item on this term alone, as a
+        wrong answer."""
+        if not self.abstain_with_check:
+            return rewards
+        gone = self._check_abstained(texts, columns)
+        return [None if g else r for r, g in zip(rewards, gone, strict=True)]
 
     def _watch_abstentions(self, results: Sequence[Any], trainer_state: Any) -> None:
         """Log one warning, the first time at least half of one call's reads abstained.
@@ -369,10 +394,14 @@ class VerifierReward(_VerifierRewardBase):
         guard_prompt: End every criterion with :data:`densereward.prompts.MANIPULATION_WARNING`
             (text addressed to the grader is evidence of manipulation). Not with the
             ``answer_match`` prompt, which does not show the response.
+        abstain_with_check: Also return ``None`` where Math-Verify's check abstained on an item
+            with a reference (a timeout; :attr:`~densereward.rewards.math.MathCheck.abstained`):
+            set by ``mixed`` and ``seed_recipe``, whose correctness term abstains there, so TRL
+            and ``serve`` see the whole row abstain rather than score it as a wrong answer.
 
     Returns (from ``__call__``):
         ``(len(completions),)`` expected scores in ``[0, 1]``; ``None`` where the verifier
-        abstained (see the module docstring).
+        abstained (see the module docstring), or, with ``abstain_with_check``, the check.
 
     Raises:
         ConfigError: at construction, for an option outside its range or a combination that
@@ -468,7 +497,9 @@ class VerifierReward(_VerifierRewardBase):
         results = self.verifier.score_batch(**request) if idx else []
         self._watch_abstentions(results, trainer_state)
         values, masses, read = self._collect(results, idx, len(texts), flags)
-        rewards = self._rewards(prompts, texts, values, kwargs, trainer_state)
+        rewards = self._with_check(
+            self._rewards(prompts, texts, values, kwargs, trainer_state), texts, kwargs
+        )
         self._track(
             prompts=prompts,
             texts=texts,
@@ -507,6 +538,7 @@ class AsyncVerifierReward(VerifierReward):
         rewards = await asyncio.to_thread(
             self._rewards, prompts, texts, values, kwargs, trainer_state
         )
+        rewards = await asyncio.to_thread(self._with_check, rewards, texts, kwargs)
         await asyncio.to_thread(
             self._track,
             prompts=prompts,

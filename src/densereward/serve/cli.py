@@ -54,9 +54,11 @@ def build_service(config: dict[str, Any]) -> tuple[RewardService, Callable[[], N
     reward, verifier_config, serve = _sections(config)
     verifier = Verifier(verifier_config)
     try:
-        # bounded: the auto threshold on the last quality_history labelled items, as many records
+        # bounded: the auto threshold on the last quality_history labelled items, as many records;
+        # verifier.threshold (a number or an eval-verifier metrics.json) as train grpo reads it
         tracker = (
             RewardQualityTracker(
+                threshold=verifier_config.threshold,
                 window=reward.track_window,
                 history=serve.quality_history,
                 max_records=serve.quality_history,
@@ -78,6 +80,9 @@ def build_service(config: dict[str, Any]) -> tuple[RewardService, Callable[[], N
     except BaseException:
         verifier.close()
         raise
+    note = tracking_note(reward, verifier_config)
+    if note:
+        logger.warning("%s", note)
     if (config.get("serve") or {}).get("require_labels") is None:
         service.labels_why = f"the default for reward.type={reward.type} with reference answers"
 
@@ -90,6 +95,21 @@ def build_service(config: dict[str, Any]) -> tuple[RewardService, Callable[[], N
         verifier.close()
 
     return service, close
+
+
+def tracking_note(reward: Any, verifier: VerifierConfig) -> str | None:
+    """What the verifier does on a server whose reward does not read it (``sparse``) while
+    ``reward.track`` is on: it reads every labelled item, only to track reward quality. Said
+    once by the start and by the dry run; ``None`` when nothing needs saying."""
+    if reward.kind.uses_verifier or not reward.track:
+        return None
+    return (
+        f"reward.type={reward.type} is Math-Verify's verdict alone, but reward.track is on: the "
+        f"verifier ({verifier.model or 'the embedded default'}, backend {verifier.backend}) reads "
+        "every labelled item too, only to track reward quality (/metrics verifier/*), one read "
+        "per item (its latency and compute on every request); reward.track=false turns that off "
+        "(the verifier then serves only /rank)"
+    )
 
 
 def _resolve_require_labels(reward: Any, serve: ServeConfig) -> ServeConfig:
@@ -164,6 +184,9 @@ def dry_run(config: dict[str, Any]) -> tuple[list[str], list[str]]:
         f"reward: {reward.type} (use_async {reward.use_async})",
         f"verifier: VerifierConfig ok (backend {v.backend}, G={v.granularity}, options {v.options})",
     ]
+    note = tracking_note(reward, v)
+    if note:
+        checks.append(f"verifier use: {note}")
     line, problem = (
         check_model(v.model, "verifier.model") if loads_model(v.backend) else (None, None)
     )
