@@ -1272,3 +1272,33 @@ def test_every_reward_built_on_correctness_abstains_where_the_check_times_out(
     for row in by_row[1:]:
         assert any(r is not None for r in row), (kind, by_row)  # the others are scored
     assert checker.n_timeouts == 1  # checked once, whichever function asked first
+
+
+def test_the_plot_says_which_lines_are_the_window_and_which_each_batch():
+    """F3 (fresh user's trial): the demo's title said "lines: the last W = 128 labelled
+    completions; dots: each batch" while its pass_rate line was the per-batch
+    ``verifier/pass_rate`` (0.125, 0.125, 0.5, ...), not the window's read pass rate. A line of
+    a metric with no window value is labelled "(each batch)", and the title says so; checked on
+    the measured demo run's own records."""
+    import matplotlib.pyplot as plt
+
+    from densereward.io import read_jsonl
+    from densereward.rewards.tracking_plot import _reward_quality_figure
+
+    figures = Path(__file__).resolve().parents[1] / "docs" / "figures"
+    records = list(read_jsonl(figures / "grpo_demo.reward_quality.jsonl"))
+    fig = _reward_quality_figure(records, "verifier/")
+    try:
+        title = fig._suptitle.get_text()
+        labels = {
+            label: line
+            for ax in fig.axes
+            for line, label in zip(*ax.get_legend_handles_labels(), strict=True)
+        }
+    finally:
+        plt.close(fig)
+    batch = [r["verifier/pass_rate"] for r in records]
+    assert list(labels["pass_rate (each batch)"].get_ydata()) == pytest.approx(batch)
+    assert "pass_rate" not in labels and "tie_rate (each batch)" in labels
+    assert "auroc" in labels and "auroc (each batch)" not in labels  # a window line
+    assert 'lines marked "(each batch)": the batch' in title.splitlines()[0], title

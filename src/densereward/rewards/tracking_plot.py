@@ -217,8 +217,9 @@ def _reward_quality_figure(records: Sequence[dict[str, Any]], prefix: str) -> An
                     alpha=0.35,
                     color=line.get_color(),
                 )
-            else:
-                ax.plot(steps, series(key), ls=ls, marker=mk, lw=lw, ms=4, mfc="none", label=key)
+            else:  # in a windowed plot, a metric with no window value is the batch's own
+                label = f"{key} (each batch)" if windowed else key
+                ax.plot(steps, series(key), ls=ls, marker=mk, lw=lw, ms=4, mfc="none", label=label)
         # the threshold only beside rates it applies to: alone, it ran through "no data"
         if drawn and "tpr" in keys and any(prefix + "threshold" in r for r in records):
             ax.plot(steps, series("threshold"), ls="--", color="0.4", lw=1, label="threshold")
@@ -254,7 +255,10 @@ def _reward_quality_figure(records: Sequence[dict[str, Any]], prefix: str) -> An
     title = "Verifier reward quality as the policy trains"
     if windowed:
         size = f"W = {max(sizes)}" if sizes else "W"
-        title += f" (lines: the last {size} labelled completions; dots: each batch)"
+        title += (
+            f" (lines: the last {size} labelled completions, faint dots: each batch; "
+            'lines marked "(each batch)": the batch\'s own value)'
+        )
     in_sample = _in_sample_steps(records, prefix)
     if sources:
         title += f"\naccept threshold: {', '.join(sources)}"
@@ -330,7 +334,8 @@ def plot_reward_quality(
 
     Records of the same step (several generation batches per logging step) are averaged.
     Where the records hold window metrics (``<prefix>window/<metric>``) those are the lines
-    and the per-batch values faint dots; the accept threshold (``<prefix>threshold``) is drawn
+    and the per-batch values faint dots; a metric with no window value (``pass_rate``,
+    ``tie_rate``, ...) is then drawn as its per-batch line, labelled "(each batch)"; the accept threshold (``<prefix>threshold``) is drawn
     dashed in the rates panel when it has a rate to draw, and the title says how it was chosen (``threshold_source``)
     and what the last window rests on (its correct / incorrect completions, also on the rates
     panel); steps whose threshold was chosen on the batch it scored
