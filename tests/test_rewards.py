@@ -1302,3 +1302,27 @@ def test_the_plot_says_which_lines_are_the_window_and_which_each_batch():
     assert "pass_rate" not in labels and "tie_rate (each batch)" in labels
     assert "auroc" in labels and "auroc (each batch)" not in labels  # a window line
     assert 'lines marked "(each batch)": the batch' in title.splitlines()[0], title
+
+
+def test_undefined_metrics_are_nan_in_records_and_null_in_the_jsonl_as_documented(tmp_path):
+    """F5 (fresh user's trial): ``print(tracker.records[-1])`` showed ``"verifier/tpr": NaN``
+    where ``reward_quality.jsonl`` holds ``null``, and neither the README, which reads
+    ``tracker.records``, nor the attribute's docstring said so. Both representations are checked
+    on a real tracker (all-wrong batch: TPR undefined) and the docs are checked to say them."""
+    import json
+    import math
+
+    from densereward.rewards.tracking import RewardQualityTracker
+
+    tracker = RewardQualityTracker(tmp_path, threshold=0.5)
+    tracker.update(prompts=["p"] * 4, scores=[0.2, 0.3, 0.7, 0.1], correct=[0, 0, 0, 0])
+    assert math.isnan(tracker.records[-1]["verifier/tpr"])
+    row = json.loads((tmp_path / "reward_quality.jsonl").read_text().splitlines()[-1])
+    assert row["verifier/tpr"] is None
+    repo = Path(__file__).resolve().parents[1]
+    readme = " ".join((repo / "README.md").read_text(encoding="utf-8").split())
+    grpo = " ".join((repo / "docs" / "grpo.md").read_text(encoding="utf-8").split())
+    source = (repo / "src/densereward/rewards/tracking.py").read_text(encoding="utf-8")
+    for text in (readme, grpo, " ".join(source.split())):
+        assert "NaN in `tracker.records`" in text.replace("``", "`"), "undocumented"
+        assert "`null` in `reward_quality.jsonl`" in text.replace("``", "`"), "undocumented"

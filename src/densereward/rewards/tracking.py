@@ -185,6 +185,10 @@ class RewardQualityTracker:
         self.history = history
         self.max_records = max_records
         self.records: list[dict[str, Any]] = []
+        """One record a batch (``step``, ``time_s``, ``threshold_source``, ``window``,
+        ``min_per_class`` and the ``<prefix>`` metrics), as in ``reward_quality.jsonl``, except
+        that a metric undefined at that step is NaN in ``tracker.records`` and ``null`` in
+        ``reward_quality.jsonl``."""
         self._n_updates = 0
         self._lock = threading.Lock()
         self._explained: set[str] = set()  # undefined metrics already explained in the log
