@@ -194,7 +194,10 @@ def test_real_two_step_grpo_run_dense_reward(tmp_path, data_dir, default_model_d
     ]
     assert [r["step"] for r in rows] == [1, 2, 3]  # appended, the first two kept as they were
     assert [p["step"] for p in resumed["curve"]] == [1, 2, 3]
-    assert len(list((run_dir / "wandb").glob("offline-run-*"))) in (1, 2)
+    # F2: the resumed start continues the first start's W&B run id (wandb_id.txt), as SAC does
+    run_id = (run_dir / "wandb_id.txt").read_text().strip()
+    ids = {p.name.rsplit("-", 1)[1] for p in (run_dir / "wandb").glob("offline-run-*")}
+    assert ids == {run_id}, (ids, run_id)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]
 
 

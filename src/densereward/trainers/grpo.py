@@ -28,6 +28,8 @@ import os
 import re
 import sys
 import time
+import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +43,7 @@ from densereward.config_files import (
 from densereward.errors import ConfigError, DenseRewardError, Interrupted
 from densereward.io import (
     atomic_write_json,
+    atomic_write_text,
     check_run_dir,
     drop_rows_after,
     get_api_key,
@@ -50,7 +53,7 @@ from densereward.io import (
     reuse_words,
 )
 from densereward.verifier import VerifierFactory
-from densereward.wandb_config import describe_wandb, wandb_environment
+from densereward.wandb_config import describe_wandb, restored_environ, wandb_environment
 
 from .checks import check_models, check_verifier_server, name_base_model, print_dry_run
 from .grpo_config import (  # noqa: F401  (re-exported: the config is part of this trainer's API)
@@ -218,6 +221,22 @@ def _run_dir_state(run_dir: Path, resume: str | None) -> str:
     return reuse_words(run_dir, RUN_FILES)
 
 
+@contextlib.contextmanager
+def _wandb_run_id(run_dir: Path, resume: str | None, main_process: bool) -> Iterator[None]:
+    """Give transformers' ``WandbCallback`` (which calls ``wandb.init`` without an id) the run's
+    W&B id through ``WANDB_RUN_ID`` / ``WANDB_RESUME=allow``: a new id, written to
+    ``<run_dir>/wandb_id.txt``, at a fresh start; the file's id on ``--resume``, so a resumed
+    run continues its one W&B run, as SAC's does. Only the main process logs to W&B."""
+    with restored_environ(("WANDB_RUN_ID", "WANDB_RESUME")):
+        if main_process:
+            id_file = run_dir / "wandb_id.txt"
+            known = resume and id_file.is_file()
+            run_id = id_file.read_text().strip() if known else uuid.uuid4().hex[:12]
+            atomic_write_text(id_file, run_id)
+            os.environ["WANDB_RUN_ID"], os.environ["WANDB_RESUME"] = run_id, "allow"
+        yield
+
+
 def _create_run_dir(run_dir: Path, resume: str | None) -> None:
     """Create the checked run directory. A fresh start replaces the :data:`RUN_FILES` left by
     an earlier start that never reached a checkpoint (they would mix with this run's steps); a
@@ -366,7 +385,8 @@ def run(
     # W&B (offline without a key) and the policy.
     trainer, wandb_env = None, contextlib.ExitStack()
     try:
-        wandb_env.enter_context(wandb_environment(parts["wandb"], run_dir))
+        if wandb_env.enter_context(wandb_environment(parts["wandb"], run_dir)) is not None:
+            wandb_env.enter_context(_wandb_run_id(run_dir, resume, main_process))
         policy = resolve_model(parts["model"].name, field="model.name")
         if parts["model"].torch_threads:
             torch.set_num_threads(parts["model"].torch_threads)
