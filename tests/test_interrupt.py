@@ -171,6 +171,17 @@ def test_sigterm_stops_train_sac_with_what_it_left_and_resume_drops_the_later_ro
 # --------------------------------------------------------------------------------------------
 
 
+def _checkpoint(
+    run_dir: Path, step: int, files=("trainer_state.json", "reward_quality_state.json")
+):
+    """A ``checkpoint-<step>`` directory holding ``files`` (a complete GRPO save: both)."""
+    ckpt = run_dir / f"checkpoint-{step}"
+    ckpt.mkdir(parents=True)
+    for name in files:
+        (ckpt / name).write_text("{}")
+    return ckpt
+
+
 def test_grpo_dry_run_says_a_stopped_starts_files_are_replaced_and_resume_drops_later_rows(
     tmp_path,
 ):
@@ -185,7 +196,7 @@ def test_grpo_dry_run_says_a_stopped_starts_files_are_replaced_and_resume_drops_
         "exists with no checkpoint and no result: the files of the earlier start "
         "(reward_quality.jsonl) are replaced"
     )
-    (run_dir / "checkpoint-2").mkdir()
+    _checkpoint(run_dir, 2)
     assert _run_dir_state(run_dir, "latest") == (
         "continues from checkpoint-2; the rows written after it (reward_quality.jsonl) are dropped"
     )
@@ -239,3 +250,57 @@ def test_a_comparison_stopped_by_sigterm_says_which_runs_are_kept(tmp_path):
     )
     events = [json.loads(x) for x in (out / "events.jsonl").read_text().splitlines()]
     assert events[-1]["event"] == "stopped" and events[-1]["signal"] == "SIGTERM"
+
+
+def test_grpo_resume_skips_a_checkpoint_stopped_mid_save(tmp_path, caplog):
+    """F1: a run SIGTERMed during a save left checkpoint-2 without reward_quality_state.json;
+    the stop message and the dry run called it a full resume point, and --resume used it (the
+    reward-quality window started afresh). The newest complete checkpoint is named and used,
+    and the incomplete one is said to be skipped, once."""
+    from densereward.rewards.trl_callback import STATE_FILE
+    from densereward.trainers.grpo import (
+        _create_run_dir,
+        _resume_checkpoint,
+        _run_dir_state,
+        _stopped,
+    )
+
+    run_dir = tmp_path / "run"
+    _checkpoint(run_dir, 1)
+    _checkpoint(run_dir, 2, files=("trainer_state.json", "model.safetensors"))
+    for step in (1, 2, 3):
+        append_jsonl(run_dir / "reward_quality.jsonl", {"step": step})
+    assert STATE_FILE == "reward_quality_state.json"
+    assert _resume_checkpoint(run_dir, "latest") == run_dir / "checkpoint-1"
+    assert _run_dir_state(run_dir, "latest") == (
+        "continues from checkpoint-1, the newest complete checkpoint (checkpoint-2 is "
+        "incomplete: no reward_quality_state.json: stopped mid-save); the rows written after "
+        "it (reward_quality.jsonl) are dropped"
+    )
+    stopped = _stopped(KeyboardInterrupt(), run_dir, 2, 5)
+    assert stopped.detail == (
+        f"at step 2 of 5; {run_dir} keeps checkpoint-1, the newest complete checkpoint "
+        "(checkpoint-2 is incomplete: no reward_quality_state.json: stopped mid-save): add "
+        f"--resume to the same command (--output-dir {run_dir}) to continue from checkpoint-1 "
+        "(the reward-quality rows written after it are dropped then)"
+    )
+    with caplog.at_level("WARNING", logger="densereward.trainers.grpo"):
+        _create_run_dir(run_dir, "latest")
+    skipped = [r.getMessage() for r in caplog.records if "incomplete" in r.getMessage()]
+    assert skipped == [
+        "--resume: checkpoint-2 is incomplete (no reward_quality_state.json: stopped "
+        "mid-save); continuing from checkpoint-1, the newest complete checkpoint"
+    ]
+    assert _steps(run_dir / "reward_quality.jsonl") == [1]
+
+    # none complete (the user's run: checkpoint-1 half-deleted by save_total_limit as well):
+    # the newest is used, and said to be incomplete
+    (run_dir / "checkpoint-1" / STATE_FILE).unlink()
+    assert _resume_checkpoint(run_dir, "latest") == run_dir / "checkpoint-2"
+    assert _run_dir_state(run_dir, "latest").startswith(
+        "continues from checkpoint-2, which is incomplete (no reward_quality_state.json: "
+        "stopped mid-save; no complete checkpoint to use instead), weights only"
+    )
+    assert "keeps checkpoint-2, which is incomplete (no reward_quality_state.json" in (
+        _stopped(KeyboardInterrupt(), run_dir, 2, 5).detail
+    )

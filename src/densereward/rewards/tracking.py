@@ -88,6 +88,9 @@ from .quality import (
 )
 from .tracking_plot import PLOT_KEYS, plot_reward_quality
 
+STATE_FILE = "reward_quality_state.json"
+"""The tracker's state in each ``checkpoint-<step>`` directory (:meth:`RewardQualityTracker.state_dict`)."""
+
 __all__ = [
     "RewardQualityTracker",
     "reward_quality_metrics",

@@ -15,12 +15,9 @@ from typing import Any
 from transformers import TrainerCallback
 
 from ..io import atomic_write_json
-from .tracking import RewardQualityTracker
+from .tracking import STATE_FILE, RewardQualityTracker
 
 __all__ = ["STATE_FILE", "RewardQualityCallback"]
-
-STATE_FILE = "reward_quality_state.json"
-"""The tracker's state in each ``checkpoint-<step>`` directory (:meth:`RewardQualityTracker.state_dict`)."""
 
 logger = logging.getLogger(__name__)
 

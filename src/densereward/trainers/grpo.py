@@ -192,14 +192,57 @@ stopped start left (no checkpoint, no ``result.json``) replaces them: the stoppe
 would mix with this run's steps."""
 
 
+_TRAINER_STATE = "trainer_state.json"  # transformers.trainer.TRAINER_STATE_NAME
+
+
+def _missing(ckpt: Path) -> list[str]:
+    """The files of a complete save that ``ckpt`` lacks (``[]``: complete): transformers'
+    ``trainer_state.json`` and the reward-quality tracker's state, which the
+    :class:`~densereward.rewards.RewardQualityCallback` every GRPO run adds writes after
+    transformers' save. A run stopped mid-save leaves a checkpoint without them."""
+    from densereward.rewards.tracking import STATE_FILE
+
+    return [name for name in (_TRAINER_STATE, STATE_FILE) if not (ckpt / name).is_file()]
+
+
+def _newest_complete(run_dir: Path) -> tuple[Path | None, Path | None]:
+    """``(chosen, skipped)``: the checkpoint ``--resume`` continues from (the newest complete
+    one; the newest one when none is complete; ``None`` when none) and the newest incomplete
+    checkpoint newer than it (``None`` when there is none)."""
+    found = _checkpoints(run_dir)
+    if not found:
+        return None, None
+    complete = [p for p in found if not _missing(p)]
+    chosen = complete[-1] if complete else found[-1]
+    newer = [p for p in found if _step_of(p) > _step_of(chosen)]
+    return chosen, (newer[-1] if newer else None)
+
+
+def _completeness(chosen: Path, skipped: Path | None) -> str:
+    """The words after the chosen checkpoint's name: why it and not a newer one, or that it is
+    itself incomplete (``""`` for the newest checkpoint, complete)."""
+    if skipped is not None:
+        return (
+            f", the newest complete checkpoint ({skipped.name} is incomplete: no "
+            f"{', '.join(_missing(skipped))}: stopped mid-save)"
+        )
+    if missing := _missing(chosen):
+        return (
+            f", which is incomplete (no {', '.join(missing)}: stopped mid-save; no complete "
+            "checkpoint to use instead)"
+        )
+    return ""
+
+
 def _resume_checkpoint(run_dir: Path, resume: str | None) -> Path | None:
-    """The checkpoint a resumed run continues from (``None`` for a new run or none found)."""
+    """The checkpoint a resumed run continues from (``None`` for a new run or none found):
+    the one ``resume`` names, or for ``"latest"`` the newest complete one
+    (:func:`_newest_complete`)."""
     if not resume:
         return None
     if resume != "latest":
         return Path(resume)
-    found = _checkpoints(run_dir)
-    return found[-1] if found else None
+    return _newest_complete(run_dir)[0]
 
 
 def _run_dir_state(run_dir: Path, resume: str | None) -> str:
@@ -212,8 +255,9 @@ def _run_dir_state(run_dir: Path, resume: str | None) -> str:
             if _weights_only(ckpt)
             else ""
         )
+        completeness = _completeness(*_newest_complete(run_dir)) if resume == "latest" else ""
         return (
-            f"continues from {ckpt.name}{weights_only}; the rows written after it "
+            f"continues from {ckpt.name}{completeness}{weights_only}; the rows written after it "
             "(reward_quality.jsonl) are dropped"
         )
     if not (run_dir.is_dir() and any(run_dir.iterdir())):
@@ -246,6 +290,14 @@ def _create_run_dir(run_dir: Path, resume: str | None) -> None:
     ckpt = _resume_checkpoint(run_dir, resume)
     if ckpt is not None:
         step = _step_of(ckpt)
+        if resume == "latest" and (skipped := _newest_complete(run_dir)[1]) is not None:
+            logger.warning(
+                "--resume: %s is incomplete (no %s: stopped mid-save); continuing from %s, the "
+                "newest complete checkpoint",
+                skipped.name,
+                ", ".join(_missing(skipped)),
+                ckpt.name,
+            )
         if dropped := drop_rows_after(run_dir / "reward_quality.jsonl", step):
             logger.warning(
                 "--resume from %s: reward_quality.jsonl: %d row(s) written after it dropped "
@@ -260,14 +312,15 @@ def _create_run_dir(run_dir: Path, resume: str | None) -> None:
 def _stopped(exc: BaseException, run_dir: Path, step: int, max_steps: int) -> Interrupted:
     """The :class:`~densereward.errors.Interrupted` of a run stopped while training: what it
     left in ``run_dir`` and how to go on."""
-    found = _checkpoints(run_dir)
+    chosen, skipped = _newest_complete(run_dir)
     where = f"at step {step} of {max_steps}"
-    if found:
+    if chosen is not None:
         return Interrupted.of(
             exc,
-            f"{where}; {run_dir} keeps {found[-1].name}: add --resume to the same command "
-            f"(--output-dir {run_dir}) to continue from it (the reward-quality rows written "
-            "after it are dropped then)",
+            f"{where}; {run_dir} keeps {chosen.name}{_completeness(chosen, skipped)}: add "
+            f"--resume to the same command (--output-dir {run_dir}) to continue from "
+            f"{chosen.name if skipped else 'it'} (the reward-quality rows written after it "
+            "are dropped then)",
         )
     return Interrupted.of(
         exc,
@@ -406,8 +459,9 @@ def run(
         if (every_k := heldout.callback()) is not None:  # heldout.every_steps: a held-out curve
             trainer.add_callback(every_k)
         heldout.evaluate("before", 0)  # the initial policy, before any step (or checkpoint) loads
-        checkpoint = True if resume == "latest" else resume
-        if (ckpt := _resume_checkpoint(run_dir, resume)) is not None and _weights_only(ckpt):
+        ckpt = _resume_checkpoint(run_dir, resume)  # for "latest": the newest complete one
+        checkpoint = str(ckpt) if ckpt is not None else (True if resume == "latest" else resume)
+        if ckpt is not None and _weights_only(ckpt):
             trainer.add_callback(_ContinueSchedule())
             if main_process:
                 logger.warning(
