@@ -467,9 +467,10 @@ def test_verl_reward_retries_through_a_restart_and_refuses_at_once_on_a_4xx():
 # ------------------------------------------------------------------------------ Math-Verify
 
 
-def sparse_service(verifier, reward, serve=None):
+def sparse_service(verifier, reward, serve=None, **verifier_settings):
     """``build_service`` of a sparse reward (``reward``: its other settings) with the scripted
-    ``verifier`` server as the verifier: ``(service, close)``."""
+    ``verifier`` server as the verifier (``verifier_settings``: its other settings):
+    ``(service, close)``."""
     from densereward.serve.cli import build_service
 
     return build_service(
@@ -479,6 +480,7 @@ def sparse_service(verifier, reward, serve=None):
                 "backend": "openai",
                 "granularity": 20,
                 "calibrate": False,
+                **verifier_settings,
                 "backend_options": {"base_url": verifier.base_url},
             },
             "serve": serve or {},
@@ -580,21 +582,8 @@ def test_the_served_tracker_reads_at_the_configured_threshold():
     """F4: the reward server built its reward-quality tracker without verifier.threshold, so
     with `verifier.threshold=0.5` /metrics reported TPR / TNR at an in-sample auto threshold
     (`verifier/threshold 0.4404`, `threshold_in_sample 1`). `train grpo` passes it; so does serve."""
-    from densereward.serve.cli import build_service
-
     with MisbehavingServer() as verifier:
-        service, close = build_service(
-            {
-                "reward": {"type": "sparse", "track": True},
-                "verifier": {
-                    "backend": "openai",
-                    "granularity": 20,
-                    "calibrate": False,
-                    "threshold": 0.5,
-                    "backend_options": {"base_url": verifier.base_url},
-                },
-            }
-        )
+        service, close = sparse_service(verifier, {"track": True}, threshold=0.5)
         served = Served([], service=service)
         try:
             body = {**score_body(r"\boxed{2}", r"\boxed{3}"), "references": ["2", "2"]}
