@@ -27,6 +27,7 @@ __all__ = [
     "make_run_dir",
     "check_run_dir",
     "replace_earlier_files",
+    "wandb_run_id",
     "reuse_words",
     "configure_wandb",
     "wandb_key_configured",
@@ -285,6 +286,18 @@ def replace_earlier_files(run_dir: str | Path, names: Sequence[str]) -> list[str
             ", ".join(earlier),
         )
     return earlier
+
+
+def wandb_run_id(run_dir: str | Path, *, reuse: bool) -> str:
+    """The run's W&B id, kept in ``<run_dir>/wandb_id.txt``: the file's id when ``reuse`` and
+    the file exists (a resumed run continues its one W&B run), else a new 12-hex-digit id; the
+    id is (re)written to the file either way."""
+    import uuid
+
+    id_file = Path(run_dir) / "wandb_id.txt"
+    run_id = id_file.read_text().strip() if reuse and id_file.is_file() else uuid.uuid4().hex[:12]
+    atomic_write_text(id_file, run_id)
+    return run_id
 
 
 def get_api_key(env_var: str, *, dotenv_path: str | Path | None = ".env") -> str | None:

@@ -28,7 +28,6 @@ import os
 import re
 import sys
 import time
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -43,7 +42,6 @@ from densereward.config_files import (
 from densereward.errors import ConfigError, DenseRewardError, Interrupted
 from densereward.io import (
     atomic_write_json,
-    atomic_write_text,
     check_run_dir,
     drop_rows_after,
     get_api_key,
@@ -51,6 +49,7 @@ from densereward.io import (
     redact,
     replace_earlier_files,
     reuse_words,
+    wandb_run_id,
 )
 from densereward.verifier import VerifierFactory
 from densereward.wandb_config import describe_wandb, restored_environ, wandb_environment
@@ -273,10 +272,7 @@ def _wandb_run_id(run_dir: Path, resume: str | None, main_process: bool) -> Iter
     run continues its one W&B run, as SAC's does. Only the main process logs to W&B."""
     with restored_environ(("WANDB_RUN_ID", "WANDB_RESUME")):
         if main_process:
-            id_file = run_dir / "wandb_id.txt"
-            known = resume and id_file.is_file()
-            run_id = id_file.read_text().strip() if known else uuid.uuid4().hex[:12]
-            atomic_write_text(id_file, run_id)
+            run_id = wandb_run_id(run_dir, reuse=bool(resume))
             os.environ["WANDB_RUN_ID"], os.environ["WANDB_RESUME"] = run_id, "allow"
         yield
 

@@ -56,7 +56,6 @@ import os
 import re
 import sys
 import time
-import uuid
 from pathlib import Path
 from typing import Any
 
@@ -78,6 +77,7 @@ from densereward.io import (
     read_jsonl,
     replace_earlier_files,
     reuse_words,
+    wandb_run_id,
 )
 
 from ..backend_options import loads_model
@@ -641,9 +641,7 @@ def run(config: dict[str, Any], *, output_dir: Path, resume: bool = False) -> di
     if wandb_env.enter_context(wandb_environment(cfg.wandb, run_dir)) is not None:
         import wandb
 
-        id_file = run_dir / "wandb_id.txt"
-        run_id = id_file.read_text().strip() if id_file.is_file() else uuid.uuid4().hex[:12]
-        atomic_write_text(id_file, run_id)
+        run_id = wandb_run_id(run_dir, reuse=True)  # a fresh start removed the file
         # project, entity, group, name, tags, mode and dir come from the environment just set
         wandb_run = wandb.init(id=run_id, resume="allow", config=config)
         formats.append(WandbOutputFormat(wandb_run))
