@@ -868,13 +868,19 @@ def _monitor_rows(run_dir: Path) -> tuple[dict, list[dict]]:
         return header, list(csv.DictReader(f))
 
 
+def _progress_rows(run_dir: Path) -> list[dict]:
+    with open(run_dir / "logs" / "progress.csv", newline="") as f:
+        return list(csv.DictReader(f))
+
+
 @pytest.mark.slow
 def test_resume_keeps_the_episodes_before_the_checkpoint_in_monitor_csv_and_the_curve(
     tmp_path, caplog
 ):
     """F2: SB3's VecMonitor reopened monitor.csv on --resume, so the episodes before the
-    checkpoint were lost. F3: the training curve's window and n_episodes_total restarted from
-    zero at the resume step. Both continue now from the episodes that ended by the checkpoint."""
+    checkpoint were lost (and SB3's CSV logger its logs/progress.csv dumps). F3: the training
+    curve's window and n_episodes_total restarted from zero at the resume step. They continue
+    now from the episodes that ended by (and the dumps logged by) the checkpoint."""
     config = small_config(
         "sac_fetchreach_sparse.yaml", total_timesteps=300, checkpoint_every=200, eval_every=0
     )
@@ -883,6 +889,7 @@ def test_resume_keeps_the_episodes_before_the_checkpoint_in_monitor_csv_and_the_
     sac.run(config, output_dir=tmp_path)
     header, before = _monitor_rows(tmp_path)
     assert [int(r["l"]) for r in before] == [50] * 6
+    dumps_before = _progress_rows(tmp_path)
     config["training"]["total_timesteps"] = 500
     with caplog.at_level(logging.WARNING, logger="densereward.trainers.sac"):
         sac.run(config, output_dir=tmp_path, resume=True)  # from sac_200_steps.zip
@@ -897,6 +904,15 @@ def test_resume_keeps_the_episodes_before_the_checkpoint_in_monitor_csv_and_the_
         assert float(new["t"]) + new_header["t_start"] == pytest.approx(t_abs, abs=1e-3)
     said = [r.getMessage() for r in caplog.records if "monitor.csv" in r.getMessage()]
     assert len(said) == 1 and "keeps the 4 episode(s) that ended by the checkpoint" in said[0]
+    # SB3's logs/progress.csv (reopened with mode w+) keeps the dumps logged by step 200 too
+    dumps_after = _progress_rows(tmp_path)
+    kept = [r for r in dumps_before if float(r["time/total_timesteps"]) <= 200]
+    assert kept and len(kept) < len(dumps_before)
+    steps = [float(r["time/total_timesteps"]) for r in dumps_after]
+    assert steps == sorted(steps) and steps[-1] == 500, steps
+    assert dumps_after[: len(kept)] == kept
+    said = [r.getMessage() for r in caplog.records if "progress.csv" in r.getMessage()]
+    assert len(said) == 1 and f"keeps the {len(kept)} dump(s) logged by the checkpoint" in said[0]
     # the training curve counts on from the 4 kept episodes
     curve = [p for p in read_jsonl(tmp_path / "train_curve.jsonl") if p["step"] > 200]
     assert [(p["step"], p["n_episodes"], p["n_episodes_total"]) for p in curve] == [

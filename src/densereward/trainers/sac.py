@@ -26,7 +26,8 @@ offline W&B run.
 A new run in a directory that a stopped start left (no checkpoint, no ``summary.json``)
 replaces that start's :data:`RUN_FILES` (the dry run names them); ``--resume`` drops the rows
 of :data:`CURVE_FILES` written after its checkpoint, writes the episodes of ``monitor.csv``
-that ended by it back into the file SB3 reopens, and continues SB3's ``rollout/*`` windows and
+that ended by it and the ``logs/progress.csv`` dumps logged by it back into the files SB3
+reopens, and continues SB3's ``rollout/*`` windows and
 the training curve's window and ``n_episodes_total`` from them (:func:`_continue_episodes`).
 A run stopped while training (Ctrl-C, or SIGTERM in ``densereward train sac``) raises
 :class:`densereward.errors.Interrupted` saying what it left; checkpoints are written whole or
@@ -99,8 +100,10 @@ from .sac_envs import (
     env_spec,
     episodes_by,
     parse_episode,
+    progress_rows_by,
     render_kwargs,
     reward_model_stats,
+    write_progress_back,
 )
 from .sac_envs import eval_reward as _eval_reward
 
@@ -274,12 +277,15 @@ def _latest_checkpoint(ckpt_dir: Path) -> tuple[Path, Path | None, Path | None] 
     return model, (buf if buf.is_file() else None), (norm if norm.is_file() else None)
 
 
+PROGRESS_CSV = "logs/progress.csv"
+"""SB3's CSV log of every dumped key (``time/total_timesteps`` gives each row's step)."""
+
 RUN_FILES = (
     "eval_curve.jsonl",
     "train_curve.jsonl",
     "verifier_dynamics.jsonl",
     "monitor.csv",
-    "logs/progress.csv",
+    PROGRESS_CSV,
     "training_curves.png",
     "final_model.zip",
     "vecnormalize.pkl",
@@ -303,7 +309,8 @@ def _state_text(state: str, run_dir: Path) -> str:
     if state == "resume":
         return (
             "continues from its newest checkpoint; the curve rows written after it are dropped, "
-            "monitor.csv keeps the episodes that ended by it"
+            "monitor.csv keeps the episodes that ended by it and logs/progress.csv the dumps "
+            "logged by it"
         )
     return reuse_words(run_dir, RUN_FILES)
 
@@ -559,6 +566,7 @@ def run(config: dict[str, Any], *, output_dir: Path, resume: bool = False) -> di
     # checkpoint are read first and written back into the new file
     found = _checkpoint_models(ckpt_dir) if resume else []
     earlier = episodes_by(run_dir / "monitor.csv", found[-1][0]) if found else (None, [], 0)
+    dumps = progress_rows_by(run_dir / PROGRESS_CSV, found[-1][0]) if found else ([], [], 0)
     try:
         venv, eval_venv = build_envs(cfg, progress_fn=progress_fn, gamma=gamma, monitor_dir=run_dir)
         reward_venv = venv  # VecMonitor(...): carries verifier_stats; VecNormalize goes on top
@@ -635,6 +643,16 @@ def run(config: dict[str, Any], *, output_dir: Path, resume: bool = False) -> di
 
     # 4. logging: CSV (+ stdout) and W&B (offline by default) through SB3's logger
     formats = [make_output_format("csv", str(run_dir / "logs"))]
+    write_progress_back(formats[0], dumps[0], dumps[1])  # --resume: SB3 reopened the file
+    if found and dumps[2]:
+        logger.warning(
+            "--resume from step %d: %s keeps the %d dump(s) logged by the checkpoint (of %d "
+            "the stopped run wrote) and this run appends its own",
+            model.num_timesteps,
+            PROGRESS_CSV,
+            len(dumps[1]),
+            dumps[2],
+        )
     if tc.verbose:
         formats.append(make_output_format("stdout", str(run_dir / "logs")))
     wandb_run, wandb_env = None, contextlib.ExitStack()

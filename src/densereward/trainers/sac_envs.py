@@ -271,6 +271,58 @@ def episodes_by(monitor_csv: Path, steps: int) -> tuple[float | None, list[dict[
     return t_start, kept, len(rows)
 
 
+PROGRESS_STEP = "time/total_timesteps"
+"""The column of SB3's ``logs/progress.csv`` that gives each dump's environment step."""
+
+
+def progress_rows_by(progress_csv: Path, steps: int) -> tuple[list[str], list[list[str]], int]:
+    """The rows of an SB3 ``logs/progress.csv`` dumped by environment step ``steps``.
+
+    For ``--resume`` from the checkpoint at ``steps``: SB3's CSV logger opens the file anew
+    (mode ``w+``), so the trainer writes these back first (:func:`write_progress_back`). A row
+    is kept while its :data:`PROGRESS_STEP` is at most ``steps``; a torn last row (a run
+    killed while writing it) and the rows after it are left out.
+
+    Returns:
+        ``(header, rows, n_rows)``: the column names, the kept rows as written (text), and how
+        many rows the file held in all; ``([], [], 0)`` with no file or no step column.
+    """
+    import csv
+
+    if not progress_csv.is_file():
+        return [], [], 0
+    with open(progress_csv, newline="", encoding="utf-8") as f:
+        table = list(csv.reader(f))
+    if not table or PROGRESS_STEP not in table[0]:
+        return [], [], max(len(table) - 1, 0)
+    header, rows = table[0], table[1:]
+    col = header.index(PROGRESS_STEP)
+    kept: list[list[str]] = []
+    for row in rows:
+        try:
+            if len(row) != len(header) or float(row[col]) > steps:
+                break
+        except ValueError:
+            break
+        kept.append(row)
+    return header, kept, len(rows)
+
+
+def write_progress_back(csv_format: Any, header: list[str], rows: list[list[str]]) -> None:
+    """Write ``header`` and ``rows`` (:func:`progress_rows_by`'s) first into the file a new
+    SB3 ``CSVOutputFormat`` just opened; the new run's dumps follow under the same columns
+    (SB3 adds a column for a key it has not seen and pads the earlier rows)."""
+    import csv
+
+    if not header:
+        return
+    csv_format.keys = list(header)
+    writer = csv.writer(csv_format.file, lineterminator="\n")
+    writer.writerow(header)
+    writer.writerows(rows)
+    csv_format.file.flush()
+
+
 def parse_episode(row: dict[str, str]) -> dict[str, Any]:
     """A ``monitor.csv`` row as SB3's ``info["episode"]`` holds it: ``{"r": float, "l": int,
     "t": float}`` and ``is_success`` (a bool, where recorded; ``True``/``False`` or
