@@ -881,19 +881,21 @@ def test_a_resume_from_a_weights_only_checkpoint_continues_the_schedule_and_says
     assert not (ckpt / "optimizer.pt").exists() and not (ckpt / "scheduler.pt").exists()
     (ends,) = [line for line in first.stdout.splitlines() if "checkpoints (resume with" in line]
     assert ends.endswith(
-        f"{ckpt} (weights only: a resume restarts the optimizer state; "
-        "training.save_only_model: false keeps it)"
+        f"{ckpt} (weights only: a resume restarts the optimizer and random-number states; "
+        "training.save_only_model: false keeps them)"
     ), ends
     dry = cli("--resume", "--dry-run").stdout
     assert (
         f"ok  run directory: {run_dir} (continues from checkpoint-2, weights only: the "
         "learning-rate schedule continues from step 2, the optimizer state (Adam's moments) "
-        "starts afresh; training.save_only_model: false keeps it; the rows written after it "
+        "and the random-number state (rng_state.pth: completion sampling) start afresh; "
+        "training.save_only_model: false keeps them; the rows written after it "
         "(reward_quality.jsonl) are dropped)"
     ) in dry, dry
     resumed = cli("--resume", "--max-steps", "4")
     said = [line for line in resumed.stderr.splitlines() if "weights only" in line]
     assert len(said) == 1 and "training.save_only_model: false" in said[0], resumed.stderr
+    assert "random-number state" in said[0] and not (ckpt / "rng_state.pth").exists()
     assert "missing keys" not in resumed.stderr  # F4: the tied lm_head is no missing key
     history = json.loads((run_dir / "trainer_state.json").read_text())["log_history"]
     lr = {h["step"]: h["learning_rate"] for h in history if "learning_rate" in h}

@@ -95,7 +95,13 @@ def _checkpoints(run_dir: Path) -> list[Path]:
 
 _OPTIMIZER_STATE = ("optimizer.pt", "optimizer.bin")  # transformers.trainer.OPTIMIZER_NAME(_BIN)
 _SCHEDULER_STATE = "scheduler.pt"  # transformers.trainer.SCHEDULER_NAME
-KEEP_OPTIMIZER_STATE = "training.save_only_model: false keeps it"
+KEEP_OPTIMIZER_STATE = "training.save_only_model: false keeps them"
+LOST_BY_WEIGHTS_ONLY = (
+    "the optimizer state (Adam's moments) and the random-number state (rng_state.pth: "
+    "completion sampling) start afresh"
+)
+"""What a resume from a weights-only checkpoint cannot restore: transformers saves
+``optimizer.pt``, ``scheduler.pt`` and ``rng_state.pth`` only without ``save_only_model``."""
 """The fix a weights-only checkpoint's notes name (checkpoints about 3x the policy's size)."""
 
 
@@ -250,7 +256,7 @@ def _run_dir_state(run_dir: Path, resume: str | None) -> str:
     if ckpt is not None:
         weights_only = (
             f", weights only: the learning-rate schedule continues from step {_step_of(ckpt)}, "
-            f"the optimizer state (Adam's moments) starts afresh; {KEEP_OPTIMIZER_STATE}"
+            f"{LOST_BY_WEIGHTS_ONLY}; {KEEP_OPTIMIZER_STATE}"
             if _weights_only(ckpt)
             else ""
         )
@@ -360,8 +366,8 @@ def run(
         dry_run: Build and validate everything except model weights and data downloads.
         resume: ``"latest"`` (newest checkpoint in the run directory) or a checkpoint path.
             From a weights-only checkpoint (``training.save_only_model: true``) the
-            learning-rate schedule continues from its step and the optimizer state starts
-            afresh, with one warning.
+            learning-rate schedule continues from its step and the optimizer and
+            random-number states start afresh, with one warning.
 
     Returns:
         ``{"run_dir", "curve": [{"step", "value"}], "metric": "verifier/pass_rate", "final",
@@ -463,10 +469,10 @@ def run(
                 logger.warning(
                     "%s holds weights only (no optimizer.pt or scheduler.pt: it was saved with "
                     "training.save_only_model: true): the resume continues the learning-rate "
-                    "schedule from step %d, but the optimizer state (Adam's moments) starts "
-                    "afresh. Fix: %s (checkpoints about 3x larger)",
+                    "schedule from step %d, but %s. Fix: %s (checkpoints about 3x larger)",
                     ckpt,
                     _step_of(ckpt),
+                    LOST_BY_WEIGHTS_ONLY,
                     KEEP_OPTIMIZER_STATE,
                 )
         try:
@@ -895,7 +901,8 @@ def main(args: argparse.Namespace) -> int:
     print(f"  {label:<46}{table}config.json, result.json")
     checkpoints = _checkpoints(run_dir)
     weights_only = (
-        f" (weights only: a resume restarts the optimizer state; {KEEP_OPTIMIZER_STATE})"
+        f" (weights only: a resume restarts the optimizer and random-number states; "
+        f"{KEEP_OPTIMIZER_STATE})"
         if checkpoints and _weights_only(checkpoints[-1])  # the one --resume continues from
         else ""
     )
