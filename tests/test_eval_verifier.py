@@ -1316,7 +1316,9 @@ def test_scores_made_with_a_limit_name_it_when_it_explains_a_missing_score(tmp_p
     assert "--limit 1" in err[0] and "--limit 2" in err[0]
 
 
-def test_an_exact_duplicate_row_is_refused_naming_both_lines(tmp_path, capsys):
+def test_an_exact_duplicate_row_or_a_conflicting_label_is_refused_naming_both_lines(
+    tmp_path, capsys
+):
     """F11: the 12 rows plus an exact copy of row 1 were counted as 13 responses. Refused (exit
     2) naming both file:lines; two samples that read alike stay two rows when a field tells them
     apart. Scores are matched by (problem_id, generator, occurrence), so a duplicate was not
@@ -1339,6 +1341,29 @@ def test_an_exact_duplicate_row_is_refused_naming_both_lines(tmp_path, capsys):
     ok = tmp_path / "samples.jsonl"
     ok.write_text("".join(json.dumps(s) + "\n" for s in samples))
     assert len(E.load_responses(ok)) == 2
+    # the same row but for its label: conflicting labels, refused naming both lines; true and
+    # 1 are one label, so a copy that spells it 1 is a copy
+    first = json.loads(lines[0])
+    flipped = tmp_path / "flipped.jsonl"
+    other = first | {"is_correct": not first["is_correct"]}
+    flipped.write_text("".join([*lines, json.dumps(other) + "\n"]))
+    with pytest.raises(DataError, match=r":13: .*:1 .*but labelled is_correct=.* cannot be both"):
+        E.load_responses(flipped)
+    out = tmp_path / "out_flipped"
+    assert _cli("--responses", str(flipped), "--out", str(out)) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "cannot be both" in err[0] and not out.exists(), err
+    spelt = tmp_path / "spelt.jsonl"
+    spelt.write_text(
+        "".join([*lines, json.dumps(first | {"is_correct": int(first["is_correct"])}) + "\n"])
+    )
+    with pytest.raises(DataError, match="counted twice"):
+        E.load_responses(spelt)
+    # a bad label is named as such, not as a conflict
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text("".join([*lines, json.dumps(first | {"is_correct": "maybe"}) + "\n"]))
+    with pytest.raises(DataError, match='got the string "maybe"'):
+        E.load_responses(bad)
     # a GSM8K model-solutions line given twice: the same
     g = tmp_path / "g.jsonl"
     line = json.dumps({"question": "q", "a": {"solution": "x #### 1", "is_correct": True}})

@@ -80,26 +80,38 @@ def _label(value: Any, where: str) -> bool:
 
 class _Copies:
     """Finds a row that repeats an earlier one exactly (every field equal): it would be counted
-    twice. Two samples that read alike stay two rows when a field tells them apart."""
+    twice; and one that repeats it but for ``is_correct``: the same response labelled both
+    correct and incorrect, which no verifier can match. Two samples that read alike stay two
+    rows when a field tells them apart."""
 
     def __init__(self, path: str | Path) -> None:
         self.path = path
-        self.first: dict[str, int] = {}
+        self.first: dict[str, tuple[int, Any]] = {}
 
     def check(self, rec: Mapping[str, Any], line: int, what: str) -> None:
-        """Remember ``rec`` (read at ``line``, 1-based) or refuse it as a copy.
+        """Remember ``rec`` (read at ``line``, 1-based) or refuse it as a copy or a conflict.
 
         Raises:
             DataError: naming both ``file:line``, ``what`` the row is, and the fix.
         """
-        digest = _sha1(json.dumps(rec, sort_keys=True, ensure_ascii=False))
-        earlier = self.first.setdefault(digest, line)
-        if earlier != line:
+        label = rec.get("is_correct")
+        rest = {k: v for k, v in rec.items() if k != "is_correct"}
+        digest = _sha1(json.dumps(rest, sort_keys=True, ensure_ascii=False))
+        earlier, label0 = self.first.setdefault(digest, (line, label))
+        if earlier == line:
+            return
+        if label0 == label or "is_correct" not in rec:  # true and 1 are one label
             raise DataError(
                 f"{self.path}:{line}: the same row as {self.path}:{earlier} ({what}): it would be "
                 "counted twice; remove the copy, or, for two samples that read alike, give each a "
                 'field that tells them apart (e.g. "sample": 0 and 1)'
             )
+        raise DataError(
+            f"{self.path}:{line}: the same row as {self.path}:{earlier} ({what}) but labelled "
+            f"is_correct={json.dumps(label)} here and {json.dumps(label0)} there: the same "
+            "response cannot be both; keep the right label, or, for two samples that read alike, "
+            'give each a field that tells them apart (e.g. "sample": 0 and 1)'
+        )
 
 
 def _text(value: Any, field: str, where: str) -> str:
@@ -198,7 +210,8 @@ def load_responses(
             its ``problem``/``response`` is not a string (a ``null`` is a broken export, not an
             empty answer; ``""`` is one) or its ``is_correct`` not a JSON boolean or 0/1 (a
             string such as ``"false"`` included), or a row repeats an earlier one exactly
-            (every field equal: it would be counted twice; both lines named). Rows past
+            (every field equal: it would be counted twice; both lines named) or but for a
+            different ``is_correct`` (conflicting labels; both lines named). Rows past
             ``limit`` are not read.
     """
     p = Path(path)
@@ -231,21 +244,20 @@ def load_responses(
             if limit is not None and len(seen) >= limit:
                 continue
             seen.add(pid)
+        row = {
+            "problem_id": pid,
+            "problem": _text(rec["problem"], "problem", f"{p}:{i + 1}"),
+            "response": _text(rec["response"], "response", f"{p}:{i + 1}"),
+            "is_correct": None
+            if rec.get("is_correct") is None and allow_unlabelled
+            else _label(rec.get("is_correct"), f"{p}:{i + 1}"),
+            "generator": str(rec["generator"]),
+            "family": rec.get("family"),
+            "reference": rec.get("reference"),
+            "source": f"{p}:{i + 1}",
+        }
         copies.check(rec, i + 1, f"problem_id {pid!r}, generator {rec['generator']!r}")
-        rows.append(
-            {
-                "problem_id": pid,
-                "problem": _text(rec["problem"], "problem", f"{p}:{i + 1}"),
-                "response": _text(rec["response"], "response", f"{p}:{i + 1}"),
-                "is_correct": None
-                if rec.get("is_correct") is None and allow_unlabelled
-                else _label(rec.get("is_correct"), f"{p}:{i + 1}"),
-                "generator": str(rec["generator"]),
-                "family": rec.get("family"),
-                "reference": rec.get("reference"),
-                "source": f"{p}:{i + 1}",
-            }
-        )
+        rows.append(row)
     return rows
 
 
