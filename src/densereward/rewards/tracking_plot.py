@@ -180,7 +180,7 @@ def _reward_quality_figure(records: Sequence[dict[str, Any]], prefix: str) -> An
     # at most 3 panels a row: five in one row (2750 px wide) were unreadable at page width
     ncols = min(3, len(panels))
     nrows = -(-len(panels) // ncols)
-    fig, grid = plt.subplots(nrows, ncols, figsize=(5 * ncols, 3.6 * nrows + 0.6), squeeze=False)
+    fig, grid = plt.subplots(nrows, ncols, figsize=(5 * ncols, 4.6 * nrows + 0.6), squeeze=False)
     for spare in grid.flat[len(panels) :]:
         fig.delaxes(spare)
     axes = [list(grid.flat[: len(panels)])]
@@ -246,8 +246,16 @@ def _reward_quality_figure(records: Sequence[dict[str, Any]], prefix: str) -> An
         ax.set_ylim(-1.05 if {"verifier_gain", "score_gap"} & set(drawn) else -0.05, 1.05)
         ax.xaxis.get_major_locator().set_params(integer=True)
         ax.grid(alpha=0.3)
-        if ax.get_legend_handles_labels()[0]:
-            ax.legend(fontsize=7, framealpha=0.7)
+        labels = ax.get_legend_handles_labels()[1]
+        if labels:  # below the panel, where it never covers a point; long labels one a row
+            ax.legend(
+                fontsize=7,
+                loc="upper center",
+                bbox_to_anchor=(0.5, -0.17),
+                ncol=1 if max(map(len, labels)) > 24 else 2,
+                frameon=False,
+                handlelength=2.5,
+            )
     sources = list(
         dict.fromkeys(str(r["threshold_source"]) for r in records if r.get("threshold_source"))
     )
@@ -298,8 +306,9 @@ def _annotate_rates(
     empty: bool = False,
 ) -> None:
     """On the TPR / TNR panel: a dotted line and "in-sample threshold" at each step whose
-    threshold was chosen on its own batch, and the counts the last window's rates rest on
-    (at the lower right when the panel is ``empty``, clear of its centred "no data" text)."""
+    threshold was chosen on its own batch, and the counts the last window's rates rest on (a
+    legend entry, below the panel; at the lower right when the panel is ``empty``, clear of its
+    centred "no data" text)."""
     for st in _in_sample_steps(records, prefix):
         ax.axvline(st, color="tab:red", ls=":", lw=1)
         ax.text(
@@ -314,17 +323,22 @@ def _annotate_rates(
             clip_on=False,
         )
     classes = _window_classes(by_step[steps[-1]][-1], prefix) if windowed and steps else None
-    if classes is not None:
-        ax.text(
-            0.98,
-            0.04 if empty else 0.5,
-            f"step {steps[-1]} window:\n{classes[0]} correct /\n{classes[1]} incorrect",
-            transform=ax.transAxes,
-            ha="right",
-            va="bottom" if empty else "center",
-            fontsize=7,
-            bbox={"boxstyle": "round", "fc": "white", "ec": "0.6", "alpha": 0.85},
-        )
+    if classes is None:
+        return
+    counts = f"step {steps[-1]} window: {classes[0]} correct / {classes[1]} incorrect"
+    if not empty:  # a legend entry without a line: the legend sits below the panel
+        ax.plot([], [], ls="none", label=counts)
+        return
+    ax.text(
+        0.98,
+        0.04,
+        counts.replace(": ", ":\n").replace(" / ", " /\n"),
+        transform=ax.transAxes,
+        ha="right",
+        va="bottom",
+        fontsize=7,
+        bbox={"boxstyle": "round", "fc": "white", "ec": "0.6", "alpha": 0.85},
+    )
 
 
 def plot_reward_quality(
