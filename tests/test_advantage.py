@@ -221,6 +221,23 @@ def test_seed_recipe_is_correctness_format_and_the_groups_win_rate():
     assert weights == [1.0, 1.0, 0.1]
 
 
+def test_the_format_term_finds_an_answer_on_an_item_without_a_reference():
+    """Session 13 left alone: seed_recipe's format term scored a boxed answer 0.0 on an item
+    with no reference (a served reward with serve.require_labels=false), because the check
+    stopped before looking for the answer. The format needs no reference: 1.0 with an answer,
+    0.0 without; correctness has no verdict there (None, not an abstention)."""
+    from densereward.rewards.math import AnswerFormatReward, MathChecker, MathCorrectnessReward
+
+    checker = MathChecker(executor="inline")
+    fmt = AnswerFormatReward(checker=checker)
+    completions = ["So \\boxed{4}.", "I think it is four", "The answer is 4."]
+    assert fmt(prompts=["2+2?"] * 3, completions=completions, answer=[None] * 3) == [1.0, 0.0, 1.0]
+    correct = MathCorrectnessReward(checker=checker)
+    assert correct(prompts=["2+2?"] * 3, completions=completions, answer=[None] * 3) == [None] * 3
+    (check,) = checker.check_batch([None], ["So \\boxed{4}."])
+    assert (check.predicted, check.reason, check.abstained) == ("4", "no_reference", False)
+
+
 def test_a_hand_built_verifier_reward_takes_the_reward_configs_defaults():
     from densereward.rewards import VerifierReward
 

@@ -417,13 +417,13 @@ class MathChecker:
             for i, (ref, comp) in enumerate(zip(references, completions, strict=True)):
                 self.n_checks += 1
                 out.append(None)
-                if ref is None or not str(ref).strip():
-                    out[i] = MathCheck(None, "", "no_reference")
-                    continue
                 if not isinstance(comp, str):
                     out[i] = MathCheck(None, "", "invalid_completion")
                     continue
                 extracted = extract_answer(comp, self.answer_format)
+                if ref is None or not str(ref).strip():  # no verdict; the answer is still found
+                    out[i] = MathCheck(None, extracted.answer or "", "no_reference")
+                    continue
                 if extracted.answer is None:
                     out[i] = MathCheck(0.0, "", extracted.reason)
                     continue
