@@ -1537,3 +1537,108 @@ def test_a_runs_result_records_its_real_run_directory_in_its_config(tmp_path):
     from densereward.trainers.sac_spec import SAC_TRAINER
 
     assert SAC_TRAINER.run_dir_key == GRPO_TRAINER.run_dir_key == ("training", "output_dir")
+
+
+_ROLLING = {  # seed -> (step, value, n_episodes, n_episodes_total): SAC with evaluation off
+    0: [(100, 0.5, 2, 2), (200, 0.3, 10, 10), (300, 0.5, 10, 14)],  # 1 of 2, then 5 of 10
+    1: [(100, 0.0, 1, 1), (200, 0.6, 10, 10), (300, 0.7, 10, 14)],
+}
+
+
+def _rolling_curve(rows) -> list[dict]:
+    """Training-curve points from ``(step, value, n_episodes, n_episodes_total)`` rows."""
+    return [
+        {
+            "step": s,
+            "value": v,
+            "metric": "rollout/success_rate",
+            "n_episodes": n,
+            "n_episodes_total": t,
+        }
+        for s, v, n, t in rows
+    ]
+
+
+def _rolling_run(config, *, output_dir):
+    """A training curve as SAC writes it with evaluation off (rollout/success_rate rows with
+    their windows' n_episodes and n_episodes_total); the ``late`` condition's reaches are
+    shifted one point later."""
+    output_dir.mkdir(parents=True)
+    rows = _ROLLING[config["training"]["seed"]]
+    values = [v for _, v, _, _ in rows]
+    if config["reward"]["rate"] < 1:
+        values = [0.0, *values[:-1]]
+    curve = _rolling_curve([(s, v, n, t) for (s, _, n, t), v in zip(rows, values, strict=True)])
+    return {"metric": "rollout/success_rate", "curve": curve, "run_dir": str(output_dir)}
+
+
+def test_steps_to_threshold_counts_no_reach_on_a_window_of_a_few_training_episodes(
+    tmp_path, capsys
+):
+    """Fresh-user trial F8: with evaluation off (training-curve points: rolling windows of
+    training episodes) "steps to threshold" counted seed 0's first point, 1 success of 2
+    episodes (0.5 >= 0.5), as a reach at step 100. A reach now counts only at a point whose
+    window holds MIN_REACH_EPISODES training episodes (or the whole window, where
+    training.metrics_window is smaller); the one set aside is said in the console, report.md
+    and results.json, and the rule in the Method section."""
+    from densereward.cli import main
+
+    assert C.report.MIN_REACH_EPISODES == 10
+    name = "toy-rolling"
+    C.register_trainer(
+        name,
+        C.TrainerSpec(run=_rolling_run, dry_run=_toy_dry_run, budget_key=("training", "steps")),
+    )
+    try:
+        config = {
+            **_toy_config(tmp_path / "cmp"),
+            "trainer": name,
+            "seeds": [0, 1],
+            "budget": 300,
+            "threshold": 0.5,
+            "conditions": {"early": ["reward.rate=1.0"], "late": ["reward.rate=0.5"]},
+        }
+        path = tmp_path / "cmp.yaml"
+        path.write_text(yaml.safe_dump(config))
+        assert main(["compare", "--config", str(path), "--no-progress"]) == 0
+        err = capsys.readouterr().err
+    finally:
+        C.TRAINERS._entries.pop(name, None)
+    results = json.loads((tmp_path / "cmp" / "results.json").read_text())
+    early = results["conditions"]["early"]["steps_to_threshold"]
+    # seed 0: step 100 (1 of 2 episodes) set aside, step 300 (5 of 10) counted; seed 1: step 200
+    assert early["per_seed"] == {"0": 300.0, "1": 200.0}, early
+    assert early["n_reached"] == 2 and early["min_episodes"] == 10
+    assert early["set_aside"] == [{"seed": 0, "step": 100, "value": 0.5, "n_episodes": 2}]
+    (run0,) = [r for r in results["conditions"]["early"]["runs"] if r["seed"] == 0]
+    assert run0["steps_to_threshold_n_episodes"] == 10  # what the counted reach rests on
+    late = results["conditions"]["late"]["steps_to_threshold"]
+    assert late["per_seed"] == {"0": 200.0, "1": 300.0} and late["set_aside"] == []
+    note = (
+        "Steps to threshold: 1 reach on a rolling window of fewer than 10 training episodes "
+        "not counted: early seed 0 at step 100 (0.5 on 2 episodes)"
+    )
+    assert results["steps_to_threshold_note"].startswith(note)
+    assert err.count(note) == 1, err
+    report = (tmp_path / "cmp" / "report.md").read_text()
+    assert report.count(note) == 1
+    assert "| 250 (2/2 reached >= 0.5 on windows of >= 10 training episodes) |" in report
+    assert (
+        "a training-curve point counts only when its rolling window holds at least "
+        "MIN_REACH_EPISODES = 10 training episodes" in report
+    )
+
+
+def test_the_reach_rule_takes_the_whole_window_when_it_is_smaller():
+    """training.metrics_window=4: every full window holds 4 episodes (n_episodes <
+    n_episodes_total says a window is full), so a point of 4 counts and one of 2 does not;
+    evaluation points and GRPO's completions are not rolling windows: the rule leaves them."""
+    rows = [(100, 0.5, 2, 2), (200, 0.5, 4, 4), (300, 0.75, 4, 6)]
+    curve = _rolling_curve(rows)
+    a = C.analyze({"x": [{"seed": 0, "curve": curve}]}, budget=300, threshold=0.5, n_bootstrap=50)
+    st = a["conditions"]["x"]["steps_to_threshold"]
+    assert st["per_seed"] == {"0": 200.0} and st["min_episodes"] == 4
+    evals = [{**p, "metric": "eval/success_rate"} for p in curve]
+    a = C.analyze({"x": [{"seed": 0, "curve": evals}]}, budget=300, threshold=0.5, n_bootstrap=50)
+    st = a["conditions"]["x"]["steps_to_threshold"]
+    assert st["per_seed"] == {"0": 100.0} and st["min_episodes"] is None and st["set_aside"] == []

@@ -165,6 +165,8 @@ def main(args: argparse.Namespace) -> int:
         print(console_verdict(p))
     if res.get("threshold_not_applied"):
         print(res["threshold_not_applied"], file=sys.stderr)
+    if res.get("steps_to_threshold_note"):
+        print(res["steps_to_threshold_note"], file=sys.stderr)
     if res["missing"]:
         print(f"incomplete: {len(res['missing'])} run(s) not finished", file=sys.stderr)
     return 0

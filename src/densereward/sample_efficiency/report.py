@@ -32,6 +32,8 @@ __all__ = [
     "analyze",
     "final_rests_on",
     "plot_curves",
+    "reach_min_episodes",
+    "reach_note",
     "render_report",
     "run_final",
     "title_of",
@@ -127,6 +129,78 @@ last ``training.metrics_window`` training episodes at each point). Successive wi
 so their ``n_episodes`` are not summed: each distinct episode is counted once."""
 
 
+MIN_REACH_EPISODES = 10
+"""Training episodes a training-curve point's rolling window must hold before the point counts
+as reaching the threshold (steps to threshold), or the whole window where
+``training.metrics_window`` is smaller: with evaluation off a curve's first points rest on the
+first few episodes, and 1 success of 2 is a success rate of 0.5. The same minimum as
+``densereward.callbacks.MIN_EPISODES``, below which the verifier's episode rates are null."""
+
+
+def _is_rolling(pts: Sequence[Mapping[str, Any]]) -> bool:
+    """Whether ``pts`` are training-curve points with their windows' counts (``metric``
+    ``rollout/...`` and ``n_episodes``: :data:`TRAINING_EPISODES`)."""
+    return bool(pts) and all(
+        str(p.get("metric", "")).startswith("rollout/")
+        and isinstance(p.get("n_episodes"), (int, float))
+        for p in pts
+    )
+
+
+def reach_min_episodes(curve: Sequence[Mapping[str, Any]]) -> int | None:
+    """The training episodes a point of ``curve`` must hold to count as a reach of the
+    threshold: :data:`MIN_REACH_EPISODES`, or the window's size where that is smaller (a full
+    window: ``n_episodes < n_episodes_total``, it has dropped older episodes); ``None`` for a
+    curve of evaluations or completions (each point's count is set by the config, not by how
+    far training has got), to which the rule does not apply.
+
+    >>> reach_min_episodes([{"step": 100, "value": 0.5, "metric": "rollout/success_rate",
+    ...                      "n_episodes": 4, "n_episodes_total": 6}])
+    4
+    """
+    pts = [p for p in curve or [] if p.get("value") is not None]
+    if not _is_rolling(pts):
+        return None
+    full = [
+        int(p["n_episodes"])
+        for p in pts
+        if isinstance(p.get("n_episodes_total"), (int, float))
+        and int(p["n_episodes"]) < int(p["n_episodes_total"])
+    ]
+    return min(MIN_REACH_EPISODES, max(full)) if full else MIN_REACH_EPISODES
+
+
+def _steps_to_threshold(
+    curve: Sequence[Mapping[str, Any]], threshold: float
+) -> tuple[float, int | None, dict[str, Any] | None]:
+    """``(steps, n_episodes, set_aside)``: the first step at which ``curve`` reaches
+    ``threshold`` (``NaN``: never) among the points that count (:func:`reach_min_episodes`),
+    the training episodes that point's window holds (``None`` for other curves), and the first
+    reach set aside because its window held fewer (``{"step", "value", "n_episodes"}``), when
+    it came before the counted one."""
+    need = reach_min_episodes(curve)
+    s, v = curve_arrays(curve)
+    if need is None or not s.size:
+        return (steps_to_threshold(s, v, threshold) if s.size else NAN), None, None
+    pts = sorted(
+        (p for p in curve if p.get("value") is not None and math.isfinite(float(p["value"]))),
+        key=lambda p: float(p["step"]),
+    )
+    counted = [p for p in pts if int(p["n_episodes"]) >= need]
+    reach = next((p for p in counted if float(p["value"]) >= threshold), None)
+    early = next((p for p in pts if float(p["value"]) >= threshold), None)
+    set_aside = None
+    if early is not None and early is not reach and int(early["n_episodes"]) < need:
+        set_aside = {
+            "step": early["step"],
+            "value": float(early["value"]),
+            "n_episodes": int(early["n_episodes"]),
+        }
+    if reach is None:
+        return NAN, None, set_aside
+    return float(reach["step"]), int(reach["n_episodes"]), set_aside
+
+
 def _rolling_episodes(pts: Sequence[Mapping[str, Any]]) -> tuple[int, bool]:
     """The distinct training episodes in the rolling windows of ``pts`` (sorted by step), and
     whether that is only a lower bound.
@@ -180,8 +254,7 @@ def final_rests_on(curve: Sequence[Mapping[str, Any]], final_window: int) -> dic
     elif dropped:
         where += " (step 0, the untrained policy, left out)"
     found = {"steps": steps, "untrained": untrained}
-    rolling = bool(pts) and all(str(p.get("metric", "")).startswith("rollout/") for p in pts)
-    if rolling and all(isinstance(p.get("n_episodes"), (int, float)) for p in pts):
+    if _is_rolling(pts):
         n, at_least = _rolling_episodes(pts)
         windows = ", ".join(str(int(p["n_episodes"])) for p in pts)
         text = (
@@ -388,15 +461,22 @@ def analyze(
         rows = []
         for r in results:
             s, v = curve_arrays(r.get("curve") or [])
+            reach = (
+                _steps_to_threshold(r.get("curve") or [], threshold)
+                if threshold is not None
+                else (NAN, None, None)
+            )
             item = {
                 "seed": r.get("seed"),
                 "final": run_final(r.get("curve") or [], final_window),
                 "final_rests_on": final_rests_on(r.get("curve") or [], final_window),
                 "first_step": float(s[0]) if s.size else None,
                 "auc": normalized_auc(s, v, budget, grid_points=grid_points) if s.size else NAN,
-                "steps_to_threshold": steps_to_threshold(s, v, threshold)
-                if threshold is not None and s.size
-                else NAN,
+                "steps_to_threshold": reach[0],
+                # the training episodes the counted reach rests on (training curves only)
+                "steps_to_threshold_n_episodes": reach[1],
+                "min_reach_episodes": reach_min_episodes(r.get("curve") or []),
+                "reach_set_aside": reach[2],
                 "n_points": int(s.size),
                 "wall_s": r.get("wall_s"),
                 **step_cost(r.get("summary") or {}),
@@ -433,6 +513,13 @@ def analyze(
                     )
                     for x in per_run
                 },
+                # training curves: the episodes a point's window needs to count as a reach
+                "min_episodes": max(needs) if (needs := _needs(per_run)) else None,
+                "set_aside": [
+                    {"seed": x["seed"], **x["reach_set_aside"]}
+                    for x in per_run
+                    if x["reach_set_aside"] is not None
+                ],
             }
         if rows:
             mean, low, high = mean_curve_ci(np.stack(rows), **kw)
@@ -495,6 +582,46 @@ def analyze(
             }
         )
     return {"grid": grid, "conditions": conditions, "pairs": pairs, "coinciding": coinciding}
+
+
+def _needs(per_run: Sequence[Mapping[str, Any]]) -> list[int]:
+    """The runs' :func:`reach_min_episodes` (training curves only)."""
+    return [int(x["min_reach_episodes"]) for x in per_run if x.get("min_reach_episodes")]
+
+
+def reach_note(conditions: Mapping[str, Mapping[str, Any]]) -> str | None:
+    """The one sentence on the reaches of the threshold that :func:`analyze` set aside because
+    their training-curve window held fewer than :data:`MIN_REACH_EPISODES` episodes (``None``
+    when none was): said in the console, ``report.md`` and ``results.json``
+    (``steps_to_threshold_note``)."""
+    found = [
+        (name, x)
+        for name, c in conditions.items()
+        for x in (c.get("steps_to_threshold") or {}).get("set_aside") or []
+    ]
+    if not found:
+        return None
+    needs = sorted(
+        {
+            int(c["steps_to_threshold"]["min_episodes"])
+            for c in conditions.values()
+            if (c.get("steps_to_threshold") or {}).get("min_episodes")
+        }
+    )
+    k = len(found)
+    where = "; ".join(
+        f"{name} seed {x['seed']} at step {x['step']} ({x['value']:.3g} on "
+        f"{x['n_episodes']} episode{'s' if x['n_episodes'] != 1 else ''})"
+        for name, x in found
+    )
+    return (
+        f"Steps to threshold: {k} reach{'es' if k != 1 else ''} on a rolling window of fewer "
+        f"than {'/'.join(map(str, needs))} training episodes not counted: {where}. With "
+        "evaluation off the curve's first points rest on the first few training episodes "
+        f"(MIN_REACH_EPISODES = {MIN_REACH_EPISODES}, or the whole window where "
+        "training.metrics_window is smaller); turn evaluation on (training.eval_every) for "
+        "points that each rest on training.eval_episodes episodes."
+    )
 
 
 def _coinciding(
@@ -608,7 +735,12 @@ def render_report(
             st_txt = "n/a"
         else:
             med = "not reached" if st["median"] is None else f"{st['median']:.0f}"
-            st_txt = f"{med} ({st['n_reached']}/{st['n_runs']} reached >= {st['threshold']:g})"
+            on = (
+                f" on windows of >= {st['min_episodes']} {TRAINING_EPISODES}"
+                if st.get("min_episodes")
+                else ""
+            )
+            st_txt = f"{med} ({st['n_reached']}/{st['n_runs']} reached >= {st['threshold']:g}{on})"
         walls = [r["wall_s"] for r in c["runs"] if r.get("wall_s") is not None]
         wall = f"{np.mean(walls):.0f}" if walls else "n/a"
         rows.append(
@@ -728,7 +860,19 @@ def render_report(
         f"X beats Y when the CI's lower bound is above 0.5, given at least {MIN_RUNS_FOR_A_VERDICT} "
         "runs a side (with fewer no ordering of the runs is significant at 5 %: no verdict).",
         f"- Steps to threshold: the first {point} at or above the threshold; the median counts "
-        "runs that never reached it as infinite.",
+        "runs that never reached it as infinite."
+        + (
+            " On a training curve (rolling windows of training episodes, evaluation off) a "
+            "training-curve point counts only when its rolling window holds at least "
+            f"MIN_REACH_EPISODES = {MIN_REACH_EPISODES} training episodes, or the whole window "
+            "where `training.metrics_window` is smaller: the first points rest on the first "
+            "few episodes (1 success of 2 is 0.5)."
+            if any(
+                (c.get("steps_to_threshold") or {}).get("min_episodes")
+                for c in analysis["conditions"].values()
+            )
+            else ""
+        ),
         "- ms / env step (SAC): training wall time per environment step (evaluation excluded), "
         "mean over runs; the reward's share is the time inside the verifier or the distilled "
         "reward model. Runs on a shared machine: compare the arms of one comparison, not machines.",

@@ -47,6 +47,7 @@ from .report import (
     analyze,
     final_rests_on,
     plot_curves,
+    reach_note,
     render_report,
     run_final,
     title_of,
@@ -333,6 +334,7 @@ def run_comparison(
         ),
     )
     wall = sum(float(r.get("wall_s") or 0.0) for rs in by_cond.values() for r in rs)
+    reaches = reach_note(analysis["conditions"])  # reaches on a few training episodes: set aside
     report = render_report(
         analysis,
         name=str(cfg.name),
@@ -346,7 +348,7 @@ def run_comparison(
         final_window=cfg.final_window,
         wall_s=wall,
         missing=missing,
-        notes=[threshold_note] if threshold_note else [],
+        notes=[n for n in (threshold_note, reaches) if n],
         run_metrics={str(r["metric"]) for rs in by_cond.values() for r in rs if r.get("metric")},
         curve_sources=sorted(
             {
@@ -386,6 +388,7 @@ def run_comparison(
         "seeds": list(cfg.seeds),
         "threshold": threshold,
         "threshold_not_applied": threshold_note or None,
+        "steps_to_threshold_note": reaches,
         "final_window": cfg.final_window,
         "bootstrap": {
             "n": cfg.n_bootstrap,
