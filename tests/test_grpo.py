@@ -884,6 +884,12 @@ def test_a_resume_from_a_weights_only_checkpoint_continues_the_schedule_and_says
         f"{ckpt} (weights only: a resume restarts the optimizer and random-number states; "
         "training.save_only_model: false keeps them)"
     ), ends
+    # F6: "heldout": null (no heldout: section) comes with its reason, in the file and the console
+    first_result = json.loads((run_dir / "result.json").read_text())
+    assert first_result["heldout"] is None
+    assert first_result["heldout_reason"].startswith("off: the config has no heldout: section")
+    (held,) = [line for line in first.stdout.splitlines() if "held-out pass rate" in line]
+    assert held.endswith("off (no heldout: section in the config; docs/grpo.md)"), held
     dry = cli("--resume", "--dry-run").stdout
     assert (
         f"ok  run directory: {run_dir} (continues from checkpoint-2, weights only: the "

@@ -67,7 +67,7 @@ from .grpo_config import (  # noqa: F401  (re-exported: the config is part of th
     training_device,
     training_error,
 )
-from .grpo_heldout import HeldoutEvaluator
+from .grpo_heldout import HELDOUT_OFF, HeldoutEvaluator
 
 logger = logging.getLogger("densereward.trainers.grpo")
 
@@ -371,7 +371,8 @@ def run(
 
     Returns:
         ``{"run_dir", "curve": [{"step", "value"}], "metric": "verifier/pass_rate", "final",
-        "wall_s", "steps", "heldout", "verifier_reads"}`` (the curve is the policy's Math-Verify
+        "wall_s", "steps", "heldout", "verifier_reads"}`` (``heldout`` is ``null`` without a
+        ``heldout:`` section, with ``"heldout_reason"`` saying so; the curve is the policy's Math-Verify
         pass rate on each step's training batch; ``verifier_reads`` how many completions the
         verifier reward read, with a warning when it read almost none: :func:`verifier_reads`); with ``heldout.every_steps`` set the curve is the held-out
         pass rate instead (steps 0, k, 2k, ..., last; ``metric`` ``heldout/pass_rate_greedy``
@@ -530,6 +531,7 @@ def run(
         "reward_quality": str(tracker.jsonl_path),
         "plot": str(plot) if plot else None,
         "heldout": summary,
+        **({"heldout_reason": HELDOUT_OFF} if summary is None else {}),
         "verifier_reads": _verifier_reads(records, parts, args.max_completion_length),
     }
     if metric != "verifier/pass_rate":
@@ -899,6 +901,12 @@ def main(args: argparse.Namespace) -> int:
     table = f"{run_dir}/completions/, " if (run_dir / "completions").is_dir() else ""
     label = ("completions table, " if table else "") + "config, result:"
     print(f"  {label:<46}{table}config.json, result.json")
+    heldout = (
+        f"{run_dir}/heldout.json"
+        if result.get("heldout") is not None
+        else "off (no heldout: section in the config; docs/grpo.md)"
+    )
+    print(f"  {'held-out pass rate (before/after):':<46}{heldout}")
     checkpoints = _checkpoints(run_dir)
     weights_only = (
         f" (weights only: a resume restarts the optimizer and random-number states; "

@@ -17,7 +17,15 @@ from typing import Any
 
 from densereward.io import atomic_write_json, atomic_write_text
 
-__all__ = ["HeldoutEvaluator", "curve_value"]
+__all__ = ["HELDOUT_OFF", "HeldoutEvaluator", "curve_value"]
+
+HELDOUT_OFF = (
+    "off: the config has no heldout: section (heldout.data), so the policy's pass rate on "
+    "held-out problems was not measured; add one to measure it before the first step and after "
+    "the last (docs/grpo.md)"
+)
+"""Why a GRPO run's ``heldout`` is ``null``: its ``result.json`` says so as ``heldout_reason``,
+and the console's summary as ``held-out pass rate ...: off (...)``."""
 
 logger = logging.getLogger("densereward.trainers.grpo")
 
