@@ -836,7 +836,9 @@ def test_a_resume_from_a_weights_only_checkpoint_continues_the_schedule_and_says
     jumped back to its peak (the demo: 6e-06 at step 5, 3e-05 at step 6), while the run, its
     dry run and its summary called it a continuation. The schedule now continues from the
     checkpoint's step, and the dry run, the start and the summary say that the optimizer's
-    state starts afresh and how to keep it. Through the command line, as a user runs it."""
+    state starts afresh and how to keep it. Through the command line, as a user runs it.
+    F5: the resumed run's wall_s and "finished in" were its own start's alone beside steps 4;
+    F6: "heldout": null came with no reason."""
     import os
     import subprocess
     import sys
@@ -890,6 +892,11 @@ def test_a_resume_from_a_weights_only_checkpoint_continues_the_schedule_and_says
     assert first_result["heldout_reason"].startswith("off: the config has no heldout: section")
     (held,) = [line for line in first.stdout.splitlines() if "held-out pass rate" in line]
     assert held.endswith("off (no heldout: section in the config; docs/grpo.md)"), held
+    # F5: the checkpoint keeps the run's wall time up to it; a fresh run's wall_s is its one start
+    assert first_result["wall_s"] == first_result["wall_s_this_start"] > 0
+    assert first_result["starts"] == 1 and "resumed_from" not in first_result
+    kept = json.loads((ckpt / "wall_time.json").read_text())
+    assert 0 < kept["wall_s"] <= first_result["wall_s"] and kept["starts"] == 1
     dry = cli("--resume", "--dry-run").stdout
     assert (
         f"ok  run directory: {run_dir} (continues from checkpoint-2, weights only: the "
@@ -903,8 +910,52 @@ def test_a_resume_from_a_weights_only_checkpoint_continues_the_schedule_and_says
     assert len(said) == 1 and "training.save_only_model: false" in said[0], resumed.stderr
     assert "random-number state" in said[0] and not (ckpt / "rng_state.pth").exists()
     assert "missing keys" not in resumed.stderr  # F4: the tied lm_head is no missing key
+    # F5: after --resume, wall_s covers both starts (up to checkpoint-2, then this one) and
+    # says so; before, it was this start's alone beside steps 4 and the curve of steps 1-4
+    result = json.loads((run_dir / "result.json").read_text())
+    assert result["steps"] == 4 and result["starts"] == 2
+    assert result["resumed_from"] == "checkpoint-2"
+    assert result["wall_s"] == pytest.approx(kept["wall_s"] + result["wall_s_this_start"], abs=0.11)
+    assert result["wall_s_covers"] == (
+        f"2 starts: {kept['wall_s']:.1f} s up to checkpoint-2, then "
+        f"{result['wall_s_this_start']:.1f} s in this start"
+    )
+    (done,) = [line for line in resumed.stdout.splitlines() if "GRPO run finished" in line]
+    assert done == (
+        f"GRPO run finished in {result['wall_s']:.0f} s ({result['wall_s_this_start']:.0f} s in "
+        f"this start, resumed from checkpoint-2). Results are in {run_dir}/:"
+    ), done
+    later = json.loads((run_dir / "checkpoint-4" / "wall_time.json").read_text())
+    assert later["starts"] == 2 and kept["wall_s"] < later["wall_s"] <= result["wall_s"]
     history = json.loads((run_dir / "trainer_state.json").read_text())["log_history"]
     lr = {h["step"]: h["learning_rate"] for h in history if "learning_rate" in h}
     # the linear schedule, rebuilt for 4 steps, at its steps 3 and 4: 3e-5 * (1 - (k - 1) / 4);
     # before, it restarted at step 0: 3e-5 and 2.25e-5
     assert lr[3] == pytest.approx(1.5e-5) and lr[4] == pytest.approx(7.5e-6), lr
+
+
+def test_a_resume_from_a_checkpoint_without_a_wall_time_says_its_wall_s_is_this_starts(tmp_path):
+    """F5: a checkpoint saved before densereward kept the run's wall time (``make demo``'s
+    runs/grpo-demo/checkpoint-5 from an earlier version) cannot give the earlier starts' time:
+    the result says ``wall_s`` is this start's alone, and the summary says so, instead of
+    reading as the whole run's."""
+    from densereward.trainers.grpo import WALL_FILE, _finished_in, _wall_before, _wall_fields
+
+    ckpt = tmp_path / "checkpoint-5"
+    ckpt.mkdir()
+    assert _wall_before(None) is None and _wall_before(ckpt) is None
+    fields = _wall_fields(41.24, ckpt, _wall_before(ckpt))
+    assert fields["wall_s"] == fields["wall_s_this_start"] == 41.2 and fields["starts"] is None
+    assert fields["wall_s_covers"].startswith(
+        "this start only: checkpoint-5 records no earlier wall time (no wall_time.json"
+    )
+    assert _finished_in(fields) == (
+        "41 s in this start, resumed from checkpoint-5, which records no earlier wall time "
+        "(no wall_time.json)"
+    )
+    (ckpt / WALL_FILE).write_text(json.dumps({"wall_s": 176.8, "starts": 1}))
+    fields = _wall_fields(41.24, ckpt, _wall_before(ckpt))
+    assert (fields["wall_s"], fields["starts"]) == (218.0, 2)
+    assert _finished_in(fields) == "218 s (41 s in this start, resumed from checkpoint-5)"
+    fresh = _wall_fields(176.84, None, None)
+    assert _finished_in(fresh) == "177 s" and fresh["wall_s_covers"] == "the whole run (one start)"

@@ -160,6 +160,79 @@ class _ContinueSchedule:
         return _Cb()
 
 
+WALL_FILE = "wall_time.json"
+"""``checkpoint-<step>/wall_time.json``: ``{"wall_s", "starts"}``, the run's wall time (s) up to
+that save over all its starts, and how many starts that is; a run resumed from the checkpoint
+adds its own start's time to it (``result.json``'s ``wall_s``)."""
+
+
+def _wall_before(ckpt: Path | None) -> dict[str, Any] | None:
+    """The wall time a resumed run spent up to ``ckpt``: ``{"wall_s", "starts"}`` of its
+    :data:`WALL_FILE`; ``None`` for a fresh start or a checkpoint without one (saved before
+    densereward kept it, or by a start stopped mid-save)."""
+    path = ckpt / WALL_FILE if ckpt is not None else None
+    if path is None or not path.is_file():
+        return None
+    import json
+
+    kept = json.loads(path.read_text(encoding="utf-8"))
+    return {"wall_s": float(kept["wall_s"]), "starts": int(kept["starts"])}
+
+
+class _WallClock:
+    """Writes :data:`WALL_FILE` into each checkpoint the Trainer saves: the wall time from this
+    start's ``t0`` (``time.monotonic()``) plus ``before`` (the time up to the checkpoint the start
+    resumed from), so that a later ``--resume`` reports the whole run's time, not its own start's
+    alone. Only the main process writes."""
+
+    def __new__(cls, t0: float, before: dict[str, Any] | None):
+        from transformers import TrainerCallback
+
+        earlier, starts = (before["wall_s"], before["starts"] + 1) if before else (0.0, 1)
+
+        class _Cb(TrainerCallback):
+            def on_save(self, args, state, control, **kwargs):
+                ckpt = Path(args.output_dir) / f"checkpoint-{state.global_step}"
+                if state.is_world_process_zero and ckpt.is_dir():
+                    wall = round(earlier + time.monotonic() - t0, 1)
+                    atomic_write_json(ckpt / WALL_FILE, {"wall_s": wall, "starts": starts})
+
+        return _Cb()
+
+
+def _wall_fields(this_start: float, ckpt: Path | None, before: dict[str, Any] | None) -> dict:
+    """``result.json``'s wall-time fields: ``wall_s`` (the run's, over all starts where the
+    checkpoint resumed from records the earlier ones), ``wall_s_this_start``, ``starts``,
+    ``wall_s_covers`` (what ``wall_s`` covers, in words) and, for a resumed run,
+    ``resumed_from`` (the checkpoint's name)."""
+    this_start = round(this_start, 1)
+    if ckpt is None:
+        return {
+            "wall_s": this_start,
+            "wall_s_this_start": this_start,
+            "starts": 1,
+            "wall_s_covers": "the whole run (one start)",
+        }
+    if before is None:
+        return {
+            "wall_s": this_start,
+            "wall_s_this_start": this_start,
+            "starts": None,
+            "wall_s_covers": f"this start only: {ckpt.name} records no earlier wall time "
+            f"(no {WALL_FILE}: saved by an earlier densereward version or stopped mid-save)",
+            "resumed_from": ckpt.name,
+        }
+    starts = before["starts"] + 1
+    return {
+        "wall_s": round(before["wall_s"] + this_start, 1),
+        "wall_s_this_start": this_start,
+        "starts": starts,
+        "wall_s_covers": f"{starts} starts: {before['wall_s']:.1f} s up to {ckpt.name}, then "
+        f"{this_start:.1f} s in this start",
+        "resumed_from": ckpt.name,
+    }
+
+
 def _run_dir(parts: dict[str, Any], output_dir: str | Path | None, resume: str | None) -> Path:
     """The run directory, checked but not created (:func:`densereward.io.check_run_dir`): the
     caller creates it once the data, the verifier and TRL's config have passed, so a start that
@@ -371,7 +444,11 @@ def run(
 
     Returns:
         ``{"run_dir", "curve": [{"step", "value"}], "metric": "verifier/pass_rate", "final",
-        "wall_s", "steps", "heldout", "verifier_reads"}`` (``heldout`` is ``null`` without a
+        "wall_s", "wall_s_this_start", "starts", "wall_s_covers", "steps", "heldout",
+        "verifier_reads"}`` (``wall_s``: seconds over all the run's starts, up to the checkpoint a
+        resumed run continued from (``checkpoint-<step>/wall_time.json``) plus this start's
+        ``wall_s_this_start``; ``wall_s_covers`` says which, and a resumed run adds
+        ``resumed_from``, the checkpoint's name; ``heldout`` is ``null`` without a
         ``heldout:`` section, with ``"heldout_reason"`` saying so; the curve is the policy's Math-Verify
         pass rate on each step's training batch; ``verifier_reads`` how many completions the
         verifier reward read, with a warning when it read almost none: :func:`verifier_reads`); with ``heldout.every_steps`` set the curve is the held-out
@@ -463,6 +540,8 @@ def run(
             trainer.add_callback(every_k)
         heldout.evaluate("before", 0)  # the initial policy, before any step (or checkpoint) loads
         ckpt = _resume_checkpoint(run_dir, resume)  # for "latest": the newest complete one
+        wall_before = _wall_before(ckpt)  # the time up to it, which this start's adds to
+        trainer.add_callback(_WallClock(t0, wall_before))
         checkpoint = str(ckpt) if ckpt is not None else (True if resume == "latest" else resume)
         if ckpt is not None and _weights_only(ckpt):
             trainer.add_callback(_ContinueSchedule())
@@ -527,7 +606,7 @@ def run(
         "final": curve[-1]["value"] if curve else float("nan"),
         "final_rests_on": _final_rests_on(records, metric, curve, summary),
         "steps": int(trainer.state.global_step),
-        "wall_s": round(time.monotonic() - t0, 1),
+        **_wall_fields(time.monotonic() - t0, ckpt, wall_before),
         "reward_quality": str(tracker.jsonl_path),
         "plot": str(plot) if plot else None,
         "heldout": summary,
@@ -893,9 +972,7 @@ def main(args: argparse.Namespace) -> int:
         if (run_dir / "wandb").is_dir()
         else []
     )
-    print(
-        f"\nGRPO run finished in {result.get('wall_s', float('nan')):.0f} s. Results are in {run_dir}/:"
-    )
+    print(f"\nGRPO run finished in {_finished_in(result)}. Results are in {run_dir}/:")
     print(f"  reward-quality metrics (verifier/* per step): {result.get('reward_quality')}")
     print(f"  reward-quality dynamics plot:                 {result.get('plot')}")
     table = f"{run_dir}/completions/, " if (run_dir / "completions").is_dir() else ""
@@ -924,6 +1001,20 @@ def main(args: argparse.Namespace) -> int:
     if warning:  # loud, last: a run that trained on a constant reward still exits 0
         print(f"\n!! WARNING: {warning}")
     return 0
+
+
+def _finished_in(result: dict[str, Any]) -> str:
+    """The summary's wall time: ``"177 s"``, or after ``--resume`` ``"218 s (41 s in this
+    start, resumed from checkpoint-5)"`` (:func:`_wall_fields`)."""
+    wall = f"{result.get('wall_s', float('nan')):.0f} s"
+    if not result.get("resumed_from"):
+        return wall
+    if result.get("starts") is None:  # the checkpoint records no earlier time
+        return (
+            f"{wall} in this start, resumed from {result['resumed_from']}, which records no "
+            f"earlier wall time (no {WALL_FILE})"
+        )
+    return f"{wall} ({result['wall_s_this_start']:.0f} s in this start, resumed from {result['resumed_from']})"
 
 
 def cli_main(argv: list[str] | None = None) -> int:
