@@ -20,7 +20,7 @@ deterministic evaluation episodes vs environment steps: the learning curve),
 their mean return of the environment's own reward; each row's ``metric`` says which), ``verifier_dynamics.jsonl``
 (``rollout/ep_env_rew_mean`` and the ``verifier/*`` metrics at each episode end),
 ``training_curves.png`` (all of them against the step, :mod:`densereward.trainers.sac_plots`),
-``checkpoints/`` (model + replay buffer), ``final_model.zip``, ``summary.json`` and the
+``checkpoints/`` (model + replay buffer + the verifier window's state), ``final_model.zip``, ``summary.json`` and the
 offline W&B run.
 
 A new run in a directory that a stopped start left (no checkpoint, no ``summary.json``)
@@ -28,7 +28,9 @@ replaces that start's :data:`RUN_FILES` (the dry run names them); ``--resume`` d
 of :data:`CURVE_FILES` written after its checkpoint, writes the episodes of ``monitor.csv``
 that ended by it and the ``logs/progress.csv`` dumps logged by it back into the files SB3
 reopens, and continues SB3's ``rollout/*`` windows and
-the training curve's window and ``n_episodes_total`` from them (:func:`_continue_episodes`).
+the training curve's window and ``n_episodes_total`` from them (:func:`_continue_episodes`),
+and ``verifier_dynamics.jsonl``'s window and ``auto`` threshold from the checkpoint's
+:data:`DYNAMICS_STATE` (:func:`_continue_dynamics`).
 A run stopped while training (Ctrl-C, or SIGTERM in ``densereward train sac``) raises
 :class:`densereward.errors.Interrupted` saying what it left; checkpoints are written whole or
 not at all.
@@ -52,6 +54,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import copy
+import json
 import logging
 import os
 import re
@@ -310,7 +313,7 @@ def _state_text(state: str, run_dir: Path) -> str:
         return (
             "continues from its newest checkpoint; the curve rows written after it are dropped, "
             "monitor.csv keeps the episodes that ended by it and logs/progress.csv the dumps "
-            "logged by it"
+            "logged by it; the training curve's and the verifier's windows continue from it"
         )
     return reuse_words(run_dir, RUN_FILES)
 
@@ -341,13 +344,49 @@ def _stopped(exc: BaseException, run_dir: Path, steps: int, cfg: SACRunConfig) -
     )
 
 
-def _atomic_checkpoints(**kwargs: Any) -> Any:
+DYNAMICS_STATE = "sac_verifier_dynamics_{steps}_steps.json"
+"""The :class:`~densereward.callbacks.VerifierDynamicsCallback` state saved beside each
+checkpoint (its window of episodes and ``auto``'s calibration), which ``--resume`` continues."""
+
+
+def _continue_dynamics(dynamics: Any, ckpt_dir: Path, steps: int) -> None:
+    """Continue a resumed run's verifier window from its checkpoint's
+    :data:`DYNAMICS_STATE`, or say once that it starts afresh (a checkpoint written before
+    the state was saved: the rates resting on the window are null until it fills again)."""
+    path = ckpt_dir / DYNAMICS_STATE.format(steps=steps)
+    if path.is_file():
+        dynamics.load_state_dict(json.loads(path.read_text(encoding="utf-8")))
+        logger.info(
+            "--resume from step %d: verifier_dynamics.jsonl's window continues from %s "
+            "(%d episode(s) in it, %d so far)",
+            steps,
+            path.name,
+            len(dynamics.episodes),
+            dynamics.n_episodes,
+        )
+        return
+    from densereward.callbacks import MIN_EPISODES
+
+    logger.warning(
+        "--resume from step %d: the checkpoint has no %s (written before densereward saved it), "
+        "so verifier_dynamics.jsonl's window of training.metrics_window episodes and the auto "
+        "threshold's calibration start afresh: verifier/voc, verifier/tpr and verifier/tnr "
+        "stay null until %d new episodes of a class have ended, and its rollout/success_rate "
+        "counts only this run's episodes (train_curve.jsonl's window continues)",
+        steps,
+        path.name,
+        MIN_EPISODES,
+    )
+
+
+def _atomic_checkpoints(*, dynamics: Any = None, **kwargs: Any) -> Any:
     """SB3's ``CheckpointCallback`` whose files are written whole or not at all.
 
     Each file goes to a temporary name (``.tmp-<name>``) and is renamed into place, the model
     zip last, so a run stopped while it saves (SIGTERM, Ctrl-C) never leaves a
-    ``sac_<steps>_steps.zip`` without its complete replay buffer and statistics for
-    ``--resume`` to load.
+    ``sac_<steps>_steps.zip`` without its complete replay buffer, statistics and (with
+    ``dynamics``, a :class:`~densereward.callbacks.VerifierDynamicsCallback`)
+    :data:`DYNAMICS_STATE` for ``--resume`` to load.
     """
     from stable_baselines3.common.callbacks import CheckpointCallback
 
@@ -367,6 +406,9 @@ def _atomic_checkpoints(**kwargs: Any) -> Any:
                 save(self._checkpoint_path("replay_buffer_", "pkl"), self.model.save_replay_buffer)
             if self.save_vecnormalize and norm is not None:
                 save(self._checkpoint_path("vecnormalize_", "pkl"), norm.save)
+            if dynamics is not None:  # the callback has seen every episode that ended by now
+                path = Path(self.save_path) / DYNAMICS_STATE.format(steps=self.num_timesteps)
+                atomic_write_json(path, dynamics.state_dict())
             save(self._checkpoint_path(extension="zip"), self.model.save)
             return True
 
@@ -680,10 +722,11 @@ def run(config: dict[str, Any], *, output_dir: Path, resume: bool = False) -> di
         success=success,
         reward_label=ENV_RETURN_LABEL,
     )
-    if resume:  # SB3's rollout windows and the curve continue from the kept episodes
+    if resume:  # SB3's rollout windows, the curve and the verifier's continue
         _continue_episodes(
             model, curve_cb, [parse_episode(r) for r in kept], env_return=cfg.env.reward == "env"
         )
+        _continue_dynamics(dynamics, ckpt_dir, model.num_timesteps)
     callbacks = [dynamics, curve_cb]
     eval_cb = None
     if eval_venv is not None:
@@ -701,6 +744,7 @@ def run(config: dict[str, Any], *, output_dir: Path, resume: bool = False) -> di
     if tc.checkpoint_every:
         callbacks.append(
             _atomic_checkpoints(
+                dynamics=dynamics,
                 save_freq=max(tc.checkpoint_every // cfg.env.n_envs, 1),
                 save_path=str(ckpt_dir),
                 name_prefix="sac",
