@@ -1028,19 +1028,43 @@ def test_verifier_dynamics_writes_each_step_once(tmp_path):
     assert steps == [50, 100]
 
 
-def test_a_metrics_window_below_min_episodes_is_said_by_the_dry_run_and_the_start(tmp_path, caplog):
+def test_a_metrics_window_below_min_episodes_is_said_by_the_dry_run_and_the_start(tmp_path, capsys):
     """F8: training.metrics_window=6 < MIN_EPISODES=10 makes verifier/tpr, tnr and voc
-    impossible; the dry run printed only `ok`. It says so now, with the fix (the start logs
-    the same line once)."""
+    impossible; the dry run printed only `ok`. It says so, with the fix (the start logs the
+    same line once). F4 (rerun 7): as a `note`, exit 0, in train sac's and compare's dry runs:
+    it was a `!!` problem with exit 2, which the exit codes keep for a run that would fail here,
+    while the run itself trains and ends 0."""
     from densereward.callbacks import MIN_EPISODES
+    from densereward.cli import main
 
     config = small_config("sac_fetchreach_verifier.yaml", metrics_window=6)
     lines = sac.dry_run(config, output_dir=tmp_path / "dry")
-    said = [line for line in lines if line.startswith("!!") and "metrics_window" in line]
-    assert len(said) == 1 and said[0].startswith("!! training.metrics_window=6 < 10"), lines
+    said = [line for line in lines if "training.metrics_window=6" in line]
+    assert len(said) == 1 and said[0].startswith("note: training.metrics_window=6 < 10"), lines
     assert f"fix: training.metrics_window={MIN_EPISODES}" in said[0]
+    assert not [line for line in lines if line.startswith("!!")], lines
+    verifier_cfg = str(REPO / "configs" / "sac_fetchreach_verifier.yaml")
+    argv = ["train", "sac", "--config", verifier_cfg, "--output-dir", str(tmp_path / "dry")]
+    assert main([*argv, "--dry-run", "training.metrics_window=6", "wandb.enabled=false"]) == 0
+    printed = capsys.readouterr().out
+    assert "\n  note  training.metrics_window=6 < 10: verifier/tpr" in printed, printed
+    assert "!!" not in printed and "problem" not in printed
+    # a comparison's dry run says it as a note of the condition, and exits 0 too
+    compare = load_yaml(REPO / "configs" / "compare_fetchreach.yaml")
+    compare["common"] = [*compare["common"], "training.metrics_window=6"]
+    compare["conditions"] = {k: compare["conditions"][k] for k in ("sparse", "verifier_dense")}
+    compare["wandb"] = {"enabled": False}
+    path = tmp_path / "cmp.yaml"
+    path.write_text(json.dumps(compare))
+    cmp_argv = ["compare", "--config", str(path), "--output-dir", str(tmp_path / "cmp")]
+    assert main([*cmp_argv, "--dry-run"]) == 0
+    printed = capsys.readouterr().out
+    assert "\n  note  verifier_dense: training.metrics_window=6 < 10: verifier/tpr" in printed
+    assert "!!" not in printed and "sparse: training.metrics_window" not in printed, printed
+    assert not (tmp_path / "dry").exists() and not (tmp_path / "cmp").exists()
     config["training"]["metrics_window"] = MIN_EPISODES
-    assert not [line for line in sac.dry_run(config, output_dir=tmp_path / "dry") if "!!" in line]
+    lines = sac.dry_run(config, output_dir=tmp_path / "dry")
+    assert not [line for line in lines if "training.metrics_window=" in line or "!!" in line]
     # the rates are the verifier reward's: a run with another reward is not warned
     sparse = small_config("sac_fetchreach_sparse.yaml", metrics_window=6)
     assert sac._metrics_window_problem(sac.parse_config(sparse)) is None

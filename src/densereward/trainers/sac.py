@@ -448,7 +448,9 @@ def dry_run(config: dict[str, Any], *, output_dir: Path, resume: bool = False) -
     task and the first step (so a describer that does not fit the environment fails here);
     the verifier is configured but not loaded; the run directory is checked, not created.
 
-    Returns one line per check.
+    Returns one line per check; a problem the run would hit here starts with ``"!! "``, an
+    outcome certain before the run that does not stop it (a ``training.metrics_window`` too
+    small for the verifier's rates) with ``"note: "``.
 
     Raises:
         ConfigError: on an invalid config, an unknown environment id, a describer that does
@@ -519,9 +521,11 @@ def dry_run(config: dict[str, Any], *, output_dir: Path, resume: bool = False) -
         finally:
             env.close()
         lines.append(f"her: HerReplayBuffer {dict(cfg.her)} on a goal-conditioned observation")
-    problems = [_learning_starts_problem(cfg), _metrics_window_problem(cfg), unreachable]
+    problems = [_learning_starts_problem(cfg), unreachable]
     lines.append(describe_wandb(cfg.wandb, Path(output_dir)))
-    return lines + [f"!! {p}" for p in problems if p]
+    # a window too small for the verifier's rates: they stay null, the run itself goes on
+    notes = [f"note: {n}" for n in (_metrics_window_problem(cfg),) if n]
+    return lines + notes + [f"!! {p}" for p in problems if p]
 
 
 def run(config: dict[str, Any], *, output_dir: Path, resume: bool = False) -> dict[str, Any]:
