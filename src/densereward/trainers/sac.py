@@ -298,15 +298,18 @@ RUN_FILES = (
 ``summary.json``. A new run in a directory that a stopped start left (no checkpoint, no
 summary) replaces them, as SB3 replaces its own ``progress.csv`` and ``monitor.csv``: the
 append-only curves would otherwise mix the two runs, and ``wandb_id.txt`` would continue the
-stopped start's W&B run. Other files in the directory are left alone."""
+stopped start's W&B run; that start's W&B run directories (of the id in ``wandb_id.txt``) go
+too (:func:`densereward.io.replace_earlier_files`). Other files in the directory are left
+alone."""
 
 CURVE_FILES = ("eval_curve.jsonl", "train_curve.jsonl", "verifier_dynamics.jsonl")
 """The append-only files with a ``step`` per row; a resumed run drops their rows written after
 its checkpoint (:func:`densereward.io.drop_rows_after`)."""
 
 
-def _state_text(state: str, run_dir: Path) -> str:
-    """The dry run's words for the run directory: what the run will do with it."""
+def _state_text(state: str, run_dir: Path, wandb_dir: Path) -> str:
+    """The dry run's words for the run directory: what the run will do with it (``wandb_dir``:
+    where W&B writes its runs, ``wandb.dir`` or the run directory)."""
     if state == "new":
         return "created when the run starts"
     if state == "resume":
@@ -315,7 +318,13 @@ def _state_text(state: str, run_dir: Path) -> str:
             "monitor.csv keeps the episodes that ended by it and logs/progress.csv the dumps "
             "logged by it; the training curve's and the verifier's windows continue from it"
         )
-    return reuse_words(run_dir, RUN_FILES)
+    return reuse_words(run_dir, RUN_FILES, wandb_dir=wandb_dir)
+
+
+def _wandb_dir(cfg: SACRunConfig, run_dir: Path) -> Path:
+    """Where W&B writes this run's ``wandb/`` folder (``WANDB_DIR``): ``wandb.dir`` or the run
+    directory."""
+    return Path(cfg.wandb.dir) if cfg.wandb.dir else run_dir
 
 
 def _stopped(exc: BaseException, run_dir: Path, steps: int, cfg: SACRunConfig) -> Interrupted:
@@ -466,7 +475,7 @@ def dry_run(config: dict[str, Any], *, output_dir: Path, resume: bool = False) -
     lines = [
         f"env: {spec.id} (max_episode_steps {spec.max_episode_steps}), reward {cfg.env.reward}, "
         f"n_envs {cfg.env.n_envs}",
-        f"run directory: {output_dir} ({_state_text(state, Path(output_dir))})",
+        f"run directory: {output_dir} ({_state_text(state, Path(output_dir), _wandb_dir(cfg, Path(output_dir)))})",
         f"sac: stable_baselines3.SAC arguments ok {sorted(cfg.sac)}",
     ]
     unreachable = None  # an offline name not installed, a Hub id not reachable offline
@@ -599,7 +608,7 @@ def run(config: dict[str, Any], *, output_dir: Path, resume: bool = False) -> di
     created = not run_dir.exists()
     run_dir.mkdir(parents=True, exist_ok=True)
     if state == "reuse":  # a stopped start's curves: this run's are written anew
-        replace_earlier_files(run_dir, RUN_FILES)
+        replace_earlier_files(run_dir, RUN_FILES, wandb_dir=_wandb_dir(cfg, run_dir))
     atomic_write_text(run_dir / "config.yaml", yaml.safe_dump(config, sort_keys=False))
 
     # 2. the environments: VecMonitor(VecVerifierProgressReward(DummyVecEnv([...]))) (frames
