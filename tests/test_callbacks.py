@@ -240,6 +240,47 @@ def test_dynamics_auto_threshold_is_youdens_j_of_earlier_episodes(caplog, monkey
     assert fixed.metrics()["verifier/tpr"] == 0.0 and fixed.threshold_source == "fixed 0.5"
 
 
+def test_dynamics_state_continues_the_window_as_an_uninterrupted_run_would():
+    """F3 (rerun 7): a resumed SAC run's verifier window restarted empty. A callback that
+    loads another's state_dict (through JSON, as train sac's checkpoints hold it) continues
+    exactly as the uninterrupted one: the window, the episode count and auto's calibration."""
+    episodes = [
+        (0.2, False),
+        (0.3, True),
+        (0.1, False),
+        (0.35, True),
+        (0.6, True),
+        (None, False),
+        (0.05, False),
+        (0.7, True),
+    ]
+    whole = VerifierDynamicsCallback(threshold="auto", window=5, min_episodes=2)
+    first = VerifierDynamicsCallback(threshold="auto", window=5, min_episodes=2)
+    for final, success in episodes:
+        whole.add_episode(_episode(final, success))
+    for final, success in episodes[:5]:
+        first.add_episode(_episode(final, success))
+        first.true_returns.append(-50.0)
+        first.n_episodes += 1
+    resumed = VerifierDynamicsCallback(threshold="auto", window=5, min_episodes=2)
+    resumed.load_state_dict(json.loads(json.dumps(first.state_dict())))
+    for final, success in episodes[5:]:
+        resumed.add_episode(_episode(final, success))
+    got, want = resumed.metrics(), whole.metrics()
+    assert got.pop("rollout/ep_env_rew_mean") == -50.0  # the stopped part's returns stay
+    want.pop("rollout/ep_env_rew_mean")
+    assert json.dumps(got) == json.dumps(want)  # NaN == NaN here
+    assert resumed.threshold == whole.threshold and resumed.n_episodes == 5
+    assert [e["threshold"] for e in resumed.episodes] == [e["threshold"] for e in whole.episodes]
+    # a smaller window keeps the newest episodes; a fixed threshold stays fixed
+    small = VerifierDynamicsCallback(threshold=0.5, window=2, min_episodes=1)
+    small.load_state_dict(first.state_dict())
+    assert [e["final_progress"] for e in small.episodes] == [0.35, 0.6]
+    assert small.threshold == 0.5 and small.threshold_fallback is False
+    with pytest.raises(DataError, match="verifier-dynamics state"):
+        small.load_state_dict({"episodes": []})
+
+
 def test_dynamics_leaves_success_metrics_out_for_an_env_without_is_success(caplog):
     """Issue 41: an environment whose step info has no is_success (Pendulum-v1) gives episodes
     with is_success None; the metrics that need success are left out, not computed as if every

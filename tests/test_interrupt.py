@@ -9,6 +9,7 @@ resumed run drops the rows written after its checkpoint.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import signal
 import subprocess
@@ -98,49 +99,59 @@ def test_a_fresh_run_replaces_the_files_a_stopped_start_left(tmp_path):
     assert (run_dir / "notes.txt").read_text() == "the user's own file"
 
 
+def _train_sac_stopped_by_sigterm(
+    run_dir: Path, overrides: list[str], ready, **env_vars: str
+) -> str:
+    """Start `densereward train sac` (FetchReach sparse, 100000 steps) in a subprocess with
+    ``overrides``, send SIGTERM once ``ready()`` holds, and return its stderr (exit 143)."""
+    import densereward
+
+    src = str(Path(densereward.__file__).parents[1])  # the densereward under test
+    pythonpath = os.pathsep.join([src, os.environ.get("PYTHONPATH", "")])
+    env = dict(os.environ, PYTHONPATH=pythonpath, **env_vars)
+    yaml_path = str(REPO / "configs" / "sac_fetchreach_sparse.yaml")
+    cmd = [sys.executable, "-m", "densereward.cli", "train", "sac", "--config", yaml_path]
+    cmd += [
+        *("--output-dir", str(run_dir), "--total-timesteps", "100000"),
+        "training.curve_every=25",
+        "training.eval_every=0",
+        "sac.learning_starts=40",
+        "sac.batch_size=16",
+        *overrides,
+    ]
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline and proc.poll() is None and not ready():
+            time.sleep(0.2)
+        assert proc.poll() is None, proc.communicate()[1][-3000:]
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 143, err[-3000:]
+    return err
+
+
 @pytest.mark.slow
 def test_sigterm_stops_train_sac_with_what_it_left_and_resume_drops_the_later_rows(tmp_path):
     """F2: `densereward train sac` killed by SIGTERM exited 143 with no message. It says now
     what it left (the checkpoint and the --resume command) and exits 143; --resume then drops
     the curve rows written after that checkpoint instead of counting them twice."""
-    import densereward
     from densereward.trainers import sac
 
     run_dir = tmp_path / "run"
-    src = str(Path(densereward.__file__).parents[1])  # the densereward under test
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([src, os.environ.get("PYTHONPATH", "")]))
-    yaml_path = str(REPO / "configs" / "sac_fetchreach_sparse.yaml")
-    cmd = [sys.executable, "-m", "densereward.cli", "train", "sac", "--config", yaml_path]
-    cmd += [
-        *("--output-dir", str(run_dir), "--total-timesteps", "100000"),
-        "training.checkpoint_every=100",
-        "training.curve_every=25",
-        "training.eval_every=0",
-        "sac.learning_starts=40",
-        "sac.batch_size=16",
-        "wandb.enabled=false",
-    ]
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        deadline = time.monotonic() + 300
-        while time.monotonic() < deadline and proc.poll() is None:
-            rows = (
-                _steps(run_dir / "train_curve.jsonl")
-                if (run_dir / "train_curve.jsonl").is_file()
-                else []
-            )
-            if (run_dir / "checkpoints" / "sac_100_steps.zip").is_file() and max(
-                rows, default=0
-            ) > 100:
-                break
-            time.sleep(0.2)
-        assert proc.poll() is None, proc.communicate()[1][-3000:]
-        proc.send_signal(signal.SIGTERM)
-        out, err = proc.communicate(timeout=120)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    assert proc.returncode == 143, err[-3000:]
+
+    def ready() -> bool:  # a checkpoint, and a curve row after it for the resume to drop
+        curve = run_dir / "train_curve.jsonl"
+        rows = _steps(curve) if curve.is_file() else []
+        return (run_dir / "checkpoints" / "sac_100_steps.zip").is_file() and max(
+            rows, default=0
+        ) > 100
+
+    overrides = ["training.checkpoint_every=100", "wandb.enabled=false"]
+    err = _train_sac_stopped_by_sigterm(run_dir, overrides, ready)
     stopped = [line for line in err.splitlines() if line.startswith("densereward: stopped")]
     assert len(stopped) == 1, err[-3000:]
     newest = max(
@@ -164,6 +175,53 @@ def test_sigterm_stops_train_sac_with_what_it_left_and_resume_drops_the_later_ro
     assert _steps(run_dir / "train_curve.jsonl") == steps
     dyn = _steps(run_dir / "verifier_dynamics.jsonl")
     assert dyn == sorted(dyn)
+
+
+@pytest.mark.slow
+def test_a_fresh_run_replaces_the_wandb_run_of_a_start_stopped_before_its_first_checkpoint(
+    tmp_path, caplog
+):
+    """Rerun 6/7 F2: a SAC start stopped before its first checkpoint and re-run afresh into the
+    same directory replaced wandb_id.txt but left the stopped start's W&B offline run beside the
+    new one, so `wandb sync <run_dir>/wandb/offline-run-*` uploaded the stopped start too. The
+    fresh start removes the W&B runs of the id it replaces (only those) and says so, as its dry
+    run does."""
+    from densereward.trainers import sac
+
+    run_dir = tmp_path / "run"
+    _train_sac_stopped_by_sigterm(
+        run_dir,
+        ["training.checkpoint_every=0", "wandb.enabled=true"],
+        (run_dir / "train_curve.jsonl").is_file,
+        WANDB_MODE="offline",
+    )
+    old_id = (run_dir / "wandb_id.txt").read_text().strip()
+    stopped = [p.name for p in (run_dir / "wandb").glob(f"offline-run-*-{old_id}")]
+    assert len(stopped) == 1, sorted(p.name for p in (run_dir / "wandb").iterdir())
+    # another W&B run in the same folder (not the stopped start's id) and a file of one's own
+    other = run_dir / "wandb" / "offline-run-20260101_000000-abcdef012345"
+    other.mkdir()
+    (other / "keep.txt").write_text("another run")
+    (run_dir / "notes.txt").write_text("the user's own file")
+
+    config = load_yaml(REPO / "configs" / "sac_fetchreach_sparse.yaml")
+    config["training"].update(total_timesteps=50, checkpoint_every=0, eval_every=0)
+    config["sac"].update(learning_starts=40, batch_size=16)
+    config["wandb"] = {"enabled": True, "mode": "offline"}
+    line = next(x for x in sac.dry_run(config, output_dir=run_dir) if x.startswith("run dir"))
+    assert f"wandb/{stopped[0]}" in line and "wandb_id.txt" in line, line
+    assert "abcdef012345" not in line
+    with caplog.at_level(logging.WARNING, logger="densereward"):
+        sac.run(config, output_dir=run_dir)
+    said = [r.getMessage() for r in caplog.records if "earlier start" in r.getMessage()]
+    assert len(said) == 1 and f"wandb_id.txt, wandb/{stopped[0]}) are replaced" in said[0]
+    new_id = (run_dir / "wandb_id.txt").read_text().strip()
+    assert new_id != old_id
+    runs = sorted(p.name for p in (run_dir / "wandb").glob("*run-*") if p.is_dir())
+    assert [r for r in runs if old_id in r] == [], runs  # the stopped start's run is gone
+    assert [r for r in runs if r.endswith(new_id)] and other.name in runs, runs
+    assert (other / "keep.txt").read_text() == "another run"
+    assert (run_dir / "notes.txt").read_text() == "the user's own file"
 
 
 # --------------------------------------------------------------------------------------------
@@ -204,6 +262,38 @@ def test_grpo_dry_run_says_a_stopped_starts_files_are_replaced_and_resume_drops_
     assert _steps(run_dir / "reward_quality.jsonl") == [1, 2]
     _create_run_dir(run_dir, str(run_dir / "checkpoint-2"))
     assert _steps(run_dir / "reward_quality.jsonl") == [1, 2]
+
+
+def test_a_fresh_grpo_start_replaces_the_wandb_run_of_a_stopped_start(tmp_path, monkeypatch):
+    """Rerun 6/7 F2 for GRPO: a fresh start into a stopped start's directory wrote a new
+    wandb_id.txt but left that start's W&B offline run beside its own. It replaces both now
+    (only the W&B runs of that id) and the dry run names them."""
+    import wandb
+
+    from densereward.io import wandb_run_id
+    from densereward.trainers.grpo import _create_run_dir, _run_dir_state
+
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    runs = {}
+    for key in ("stopped", "other"):  # real W&B offline runs in the run directory's wandb/
+        run_id = wandb_run_id(run_dir, reuse=False) if key == "stopped" else "abcdef012345"
+        run = wandb.init(id=run_id, dir=str(run_dir), project="densereward-test")
+        run.log({"x": 1.0})
+        run.finish()
+        runs[key] = Path(run.dir).parent  # <run_dir>/wandb/offline-run-<time>-<id>
+    wandb.teardown()
+    append_jsonl(run_dir / "reward_quality.jsonl", {"step": 1})
+    assert _run_dir_state(run_dir, None) == (
+        "exists with no checkpoint and no result: the files of the earlier start "
+        f"(reward_quality.jsonl, wandb_id.txt, wandb/{runs['stopped'].name}) are replaced"
+    )
+    _create_run_dir(run_dir, None)
+    assert not runs["stopped"].exists() and runs["other"].is_dir()
+    assert not (run_dir / "wandb_id.txt").exists()
+    assert not (run_dir / "reward_quality.jsonl").exists()
 
 
 # --------------------------------------------------------------------------------------------

@@ -922,6 +922,67 @@ def test_resume_keeps_the_episodes_before_the_checkpoint_in_monitor_csv_and_the_
     ]
 
 
+@pytest.mark.slow
+def test_resume_continues_the_verifier_dynamics_window_from_the_checkpoint(
+    tmp_path, default_model_dir, caplog
+):
+    """F3 (rerun 7): after --resume the verifier's window (verifier_dynamics.jsonl: VOC, TPR,
+    TNR, rollout/success_rate over training.metrics_window episodes) restarted empty, so its
+    rates went null for the rest of the run and its success rate disagreed with
+    train_curve.jsonl's, whose window continues. Its state is saved beside each checkpoint now
+    and the resumed run continues it; a checkpoint without it is said once."""
+    import shutil
+
+    run, old = tmp_path / "run", tmp_path / "old"
+    config = small_config(
+        "sac_fetchreach_verifier.yaml", total_timesteps=600, checkpoint_every=600, eval_every=0
+    )
+    config["reward"]["score_every"] = 25
+    config["verifier"]["threshold"] = "auto"
+    config["sac"].update({"learning_starts": 100, "batch_size": 32})
+    # two environments, 50-step episodes: two end at each 100 steps, 12 by the checkpoint
+    sac.run(config, output_dir=run)
+    at_ckpt = {r["step"]: r for r in read_jsonl(run / "verifier_dynamics.jsonl")}[600]
+    shutil.copytree(run, old)
+    config["training"]["total_timesteps"] = 700
+    with caplog.at_level(logging.INFO, logger="densereward.trainers.sac"):
+        sac.run(config, output_dir=run, resume=True)
+    rows = [r for r in read_jsonl(run / "verifier_dynamics.jsonl") if r["step"] > 600]
+    assert [r["step"] for r in rows] == [700]
+    resumed = rows[0]
+
+    def counts(row: dict) -> tuple[int, int]:
+        judged = row["verifier/n_success_episodes"] + row["verifier/n_failure_episodes"]
+        return int(judged), int(row["verifier/n_voc_episodes"])
+
+    # the window holds the 12 episodes of the checkpoint and the 2 that ended at step 700
+    (judged, n_voc), (judged_0, n_voc_0) = counts(resumed), counts(at_ckpt)
+    assert judged_0 <= judged <= judged_0 + 2 and n_voc_0 <= n_voc <= n_voc_0 + 2, (
+        at_ckpt,
+        resumed,
+    )
+    if at_ckpt["verifier/voc"] is not None:
+        assert resumed["verifier/voc"] is not None
+    # its success rate is train_curve.jsonl's over the same 14 episodes
+    curve = {p["step"]: p for p in read_jsonl(run / "train_curve.jsonl")}
+    assert curve[700]["n_episodes"] == 14
+    assert resumed["rollout/success_rate"] == pytest.approx(curve[700]["value"])
+    # auto's calibration continues too: once out of its fallback, it stays out
+    assert resumed["verifier/threshold_fallback"] <= at_ckpt["verifier/threshold_fallback"]
+    state = json.loads((run / "checkpoints" / "sac_verifier_dynamics_600_steps.json").read_text())
+    assert len(state["episodes"]) == 12 and state["n_episodes"] == 12
+    said = [r.getMessage() for r in caplog.records if "sac_verifier_dynamics_" in r.getMessage()]
+    assert len(said) == 1 and "continues" in said[0], said
+    # a checkpoint written before the state was kept: the window restarts, said once
+    (old / "checkpoints" / "sac_verifier_dynamics_600_steps.json").unlink()
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="densereward.trainers.sac"):
+        sac.run(config, output_dir=old, resume=True)
+    said = [r.getMessage() for r in caplog.records if "sac_verifier_dynamics_" in r.getMessage()]
+    assert len(said) == 1 and "start afresh" in said[0], said
+    assert "verifier/voc" in said[0] and "training.metrics_window" in said[0]
+
+
 def test_continue_episodes_refills_sb3s_rollout_window_and_the_curves(tmp_path):
     """F3: SB3 saves no ep_info_buffer / ep_success_buffer in the model zip; a resumed run
     refills them (and the training curve's window) from the kept monitor.csv episodes."""
@@ -967,19 +1028,43 @@ def test_verifier_dynamics_writes_each_step_once(tmp_path):
     assert steps == [50, 100]
 
 
-def test_a_metrics_window_below_min_episodes_is_said_by_the_dry_run_and_the_start(tmp_path, caplog):
+def test_a_metrics_window_below_min_episodes_is_said_by_the_dry_run_and_the_start(tmp_path, capsys):
     """F8: training.metrics_window=6 < MIN_EPISODES=10 makes verifier/tpr, tnr and voc
-    impossible; the dry run printed only `ok`. It says so now, with the fix (the start logs
-    the same line once)."""
+    impossible; the dry run printed only `ok`. It says so, with the fix (the start logs the
+    same line once). F4 (rerun 7): as a `note`, exit 0, in train sac's and compare's dry runs:
+    it was a `!!` problem with exit 2, which the exit codes keep for a run that would fail here,
+    while the run itself trains and ends 0."""
     from densereward.callbacks import MIN_EPISODES
+    from densereward.cli import main
 
     config = small_config("sac_fetchreach_verifier.yaml", metrics_window=6)
     lines = sac.dry_run(config, output_dir=tmp_path / "dry")
-    said = [line for line in lines if line.startswith("!!") and "metrics_window" in line]
-    assert len(said) == 1 and said[0].startswith("!! training.metrics_window=6 < 10"), lines
+    said = [line for line in lines if "training.metrics_window=6" in line]
+    assert len(said) == 1 and said[0].startswith("note: training.metrics_window=6 < 10"), lines
     assert f"fix: training.metrics_window={MIN_EPISODES}" in said[0]
+    assert not [line for line in lines if line.startswith("!!")], lines
+    verifier_cfg = str(REPO / "configs" / "sac_fetchreach_verifier.yaml")
+    argv = ["train", "sac", "--config", verifier_cfg, "--output-dir", str(tmp_path / "dry")]
+    assert main([*argv, "--dry-run", "training.metrics_window=6", "wandb.enabled=false"]) == 0
+    printed = capsys.readouterr().out
+    assert "\n  note  training.metrics_window=6 < 10: verifier/tpr" in printed, printed
+    assert "!!" not in printed and "problem" not in printed
+    # a comparison's dry run says it as a note of the condition, and exits 0 too
+    compare = load_yaml(REPO / "configs" / "compare_fetchreach.yaml")
+    compare["common"] = [*compare["common"], "training.metrics_window=6"]
+    compare["conditions"] = {k: compare["conditions"][k] for k in ("sparse", "verifier_dense")}
+    compare["wandb"] = {"enabled": False}
+    path = tmp_path / "cmp.yaml"
+    path.write_text(json.dumps(compare))
+    cmp_argv = ["compare", "--config", str(path), "--output-dir", str(tmp_path / "cmp")]
+    assert main([*cmp_argv, "--dry-run"]) == 0
+    printed = capsys.readouterr().out
+    assert "\n  note  verifier_dense: training.metrics_window=6 < 10: verifier/tpr" in printed
+    assert "!!" not in printed and "sparse: training.metrics_window" not in printed, printed
+    assert not (tmp_path / "dry").exists() and not (tmp_path / "cmp").exists()
     config["training"]["metrics_window"] = MIN_EPISODES
-    assert not [line for line in sac.dry_run(config, output_dir=tmp_path / "dry") if "!!" in line]
+    lines = sac.dry_run(config, output_dir=tmp_path / "dry")
+    assert not [line for line in lines if "training.metrics_window=" in line or "!!" in line]
     # the rates are the verifier reward's: a run with another reward is not warned
     sparse = small_config("sac_fetchreach_sparse.yaml", metrics_window=6)
     assert sac._metrics_window_problem(sac.parse_config(sparse)) is None

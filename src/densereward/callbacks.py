@@ -231,7 +231,11 @@ class VerifierDynamicsCallback(BaseCallback):
         path: JSONL file of the recorded metrics (appended to), or ``None``.
         min_episodes: episodes of a class a rate needs (:data:`MIN_EPISODES`).
 
-    The calibration of ``"auto"`` lives in memory: a resumed run starts it afresh.
+    The window, the episode count and the calibration of ``"auto"`` live in memory;
+    :meth:`state_dict` and :meth:`load_state_dict` carry them across a resume (``train sac``
+    saves them beside each checkpoint, ``sac_verifier_dynamics_<steps>_steps.json``). The
+    verifier's cost per step (``verifier/calls_per_step``, ...) is counted over the steps of
+    this process (a resumed run's from its resume step).
 
     Raises:
         ConfigError: on an invalid threshold or ``window < 1``.
@@ -326,6 +330,42 @@ class VerifierDynamicsCallback(BaseCallback):
                         t,
                     )
                 self.threshold, self.threshold_fallback = t, False
+
+    def state_dict(self) -> dict[str, Any]:
+        """What a resumed run needs to continue the window (JSON-able): the window's episodes
+        (without their relabelled ``rewards``, which no metric reads) and environment returns,
+        the episodes counted so far, and ``auto``'s calibration (the final progress and success
+        of every judged episode, the threshold in force)."""
+        return {
+            "version": 1,
+            "episodes": [{k: v for k, v in e.items() if k != "rewards"} for e in self.episodes],
+            "true_returns": list(self.true_returns),
+            "n_episodes": self.n_episodes,
+            "judged": [list(self._judged[0]), list(self._judged[1])],
+            "threshold": self.threshold,
+            "threshold_fallback": self.threshold_fallback,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Continue from :meth:`state_dict` (of a run with any window: the newest ``window``
+        episodes are kept). A fixed threshold stays this callback's; each kept episode keeps
+        the threshold it was judged at.
+
+        Raises:
+            DataError: for a state of another format.
+        """
+        if not isinstance(state, dict) or state.get("version") != 1:
+            raise DataError("not a verifier-dynamics state (version 1)")
+        nan = float("nan")  # written as null
+        self.episodes = deque((dict(e) for e in state["episodes"]), maxlen=self.window)
+        self.true_returns = deque(
+            (nan if r is None else float(r) for r in state["true_returns"]), maxlen=self.window
+        )
+        self.n_episodes = int(state["n_episodes"])
+        self._judged = tuple([float(x) for x in xs] for xs in state["judged"])  # type: ignore[assignment]
+        if self._fixed_threshold is None:
+            self.threshold = float(state["threshold"])
+            self.threshold_fallback = bool(state["threshold_fallback"])
 
     def metrics(self) -> dict[str, float]:
         """The current window's metrics (keys as logged; NaN where undefined)."""

@@ -27,6 +27,7 @@ __all__ = [
     "make_run_dir",
     "check_run_dir",
     "replace_earlier_files",
+    "earlier_wandb_runs",
     "wandb_run_id",
     "reuse_words",
     "configure_wandb",
@@ -250,34 +251,70 @@ def check_run_dir(
     return "reuse" if d.is_dir() and any(d.iterdir()) else "new"
 
 
-def _earlier(run_dir: Path, names: Sequence[str]) -> list[str]:
-    return sorted(name for name in names if (run_dir / name).is_file())
+def earlier_wandb_runs(run_dir: str | Path, wandb_dir: str | Path | None = None) -> list[Path]:
+    """The W&B run directories of the id in ``<run_dir>/wandb_id.txt``: W&B's
+    ``<wandb_dir>/wandb/offline-run-<YYYYMMDD_HHMMSS>-<id>`` (offline) and
+    ``run-<YYYYMMDD_HHMMSS>-<id>`` (online), ``wandb_dir`` being ``WANDB_DIR`` (the config's
+    ``wandb.dir``; default ``run_dir``). ``[]`` without the file. Sorted."""
+    id_file = Path(run_dir) / "wandb_id.txt"
+    run_id = id_file.read_text().strip() if id_file.is_file() else ""
+    if not re.fullmatch(r"[0-9a-z]+", run_id):  # W&B's ids; none, or not one of ours
+        return []
+    root = Path(wandb_dir if wandb_dir is not None else run_dir) / "wandb"
+    named = re.compile(rf"(offline-)?run-\d{{8}}_\d{{6}}-{run_id}")
+    return sorted(
+        p
+        for p in (root.iterdir() if root.is_dir() else ())
+        if named.fullmatch(p.name) and p.is_dir() and not p.is_symlink()
+    )
 
 
-def reuse_words(run_dir: str | Path, names: Sequence[str]) -> str:
+def _earlier(run_dir: Path, names: Sequence[str], wandb_dir: str | Path | None) -> list[str]:
+    """The earlier start's files among ``names`` and its W&B runs, as the words name them."""
+    runs = earlier_wandb_runs(run_dir, wandb_dir)  # before wandb_id.txt is replaced
+    files = sorted(name for name in names if (run_dir / name).is_file())
+    return files + [
+        str(p.relative_to(run_dir)) if p.is_relative_to(run_dir) else str(p) for p in runs
+    ]
+
+
+def reuse_words(
+    run_dir: str | Path, names: Sequence[str], *, wandb_dir: str | Path | None = None
+) -> str:
     """A dry run's words for a directory :func:`check_run_dir` calls ``"reuse"``: which of
-    the run's files ``names`` (relative paths) a stopped earlier start left there, which the
-    run will replace (:func:`replace_earlier_files`)."""
-    earlier = _earlier(Path(run_dir), names)
+    the run's files ``names`` (relative paths) a stopped earlier start left there, and the W&B
+    runs of its ``wandb_id.txt`` (:func:`earlier_wandb_runs`), which the run will replace
+    (:func:`replace_earlier_files`)."""
+    earlier = _earlier(Path(run_dir), names, wandb_dir)
     return "exists with no checkpoint and no result: " + (
         f"the files of the earlier start ({', '.join(earlier)}) are replaced" if earlier else "used"
     )
 
 
-def replace_earlier_files(run_dir: str | Path, names: Sequence[str]) -> list[str]:
+def replace_earlier_files(
+    run_dir: str | Path, names: Sequence[str], *, wandb_dir: str | Path | None = None
+) -> list[str]:
     """Delete the run files ``names`` (relative paths) that a stopped earlier start left in a
-    directory :func:`check_run_dir` calls ``"reuse"``, and say so once (a warning): a new run
-    appending to that start's curves would mix the two runs. Other files are left alone.
+    directory :func:`check_run_dir` calls ``"reuse"``, and the W&B run directories of the id in
+    its ``wandb_id.txt`` (:func:`earlier_wandb_runs`, under ``wandb_dir``, default
+    ``run_dir``), and say so once (a warning): a new run appending to that start's curves would
+    mix the two runs, and ``wandb sync <run_dir>/wandb/offline-run-*`` would upload the stopped
+    start beside it. Other files, and W&B runs of other ids, are left alone.
 
     Returns:
-        The names deleted, sorted.
+        The names deleted (the files sorted, then the W&B runs), as the warning says them.
     """
     import logging
+    import shutil
 
     d = Path(run_dir)
-    earlier = _earlier(d, names)
-    for name in earlier:
-        (d / name).unlink()
+    runs = earlier_wandb_runs(d, wandb_dir)
+    earlier = _earlier(d, names, wandb_dir)
+    for name in names:
+        if (d / name).is_file():
+            (d / name).unlink()
+    for run in runs:
+        shutil.rmtree(run)
     if earlier:
         logging.getLogger("densereward").warning(
             "run directory %s holds no checkpoint and no result: the files of the earlier start "

@@ -429,8 +429,9 @@ def dry_run_comparison(
     Returns:
         One line per check; a problem a run would hit although the config is valid starts
         with ``"!! "``; an outcome certain before any run that is no problem (fewer seeds than
-        :data:`~densereward.sample_efficiency.report.MIN_RUNS_FOR_A_VERDICT`: no verdict)
-        starts with ``"note: "``.
+        :data:`~densereward.sample_efficiency.report.MIN_RUNS_FOR_A_VERDICT`: no verdict; a
+        trainer dry run's own ``"note: "`` line, named by its condition) starts with
+        ``"note: "``.
 
     Raises:
         ConfigError, DataError: as :func:`run_comparison` would, before its first run.
@@ -482,8 +483,8 @@ def dry_run_comparison(
             for line in spec.dry_run(first, output_dir=Path(tmp) / cname):
                 if line.startswith(("run directory:", "wandb:")):
                     continue  # a scratch directory; the comparison's own is reported above
-                bang = line.startswith("!! ")
-                lines.append(("!! " if bang else "") + f"{cname}: {line[3:] if bang else line}")
+                kind = next((k for k in ("!! ", "note: ") if line.startswith(k)), "")
+                lines.append(f"{kind}{cname}: {line[len(kind) :]}")
     return lines
 
 

@@ -117,11 +117,14 @@ def check_models(
 
 
 def print_dry_run(lines: list[str], problems: list[str] = ()) -> int:
-    """Print a dry run: the checks (``ok``), then the problems the run would hit here (``!!``;
-    a line of ``lines`` that starts with ``"!! "`` is one too).
+    """Print a dry run: the checks (``ok``), the notes (``note``: a line of ``lines`` that
+    starts with ``"note: "``, an outcome certain before the run that does not stop it, e.g. a
+    metric it can never define), then the problems the run would hit here (``!!``; a line of
+    ``lines`` that starts with ``"!! "`` is one too).
 
     Returns:
-        The exit status: 0, or 2 when there is a problem (a start that would fail here).
+        The exit status: 0, or 2 when there is a problem (a start that would fail here); a
+        note alone is 0.
     """
     problems = [*(x[3:] for x in lines if x.startswith("!! ")), *problems]
     print(
@@ -129,7 +132,9 @@ def print_dry_run(lines: list[str], problems: list[str] = ()) -> int:
         + (f"; {len(problems)} problem(s) the run would hit here:" if problems else "")
     )
     for line in lines:
-        if not line.startswith("!! "):
+        if line.startswith("note: "):
+            print("  note  " + line[len("note: ") :])
+        elif not line.startswith("!! "):
             print("  ok  " + line)
     for problem in problems:
         print("  !!  " + problem)

@@ -264,10 +264,17 @@ def _run_dir(parts: dict[str, Any], output_dir: str | Path | None, resume: str |
     return p
 
 
-RUN_FILES = ("reward_quality.jsonl", "reward_quality.png")
-"""The files a run appends to or draws in its run directory. A new run in a directory that a
-stopped start left (no checkpoint, no ``result.json``) replaces them: the stopped start's rows
-would mix with this run's steps."""
+RUN_FILES = ("reward_quality.jsonl", "reward_quality.png", "wandb_id.txt")
+"""The files a run appends to, draws or keeps its W&B id in, in its run directory. A new run in
+a directory that a stopped start left (no checkpoint, no ``result.json``) replaces them, and
+that start's W&B run directories (of the id in ``wandb_id.txt``): the stopped start's rows
+would mix with this run's steps, and ``wandb sync`` would upload its run beside this one."""
+
+
+def _wandb_dir(parts: dict[str, Any], run_dir: Path) -> Path:
+    """Where W&B writes this run's ``wandb/`` folder (``WANDB_DIR``): ``wandb.dir`` or the run
+    directory."""
+    return Path(parts["wandb"].dir) if parts["wandb"].dir else run_dir
 
 
 _TRAINER_STATE = "trainer_state.json"  # transformers.trainer.TRAINER_STATE_NAME
@@ -323,8 +330,9 @@ def _resume_checkpoint(run_dir: Path, resume: str | None) -> Path | None:
     return _newest_complete(run_dir)[0]
 
 
-def _run_dir_state(run_dir: Path, resume: str | None) -> str:
-    """What the run does with its (checked) run directory, in the dry run's words."""
+def _run_dir_state(run_dir: Path, resume: str | None, wandb_dir: Path | None = None) -> str:
+    """What the run does with its (checked) run directory, in the dry run's words
+    (``wandb_dir``: where W&B writes its runs; default the run directory)."""
     ckpt = _resume_checkpoint(run_dir, resume)
     if ckpt is not None:
         weights_only = (
@@ -340,7 +348,7 @@ def _run_dir_state(run_dir: Path, resume: str | None) -> str:
         )
     if not (run_dir.is_dir() and any(run_dir.iterdir())):
         return "created when the run starts"
-    return reuse_words(run_dir, RUN_FILES)
+    return reuse_words(run_dir, RUN_FILES, wandb_dir=wandb_dir)
 
 
 @contextlib.contextmanager
@@ -356,9 +364,10 @@ def _wandb_run_id(run_dir: Path, resume: str | None, main_process: bool) -> Iter
         yield
 
 
-def _create_run_dir(run_dir: Path, resume: str | None) -> None:
+def _create_run_dir(run_dir: Path, resume: str | None, wandb_dir: Path | None = None) -> None:
     """Create the checked run directory. A fresh start replaces the :data:`RUN_FILES` left by
-    an earlier start that never reached a checkpoint (they would mix with this run's steps); a
+    an earlier start that never reached a checkpoint (they would mix with this run's steps) and
+    its W&B runs under ``wandb_dir`` (default the run directory); a
     resumed run drops the reward-quality rows its stopped predecessor wrote after the
     checkpoint (the resumed run writes those steps again). Each is said once in the log."""
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -381,7 +390,7 @@ def _create_run_dir(run_dir: Path, resume: str | None) -> None:
                 dropped,
             )
     elif not resume:
-        replace_earlier_files(run_dir, RUN_FILES)
+        replace_earlier_files(run_dir, RUN_FILES, wandb_dir=wandb_dir)
 
 
 def _stopped(exc: BaseException, run_dir: Path, step: int, max_steps: int) -> Interrupted:
@@ -512,7 +521,7 @@ def run(
     )
     created = main_process and not run_dir.exists()
     if main_process:  # keys never live in configs; masked anyway
-        _create_run_dir(run_dir, resume)
+        _create_run_dir(run_dir, resume, _wandb_dir(parts, run_dir))
         atomic_write_json(run_dir / "config.json", redact(config, secrets))
 
     # W&B (offline without a key) and the policy.
@@ -789,7 +798,7 @@ def _dry_run(
         check_verifier_server(parts["verifier"]) if _builds_verifier(parts) else (None, None)
     )  # a served verifier is contacted as the run's start contacts it
     run_dir = _run_dir(parts, output_dir, resume)
-    state = _run_dir_state(run_dir, resume)
+    state = _run_dir_state(run_dir, resume, _wandb_dir(parts, run_dir))
     checks = [
         *([f"{policy_line} ({_dtype_note(parts)}) -- weights NOT loaded"] if policy_line else []),
         *([data_line] if data_line else []),  # a source with a problem: only its !! line

@@ -20,7 +20,7 @@ deterministic evaluation episodes vs environment steps: the learning curve),
 their mean return of the environment's own reward; each row's ``metric`` says which), ``verifier_dynamics.jsonl``
 (``rollout/ep_env_rew_mean`` and the ``verifier/*`` metrics at each episode end),
 ``training_curves.png`` (all of them against the step, :mod:`densereward.trainers.sac_plots`),
-``checkpoints/`` (model + replay buffer), ``final_model.zip``, ``summary.json`` and the
+``checkpoints/`` (model + replay buffer + the verifier window's state), ``final_model.zip``, ``summary.json`` and the
 offline W&B run.
 
 A new run in a directory that a stopped start left (no checkpoint, no ``summary.json``)
@@ -28,7 +28,9 @@ replaces that start's :data:`RUN_FILES` (the dry run names them); ``--resume`` d
 of :data:`CURVE_FILES` written after its checkpoint, writes the episodes of ``monitor.csv``
 that ended by it and the ``logs/progress.csv`` dumps logged by it back into the files SB3
 reopens, and continues SB3's ``rollout/*`` windows and
-the training curve's window and ``n_episodes_total`` from them (:func:`_continue_episodes`).
+the training curve's window and ``n_episodes_total`` from them (:func:`_continue_episodes`),
+and ``verifier_dynamics.jsonl``'s window and ``auto`` threshold from the checkpoint's
+:data:`DYNAMICS_STATE` (:func:`_continue_dynamics`).
 A run stopped while training (Ctrl-C, or SIGTERM in ``densereward train sac``) raises
 :class:`densereward.errors.Interrupted` saying what it left; checkpoints are written whole or
 not at all.
@@ -52,6 +54,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import copy
+import json
 import logging
 import os
 import re
@@ -295,24 +298,33 @@ RUN_FILES = (
 ``summary.json``. A new run in a directory that a stopped start left (no checkpoint, no
 summary) replaces them, as SB3 replaces its own ``progress.csv`` and ``monitor.csv``: the
 append-only curves would otherwise mix the two runs, and ``wandb_id.txt`` would continue the
-stopped start's W&B run. Other files in the directory are left alone."""
+stopped start's W&B run; that start's W&B run directories (of the id in ``wandb_id.txt``) go
+too (:func:`densereward.io.replace_earlier_files`). Other files in the directory are left
+alone."""
 
 CURVE_FILES = ("eval_curve.jsonl", "train_curve.jsonl", "verifier_dynamics.jsonl")
 """The append-only files with a ``step`` per row; a resumed run drops their rows written after
 its checkpoint (:func:`densereward.io.drop_rows_after`)."""
 
 
-def _state_text(state: str, run_dir: Path) -> str:
-    """The dry run's words for the run directory: what the run will do with it."""
+def _state_text(state: str, run_dir: Path, wandb_dir: Path) -> str:
+    """The dry run's words for the run directory: what the run will do with it (``wandb_dir``:
+    where W&B writes its runs, ``wandb.dir`` or the run directory)."""
     if state == "new":
         return "created when the run starts"
     if state == "resume":
         return (
             "continues from its newest checkpoint; the curve rows written after it are dropped, "
             "monitor.csv keeps the episodes that ended by it and logs/progress.csv the dumps "
-            "logged by it"
+            "logged by it; the training curve's and the verifier's windows continue from it"
         )
-    return reuse_words(run_dir, RUN_FILES)
+    return reuse_words(run_dir, RUN_FILES, wandb_dir=wandb_dir)
+
+
+def _wandb_dir(cfg: SACRunConfig, run_dir: Path) -> Path:
+    """Where W&B writes this run's ``wandb/`` folder (``WANDB_DIR``): ``wandb.dir`` or the run
+    directory."""
+    return Path(cfg.wandb.dir) if cfg.wandb.dir else run_dir
 
 
 def _stopped(exc: BaseException, run_dir: Path, steps: int, cfg: SACRunConfig) -> Interrupted:
@@ -341,13 +353,49 @@ def _stopped(exc: BaseException, run_dir: Path, steps: int, cfg: SACRunConfig) -
     )
 
 
-def _atomic_checkpoints(**kwargs: Any) -> Any:
+DYNAMICS_STATE = "sac_verifier_dynamics_{steps}_steps.json"
+"""The :class:`~densereward.callbacks.VerifierDynamicsCallback` state saved beside each
+checkpoint (its window of episodes and ``auto``'s calibration), which ``--resume`` continues."""
+
+
+def _continue_dynamics(dynamics: Any, ckpt_dir: Path, steps: int) -> None:
+    """Continue a resumed run's verifier window from its checkpoint's
+    :data:`DYNAMICS_STATE`, or say once that it starts afresh (a checkpoint written before
+    the state was saved: the rates resting on the window are null until it fills again)."""
+    path = ckpt_dir / DYNAMICS_STATE.format(steps=steps)
+    if path.is_file():
+        dynamics.load_state_dict(json.loads(path.read_text(encoding="utf-8")))
+        logger.info(
+            "--resume from step %d: verifier_dynamics.jsonl's window continues from %s "
+            "(%d episode(s) in it, %d so far)",
+            steps,
+            path.name,
+            len(dynamics.episodes),
+            dynamics.n_episodes,
+        )
+        return
+    from densereward.callbacks import MIN_EPISODES
+
+    logger.warning(
+        "--resume from step %d: the checkpoint has no %s (written before densereward saved it), "
+        "so verifier_dynamics.jsonl's window of training.metrics_window episodes and the auto "
+        "threshold's calibration start afresh: verifier/voc, verifier/tpr and verifier/tnr "
+        "stay null until %d new episodes of a class have ended, and its rollout/success_rate "
+        "counts only this run's episodes (train_curve.jsonl's window continues)",
+        steps,
+        path.name,
+        MIN_EPISODES,
+    )
+
+
+def _atomic_checkpoints(*, dynamics: Any = None, **kwargs: Any) -> Any:
     """SB3's ``CheckpointCallback`` whose files are written whole or not at all.
 
     Each file goes to a temporary name (``.tmp-<name>``) and is renamed into place, the model
     zip last, so a run stopped while it saves (SIGTERM, Ctrl-C) never leaves a
-    ``sac_<steps>_steps.zip`` without its complete replay buffer and statistics for
-    ``--resume`` to load.
+    ``sac_<steps>_steps.zip`` without its complete replay buffer, statistics and (with
+    ``dynamics``, a :class:`~densereward.callbacks.VerifierDynamicsCallback`)
+    :data:`DYNAMICS_STATE` for ``--resume`` to load.
     """
     from stable_baselines3.common.callbacks import CheckpointCallback
 
@@ -367,6 +415,9 @@ def _atomic_checkpoints(**kwargs: Any) -> Any:
                 save(self._checkpoint_path("replay_buffer_", "pkl"), self.model.save_replay_buffer)
             if self.save_vecnormalize and norm is not None:
                 save(self._checkpoint_path("vecnormalize_", "pkl"), norm.save)
+            if dynamics is not None:  # the callback has seen every episode that ended by now
+                path = Path(self.save_path) / DYNAMICS_STATE.format(steps=self.num_timesteps)
+                atomic_write_json(path, dynamics.state_dict())
             save(self._checkpoint_path(extension="zip"), self.model.save)
             return True
 
@@ -406,7 +457,9 @@ def dry_run(config: dict[str, Any], *, output_dir: Path, resume: bool = False) -
     task and the first step (so a describer that does not fit the environment fails here);
     the verifier is configured but not loaded; the run directory is checked, not created.
 
-    Returns one line per check.
+    Returns one line per check; a problem the run would hit here starts with ``"!! "``, an
+    outcome certain before the run that does not stop it (a ``training.metrics_window`` too
+    small for the verifier's rates) with ``"note: "``.
 
     Raises:
         ConfigError: on an invalid config, an unknown environment id, a describer that does
@@ -422,7 +475,7 @@ def dry_run(config: dict[str, Any], *, output_dir: Path, resume: bool = False) -
     lines = [
         f"env: {spec.id} (max_episode_steps {spec.max_episode_steps}), reward {cfg.env.reward}, "
         f"n_envs {cfg.env.n_envs}",
-        f"run directory: {output_dir} ({_state_text(state, Path(output_dir))})",
+        f"run directory: {output_dir} ({_state_text(state, Path(output_dir), _wandb_dir(cfg, Path(output_dir)))})",
         f"sac: stable_baselines3.SAC arguments ok {sorted(cfg.sac)}",
     ]
     unreachable = None  # an offline name not installed, a Hub id not reachable offline
@@ -477,9 +530,11 @@ def dry_run(config: dict[str, Any], *, output_dir: Path, resume: bool = False) -
         finally:
             env.close()
         lines.append(f"her: HerReplayBuffer {dict(cfg.her)} on a goal-conditioned observation")
-    problems = [_learning_starts_problem(cfg), _metrics_window_problem(cfg), unreachable]
+    problems = [_learning_starts_problem(cfg), unreachable]
     lines.append(describe_wandb(cfg.wandb, Path(output_dir)))
-    return lines + [f"!! {p}" for p in problems if p]
+    # a window too small for the verifier's rates: they stay null, the run itself goes on
+    notes = [f"note: {n}" for n in (_metrics_window_problem(cfg),) if n]
+    return lines + notes + [f"!! {p}" for p in problems if p]
 
 
 def run(config: dict[str, Any], *, output_dir: Path, resume: bool = False) -> dict[str, Any]:
@@ -553,7 +608,7 @@ def run(config: dict[str, Any], *, output_dir: Path, resume: bool = False) -> di
     created = not run_dir.exists()
     run_dir.mkdir(parents=True, exist_ok=True)
     if state == "reuse":  # a stopped start's curves: this run's are written anew
-        replace_earlier_files(run_dir, RUN_FILES)
+        replace_earlier_files(run_dir, RUN_FILES, wandb_dir=_wandb_dir(cfg, run_dir))
     atomic_write_text(run_dir / "config.yaml", yaml.safe_dump(config, sort_keys=False))
 
     # 2. the environments: VecMonitor(VecVerifierProgressReward(DummyVecEnv([...]))) (frames
@@ -680,10 +735,11 @@ def run(config: dict[str, Any], *, output_dir: Path, resume: bool = False) -> di
         success=success,
         reward_label=ENV_RETURN_LABEL,
     )
-    if resume:  # SB3's rollout windows and the curve continue from the kept episodes
+    if resume:  # SB3's rollout windows, the curve and the verifier's continue
         _continue_episodes(
             model, curve_cb, [parse_episode(r) for r in kept], env_return=cfg.env.reward == "env"
         )
+        _continue_dynamics(dynamics, ckpt_dir, model.num_timesteps)
     callbacks = [dynamics, curve_cb]
     eval_cb = None
     if eval_venv is not None:
@@ -701,6 +757,7 @@ def run(config: dict[str, Any], *, output_dir: Path, resume: bool = False) -> di
     if tc.checkpoint_every:
         callbacks.append(
             _atomic_checkpoints(
+                dynamics=dynamics,
                 save_freq=max(tc.checkpoint_every // cfg.env.n_envs, 1),
                 save_path=str(ckpt_dir),
                 name_prefix="sac",
