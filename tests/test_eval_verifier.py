@@ -1045,6 +1045,37 @@ def test_a_null_or_non_string_response_is_refused_naming_file_line_and_field(tmp
         E.load_responses(g)
 
 
+@pytest.mark.parametrize("bad", [None, 7, ["a"], "", "  "])
+def test_a_null_or_non_string_generator_is_refused_naming_file_line_and_field(
+    tmp_path, capsys, bad
+):
+    """F2: ``"generator": null`` became a third generator named "None": the shared-protocol
+    TPR/TNR then rested on 0 problems, and with ``--scores`` the error blamed --responses and
+    --limit. It is refused like a null response (exit 2, file:line, the field, the fix), with
+    or without --scores."""
+    lines = _generic_lines()
+    good = tmp_path / "good.jsonl"
+    good.write_text("\n".join(lines) + "\n")
+    scores = tmp_path / "scores.jsonl"
+    synthetic_scores(E.load_responses(good), scores, abstain_every=0)
+    row = json.loads(lines[1])
+    row["generator"] = bad
+    p = tmp_path / "r.jsonl"
+    p.write_text("\n".join([lines[0], json.dumps(row), *lines[2:]]) + "\n")
+    want = (
+        f"{p}:2: generator must be a non-empty string (the name of the model that wrote the "
+        f"response), got {json.dumps(bad)}: fix the export that wrote this row"
+    )
+    with pytest.raises(DataError) as err:
+        E.load_responses(p)
+    assert str(err.value) == want
+    for extra in ([], ["--scores", str(scores)]):
+        out = tmp_path / "out"
+        assert _cli("--responses", str(p), *extra, "--out", str(out), "--no-progress") == 2
+        assert capsys.readouterr().err.strip().splitlines() == [f"densereward: error: {want}"]
+        assert not out.exists()
+
+
 def test_scores_from_a_file_carry_the_verifier_and_prompt_that_made_them(tmp_path, capsys):
     """Issue 41 third rerun F5: ``--scores ... verifier.granularity=5`` headed the report with
     G=5 (the unused override; the scores were read at G=20) and the prompt "unknown" although the

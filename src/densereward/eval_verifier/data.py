@@ -125,6 +125,17 @@ def _text(value: Any, field: str, where: str) -> str:
     )
 
 
+def _generator(value: Any, where: str) -> str:
+    """``value`` if it is a non-empty string: a null, a number or a blank name is a broken
+    export (``str()`` would make a null the generator "None", a model of its own)."""
+    if isinstance(value, str) and value.strip():
+        return value
+    raise DataError(
+        f"{where}: generator must be a non-empty string (the name of the model that wrote the "
+        f"response), got {json.dumps(value)[:60]}: fix the export that wrote this row"
+    )
+
+
 def load_gsm8k_model_solutions(
     path: str | Path, *, limit: int | None = None, allow_unlabelled: bool = False
 ) -> list[dict[str, Any]]:
@@ -208,8 +219,9 @@ def load_responses(
             JSON object (a cut-off last line included: no row is dropped), or a row lacks a
             required field (the message names the missing fields and the accepted shapes), or
             its ``problem``/``response`` is not a string (a ``null`` is a broken export, not an
-            empty answer; ``""`` is one) or its ``is_correct`` not a JSON boolean or 0/1 (a
-            string such as ``"false"`` included), or a row repeats an earlier one exactly
+            empty answer; ``""`` is one), its ``generator`` not a non-empty string (a null
+            would become a generator "None"), or its ``is_correct`` not a JSON boolean or 0/1
+            (a string such as ``"false"`` included), or a row repeats an earlier one exactly
             (every field equal: it would be counted twice; both lines named) or but for a
             different ``is_correct`` (conflicting labels; both lines named). Rows past
             ``limit`` are not read.
@@ -251,7 +263,7 @@ def load_responses(
             "is_correct": None
             if rec.get("is_correct") is None and allow_unlabelled
             else _label(rec.get("is_correct"), f"{p}:{i + 1}"),
-            "generator": str(rec["generator"]),
+            "generator": _generator(rec["generator"], f"{p}:{i + 1}"),
             "family": rec.get("family"),
             "reference": rec.get("reference"),
             "source": f"{p}:{i + 1}",
