@@ -80,6 +80,25 @@ def test_every_command_takes_bare_and_set_overrides_alike(command, override, get
     assert get(bare) == get(with_set) == 5
 
 
+@pytest.mark.parametrize(
+    ("command", "override", "get"),
+    [
+        (
+            ["train", "grpo", "--config", GRPO_CPU],
+            "data.system_prompt",
+            lambda c: c["data"]["system_prompt"],
+        ),
+        (["train", "sac", "--config", SAC_DENSE], "env.task", lambda c: c["env"].task),
+    ],
+)
+def test_a_free_text_override_with_a_colon_or_a_dash_is_the_text_written(command, override, get):
+    """F1: ``data.system_prompt=Reply with one sentence: The answer is <number>.`` became the
+    YAML mapping ``{'Reply with one sentence': ...}``, and the run used its repr as the text."""
+    for text in ("Reply with one sentence: The answer is <number>.", "- reach the goal # fast"):
+        assert get(_config([*command, f"{override}={text}"])) == text
+        assert get(_config([*command, "--set", f"{override}={text}"])) == text
+
+
 def _override_parsers():
     """Every (sub)command parser that takes ``key=value`` overrides, by its prog name."""
     out, todo = {}, [build_parser()]

@@ -283,6 +283,56 @@ def test_parse_override_types():
         parse_override("training.max_steps")
 
 
+def test_an_override_value_is_the_text_written_unless_it_is_yaml_flow_or_a_scalar():
+    """F1: ``env.task="Goal: x"`` became the mapping ``{'Goal': 'x'}`` (YAML reads ``k: v`` as a
+    block mapping and ``- x`` as a list), and the box describer showed the verifier its repr.
+    A value is a mapping or list only when written in flow form (``{...}`` / ``[...]``); other
+    text stays as written: a ``#`` is not a comment, ``10:30`` is not YAML 1.1's 630, and text
+    YAML cannot read (``*x``, ``a: b: c``) is text, not a traceback."""
+    for text in (
+        "Move the point to the origin: both coordinates within 0.2 of 0.",
+        "Reply with one sentence: The answer is <number>.",
+        "- a list item, or a dash",
+        "Goal: x: y",  # not valid YAML
+        "*stars* matter",  # an undefined YAML alias
+        "@home",
+        "the goal # not a comment",
+        "10:30",
+    ):
+        assert parse_override(f"env.task={text}") == (["env", "task"], text), text
+    assert parse_override("env.task=  Goal: x  ") == (["env", "task"], "Goal: x")
+    # flow forms, quotes and scalars are YAML still
+    assert parse_override("a={b: 1, c: [x, y]}") == (["a"], {"b": 1, "c": ["x", "y"]})
+    assert parse_override("a=[1, 2]") == (["a"], [1, 2])
+    assert parse_override("a='Goal: x'") == (["a"], "Goal: x")
+    assert parse_override('a="x # y"') == (["a"], "x # y")
+    assert parse_override("a=7") == (["a"], 7)
+    assert parse_override("a=null") == (["a"], None)
+    assert parse_override("a='Hello' she said") == (["a"], "'Hello' she said")
+    assert parse_override("a='k': v") == (["a"], "'k': v")
+    # a value in flow form that YAML cannot read is an error naming the override and the fix
+    for bad in ("a={b: 1", "a=[1, 2", "a=[optional] reach the goal"):
+        with pytest.raises(ConfigError, match=r"^override 'a=.*': not valid YAML \(.*\); close"):
+            parse_override(bad)
+
+
+def test_a_text_field_refuses_a_mapping_or_a_list_instead_of_showing_its_repr():
+    """F1: a mapping given to a text field (``env.task``, ``data.system_prompt``) was turned into
+    its Python repr by ``str()``; now it is a one-line error naming the field and the fix."""
+    from densereward.data import DataConfig
+    from densereward.trainers.sac_config import EnvConfig
+
+    with pytest.raises(ConfigError) as err:
+        from_dict(EnvConfig, {"task": {"Goal": "reach"}}, prefix="env.")
+    assert str(err.value) == (
+        "env.task: expected text, got a mapping {'Goal': 'reach'}; put text that holds ': ' "
+        "or starts with '- ' in quotes"
+    )
+    with pytest.raises(ConfigError, match=r"^data\.system_prompt: expected text, got a list"):
+        from_dict(DataConfig, {"system_prompt": ["a", "b"]}, prefix="data.")
+    assert from_dict(DataConfig, {"task": 5}, prefix="data.").task == "5"  # a number is text
+
+
 def test_apply_overrides_nests_creates_and_refuses_to_descend_into_a_value():
     config = {"training": {"max_steps": 10}, "seed": 1}
     out = apply_overrides(config, ["training.max_steps=5", "verifier.granularity=10"])

@@ -298,8 +298,61 @@ def test_score_reuse_detects_mismatch(gsm8k, tmp_path):
         E.align_scores(other, stored)
     changed = [dict(r) for r in rows]
     changed[0]["response"] += " (edited)"
-    with pytest.raises(DataError, match="different response"):
+    with pytest.raises(
+        DataError,
+        match=r"model_solutions_dev.jsonl:1: this response .* is not the one scored at .*scores.jsonl:1 ",
+    ):
         E.align_scores(changed, stored)
+
+
+def test_a_changed_response_under_scores_names_both_lines_the_key_and_the_fix(tmp_path, capsys):
+    """F7: a response changed since scoring was "scores file was computed for a different
+    response at ('4de387bf04d0', 'genA', 0); re-score": no file, no line, no flag. It now names
+    the responses file:line, the scores file:line, the key and the fix (the responses file the
+    scores were made from, when metrics.json records it)."""
+    good = tmp_path / "labelled.jsonl"
+    good.write_text("\n".join(_generic_lines(6)) + "\n")
+    rows = E.load_responses(good)
+    scored = tmp_path / "ev1"
+    metrics = E.evaluate(rows, [0.9 if r["is_correct"] else 0.1 for r in rows], n_bootstrap=0)
+    recs = [{"score": 0.5, "mass": 1.0} for _ in rows]
+    E.write_outputs(scored, rows, recs, metrics, plots=False, meta={"responses": str(good)})
+    scores = scored / "scores.jsonl"
+    lines = good.read_text().splitlines()
+    edited = json.loads(lines[2])
+    edited["response"] += " (edited)"
+    changed = tmp_path / "changed.jsonl"
+    changed.write_text("\n".join([*lines[:2], json.dumps(edited), *lines[3:]]) + "\n")
+    key = f"problem_id={rows[2]['problem_id']!r} generator='g' #0"
+    out = tmp_path / "out"
+    args = ["--responses", str(changed), "--scores", str(scores), "--out", str(out)]
+    assert _cli(*args) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        f"densereward: error: {changed}:3: this response ({key}) is not the one scored at "
+        f"{scores}:3 (its response_sha1 differs): the scores were made from {good} "
+        f"({scored / 'metrics.json'} meta.responses); pass that file as --responses, or score "
+        "this one again without --scores"
+    ]
+    assert not out.exists()
+    # the file edited in place after scoring: score it again
+    good.write_text(changed.read_text())
+    assert _cli("--responses", str(good), "--scores", str(scores), "--out", str(out)) == 2
+    head = (
+        f"densereward: error: {good}:3: this response ({key}) is not the one scored at {scores}:3"
+    )
+    assert capsys.readouterr().err.strip().splitlines() == [
+        f"{head} (its response_sha1 differs): {good} changed after the scores were made from it "
+        f"({scored / 'metrics.json'} meta.responses); score it again without --scores"
+    ]
+    # no metrics.json to say which file: both fixes; a blank line counts in the line number
+    (scored / "metrics.json").unlink()
+    scores.write_text("\n" + scores.read_text())
+    assert _cli("--responses", str(good), "--scores", str(scores), "--out", str(out)) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        f"{head[:-2]}:4 (its response_sha1 differs): score it again without --scores, or pass the "
+        "responses file the scores were made from"
+    ]
+    assert not out.exists()
 
 
 def test_evaluate_auto_threshold_is_youden_and_reported(gsm8k, tmp_path):
@@ -1043,6 +1096,37 @@ def test_a_null_or_non_string_response_is_refused_naming_file_line_and_field(tmp
     g.write_text(json.dumps({"question": "q", "a": sol, "b": {**sol, "solution": bad}}) + "\n")
     with pytest.raises(DataError, match=r"g\.jsonl:1:b: solution must be a string"):
         E.load_responses(g)
+
+
+@pytest.mark.parametrize("bad", [None, 7, ["a"], "", "  "])
+def test_a_null_or_non_string_generator_is_refused_naming_file_line_and_field(
+    tmp_path, capsys, bad
+):
+    """F2: ``"generator": null`` became a third generator named "None": the shared-protocol
+    TPR/TNR then rested on 0 problems, and with ``--scores`` the error blamed --responses and
+    --limit. It is refused like a null response (exit 2, file:line, the field, the fix), with
+    or without --scores."""
+    lines = _generic_lines()
+    good = tmp_path / "good.jsonl"
+    good.write_text("\n".join(lines) + "\n")
+    scores = tmp_path / "scores.jsonl"
+    synthetic_scores(E.load_responses(good), scores, abstain_every=0)
+    row = json.loads(lines[1])
+    row["generator"] = bad
+    p = tmp_path / "r.jsonl"
+    p.write_text("\n".join([lines[0], json.dumps(row), *lines[2:]]) + "\n")
+    want = (
+        f"{p}:2: generator must be a non-empty string (the name of the model that wrote the "
+        f"response), got {json.dumps(bad)}: fix the export that wrote this row"
+    )
+    with pytest.raises(DataError) as err:
+        E.load_responses(p)
+    assert str(err.value) == want
+    for extra in ([], ["--scores", str(scores)]):
+        out = tmp_path / "out"
+        assert _cli("--responses", str(p), *extra, "--out", str(out), "--no-progress") == 2
+        assert capsys.readouterr().err.strip().splitlines() == [f"densereward: error: {want}"]
+        assert not out.exists()
 
 
 def test_scores_from_a_file_carry_the_verifier_and_prompt_that_made_them(tmp_path, capsys):

@@ -236,6 +236,28 @@ def test_dry_run_checks_local_data_and_says_when_a_hub_id_is_unreachable(
     assert not out.exists()  # a dry run creates nothing
 
 
+def test_the_dry_run_shows_a_system_prompt_that_is_not_the_default(tmp_path, capsys):
+    """F1: ``data.system_prompt=Reply with one sentence: The answer is <number>.`` was read as a
+    YAML mapping and its repr became the prompt, and the dry run said nothing of the prompt, so
+    the user could not see it. It names a system prompt of the user's own (or none), as used."""
+    from densereward.cli import main
+
+    cpu = str(REPO / "configs/grpo_math_cpu.yaml")
+    base = ["train", "grpo", "--config", cpu, "--dry-run", "--output-dir", str(tmp_path / "r")]
+    prompt = "Reply with one sentence: The answer is <number>."
+    assert main([*base, f"data.system_prompt={prompt}"]) == 0
+    data = [line for line in capsys.readouterr().out.splitlines() if "ok  data:" in line]
+    assert data == [
+        f"  ok  data: reasoning_gym task 'basic_arithmetic': 64 problems loaded; system prompt "
+        f"{prompt!r} (data.system_prompt)"
+    ]
+    assert main([*base, "data.system_prompt=null"]) == 0
+    out = capsys.readouterr().out
+    assert "64 problems loaded; no system prompt (data.system_prompt: None)" in out
+    assert main(base) == 0  # the default prompt: not repeated
+    assert "64 problems loaded\n" in capsys.readouterr().out
+
+
 def _wandb_only():
     from densereward.trainers.grpo import WandbConfig
 

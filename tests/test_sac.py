@@ -617,6 +617,27 @@ def test_train_sac_dry_run_takes_a_module_id_from_the_command_line(tmp_path):
     ]
 
 
+def test_a_task_text_with_a_colon_reaches_the_describer_as_written(myreach, tmp_path, capsys):
+    """F1: ``env.task="Goal: ..."`` on the command line was read as the YAML mapping
+    ``{'Goal': ...}`` and the dry run showed its repr under ``ok``; the text now arrives as
+    written. A mapping (``env.task={Goal: reach}``, or one in the file) is refused."""
+    from densereward.cli import main
+
+    config = str(REPO / "configs" / "sac_fetchreach_verifier.yaml")
+    task = "Move the point to the origin: both coordinates within 0.2 of 0."
+    common = ["train", "sac", "--config", config, "--dry-run", "--output-dir", str(tmp_path / "r")]
+    argv = [*common, "env.id=myreach:Reach1D-v0", "env.describer=box", f"env.task={task}"]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert f"ok  describer: BoxDescriber on a real first observation: {task!r}" in out, out
+    assert main([*argv[:-1], "env.task={Goal: reach}"]) == 2
+    err = capsys.readouterr().err
+    assert err.strip() == (
+        "densereward: error: env.task: expected text, got a mapping {'Goal': 'reach'}; put "
+        "text that holds ': ' or starts with '- ' in quotes"
+    )
+
+
 def test_sac_on_an_env_without_is_success_trains_with_success_metrics_off(tmp_path, caplog):
     """Issue 41: Pendulum-v1 with the env reward passed the dry run, then died at its first
     episode end (KeyError: 'is_success' in SB3's VecMonitor) and left its run directory. Now it

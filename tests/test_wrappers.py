@@ -672,6 +672,18 @@ def test_describer_errors():
         FetchDescriber("reach").describe([], [])
 
 
+def test_the_box_describer_refuses_a_task_that_is_not_text():
+    """F1: a mapping as the task (a YAML ``Goal: ...`` read as ``{'Goal': ...}``) failed with an
+    AttributeError (``dict.strip``), or reached the verifier as its repr once made a string."""
+    for task in ({"Goal": "reach"}, ["reach"], 5):
+        with pytest.raises(ConfigError) as err:
+            BoxDescriber(task)  # type: ignore[arg-type]
+        assert str(err.value) == (
+            f"BoxDescriber's task must be text (the task description), got "
+            f"{type(task).__name__} {task!r}"
+        )
+
+
 def test_describer_choice_by_priority_is_said_and_a_tie_is_refused(caplog):
     """Two describers matching one id: the higher priority wins and the choice is said once with
     the way to pick the other; two at the same top priority are refused (issue 42)."""

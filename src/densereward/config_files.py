@@ -51,8 +51,8 @@ def _coerce(tp: Any, value: Any, name: str) -> Any:
                 return _coerce(a, value, name)
             except (ConfigError, TypeError, ValueError) as exc:
                 error = exc
-        if non_none and all(a in (int, float, bool) for a in non_none):
-            raise error  # ``int | None`` given 10.5: refused as ``int`` is, not passed on
+        if non_none and all(a in (int, float, bool, str) for a in non_none):
+            raise error  # ``int | None`` given 10.5, ``str | None`` a mapping: refused, not passed on
         return value
     if dataclasses.is_dataclass(tp) and isinstance(value, Mapping):
         return from_dict(tp, value, prefix=f"{name}.")
@@ -73,6 +73,12 @@ def _coerce(tp: Any, value: Any, name: str) -> Any:
         except (TypeError, ValueError, OverflowError):
             raise ConfigError(f"{name}: expected {tp.__name__}, got {value!r}") from None
     if tp is str:
+        if isinstance(value, (Mapping, list, tuple)):  # str() would hand on its repr as the text
+            kind = "a mapping" if isinstance(value, Mapping) else "a list"
+            raise ConfigError(
+                f"{name}: expected text, got {kind} {value!r}; put text that holds ': ' or "
+                "starts with '- ' in quotes"
+            )
         return str(value)
     return value
 
@@ -127,10 +133,20 @@ _YAML11_BOOL_WORDS = {"yes", "no", "on", "off", "y", "n"}
 
 
 def parse_override(text: str) -> tuple[list[str], Any]:
-    """Parse ``a.b.c=value`` into (``['a','b','c']``, YAML-parsed value).
+    """Parse ``a.b.c=value`` into (``['a','b','c']``, the value).
 
-    YAML 1.1's ``yes/no/on/off`` stay strings (TRL has ``save_strategy=no``); use
-    ``true``/``false`` for booleans.
+    The value is read as YAML where it is a YAML scalar (``10`` an int, ``1e-6`` a float,
+    ``true``/``false``/``null``), flow collection (``{k: v}``, ``[1, 2]``) or quoted text
+    (``'...'``, ``"..."``). Any other value stays the text written, stripped of surrounding
+    blanks: YAML would read ``Goal: x`` as a mapping, ``- x`` as a list, ``x # y`` as ``x``
+    and ``10:30`` as 630, and refuse ``*x``; free text (``env.task``, ``data.system_prompt``)
+    holds such things. Text that starts with ``{`` or ``[`` goes in quotes. YAML 1.1's
+    ``yes/no/on/off`` stay strings (TRL has ``save_strategy=no``); use ``true``/``false`` for
+    booleans.
+
+    Raises:
+        ConfigError: without ``=``, or for a value in flow form that is not valid YAML
+            (``a=[1, 2``), naming the override and the problem.
 
     >>> parse_override("verifier.granularity=10")
     (['verifier', 'granularity'], 10)
@@ -138,20 +154,47 @@ def parse_override(text: str) -> tuple[list[str], Any]:
     (['training', 'learning_rate'], 1e-06)
     >>> parse_override("training.save_strategy=no"), parse_override("x.flag=true")
     ((['training', 'save_strategy'], 'no'), (['x', 'flag'], True))
+    >>> parse_override("env.task=Goal: reach x >= 0.5")
+    (['env', 'task'], 'Goal: reach x >= 0.5')
     """
     if "=" not in text:
         raise ConfigError(f"override {text!r} must look like key=value (e.g. training.max_steps=5)")
     key, raw = text.split("=", 1)
-    if raw.strip().lower() in _YAML11_BOOL_WORDS:
-        value: Any = (
-            raw.strip()
-        )  # 'no' stays a string (e.g. training.save_strategy=no), true/false are booleans
-    else:
-        value = yaml.safe_load(raw) if raw != "" else ""
+    value = _override_value(text, raw)
     if isinstance(value, str):
         with contextlib.suppress(ValueError):
             value = float(value) if any(c in value for c in "eE.") else value
     return key.strip().split("."), value
+
+
+_YAML_COMMENT = re.compile(r"(^|\s)#")
+
+
+def _override_value(text: str, raw: str) -> Any:
+    """The value of override ``text`` (its part after ``=``, ``raw``): see :func:`parse_override`."""
+    written = raw.strip()
+    if written == "" or written.lower() in _YAML11_BOOL_WORDS:
+        return written  # 'no' stays a string (e.g. training.save_strategy=no)
+    flow, quoted = written[0] in "{[", written[0] in "\"'"
+    if not (flow or quoted) and _YAML_COMMENT.search(written):
+        return written  # YAML would cut the text at ' #'
+    try:
+        value = yaml.safe_load(written)
+    except yaml.YAMLError as e:
+        if not flow:
+            return written  # text YAML cannot read (*x, a: b: c, @x, 'a' b) is text
+        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
+        raise ConfigError(
+            f"override {text!r}: not valid YAML ({problem}); close the brackets, or put text "
+            "that starts with '{' or '[' in quotes"
+        ) from None
+    if flow or (quoted and isinstance(value, str)):
+        return value
+    if isinstance(value, (dict, list, str)):
+        return written  # block forms: 'Goal: x' is text, not {'Goal': 'x'}; no line folding
+    if not quoted and isinstance(value, (int, float)) and not isinstance(value, bool):
+        return written if ":" in written else value  # YAML 1.1 sexagesimal: 10:30 is not 630
+    return value
 
 
 def apply_overrides(config: dict[str, Any], overrides: list[str]) -> dict[str, Any]:

@@ -291,7 +291,7 @@ class BoxDescriber:
         show_action: also show the last action.
 
     Raises:
-        ConfigError: on an empty task or invalid sizes.
+        ConfigError: on a task that is empty or not text, or invalid sizes.
 
     >>> d = BoxDescriber("Balance the pole.", decimals=1, n_recent=0)
     >>> d.describe([np.array([0.0, 0.12]), np.array([0.04, -0.33])], [np.array([1.0])])
@@ -316,6 +316,11 @@ class BoxDescriber:
         stride: int = 5,
         show_action: bool = True,
     ) -> None:
+        if task is not None and not isinstance(task, str):
+            raise ConfigError(
+                "BoxDescriber's task must be text (the task description), got "
+                f"{type(task).__name__} {task!r}"
+            )
         if not task or not task.strip():
             raise ConfigError("BoxDescriber needs a non-empty task description")
         if decimals < 0 or max_dims < 1 or n_recent < 0 or stride < 1:

@@ -21,7 +21,13 @@ from ..config_files import (
 from ..errors import ConfigError, DataError
 from ..io import to_jsonable
 from ..metrics.format import format_number
-from .data import align_scores, load_responses, load_scores, score_coverage
+from .data import (
+    CHANGED_RESPONSE_FIX,
+    align_scores,
+    load_responses,
+    load_scores,
+    score_coverage,
+)
 from .evaluation import (
     abstention_headline,
     abstention_summary,
@@ -207,7 +213,8 @@ def _read_scores(
     Raises:
         DataError: no score row matches a response (another responses file), or some responses
             have no score (with the recorded ``--limit`` and the fix when it explains them), or
-            as :func:`align_scores`.
+            as :func:`align_scores` (a changed response: the fix names the responses file the
+            scores were made from, or that this one changed since).
     """
     stored = load_scores(args.scores)
     missing, unmatched = score_coverage(rows, stored)
@@ -263,7 +270,16 @@ def _read_scores(
         note = (
             f"{len(unmatched)} of its {len(stored)} score rows match no response: not used; {why}"
         )
-    return align_scores(rows, stored), len(unmatched), note
+    if other_file:
+        changed_fix = f"the scores were {source}; pass that file as --responses, or score this one again without --scores"
+    elif made_from is not None:
+        changed_fix = (
+            f"{args.responses} changed after the scores were made from it ({metrics_json} "
+            "meta.responses); score it again without --scores"
+        )
+    else:
+        changed_fix = CHANGED_RESPONSE_FIX
+    return align_scores(rows, stored, changed_fix=changed_fix), len(unmatched), note
 
 
 SCORE_CACHE_DIR = "score-cache"

@@ -125,6 +125,17 @@ def _text(value: Any, field: str, where: str) -> str:
     )
 
 
+def _generator(value: Any, where: str) -> str:
+    """``value`` if it is a non-empty string: a null, a number or a blank name is a broken
+    export (``str()`` would make a null the generator "None", a model of its own)."""
+    if isinstance(value, str) and value.strip():
+        return value
+    raise DataError(
+        f"{where}: generator must be a non-empty string (the name of the model that wrote the "
+        f"response), got {json.dumps(value)[:60]}: fix the export that wrote this row"
+    )
+
+
 def load_gsm8k_model_solutions(
     path: str | Path, *, limit: int | None = None, allow_unlabelled: bool = False
 ) -> list[dict[str, Any]]:
@@ -208,8 +219,9 @@ def load_responses(
             JSON object (a cut-off last line included: no row is dropped), or a row lacks a
             required field (the message names the missing fields and the accepted shapes), or
             its ``problem``/``response`` is not a string (a ``null`` is a broken export, not an
-            empty answer; ``""`` is one) or its ``is_correct`` not a JSON boolean or 0/1 (a
-            string such as ``"false"`` included), or a row repeats an earlier one exactly
+            empty answer; ``""`` is one), its ``generator`` not a non-empty string (a null
+            would become a generator "None"), or its ``is_correct`` not a JSON boolean or 0/1
+            (a string such as ``"false"`` included), or a row repeats an earlier one exactly
             (every field equal: it would be counted twice; both lines named) or but for a
             different ``is_correct`` (conflicting labels; both lines named). Rows past
             ``limit`` are not read.
@@ -251,7 +263,7 @@ def load_responses(
             "is_correct": None
             if rec.get("is_correct") is None and allow_unlabelled
             else _label(rec.get("is_correct"), f"{p}:{i + 1}"),
-            "generator": str(rec["generator"]),
+            "generator": _generator(rec["generator"], f"{p}:{i + 1}"),
             "family": rec.get("family"),
             "reference": rec.get("reference"),
             "source": f"{p}:{i + 1}",
@@ -275,6 +287,9 @@ def _keys(rows: Sequence[Mapping[str, Any]]) -> list[tuple[str, str, int]]:
 def load_scores(path: str | Path) -> list[dict[str, Any]]:
     """Read a ``scores.jsonl`` (as written by this command).
 
+    Returns:
+        Its records, each with ``source`` added: ``file:line``, for messages.
+
     Raises:
         DataError: naming the file and line: the file is missing, a line is not a JSON object,
             or a row lacks ``problem_id``/``generator``/``score``.
@@ -283,19 +298,37 @@ def load_scores(path: str | Path) -> list[dict[str, Any]]:
     if not p.is_file():
         raise DataError(f"scores file not found: {p}")
     recs = list(read_jsonl(p, strict=True))  # written whole (atomically): no torn line
-    for i, r in enumerate(recs):
+    with open(p, encoding="utf-8") as f:  # read_jsonl skips blank lines: the records' lines
+        lines = [i + 1 for i, line in enumerate(f) if line.strip()]
+    for line, r in zip(lines, recs, strict=True):
         if not {"problem_id", "generator", "score"} <= set(r):
-            raise DataError(f"{p}:{i + 1}: a score row needs problem_id, generator and score")
+            raise DataError(f"{p}:{line}: a score row needs problem_id, generator and score")
+        r["source"] = f"{p}:{line}"
     return recs
 
 
+CHANGED_RESPONSE_FIX = (
+    "score it again without --scores, or pass the responses file the scores were made from"
+)
+"""The fix :func:`align_scores` names for a response that is not the one scored, by default."""
+
+
 def align_scores(
-    rows: Sequence[Mapping[str, Any]], score_records: Sequence[Mapping[str, Any]]
+    rows: Sequence[Mapping[str, Any]],
+    score_records: Sequence[Mapping[str, Any]],
+    *,
+    changed_fix: str = CHANGED_RESPONSE_FIX,
 ) -> list[dict[str, Any]]:
     """Match pre-computed score records to rows by ``(problem_id, generator, response_index)``.
 
     Extra score records (e.g. from a run without ``--limit``) are ignored here;
     :func:`score_coverage` counts them (the command says so).
+
+    Args:
+        rows: as :func:`load_responses` returns them (``source``: ``file:line``).
+        score_records: as :func:`load_scores` returns them.
+        changed_fix: what the error for a changed response says to do (the command names the
+            responses file the scores were made from, when their ``metrics.json`` records it).
 
     Returns:
         One record per row ``{score, mass, abstained}`` (and ``reason`` where the file records
@@ -303,7 +336,8 @@ def align_scores(
 
     Raises:
         DataError: if a row has no score record, or the stored ``response_sha1`` shows the
-            record was computed for a different response text.
+            record was computed for a different response text (naming the row's and the score
+            record's ``file:line``, the key and ``changed_fix``).
     """
     index = _score_index(score_records)
     out = []
@@ -315,7 +349,12 @@ def align_scores(
             )
         sha = rec.get("response_sha1")
         if sha is not None and sha != _sha1(row["response"]):
-            raise DataError(f"scores file was computed for a different response at {key}; re-score")
+            where = f"{row['source']}: t" if row.get("source") else "T"
+            scored = rec.get("source") or "the scores file"
+            raise DataError(
+                f"{where}his response (problem_id={key[0]!r} generator={key[1]!r} #{key[2]}) is "
+                f"not the one scored at {scored} (its response_sha1 differs): {changed_fix}"
+            )
         score = rec.get("score")
         if score is not None and not (isinstance(score, (int, float)) and math.isfinite(score)):
             raise DataError(f"invalid score {score!r} at {key}")

@@ -774,6 +774,18 @@ class _ConfigToWandb:
         return _Cb()
 
 
+def _prompt_note(data: Any) -> str:
+    """What the dry run's data line adds of ``data.system_prompt``: nothing for the default,
+    else the user's own text as used (``; system prompt '...'``) or ``; no system prompt``."""
+    from densereward.data import SYSTEM_PROMPT
+
+    if data.system_prompt == SYSTEM_PROMPT:
+        return ""
+    if not data.system_prompt:  # null or empty: to_conversational sends none
+        return f"; no system prompt (data.system_prompt: {data.system_prompt!r})"
+    return f"; system prompt {data.system_prompt!r} (data.system_prompt)"
+
+
 def _dry_run(
     parts: dict[str, Any], config: dict[str, Any], output_dir: Any, resume: str | None
 ) -> dict[str, Any]:
@@ -801,7 +813,7 @@ def _dry_run(
     state = _run_dir_state(run_dir, resume, _wandb_dir(parts, run_dir))
     checks = [
         *([f"{policy_line} ({_dtype_note(parts)}) -- weights NOT loaded"] if policy_line else []),
-        *([data_line] if data_line else []),  # a source with a problem: only its !! line
+        *([data_line + _prompt_note(parts["data"])] if data_line else []),  # else its !! line
         f"run directory: {run_dir} ({state})",
         f"verifier: VerifierConfig ok (backend {parts['verifier'].backend}, G={parts['verifier'].granularity}, "
         f"K={parts['verifier'].n_repeats}, style {parts['verifier'].style}, "
