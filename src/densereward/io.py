@@ -269,10 +269,17 @@ def earlier_wandb_runs(run_dir: str | Path, wandb_dir: str | Path | None = None)
     )
 
 
-def _earlier(run_dir: Path, names: Sequence[str], wandb_dir: str | Path | None) -> list[str]:
-    """The earlier start's files among ``names`` and its W&B runs, as the words name them."""
-    runs = earlier_wandb_runs(run_dir, wandb_dir)  # before wandb_id.txt is replaced
+def _earlier(
+    run_dir: Path, names: Sequence[str], wandb_dir: str | Path | None
+) -> tuple[list[str], list[Path]]:
+    """The earlier start's files among ``names`` (sorted) and its W&B runs (found before its
+    ``wandb_id.txt`` is replaced)."""
     files = sorted(name for name in names if (run_dir / name).is_file())
+    return files, earlier_wandb_runs(run_dir, wandb_dir)
+
+
+def _named(run_dir: Path, files: list[str], runs: list[Path]) -> list[str]:
+    """The files, then the W&B runs, as the words name them (relative to ``run_dir``)."""
     return files + [
         str(p.relative_to(run_dir)) if p.is_relative_to(run_dir) else str(p) for p in runs
     ]
@@ -285,7 +292,7 @@ def reuse_words(
     the run's files ``names`` (relative paths) a stopped earlier start left there, and the W&B
     runs of its ``wandb_id.txt`` (:func:`earlier_wandb_runs`), which the run will replace
     (:func:`replace_earlier_files`)."""
-    earlier = _earlier(Path(run_dir), names, wandb_dir)
+    earlier = _named(Path(run_dir), *_earlier(Path(run_dir), names, wandb_dir))
     return "exists with no checkpoint and no result: " + (
         f"the files of the earlier start ({', '.join(earlier)}) are replaced" if earlier else "used"
     )
@@ -308,11 +315,10 @@ def replace_earlier_files(
     import shutil
 
     d = Path(run_dir)
-    runs = earlier_wandb_runs(d, wandb_dir)
-    earlier = _earlier(d, names, wandb_dir)
-    for name in names:
-        if (d / name).is_file():
-            (d / name).unlink()
+    files, runs = _earlier(d, names, wandb_dir)
+    earlier = _named(d, files, runs)
+    for name in files:
+        (d / name).unlink()
     for run in runs:
         shutil.rmtree(run)
     if earlier:

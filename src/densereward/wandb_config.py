@@ -63,6 +63,11 @@ class WandbConfig:
     dir: str | None = None
     """Folder W&B writes its files in; ``None`` = the run directory."""
 
+    def dir_for(self, run_dir: str | Path) -> Path:
+        """The folder W&B writes this run's ``wandb/`` in (``WANDB_DIR``): :attr:`dir`, or
+        ``run_dir``."""
+        return Path(self.dir or run_dir)
+
     def __post_init__(self) -> None:
         if not isinstance(self.enabled, bool):
             raise ConfigError(f"wandb.enabled must be true or false, got {self.enabled!r}")
@@ -164,7 +169,7 @@ def wandb_environment(w: WandbConfig, run_dir: str | Path) -> Iterator[str | Non
                 os.environ[k] = v
             elif k != "WANDB_MODE":  # an unset mode keeps the user's WANDB_MODE (auto)
                 os.environ.pop(k, None)
-        yield configure_wandb(w.dir or run_dir)
+        yield configure_wandb(w.dir_for(run_dir))
 
 
 @contextmanager
@@ -198,5 +203,5 @@ def describe_wandb(w: WandbConfig, run_dir: str | Path) -> str:
     return (
         f"wandb: project {w.project}, entity {w.entity or '(default)'}, group "
         f"{w.group or '(none)'}, name {w.name or run_dir.name}, tags {list(w.tags)}, mode {mode}, "
-        f"dir {w.dir or run_dir}"
+        f"dir {w.dir_for(run_dir)}"
     )

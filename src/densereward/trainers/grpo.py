@@ -96,13 +96,13 @@ def _checkpoints(run_dir: Path) -> list[Path]:
 _OPTIMIZER_STATE = ("optimizer.pt", "optimizer.bin")  # transformers.trainer.OPTIMIZER_NAME(_BIN)
 _SCHEDULER_STATE = "scheduler.pt"  # transformers.trainer.SCHEDULER_NAME
 KEEP_OPTIMIZER_STATE = "training.save_only_model: false keeps them"
+"""The fix a weights-only checkpoint's notes name (checkpoints about 3x the policy's size)."""
 LOST_BY_WEIGHTS_ONLY = (
     "the optimizer state (Adam's moments) and the random-number state (rng_state.pth: "
     "completion sampling) start afresh"
 )
 """What a resume from a weights-only checkpoint cannot restore: transformers saves
 ``optimizer.pt``, ``scheduler.pt`` and ``rng_state.pth`` only without ``save_only_model``."""
-"""The fix a weights-only checkpoint's notes name (checkpoints about 3x the policy's size)."""
 
 
 def _weights_only(ckpt: Path) -> bool:
@@ -269,12 +269,6 @@ RUN_FILES = ("reward_quality.jsonl", "reward_quality.png", "wandb_id.txt")
 a directory that a stopped start left (no checkpoint, no ``result.json``) replaces them, and
 that start's W&B run directories (of the id in ``wandb_id.txt``): the stopped start's rows
 would mix with this run's steps, and ``wandb sync`` would upload its run beside this one."""
-
-
-def _wandb_dir(parts: dict[str, Any], run_dir: Path) -> Path:
-    """Where W&B writes this run's ``wandb/`` folder (``WANDB_DIR``): ``wandb.dir`` or the run
-    directory."""
-    return Path(parts["wandb"].dir) if parts["wandb"].dir else run_dir
 
 
 _TRAINER_STATE = "trainer_state.json"  # transformers.trainer.TRAINER_STATE_NAME
@@ -521,7 +515,7 @@ def run(
     )
     created = main_process and not run_dir.exists()
     if main_process:  # keys never live in configs; masked anyway
-        _create_run_dir(run_dir, resume, _wandb_dir(parts, run_dir))
+        _create_run_dir(run_dir, resume, parts["wandb"].dir_for(run_dir))
         atomic_write_json(run_dir / "config.json", redact(config, secrets))
 
     # W&B (offline without a key) and the policy.
@@ -810,7 +804,7 @@ def _dry_run(
         check_verifier_server(parts["verifier"]) if _builds_verifier(parts) else (None, None)
     )  # a served verifier is contacted as the run's start contacts it
     run_dir = _run_dir(parts, output_dir, resume)
-    state = _run_dir_state(run_dir, resume, _wandb_dir(parts, run_dir))
+    state = _run_dir_state(run_dir, resume, parts["wandb"].dir_for(run_dir))
     checks = [
         *([f"{policy_line} ({_dtype_note(parts)}) -- weights NOT loaded"] if policy_line else []),
         *([data_line + _prompt_note(parts["data"])] if data_line else []),  # else its !! line

@@ -321,12 +321,6 @@ def _state_text(state: str, run_dir: Path, wandb_dir: Path) -> str:
     return reuse_words(run_dir, RUN_FILES, wandb_dir=wandb_dir)
 
 
-def _wandb_dir(cfg: SACRunConfig, run_dir: Path) -> Path:
-    """Where W&B writes this run's ``wandb/`` folder (``WANDB_DIR``): ``wandb.dir`` or the run
-    directory."""
-    return Path(cfg.wandb.dir) if cfg.wandb.dir else run_dir
-
-
 def _stopped(exc: BaseException, run_dir: Path, steps: int, cfg: SACRunConfig) -> Interrupted:
     """The :class:`~densereward.errors.Interrupted` of a run stopped while training: what it
     left in ``run_dir`` and how to go on."""
@@ -475,7 +469,7 @@ def dry_run(config: dict[str, Any], *, output_dir: Path, resume: bool = False) -
     lines = [
         f"env: {spec.id} (max_episode_steps {spec.max_episode_steps}), reward {cfg.env.reward}, "
         f"n_envs {cfg.env.n_envs}",
-        f"run directory: {output_dir} ({_state_text(state, Path(output_dir), _wandb_dir(cfg, Path(output_dir)))})",
+        f"run directory: {output_dir} ({_state_text(state, Path(output_dir), cfg.wandb.dir_for(output_dir))})",
         f"sac: stable_baselines3.SAC arguments ok {sorted(cfg.sac)}",
     ]
     unreachable = None  # an offline name not installed, a Hub id not reachable offline
@@ -533,8 +527,8 @@ def dry_run(config: dict[str, Any], *, output_dir: Path, resume: bool = False) -
     problems = [_learning_starts_problem(cfg), unreachable]
     lines.append(describe_wandb(cfg.wandb, Path(output_dir)))
     # a window too small for the verifier's rates: they stay null, the run itself goes on
-    notes = [f"note: {n}" for n in (_metrics_window_problem(cfg),) if n]
-    return lines + notes + [f"!! {p}" for p in problems if p]
+    note = _metrics_window_problem(cfg)
+    return lines + ([f"note: {note}"] if note else []) + [f"!! {p}" for p in problems if p]
 
 
 def run(config: dict[str, Any], *, output_dir: Path, resume: bool = False) -> dict[str, Any]:
@@ -608,7 +602,7 @@ def run(config: dict[str, Any], *, output_dir: Path, resume: bool = False) -> di
     created = not run_dir.exists()
     run_dir.mkdir(parents=True, exist_ok=True)
     if state == "reuse":  # a stopped start's curves: this run's are written anew
-        replace_earlier_files(run_dir, RUN_FILES, wandb_dir=_wandb_dir(cfg, run_dir))
+        replace_earlier_files(run_dir, RUN_FILES, wandb_dir=cfg.wandb.dir_for(run_dir))
     atomic_write_text(run_dir / "config.yaml", yaml.safe_dump(config, sort_keys=False))
 
     # 2. the environments: VecMonitor(VecVerifierProgressReward(DummyVecEnv([...]))) (frames
