@@ -981,3 +981,23 @@ def test_a_resume_from_a_checkpoint_without_a_wall_time_says_its_wall_s_is_this_
     assert _finished_in(fields) == "218 s (41 s in this start, resumed from checkpoint-5)"
     fresh = _wall_fields(176.84, None, None)
     assert _finished_in(fresh) == "177 s" and fresh["wall_s_covers"] == "the whole run (one start)"
+
+
+def test_a_start_resumed_without_a_wall_time_writes_none_into_its_checkpoints(tmp_path):
+    """A start resumed from a checkpoint without wall_time.json used to write
+    ``{"wall_s": <this start's>, "starts": 1}`` into its own checkpoints, so a later resume
+    from them claimed "2 starts" with the first start's time missing. It writes none now, and a
+    later resume says the earlier time is unknown."""
+    import time
+    from types import SimpleNamespace
+
+    from densereward.trainers.grpo import WALL_FILE, _WallClock
+
+    (tmp_path / "checkpoint-6").mkdir()
+    args = SimpleNamespace(output_dir=str(tmp_path))
+    state = SimpleNamespace(global_step=6, is_world_process_zero=True)
+    _WallClock(time.monotonic(), None, known=False).on_save(args, state, None)
+    assert not (tmp_path / "checkpoint-6" / WALL_FILE).exists()
+    _WallClock(time.monotonic() - 3, {"wall_s": 10.0, "starts": 1}).on_save(args, state, None)
+    kept = json.loads((tmp_path / "checkpoint-6" / WALL_FILE).read_text())
+    assert kept["starts"] == 2 and kept["wall_s"] >= 13.0

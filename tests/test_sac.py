@@ -1093,3 +1093,58 @@ def test_a_metrics_window_below_min_episodes_is_said_by_the_dry_run_and_the_star
         sac.parse_config(small_config("sac_fetchreach_verifier.yaml", metrics_window=6))
     )
     assert "verifier/tpr" in problem and "can never be" in problem
+
+
+@pytest.mark.slow
+def test_resume_reports_the_wall_time_of_every_start(tmp_path, caplog, capsys):
+    """The SAC twin of GRPO's F5 (rerun 7): after --resume, summary.json's seconds,
+    eval_seconds and steps_per_second covered only the resumed start, beside the whole run's
+    env_steps, unlabelled. The wall time up to each checkpoint is kept beside it now and the
+    resumed start adds its own; a checkpoint without the record says so."""
+    import shutil
+
+    run, old = tmp_path / "run", tmp_path / "old"
+    config = small_config(
+        "sac_fetchreach_sparse.yaml", total_timesteps=200, checkpoint_every=200, eval_every=100
+    )
+    config["sac"].update({"learning_starts": 60, "batch_size": 32})
+    first = sac.run(config, output_dir=run)
+    assert first["starts"] == 1 and first["seconds_covers"] == "the whole run (one start)"
+    assert first["seconds"] == first["seconds_this_start"] and "resumed_from" not in first
+    assert first["eval_seconds"] > 0
+    assert first["steps_per_second"] == pytest.approx(
+        200 / (first["seconds"] - first["eval_seconds"])
+    )
+    wall = json.loads((run / "checkpoints" / "sac_wall_time_200_steps.json").read_text())
+    assert wall["starts"] == 1 and 0 < wall["seconds"] <= first["seconds"]
+    assert 0 < wall["eval_seconds"] <= first["eval_seconds"]
+    shutil.copytree(run, old)
+    config["training"]["total_timesteps"] = 300
+    second = sac.run(config, output_dir=run, resume=True)
+    assert second["env_steps"] == 300 and second["starts"] == 2
+    assert second["resumed_from"] == "sac_200_steps.zip"
+    assert second["seconds"] == pytest.approx(wall["seconds"] + second["seconds_this_start"])
+    assert second["eval_seconds"] == pytest.approx(
+        wall["eval_seconds"] + second["eval_seconds_this_start"]
+    )
+    assert second["steps_per_second"] == pytest.approx(
+        300 / (second["seconds"] - second["eval_seconds"])
+    )
+    assert (
+        "2 starts" in second["seconds_covers"] and "sac_200_steps.zip" in second["seconds_covers"]
+    )
+    assert json.loads((run / "summary.json").read_text())["starts"] == 2
+    words = sac.wall_words(second)
+    assert words.startswith(f"in {second['seconds']:.0f} s over 2 starts") and "this start" in words
+    # a checkpoint saved before the record was kept: this start only, said in the summary
+    (old / "checkpoints" / "sac_wall_time_200_steps.json").unlink()
+    with caplog.at_level(logging.WARNING, logger="densereward.trainers.sac"):
+        third = sac.run(config, output_dir=old, resume=True)
+    assert third["starts"] is None and third["seconds"] == third["seconds_this_start"]
+    assert third["seconds_covers"].startswith("this start only (100 steps)")
+    assert third["steps_per_second"] == pytest.approx(
+        100 / (third["seconds"] - third["eval_seconds"])
+    )
+    said = [r.getMessage() for r in caplog.records if "sac_wall_time_" in r.getMessage()]
+    assert len(said) == 1 and "this start only" in said[0], said
+    assert "records no earlier wall time" in sac.wall_words(third)

@@ -61,16 +61,20 @@ def step_cost(summary: Mapping[str, Any]) -> dict[str, float | None]:
     """A SAC run's training cost per environment step and the reward's share of it, from its
     ``summary.json``: ``ms_per_step`` = 1000 / ``steps_per_second`` (training only, evaluation
     excluded) and ``reward_share`` = the seconds inside the verifier (``verifier_stats.seconds``)
-    or the distilled reward model (``verifier_stats.reward_model_seconds``) over the run's
-    training seconds (0 for rewards with neither). ``None`` where the summary has no such
-    numbers (GRPO runs)."""
+    or the distilled reward model (``verifier_stats.reward_model_seconds``) over the training
+    seconds (evaluation excluded) of the start that counted them, the last one of a resumed
+    run (``seconds_this_start``; 0 for rewards with neither). ``None`` where the summary has
+    no such numbers (GRPO runs)."""
     sps = summary.get("steps_per_second")
-    seconds = summary.get("seconds")
+    seconds = summary.get("seconds_this_start", summary.get("seconds"))
+    eval_s = summary.get("eval_seconds_this_start", summary.get("eval_seconds")) or 0.0
     if not isinstance(sps, (int, float)) or not sps > 0 or not seconds:
         return {"ms_per_step": None, "reward_share": None}
+    train_s = float(seconds) - float(eval_s)
     stats = summary.get("verifier_stats") or {}
     spent = stats.get("seconds", stats.get("reward_model_seconds", 0.0)) or 0.0
-    return {"ms_per_step": 1000.0 / float(sps), "reward_share": float(spent) / float(seconds)}
+    share = float(spent) / train_s if train_s > 0 else None
+    return {"ms_per_step": 1000.0 / float(sps), "reward_share": share}
 
 
 def final_points(

@@ -183,9 +183,11 @@ class _WallClock:
     """Writes :data:`WALL_FILE` into each checkpoint the Trainer saves: the wall time from this
     start's ``t0`` (``time.monotonic()``) plus ``before`` (the time up to the checkpoint the start
     resumed from), so that a later ``--resume`` reports the whole run's time, not its own start's
-    alone. Only the main process writes."""
+    alone. Only the main process writes, and nothing is written when ``known`` is false (a
+    start resumed from a checkpoint without the file: the earlier starts' time is unknown, so
+    no later checkpoint claims it)."""
 
-    def __new__(cls, t0: float, before: dict[str, Any] | None):
+    def __new__(cls, t0: float, before: dict[str, Any] | None, *, known: bool = True):
         from transformers import TrainerCallback
 
         earlier, starts = (before["wall_s"], before["starts"] + 1) if before else (0.0, 1)
@@ -193,7 +195,7 @@ class _WallClock:
         class _Cb(TrainerCallback):
             def on_save(self, args, state, control, **kwargs):
                 ckpt = Path(args.output_dir) / f"checkpoint-{state.global_step}"
-                if state.is_world_process_zero and ckpt.is_dir():
+                if known and state.is_world_process_zero and ckpt.is_dir():
                     wall = round(earlier + time.monotonic() - t0, 1)
                     atomic_write_json(ckpt / WALL_FILE, {"wall_s": wall, "starts": starts})
 
@@ -544,7 +546,7 @@ def run(
         heldout.evaluate("before", 0)  # the initial policy, before any step (or checkpoint) loads
         ckpt = _resume_checkpoint(run_dir, resume)  # for "latest": the newest complete one
         wall_before = _wall_before(ckpt)  # the time up to it, which this start's adds to
-        trainer.add_callback(_WallClock(t0, wall_before))
+        trainer.add_callback(_WallClock(t0, wall_before, known=ckpt is None or bool(wall_before)))
         checkpoint = str(ckpt) if ckpt is not None else (True if resume == "latest" else resume)
         if ckpt is not None and _weights_only(ckpt):
             trainer.add_callback(_ContinueSchedule())

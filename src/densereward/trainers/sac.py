@@ -20,7 +20,8 @@ deterministic evaluation episodes vs environment steps: the learning curve),
 their mean return of the environment's own reward; each row's ``metric`` says which), ``verifier_dynamics.jsonl``
 (``rollout/ep_env_rew_mean`` and the ``verifier/*`` metrics at each episode end),
 ``training_curves.png`` (all of them against the step, :mod:`densereward.trainers.sac_plots`),
-``checkpoints/`` (model + replay buffer + the verifier window's state), ``final_model.zip``, ``summary.json`` and the
+``checkpoints/`` (model + replay buffer + the verifier window's state + the run's wall time
+up to it), ``final_model.zip``, ``summary.json`` and the
 offline W&B run.
 
 A new run in a directory that a stopped start left (no checkpoint, no ``summary.json``)
@@ -30,7 +31,8 @@ that ended by it and the ``logs/progress.csv`` dumps logged by it back into the 
 reopens, and continues SB3's ``rollout/*`` windows and
 the training curve's window and ``n_episodes_total`` from them (:func:`_continue_episodes`),
 and ``verifier_dynamics.jsonl``'s window and ``auto`` threshold from the checkpoint's
-:data:`DYNAMICS_STATE` (:func:`_continue_dynamics`).
+:data:`DYNAMICS_STATE` (:func:`_continue_dynamics`), and ``summary.json``'s wall time from its
+:data:`WALL_STATE` (:class:`_RunClock`).
 A run stopped while training (Ctrl-C, or SIGTERM in ``densereward train sac``) raises
 :class:`densereward.errors.Interrupted` saying what it left; checkpoints are written whole or
 not at all.
@@ -382,14 +384,123 @@ def _continue_dynamics(dynamics: Any, ckpt_dir: Path, steps: int) -> None:
     )
 
 
-def _atomic_checkpoints(*, dynamics: Any = None, **kwargs: Any) -> Any:
+WALL_STATE = "sac_wall_time_{steps}_steps.json"
+"""The run's wall time up to a checkpoint, saved beside it: ``{"seconds", "eval_seconds",
+"starts"}`` over every start up to that save, which ``--resume`` adds its own start's to
+(:class:`_RunClock`)."""
+
+
+class _RunClock:
+    """The wall time of a run that may span several starts (``--resume``).
+
+    ``before`` is the :data:`WALL_STATE` of the checkpoint this start resumed from (``None``
+    for a fresh start, or for a resume from a checkpoint without the file, ``known=False``:
+    then the earlier starts' time is unknown and no later checkpoint claims to know it).
+    :meth:`start` marks this start's ``t0`` (``time.perf_counter()``); :meth:`state` is the
+    record a checkpoint keeps; :meth:`summary` the fields of ``summary.json``.
+    """
+
+    def __init__(self, before: dict[str, Any] | None = None, *, known: bool = True) -> None:
+        self.before = before
+        self.known = known
+        self.t0 = time.perf_counter()
+        self.eval_cb: Any = None  # EvaluationCallback: its seconds are this start's
+
+    def start(self) -> None:
+        self.t0 = time.perf_counter()
+
+    def _this_start(self) -> tuple[float, float]:
+        eval_s = float(self.eval_cb.seconds) if self.eval_cb is not None else 0.0
+        return time.perf_counter() - self.t0, eval_s
+
+    def state(self) -> dict[str, Any] | None:
+        """The :data:`WALL_STATE` record up to now, or ``None`` when the earlier starts' time
+        is unknown."""
+        if not self.known:
+            return None
+        sec, eval_s = self._this_start()
+        b = self.before or {"seconds": 0.0, "eval_seconds": 0.0, "starts": 0}
+        return {
+            "seconds": round(b["seconds"] + sec, 3),
+            "eval_seconds": round(b["eval_seconds"] + eval_s, 3),
+            "starts": int(b["starts"]) + 1,
+        }
+
+    def summary(
+        self, seconds: float, steps_total: int, steps_this_start: int, resumed_from: str | None
+    ) -> dict[str, Any]:
+        """``summary.json``'s time fields, ``seconds`` (the start's ``t0`` to the end of
+        training) being this start's:
+
+        ``seconds`` and ``eval_seconds`` over every start where the checkpoint resumed from
+        records the earlier ones (else this start's), ``seconds_this_start``,
+        ``eval_seconds_this_start``, ``steps_per_second`` (environment steps per second of
+        training, evaluation excluded, over the span ``seconds`` covers), ``starts`` (``None``
+        when unknown), ``seconds_covers`` (that span, in words) and, for a resumed run,
+        ``resumed_from`` (the checkpoint's model zip)."""
+        _, eval_s = self._this_start()
+        this = {"seconds_this_start": seconds, "eval_seconds_this_start": eval_s}
+        if resumed_from is None:
+            total, total_eval, steps, starts = seconds, eval_s, steps_this_start, 1
+            covers = "the whole run (one start)"
+        elif not self.known:
+            total, total_eval, steps, starts = seconds, eval_s, steps_this_start, None
+            covers = (
+                f"this start only ({steps_this_start} steps): {resumed_from} records no earlier "
+                f"wall time (no {WALL_STATE.format(steps='<steps>')}: saved by an earlier "
+                "densereward version)"
+            )
+        else:
+            b = self.before or {"seconds": 0.0, "eval_seconds": 0.0, "starts": 0}
+            total = b["seconds"] + seconds
+            total_eval = b["eval_seconds"] + eval_s
+            steps, starts = steps_total, int(b["starts"]) + 1
+            covers = (
+                f"{starts} starts: {b['seconds']:.1f} s up to {resumed_from}, then "
+                f"{seconds:.1f} s in this start (the time between that checkpoint and the "
+                "stop is not counted)"
+            )
+        train_s = total - total_eval
+        out = {
+            "seconds": total,
+            "eval_seconds": total_eval,
+            **this,
+            "steps_per_second": steps / train_s if train_s > 0 else float("nan"),
+            "starts": starts,
+            "seconds_covers": covers,
+        }
+        if resumed_from is not None:
+            out["resumed_from"] = resumed_from
+        return out
+
+
+def _continue_clock(ckpt_dir: Path, steps: int) -> _RunClock:
+    """The :class:`_RunClock` of a start resumed at ``steps``: continued from the checkpoint's
+    :data:`WALL_STATE`, or (a checkpoint saved before densereward kept it) with the earlier
+    starts' time unknown, said once."""
+    path = ckpt_dir / WALL_STATE.format(steps=steps)
+    if path.is_file():
+        return _RunClock(json.loads(path.read_text(encoding="utf-8")))
+    logger.warning(
+        "--resume from step %d: the checkpoint has no %s (written before densereward saved it), "
+        "so summary.json's seconds and steps_per_second cover this start only "
+        "(seconds_covers says so)",
+        steps,
+        path.name,
+    )
+    return _RunClock(known=False)
+
+
+def _atomic_checkpoints(
+    *, dynamics: Any = None, clock: _RunClock | None = None, **kwargs: Any
+) -> Any:
     """SB3's ``CheckpointCallback`` whose files are written whole or not at all.
 
     Each file goes to a temporary name (``.tmp-<name>``) and is renamed into place, the model
     zip last, so a run stopped while it saves (SIGTERM, Ctrl-C) never leaves a
     ``sac_<steps>_steps.zip`` without its complete replay buffer, statistics and (with
     ``dynamics``, a :class:`~densereward.callbacks.VerifierDynamicsCallback`)
-    :data:`DYNAMICS_STATE` for ``--resume`` to load.
+    :data:`DYNAMICS_STATE` and (with ``clock``) :data:`WALL_STATE` for ``--resume`` to load.
     """
     from stable_baselines3.common.callbacks import CheckpointCallback
 
@@ -412,6 +523,9 @@ def _atomic_checkpoints(*, dynamics: Any = None, **kwargs: Any) -> Any:
             if dynamics is not None:  # the callback has seen every episode that ended by now
                 path = Path(self.save_path) / DYNAMICS_STATE.format(steps=self.num_timesteps)
                 atomic_write_json(path, dynamics.state_dict())
+            if clock is not None and (wall := clock.state()) is not None:
+                path = Path(self.save_path) / WALL_STATE.format(steps=self.num_timesteps)
+                atomic_write_json(path, wall)
             save(self._checkpoint_path(extension="zip"), self.model.save)
             return True
 
@@ -544,7 +658,9 @@ def run(config: dict[str, Any], *, output_dir: Path, resume: bool = False) -> di
     Returns:
         ``{"run_dir", "curve": [{"step", "value", "metric", ...}], "metric", "curve_source",
         "train_curve", "train_curve_metric", "final", "metrics": {...verifier/* and rollout/* of the last window...},
-        "undefined": {metric: why it is null}, "env_steps", "seconds", "steps_per_second", "eval_seconds", "verifier_stats"}``:
+        "undefined": {metric: why it is null}, "env_steps", "seconds", "eval_seconds",
+        "seconds_this_start", "eval_seconds_this_start", "steps_per_second", "starts",
+        "seconds_covers", "resumed_from" (resumed runs), "verifier_stats"}``:
         ``curve`` is the evaluation curve (``metric`` ``"eval/success_rate"``, success rate in
         ``[0, 1]`` of deterministic evaluation episodes) when ``training.eval_every > 0``, else
         the training-episode curve (``"rollout/success_rate"``); ``curve_source`` says which in words;
@@ -552,7 +668,12 @@ def run(config: dict[str, Any], *, output_dir: Path, resume: bool = False) -> di
         point's ``metric``) is ``"rollout/success_rate"``, or without ``info["is_success"]``
         ``"rollout/ep_env_rew_mean"``, the mean return of the environment's own reward
         (``info["true_reward"]``, no verifier shaping; each point's ``reward`` says so);
-        ``final`` is its last value; ``seconds`` includes ``eval_seconds``; ``undefined``
+        ``final`` is its last value; ``seconds`` (wall seconds of training, including
+        ``eval_seconds``) covers every start of a resumed run whose checkpoint recorded the
+        earlier ones (:data:`WALL_STATE`; ``seconds_covers`` says which span, ``starts`` how
+        many), ``steps_per_second`` is environment steps per second of training with
+        evaluation excluded over that span, and ``verifier_stats`` count this start's calls
+        (``*_this_start`` are its seconds); ``undefined``
         holds, for every null (NaN) in ``metrics``, why it is null with the count it rests on
         (:func:`densereward.callbacks.undefined_reasons`: ``"verifier/voc": "6 episodes with a
         defined VOC in the window (verifier/n_voc_episodes), need 10 ..."``).
@@ -734,6 +855,8 @@ def run(config: dict[str, Any], *, output_dir: Path, resume: bool = False) -> di
             model, curve_cb, [parse_episode(r) for r in kept], env_return=cfg.env.reward == "env"
         )
         _continue_dynamics(dynamics, ckpt_dir, model.num_timesteps)
+    clock = _continue_clock(ckpt_dir, model.num_timesteps) if resume else _RunClock()
+    resumed_from = _latest_checkpoint(ckpt_dir)[0].name if resume else None
     callbacks = [dynamics, curve_cb]
     eval_cb = None
     if eval_venv is not None:
@@ -746,12 +869,14 @@ def run(config: dict[str, Any], *, output_dir: Path, resume: bool = False) -> di
             success=success,
         )
         callbacks.append(eval_cb)
+        clock.eval_cb = eval_cb
     if cfg.env.reward == "verifier" and cfg.reward.timing == "episode_end":
         callbacks.append(ReplayRelabelCallback())
     if tc.checkpoint_every:
         callbacks.append(
             _atomic_checkpoints(
                 dynamics=dynamics,
+                clock=clock,
                 save_freq=max(tc.checkpoint_every // cfg.env.n_envs, 1),
                 save_path=str(ckpt_dir),
                 name_prefix="sac",
@@ -764,6 +889,7 @@ def run(config: dict[str, Any], *, output_dir: Path, resume: bool = False) -> di
     start_steps = model.num_timesteps
     remaining = tc.total_timesteps - start_steps
     t0 = time.perf_counter()
+    clock.start()
     try:
         if remaining > 0:
             try:
@@ -828,9 +954,7 @@ def run(config: dict[str, Any], *, output_dir: Path, resume: bool = False) -> di
             "metrics": metrics,
             "undefined": undefined_reasons(metrics, dynamics.min_episodes),
             "env_steps": model.num_timesteps,
-            "seconds": seconds,
-            "steps_per_second": steps / seconds if seconds > 0 else float("nan"),
-            "eval_seconds": eval_cb.seconds if eval_cb is not None else 0.0,
+            **clock.summary(seconds, model.num_timesteps, steps, resumed_from),
             "eval_reward": eval_reward_label(_eval_reward(cfg)) if eval_cb is not None else None,
             "threshold_source": dynamics.threshold_source if verifier is not None else None,
             "plot": str(plot) if plot is not None else None,
@@ -909,7 +1033,7 @@ def main(args: argparse.Namespace) -> int:
     m = summary["metrics"]
     print(
         f"run_dir={summary['run_dir']} env_steps={summary['env_steps']} "
-        f"steps/s={summary['steps_per_second']:.1f} "
+        f"steps/s={summary['steps_per_second']:.1f} ({wall_words(summary)}) "
         f"{summary['metric']}={summary['final']:.3f} "
         + " ".join(f"{k}={v:.3f}" for k, v in sorted(m.items()) if v == v)
     )
@@ -919,6 +1043,22 @@ def main(args: argparse.Namespace) -> int:
         print(evaluation_line(summary))
     print(f"plot: {summary['plot']}")
     return 0
+
+
+def wall_words(summary: dict[str, Any]) -> str:
+    """The console's words for a run's wall time: ``"in 80 s"``, or after ``--resume``
+    ``"in 230 s: 150 s up to sac_300_steps.zip, 80 s in this start"`` (or that the earlier
+    starts' time is unknown)."""
+    this = f"{summary['seconds_this_start']:.0f} s in this start"
+    if "resumed_from" not in summary:
+        return f"in {summary['seconds']:.0f} s"
+    if summary["starts"] is None:
+        return f"{this}; {summary['resumed_from']} records no earlier wall time"
+    return (
+        f"in {summary['seconds']:.0f} s over {summary['starts']} starts: "
+        f"{summary['seconds'] - summary['seconds_this_start']:.0f} s up to "
+        f"{summary['resumed_from']}, {this}"
+    )
 
 
 def evaluation_line(summary: dict[str, Any]) -> str:
