@@ -299,6 +299,13 @@ def test_shipped_compare_configs_build_valid_run_configs():
         # a typo in a trainer argument is caught before the first run, naming the condition
         ({"conditions": {"a": {}, "b": ["sac.tua=0.05"]}}, "condition 'b'.*did you mean 'sac.tau'"),
         ({"conditions": {"a": {}, "b": "env.reward=env"}}, "list of key=value"),
+        # `- env.task=Goal: x` unquoted in the YAML file is a mapping: say to quote it
+        (
+            {"conditions": {"a": {}, "b": [{"env.task=Goal": "x"}]}},
+            r"conditions.b: the entry \{'env.task=Goal': 'x'\} is a YAML mapping, not a "
+            r"key=value string: a value with ': ' in it must be quoted, e.g. - "
+            r'"env.task=Goal: x"',
+        ),
         ({"seeds": [0, 0]}, "distinct"),
         ({"base": "configs/nope.yaml"}, "not found"),
     ],

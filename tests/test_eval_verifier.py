@@ -6,6 +6,7 @@ import argparse
 import json
 import math
 import re
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -305,11 +306,9 @@ def test_score_reuse_detects_mismatch(gsm8k, tmp_path):
         E.align_scores(changed, stored)
 
 
-def test_a_changed_response_under_scores_names_both_lines_the_key_and_the_fix(tmp_path, capsys):
-    """F7: a response changed since scoring was "scores file was computed for a different
-    response at ('4de387bf04d0', 'genA', 0); re-score": no file, no line, no flag. It now names
-    the responses file:line, the scores file:line, the key and the fix (the responses file the
-    scores were made from, when metrics.json records it)."""
+def _scored_file(tmp_path: Path) -> tuple[Path, list, Path, Path]:
+    """Six labelled rows and an eval-verifier output scored from them: (responses file, rows,
+    output directory, its scores.jsonl)."""
     good = tmp_path / "labelled.jsonl"
     good.write_text("\n".join(_generic_lines(6)) + "\n")
     rows = E.load_responses(good)
@@ -318,6 +317,15 @@ def test_a_changed_response_under_scores_names_both_lines_the_key_and_the_fix(tm
     recs = [{"score": 0.5, "mass": 1.0} for _ in rows]
     E.write_outputs(scored, rows, recs, metrics, plots=False, meta={"responses": str(good)})
     scores = scored / "scores.jsonl"
+    return good, rows, scored, scores
+
+
+def test_a_changed_response_under_scores_names_both_lines_the_key_and_the_fix(tmp_path, capsys):
+    """F7: a response changed since scoring was "scores file was computed for a different
+    response at ('4de387bf04d0', 'genA', 0); re-score": no file, no line, no flag. It now names
+    the responses file:line, the scores file:line, the key and the fix (the responses file the
+    scores were made from, when metrics.json records it)."""
+    good, rows, scored, scores = _scored_file(tmp_path)
     lines = good.read_text().splitlines()
     edited = json.loads(lines[2])
     edited["response"] += " (edited)"
@@ -1515,3 +1523,21 @@ def test_a_string_is_correct_gets_advice_that_fits_the_value(tmp_path, capsys, v
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and advice in err[0], err
     assert ("unquoted" in err[0]) == advice.endswith("unquoted"), err
+
+
+def test_an_invalid_score_names_the_scores_file_line_and_what_a_score_is(tmp_path, capsys):
+    """An invalid score in a --scores file named only the key tuple ("invalid score 'high'
+    at ('p1', 'g', 0)"): now the scores file:line, the key and what a score may be."""
+    good, rows, scored, scores = _scored_file(tmp_path)
+    lines = scores.read_text().splitlines()
+    bad = json.loads(lines[3])
+    bad["score"] = "high"
+    scores.write_text("\n".join([*lines[:3], json.dumps(bad), *lines[4:]]) + "\n")
+    out = tmp_path / "out"
+    assert _cli("--responses", str(good), "--scores", str(scores), "--out", str(out)) == 2
+    key = f"problem_id={rows[3]['problem_id']!r} generator='g' #0"
+    assert capsys.readouterr().err.strip().splitlines() == [
+        f"densereward: error: {scores}:4: invalid score 'high' for {key}: a score is a finite "
+        "number, or null for an abstention"
+    ]
+    assert not out.exists()

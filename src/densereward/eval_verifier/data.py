@@ -357,7 +357,12 @@ def align_scores(
             )
         score = rec.get("score")
         if score is not None and not (isinstance(score, (int, float)) and math.isfinite(score)):
-            raise DataError(f"invalid score {score!r} at {key}")
+            scored = rec.get("source") or "the scores file"
+            raise DataError(
+                f"{scored}: invalid score {score!r} for problem_id={key[0]!r} "
+                f"generator={key[1]!r} #{key[2]}: a score is a finite number, or null for an "
+                "abstention"
+            )
         out.append(
             {
                 "score": None if score is None else float(score),

@@ -246,6 +246,12 @@ def _check_override_form(ov: Any, where: str) -> None:
         for x in ov:
             parse_override(x)  # raises ConfigError on a malformed entry
         return
+    if isinstance(ov, (list, tuple)) and (bad := [x for x in ov if isinstance(x, Mapping)]):
+        key, value = next(iter(bad[0].items()), ("key=value", ""))
+        raise ConfigError(
+            f"{where}: the entry {bad[0]!r} is a YAML mapping, not a key=value string: a value "
+            f"with ': ' in it must be quoted, e.g. - \"{key}: {value}\""
+        )
     raise ConfigError(f"{where} must be a list of key=value strings or a mapping, got {ov!r}")
 
 
