@@ -54,6 +54,41 @@ def test_sigterm_raises_interrupted_in_the_main_thread_and_is_restored_after():
     assert (ctrl_c.signal_name, ctrl_c.exit_code) == ("SIGINT", 130)
 
 
+def test_a_sigterm_after_the_command_finished_exits_with_its_status_and_says_so(tmp_path):
+    """F2 (rerun 8): a SIGTERM that arrived after ``train sac`` had printed its last line, while
+    the interpreter shut down, ended the process with a silent 143 although every output was
+    written. It now ends it with the command's own status and one line saying so. The shutdown
+    is held open here by an atexit hook (as joining threads holds a real one)."""
+    marker = tmp_path / "shutting-down"
+    code = (
+        "import atexit, sys, time; "
+        f"atexit.register(lambda: (open({str(marker)!r}, 'w').close(), time.sleep(60))); "
+        "from densereward.cli import main; sys.exit(main())"
+    )
+    config = REPO / "configs" / "sac_fetchreach_sparse.yaml"
+    env = {k: v for k, v in os.environ.items() if k != "WANDB_MODE"}
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code, "train", "sac", "--config", str(config), "--dry-run"],
+        cwd=REPO,
+        env={**env, "MUJOCO_GL": "egl"},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.monotonic() + 240
+    while not marker.exists() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert marker.exists(), proc.communicate(timeout=30)
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, (proc.returncode, err)
+    assert "ok  " in out  # the dry run's own lines came first, whole
+    assert err.strip().splitlines()[-1] == (
+        "densereward: SIGTERM arrived after densereward train sac had finished (exit status 0); "
+        "its outputs are complete, so it exits with 0"
+    )
+
+
 # --------------------------------------------------------------------------------------------
 # SAC
 # --------------------------------------------------------------------------------------------

@@ -33,7 +33,13 @@ import sys
 from collections.abc import Sequence
 
 from .config_files import add_override_arguments, overrides_from, parse_command_line
-from .errors import BackendUnavailableError, DenseRewardError, Interrupted, sigterm_interrupts
+from .errors import (
+    BackendUnavailableError,
+    DenseRewardError,
+    Interrupted,
+    finished_before_stop_signal,
+    sigterm_interrupts,
+)
 
 __all__ = ["EXIT_ABSTAINED", "EXIT_ERROR", "EXIT_INTERNAL", "main", "build_parser"]
 
@@ -438,7 +444,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     stop = sigterm_interrupts() if args.command in _STOPPABLE else contextlib.nullcontext()
     try:
         with stop:
-            return int(args.func(args) or 0)
+            status = int(args.func(args) or 0)
+        if argv is None and args.command in _STOPPABLE:  # this process's own command line
+            # the interpreter's shutdown (threads, caches) can take seconds: a SIGTERM then
+            # must not turn a finished run into a silent 143
+            what = " ".join(filter(None, (args.command, getattr(args, "trainer", None))))
+            finished_before_stop_signal(status, f"densereward {what}")
+        return status
     except DenseRewardError as err:
         print(f"densereward: error: {err}", file=sys.stderr)
         return EXIT_ERROR

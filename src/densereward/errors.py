@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import sys
 import threading
 from collections.abc import Iterator
 
@@ -33,6 +34,7 @@ __all__ = [
     "StateError",
     "RegistryError",
     "Interrupted",
+    "finished_before_stop_signal",
     "sigterm_interrupts",
 ]
 
@@ -170,3 +172,32 @@ def sigterm_interrupts() -> Iterator[None]:
         yield
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+def finished_before_stop_signal(status: int, command: str) -> None:
+    """After ``command`` returned ``status``: a SIGTERM or Ctrl-C that arrives while the
+    interpreter shuts down (joining threads, flushing caches: seconds, after the command printed
+    its last line) ends the process at once with ``status`` and one line on stderr saying that
+    the command had finished and its outputs are complete, instead of the default action's
+    silent 143 (or a ``KeyboardInterrupt`` traceback) on a run that finished. Only in the main
+    thread; for the rest of the process's life (call it only where the process ends next:
+    ``densereward``'s console entry point)."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+
+    def handler(signum: int, frame: object) -> None:
+        name = "Ctrl-C (SIGINT)" if signum == signal.SIGINT else signal.Signals(signum).name
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(Exception):
+                stream.flush()
+        with contextlib.suppress(Exception):
+            print(
+                f"densereward: {name} arrived after {command} had finished (exit status "
+                f"{status}); its outputs are complete, so it exits with {status}",
+                file=sys.stderr,
+                flush=True,
+            )
+        os._exit(status)
+
+    signal.signal(signal.SIGTERM, handler)
+    signal.signal(signal.SIGINT, handler)
