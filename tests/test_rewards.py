@@ -918,7 +918,9 @@ def test_an_undefined_metric_is_explained_once_in_the_log_and_on_the_plot(tmp_pa
     # and not again at steps 2 and 3
     assert len(said) == 1 and said[0].startswith("undefined at step 1"), said
     assert "\n  verifier/window/tpr: no correct completion (Math-Verify) in the window" in said[0]
-    assert "verifier/window/auroc, " in said[0] and "window/balanced_accuracy: " in said[0]
+    assert "verifier/window/auroc, " in said[0] and "window/balanced_accuracy" in said[0]
+    # the batch's own, not logged either, are named too (F4)
+    assert "\n  verifier/tpr: no correct completion (Math-Verify) in the batch" in said[0]
     assert "tnr" not in said[0]  # TNR is defined (0.5)
     reasons = undefined_reasons(tracker.records[-1])
     assert any(k.endswith("tpr") for k in reasons)
@@ -941,6 +943,7 @@ def test_one_reason_shared_by_many_undefined_metrics_is_said_once_in_the_log_and
         "no completion in the window was read by the verifier (2 of 2 in this batch were "
         "scored 0 without a read: no final answer)"
     )
+    unread_batch = unread.replace("in the window", "in the batch")
     tracker = RewardQualityTracker(tmp_path, threshold=0.5)
     with caplog.at_level("WARNING", logger="densereward.rewards.tracking"):
         tracker.update(prompts=["p", "p"], scores=[0.0, 0.0], correct=[0, 0], read=[False] * 2)
@@ -952,13 +955,19 @@ def test_one_reason_shared_by_many_undefined_metrics_is_said_once_in_the_log_and
         "  verifier/window/tpr, verifier/window/tnr, verifier/window/auroc, "
         "verifier/window/pairwise_accuracy, verifier/window/score_gap, "
         "verifier/window/precision, verifier/window/balanced_accuracy, "
-        f"verifier/window/verifier_gain: {unread}"
+        f"verifier/window/verifier_gain: {unread}",
+        # F4: the batch's own metrics, not logged either, on one line of their own
+        "  verifier/tpr, verifier/tnr, verifier/auroc, verifier/pairwise_accuracy, "
+        "verifier/score_gap, verifier/precision, verifier/balanced_accuracy, "
+        f"verifier/verifier_gain, verifier/tie_rate, verifier/mean_mass: {unread_batch}",
     ], lines
     note = _undefined_note(tracker.records, "verifier/")
     assert note == (
         "window/tpr, window/tnr, window/auroc, window/pairwise_accuracy, window/score_gap, "
         "window/precision, window/balanced_accuracy, window/verifier_gain undefined at 1 of 1 "
-        f"steps (no point drawn); at step 1: {unread}"
+        f"steps (no point drawn); at step 1: {unread}\n"
+        "tie_rate, mean_mass undefined at 1 of 1 steps (no point drawn); at step 1: "
+        f"{unread_batch}"
     ), note
     tracker.update(prompts=["p", "p"], scores=[0.9, 0.1], correct=[1, 0])  # 1 of each class
     note = _undefined_note(tracker.records, "verifier/").splitlines()
@@ -970,6 +979,9 @@ def test_one_reason_shared_by_many_undefined_metrics_is_said_once_in_the_log_and
         "fewer than 5 incorrect read completions in the window (1)",
         "window/precision, window/verifier_gain undefined at 2 of 2 steps (no point drawn); "
         "at step 2: fewer than 5 accepted read completions in the window (1)",
+        f"tie_rate undefined at 1 of 2 steps (no point drawn); at step 1: {unread_batch}",
+        "mean_mass undefined at 2 of 2 steps (no point drawn); at step 2: no score-token "
+        "probability mass was given for the batch",
     ], note
     fig = _reward_quality_figure(tracker.records, "verifier/")
     try:  # the footer drawn under the panels is that note
@@ -977,6 +989,122 @@ def test_one_reason_shared_by_many_undefined_metrics_is_said_once_in_the_log_and
         assert footer == ["\n".join(note)]
     finally:
         plt.close(fig)
+    assert tracker.plot().stat().st_size > 5000
+
+
+def test_the_undefined_notice_names_the_per_batch_metrics_too(tmp_path, caplog):
+    """F4 (fresh user's trial): at a step with no read, ``verifier/tpr`` and ``verifier/auroc``
+    were NaN in the records and missing from TRL's logs, but the "undefined at step 1" notice
+    named only ``verifier/window/*``. Every per-batch quality metric that is NaN (so not logged)
+    is named too, with its reason, once per run."""
+    tracker = RewardQualityTracker(tmp_path, threshold=0.5)
+    logged: list[dict[str, float]] = []
+    with caplog.at_level("WARNING", logger="densereward.rewards.tracking"):
+        for scores, correct, read in (
+            ([0.0] * 4, [0, 0, 0, 0], [False] * 4),  # nothing read
+            ([0.2, 0.3, 0.1, 0.4], [0, 0, 0, 0], None),  # read, all wrong
+        ):
+            logged.append({})
+            tracker.update(
+                prompts=["p", "p", "q", "q"],
+                scores=scores,
+                correct=correct,
+                read=read,
+                log_metric=logged[-1].__setitem__,
+            )
+    said = [r.getMessage() for r in caplog.records if "undefined at step" in r.getMessage()]
+    assert len(said) == 1 and said[0].startswith("undefined at step 1"), said
+    lines = said[0].splitlines()
+    batch = [line for line in lines if "no completion in the batch was read" in line]
+    assert len(batch) == 1, lines
+    for key in ("tpr", "tnr", "auroc", "pairwise_accuracy", "score_gap", "precision"):
+        assert f"verifier/{key}," in batch[0] or f"verifier/{key}:" in batch[0], batch
+    # every per-batch quality metric missing from the logged dict is named, with its reason
+    rec = tracker.records[0]
+    nan_keys = [
+        k
+        for k, v in rec.items()
+        if k.startswith("verifier/")
+        and isinstance(v, float)
+        and math.isnan(v)
+        and not k.startswith("verifier/window/")
+        and not k.startswith("verifier/hacking")
+        and "/level_" not in k
+    ]
+    assert nan_keys and all(k not in logged[0] for k in nan_keys)
+    for k in nan_keys:
+        assert re.search(rf"[ ,]{re.escape(k)}[,:]", said[0]), (k, said[0])
+    assert "verifier/tpr" not in logged[1]  # undefined again at step 2, not said again
+
+
+def _plotted(records: list[dict]) -> tuple[dict, str]:
+    """``({legend label: its line}, title)`` of the reward-quality figure of ``records``."""
+    import matplotlib.pyplot as plt
+
+    from densereward.rewards.tracking_plot import _reward_quality_figure
+
+    fig = _reward_quality_figure(records, "verifier/")
+    try:
+        return {
+            label: line
+            for ax in fig.axes
+            for line, label in zip(*ax.get_legend_handles_labels(), strict=True)
+        }, fig._suptitle.get_text()
+    finally:
+        plt.close(fig)
+
+
+def test_the_tie_rate_of_a_batch_with_no_read_is_not_drawn_as_measured(tmp_path):
+    """F5 (fresh user's trial): with 0 of 4 completions read, the plot drew
+    ``tie_rate (each batch)`` at 1.0 beside panels that said "no data": the ties were between
+    the 0s given without a read. The record now holds null (NaN) with the reason, the point is
+    left out and the legend says "no data at steps ...: no completion read by the verifier";
+    ``frac_zero_spread_sparse`` (Math-Verify's labels) and ``frac_zero_spread_dense`` (the
+    reward the policy got: every group's rewards equal) are real measurements and stay."""
+
+    from densereward.rewards.quality import undefined_reasons
+
+    tracker = RewardQualityTracker(tmp_path, threshold=0.5)
+    for _ in range(2):
+        tracker.update(
+            prompts=["p", "p", "q", "q"], scores=[0.0] * 4, correct=[0] * 4, read=[False] * 4
+        )
+    tracker.update(
+        prompts=["p", "p", "q", "q"],
+        scores=[0.2, 0.2, 0.1, 0.9],
+        correct=[0] * 4,
+        masses=[0.9] * 4,
+    )
+    rec = tracker.records
+    assert math.isnan(rec[0]["verifier/tie_rate"]) and rec[2]["verifier/tie_rate"] == 0.5
+    assert undefined_reasons(rec[0])["tie_rate"].startswith(
+        "no completion in the batch was read by the verifier"
+    )
+    rows = [json.loads(x) for x in (tmp_path / "reward_quality.jsonl").read_text().splitlines()]
+    assert rows[0]["verifier/tie_rate"] is None
+    assert rows[0]["verifier/frac_zero_spread_sparse"] == 1.0
+    assert rows[0]["verifier/frac_zero_spread_dense"] == 1.0
+    # records written before this change hold tie_rate 1.0 at a step with no read: not drawn
+    old = [{**r, "verifier/tie_rate": 1.0} if r["verifier/n_read"] == 0 else r for r in rows]
+    for records in (rows, old):
+        lines, _ = _plotted(records)
+        tie = [k for k in lines if k.startswith("tie_rate")]
+        assert tie == [
+            "tie_rate (each batch); no data at steps 1, 2: no completion read by the verifier"
+        ], list(lines)
+        y = list(lines[tie[0]].get_ydata())
+        assert math.isnan(y[0]) and math.isnan(y[1]) and y[2] == 0.5
+        assert list(lines["frac_zero_spread_sparse (each batch)"].get_ydata()) == [1.0] * 3
+        mass = [k for k in lines if k.startswith("mean_mass")]
+        assert mass == [
+            "mean_mass (each batch); no data at steps 1, 2: no completion read by the verifier"
+        ]
+    # the user's run: no step read anything; the panel still draws the spreads and says why
+    # tie_rate has no line
+    labels = list(_plotted(old[:2])[0])
+    assert "tie_rate: no data at steps 1, 2: no completion read by the verifier" in labels
+    assert not any(label.startswith("tie_rate (each batch)") for label in labels), labels
+    assert "frac_zero_spread_dense (each batch)" in labels
     assert tracker.plot().stat().st_size > 5000
 
 
@@ -1279,23 +1407,12 @@ def test_the_plot_says_which_lines_are_the_window_and_which_each_batch():
     ``verifier/pass_rate`` (0.125, 0.125, 0.5, ...), not the window's read pass rate. A line of
     a metric with no window value is labelled "(each batch)", and the title says so; checked on
     the measured demo run's own records."""
-    import matplotlib.pyplot as plt
 
     from densereward.io import read_jsonl
-    from densereward.rewards.tracking_plot import _reward_quality_figure
 
     figures = Path(__file__).resolve().parents[1] / "docs" / "figures"
     records = list(read_jsonl(figures / "grpo_demo.reward_quality.jsonl"))
-    fig = _reward_quality_figure(records, "verifier/")
-    try:
-        title = fig._suptitle.get_text()
-        labels = {
-            label: line
-            for ax in fig.axes
-            for line, label in zip(*ax.get_legend_handles_labels(), strict=True)
-        }
-    finally:
-        plt.close(fig)
+    labels, title = _plotted(records)
     batch = [r["verifier/pass_rate"] for r in records]
     assert list(labels["pass_rate (each batch)"].get_ydata()) == pytest.approx(batch)
     assert "pass_rate" not in labels and "tie_rate (each batch)" in labels

@@ -16,7 +16,7 @@ not the mean over problems of per-problem pass rates
 ``mean_problem_pass_rate``).
 
 Other keys: ``tie_rate`` (within-group completion pairs whose dense scores tie, whatever their
-labels), ``mean_mass``, ``n_abstained``, ``frac_zero_spread_sparse``,
+labels; undefined in a batch the verifier read none of), ``mean_mass``, ``n_abstained``, ``frac_zero_spread_sparse``,
 ``frac_zero_spread_dense``, ``tpr/level_<k>`` and ``tnr/level_<k>`` (MATH level k = 1..5),
 ``n``, ``n_valid``, ``n_read``, ``n_unread``, ``frac_no_answer_sparse`` and ``frac_unclosed_thinking_sparse`` (the share
 of this batch's completions in which the sparse check, Math-Verify's answer extraction, finds no
@@ -46,6 +46,7 @@ __all__ = [
     "format_metrics",
     "undefined_reasons",
     "WINDOW_KEYS",
+    "BATCH_ONLY_KEYS",
     "MIN_PER_CLASS",
     "LENGTH_SETTING",
 ]
@@ -99,29 +100,91 @@ def _few(n: Any, minimum: int) -> bool:
     return n is not None and 0 < n < minimum
 
 
-def undefined_reasons(metrics: dict[str, Any], prefix: str = "verifier/") -> dict[str, str]:
+BATCH_ONLY_KEYS = ("pass_rate", "tie_rate", "mean_mass")
+"""Per-batch metrics with no window counterpart that can be undefined (``NaN``):
+:func:`undefined_reasons` explains them beside the labelled ones. ``tie_rate`` and
+``mean_mass`` rest on the verifier's reads: a batch it read none of has neither."""
+
+
+def undefined_reasons(
+    metrics: dict[str, Any], prefix: str = "verifier/", *, batch: bool = False
+) -> dict[str, str]:
     """Why each undefined (``NaN`` / ``None``) quality metric of one record is undefined.
 
     Explains the rolling-window metrics (``window/<key>``) when the record has them, else the
-    batch's; keys are returned without ``prefix``. The record's ``min_per_class`` (default
-    :data:`MIN_PER_CLASS`) is the class count below which a metric was left undefined.
+    batch's labelled ones, and always the per-batch :data:`BATCH_ONLY_KEYS`; with ``batch``
+    also the batch's labelled metrics beside the window's (the tracker's once-per-run notice:
+    every metric that is not logged is named). Keys are returned without ``prefix``. The
+    record's ``min_per_class`` (default :data:`MIN_PER_CLASS`) is the class count below which
+    a metric was left undefined.
 
     >>> undefined_reasons({"verifier/tpr": float("nan"), "verifier/tnr": 1.0, "verifier/n_valid": 4.0})
     {'tpr': 'no correct completion (Math-Verify) in the batch'}
     >>> undefined_reasons({"verifier/tnr": None, "verifier/n": 4.0, "verifier/n_read": 0.0,
     ...                    "verifier/n_unread": 4.0})["tnr"]
     'no completion in the batch was read by the verifier (4 of 4 in this batch were scored 0 without a read: no final answer)'
+    >>> sorted(undefined_reasons({"verifier/tpr": None, "verifier/window/tpr": None,
+    ...                           "verifier/n_read": 0.0, "verifier/window/n_read": 0.0},
+    ...                          batch=True))
+    ['tpr', 'window/tpr']
     """
-
-    def nan(key: str) -> bool:
-        v = metrics.get(prefix + key)
-        return v is None or (isinstance(v, float) and math.isnan(v))
-
     # records written before unread completions were left out name the counts n / n_valid
     window_n = metrics.get(prefix + "window/n_read", metrics.get(prefix + "window/n"))
-    scope = "window/" if window_n is not None else ""
+    scopes = ["window/"] if window_n is not None else []
+    if batch or not scopes:
+        scopes.append("")
+    out = {}
+    for scope in scopes:
+        out.update(_scope_reasons(metrics, prefix, scope))
+    out.update(_batch_only_reasons(metrics, prefix))
+    return out
+
+
+def _nan(metrics: dict[str, Any], key: str) -> bool:
+    v = metrics.get(key)
+    return v is None or (isinstance(v, float) and math.isnan(v))
+
+
+def _no_read(metrics: dict[str, Any], prefix: str, where: str) -> str:
+    """The reason of a metric that rests on reads when the verifier read none."""
+    unread = metrics.get(prefix + "n_unread") or 0
+    return (
+        f"no completion {where} was read by the verifier ({unread:.0f} of "
+        f"{metrics.get(prefix + 'n', 0):.0f} in this batch were scored 0 without a read: "
+        "no final answer)"
+    )
+
+
+def _batch_only_reasons(metrics: dict[str, Any], prefix: str) -> dict[str, str]:
+    """Reasons for the undefined :data:`BATCH_ONLY_KEYS` of one record."""
+    no_read = metrics.get(prefix + "n_read") == 0 and (metrics.get(prefix + "n_unread") or 0) > 0
+    out = {}
+    for key in BATCH_ONLY_KEYS:
+        if prefix + key not in metrics or not _nan(metrics, prefix + key):
+            continue
+        if key == "pass_rate":
+            out[key] = "no completion in the batch has a Math-Verify label"
+        elif no_read:
+            out[key] = _no_read(metrics, prefix, "in the batch")
+        elif key == "tie_rate":
+            out[key] = "no GRPO group in the batch has two scored completions"
+        else:
+            out[key] = "no score-token probability mass was given for the batch"
+    return out
+
+
+def _scope_reasons(metrics: dict[str, Any], prefix: str, scope: str) -> dict[str, str]:
+    """Reasons for the undefined labelled metrics of one scope (``"window/"`` or ``""``)."""
+
+    def nan(key: str) -> bool:
+        return _nan(metrics, prefix + key)
+
     where = "in the window" if scope else "in the batch"
-    n = window_n if scope else metrics.get(prefix + "n_read", metrics.get(prefix + "n_valid"))
+    n = (
+        metrics.get(prefix + "window/n_read", metrics.get(prefix + "window/n"))
+        if scope
+        else metrics.get(prefix + "n_read", metrics.get(prefix + "n_valid"))
+    )
     unread = metrics.get(prefix + "n_unread") or 0
     minimum = metrics.get("min_per_class", MIN_PER_CLASS)
     n_pos = metrics.get(prefix + scope + "n_read_correct")
@@ -132,11 +195,7 @@ def undefined_reasons(metrics: dict[str, Any], prefix: str = "verifier/") -> dic
         if prefix + scope + key not in metrics or not nan(scope + key):
             continue
         if not n and unread:
-            why = (
-                f"no completion {where} was read by the verifier ({unread:.0f} of "
-                f"{metrics.get(prefix + 'n', 0):.0f} in this batch were scored 0 without a read: "
-                "no final answer)"
-            )
+            why = _no_read(metrics, prefix, where)
         elif not n:
             why = f"no completion {where} has both a verifier score and a Math-Verify label"
         elif key in _RATES and prefix + "threshold" in metrics and nan("threshold"):
@@ -304,8 +363,9 @@ def reward_quality_metrics(
         tie_eps: Two scores within ``tie_eps`` count as a tie.
         read: ``(n,)`` False where the verifier gave the score without a model read (no final
             answer, empty response): left out of the labelled metrics, counted in ``n_unread``;
-            still a reward, so still in ``tie_rate`` and ``frac_zero_spread_dense``. ``None``:
-            every score was read.
+            still a reward, so still in ``tie_rate`` and ``frac_zero_spread_dense`` (but a
+            batch with no read at all has ``tie_rate`` ``NaN``: no verifier score to tie).
+            ``None``: every score was read.
         min_per_class: the fewest read completions of a class a metric that needs it is given
             from (:data:`MIN_PER_CLASS`); below it, ``NaN``.
 
@@ -313,7 +373,8 @@ def reward_quality_metrics(
         ``tpr, tnr, balanced_accuracy, precision, auroc, verifier_gain, score_gap,
         pairwise_accuracy`` (on read completions with both a score and a ground truth,
         ``n_read`` of them; see :func:`labelled_metrics`), ``pass_rate`` (pooled over every completion with a known
-        ground truth, scored or not), ``tie_rate``,
+        ground truth, scored or not), ``tie_rate`` (in ``[0, 1]``; ``NaN`` without a
+        within-group pair, or when ``read`` says no completion was read),
         ``mean_mass``, ``n_abstained``, ``frac_zero_spread_sparse``, ``frac_zero_spread_dense``,
         ``n``, ``n_valid`` (scored and labelled, read or not), ``n_read``, ``n_read_correct``,
         ``n_read_incorrect``, ``n_accepted`` (read, scored >= the threshold), ``n_unread``, and
@@ -352,7 +413,12 @@ def reward_quality_metrics(
     out["n_read_incorrect"] = out.pop("n_incorrect")
     known = [c for c in correct if c is not None]
     out["pass_rate"] = float(np.mean(known)) if known else _NAN
-    out["tie_rate"] = _tie_rate(scores, groups, tie_eps)
+    # the tie rate says how finely the verifier's reads separate the rewards: with no read
+    # every reward is the same unread 0, and the ties are the rule's, not the verifier's
+    no_read = read is not None and not any(
+        read[i] and scores[i] is not None and not math.isnan(scores[i]) for i in range(n)
+    )
+    out["tie_rate"] = _NAN if no_read else _tie_rate(scores, groups, tie_eps)
     m = [x for x in (masses or []) if x is not None and not math.isnan(x)]
     out["mean_mass"] = float(np.mean(m)) if m else _NAN
     out["n_abstained"] = float(sum(x is None or math.isnan(x) for x in scores))

@@ -37,6 +37,10 @@ of each class it needs (TPR correct ones, TNR incorrect ones, AUROC and the othe
 precision and the verifier gain accepted ones, ``n_accepted``), in the batch and in the window
 alike; with fewer it is ``null`` and the log and the plot say "fewer than 5 correct read
 completions in the window (k)" ("fewer than 5 accepted read completions in the window (k)").
+The first step a metric is undefined, one warning names it, the batch's (``verifier/tpr``) and
+the window's (``verifier/window/tpr``) alike, with its reason
+(:func:`~densereward.rewards.quality.undefined_reasons`); ``verifier/tie_rate`` and
+``verifier/mean_mass`` are undefined in a batch the verifier read none of.
 
 Counts: a ``verifier/n_*`` key counts this batch's completions; a ``verifier/total/n_*`` key is
 a counter of the verifier engine, cumulative since it was built (``extra_metrics``);
@@ -334,7 +338,7 @@ class RewardQualityTracker:
         fresh = {
             k: why
             for k, why in undefined_reasons(
-                {**metrics, "min_per_class": self._min_per_class()}, self.prefix
+                {**metrics, "min_per_class": self._min_per_class()}, self.prefix, batch=True
             ).items()
             if k not in self._explained
         }

@@ -42,6 +42,29 @@ hold it: the share of each step's update that pushes wrong completions up, the s
 with no sparse spread, and the steps the judge alone decided."""
 
 
+_READ_KEYS = frozenset(WINDOW_KEYS) - {"read_pass_rate"} | {"tie_rate", "mean_mass"}
+"""Metrics whose per-batch values rest on the verifier's reads: a batch it read none of has none
+(records written before ``tie_rate`` was left undefined there hold 1.0: not drawn either).
+``pass_rate`` and ``frac_zero_spread_sparse`` rest on Math-Verify's labels, and
+``frac_zero_spread_dense`` on the rewards the policy got, read or not: those are drawn."""
+
+_NO_READ = "no completion read by the verifier"
+
+
+def _no_read_steps(by_step: dict[int, list[dict[str, Any]]], prefix: str) -> list[int]:
+    """The steps whose batches the verifier read none of (``n_read`` 0, ``n_unread`` > 0).
+
+    >>> _no_read_steps({1: [{"verifier/n_read": 0.0, "verifier/n_unread": 4.0}],
+    ...                 2: [{"verifier/n_read": 3.0, "verifier/n_unread": 1.0}]}, "verifier/")
+    [1]
+    """
+    return [
+        st
+        for st, rs in sorted(by_step.items())
+        if all(r.get(prefix + "n_read") == 0 and (r.get(prefix + "n_unread") or 0) > 0 for r in rs)
+    ]
+
+
 def _undefined_note(records: Sequence[dict[str, Any]], prefix: str) -> str:
     """Why points are missing: for the metrics that are undefined at some steps, how often, and
     why at the last of them (the reason changes as the window fills: no threshold yet, then too
@@ -173,6 +196,15 @@ def _reward_quality_figure(records: Sequence[dict[str, Any]], prefix: str) -> An
             vals.append(float(np.mean(xs)) if xs else _NAN)
         return vals
 
+    no_read = _no_read_steps(by_step, prefix)
+
+    def batch_series(key: str) -> list[float]:
+        """A per-batch series as drawn: a value resting on no read is left out."""
+        vals = series(key)
+        if key not in _READ_KEYS:
+            return vals
+        return [_NAN if st in no_read else v for st, v in zip(steps, vals, strict=True)]
+
     windowed = any(_window_n(r, prefix) is not None for r in records)
     panels = PLOT_KEYS + (
         (AUDIT_PANEL,) if any(prefix + AUDIT_PANEL[0] in r for r in records) else ()
@@ -191,10 +223,25 @@ def _reward_quality_figure(records: Sequence[dict[str, Any]], prefix: str) -> An
     for ax, keys in zip(axes[0], panels, strict=True):
         scope = {k: ("window/" + k if windowed and k in WINDOW_KEYS else k) for k in keys}
         drawn = [
-            k for k in keys if np.isfinite(series(scope[k])).any() or np.isfinite(series(k)).any()
+            k
+            for k in keys
+            if (scope[k] != k and np.isfinite(series(scope[k])).any())
+            or np.isfinite(batch_series(k)).any()
         ]
+        # a per-batch line that rests on the verifier's reads has no point where it read none:
+        # its legend says so, as an empty panel says "no data"
+        gap = {
+            k: f"no data at {_steps_text(no_read)}: {_NO_READ}"
+            for k in keys
+            if no_read
+            and k in _READ_KEYS
+            and scope[k] == k
+            and any(prefix + k in r for st in no_read for r in by_step[st])
+        }
         for j, key in enumerate(keys):
             if key not in drawn:
+                if drawn and key in gap:  # no line to label: an entry that says why
+                    ax.plot([], [], ls="none", label=f"{key}: {gap[key]}")
                 continue  # a legend entry for a line that is not there would read as data
             ls, mk, lw = styles[j % len(styles)]
             if scope[key] != key:
@@ -210,7 +257,7 @@ def _reward_quality_figure(records: Sequence[dict[str, Any]], prefix: str) -> An
                 )
                 ax.plot(
                     steps,
-                    series(key),
+                    batch_series(key),
                     ls="none",
                     marker=".",
                     ms=5,
@@ -219,7 +266,11 @@ def _reward_quality_figure(records: Sequence[dict[str, Any]], prefix: str) -> An
                 )
             else:  # in a windowed plot, a metric with no window value is the batch's own
                 label = f"{key} (each batch)" if windowed else key
-                ax.plot(steps, series(key), ls=ls, marker=mk, lw=lw, ms=4, mfc="none", label=label)
+                if key in gap:
+                    label += f"; {gap[key]}"
+                ax.plot(
+                    steps, batch_series(key), ls=ls, marker=mk, lw=lw, ms=4, mfc="none", label=label
+                )
         # the threshold only beside rates it applies to: alone, it ran through "no data"
         if drawn and "tpr" in keys and any(prefix + "threshold" in r for r in records):
             ax.plot(steps, series("threshold"), ls="--", color="0.4", lw=1, label="threshold")
@@ -349,7 +400,11 @@ def plot_reward_quality(
     Records of the same step (several generation batches per logging step) are averaged.
     Where the records hold window metrics (``<prefix>window/<metric>``) those are the lines
     and the per-batch values faint dots; a metric with no window value (``pass_rate``,
-    ``tie_rate``, ...) is then drawn as its per-batch line, labelled "(each batch)"; the accept threshold (``<prefix>threshold``) is drawn
+    ``tie_rate``, ...) is then drawn as its per-batch line, labelled "(each batch)". A
+    per-batch value that rests on the verifier's reads (``tie_rate``, ``mean_mass``, the
+    labelled metrics) has no point at a step whose batch it read none of (``n_read`` 0,
+    ``n_unread`` > 0), and its legend entry says "no data at steps ...: no completion read by
+    the verifier" (an entry of its own when the line has no point at all); the accept threshold (``<prefix>threshold``) is drawn
     dashed in the rates panel when it has a rate to draw, and the title says how it was chosen (``threshold_source``)
     and what the last window rests on (its correct / incorrect completions, also on the rates
     panel); steps whose threshold was chosen on the batch it scored
