@@ -336,14 +336,26 @@ def test_a_fresh_grpo_start_replaces_the_wandb_run_of_a_stopped_start(tmp_path, 
 # --------------------------------------------------------------------------------------------
 
 
-def test_a_comparison_stopped_by_sigterm_says_which_runs_are_kept(tmp_path):
+def test_a_comparison_stopped_by_sigterm_says_which_runs_are_kept(tmp_path, capsys):
+    """F2, and F7 of the eighth rerun: the stop line read "stopped by SIGTERM 3 of 8 runs ..."
+    (no separator), and neither the dry run nor the re-run said that the stopped run's partial
+    directory is replaced; a W&B run it left under wandb.dir stayed beside the new one. The
+    stop line now starts "during run <condition> <seed>;", the dry run and the re-run name the
+    partial directory and its W&B run as replaced, and the re-run removes that W&B run."""
     from densereward import sample_efficiency as C
 
     calls: list[str] = []
+    wandb_dir = tmp_path / "wb"
 
     def run(config, *, output_dir):
         calls.append(str(output_dir))
         output_dir.mkdir(parents=True)
+        run_id = f"toy{len(calls)}"  # as train sac / grpo keep it, and W&B names its run folder
+        (output_dir / "wandb_id.txt").write_text(run_id)
+        (Path(config["wandb"]["dir"]) / "wandb" / f"offline-run-20260101_000000-{run_id}").mkdir(
+            parents=True
+        )
+        (output_dir / "curve.jsonl").write_text('{"step": 0, "value": 0.0}\n')
         if len(calls) == 3:
             os.kill(os.getpid(), signal.SIGTERM)
             time.sleep(5)
@@ -365,16 +377,37 @@ def test_a_comparison_stopped_by_sigterm_says_which_runs_are_kept(tmp_path):
         "conditions": {"a": {}, "b": {}},
         "seeds": [0, 1],
         "budget": 10,
+        "wandb": {"dir": str(wandb_dir)},
     }
+    partial = out / "runs" / "a" / "seed1" / "a-seed1"
+    stale = wandb_dir / "wandb" / "offline-run-20260101_000000-toy3"
     with pytest.raises(Interrupted) as stopped, sigterm_interrupts():
         C.run_comparison(config, trainers={"toy": spec}, progress=False)
     assert stopped.value.exit_code == 143
     assert stopped.value.detail == (
-        f"2 of 4 runs finished and are kept in {out / 'runs'}; the run stopped (a seed1) starts "
-        "again: re-run the same command to continue the comparison"
+        f"during run a seed1; 2 of 4 runs finished and are kept in {out / 'runs'}; the stopped "
+        f"run's partial directory {partial} (and its W&B run {stale}) is replaced when you "
+        "re-run the same command, which starts that run afresh and continues the comparison"
     )
     events = [json.loads(x) for x in (out / "events.jsonl").read_text().splitlines()]
     assert events[-1]["event"] == "stopped" and events[-1]["signal"] == "SIGTERM"
+    assert partial.is_dir() and stale.is_dir()
+
+    said = (
+        f"the stopped run a seed1 starts afresh: its partial directory {partial} (and its W&B "
+        f"run {stale}) is replaced"
+    )
+    lines = C.dry_run_comparison(config, trainers={"toy": spec})
+    assert f"output directory: {out} (2 of 4 runs finished there and would be skipped)" in lines
+    assert said in lines, lines
+    capsys.readouterr()
+    C.run_comparison(config, trainers={"toy": spec}, progress=False)
+    err = capsys.readouterr().err
+    assert err.count(said) == 1, err
+    assert calls[3] == str(partial) and len(calls) == 5  # that run again, then the last one
+    assert not stale.exists()  # the stopped start's W&B run is not synced beside the new one
+    assert (wandb_dir / "wandb" / "offline-run-20260101_000000-toy4").is_dir()
+    assert (partial / "wandb_id.txt").read_text() == "toy4"
 
 
 def test_grpo_resume_skips_a_checkpoint_stopped_mid_save(tmp_path, caplog):

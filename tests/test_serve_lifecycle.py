@@ -631,3 +631,39 @@ def test_a_long_rank_on_a_served_verifier_does_not_hold_the_reward_calls():
         served.stop()
     assert resp.json()["rewards"] == [4.0] and took < 1.5, took  # was: after the rank's 3 s
     assert ranked["resp"].json()["order"] == [0, 1]
+
+
+def test_the_drain_log_names_the_cut_requests_and_the_503_names_the_signal(caplog):
+    """F1: a /rank still running when the SIGTERM drain ended was answered 503, but the only log
+    line about the drain's outcome said "0 reward call(s) still running ...; abandoned" (a /rank
+    is no reward call), and the 503 told the client "a second Ctrl-C ends it" after a SIGTERM.
+    Now the log counts and names the requests cut off, and the 503 names the signal."""
+    import logging
+
+    ranking = threading.Event()
+
+    def rank(problem, candidates, pivots):
+        ranking.set()
+        time.sleep(3600)  # a verifier that hangs: abandoned in its daemon thread
+
+    verifier = SimpleNamespace(config=SimpleNamespace(model="judge"), rank=rank)
+    service = RewardService([Hangs()], None, verifier, ServeConfig(shutdown_timeout_s=1.0))
+    served = Served([], service=service)
+    try:
+        with caplog.at_level(logging.WARNING, logger="densereward.serve.app"):
+            ranked = served.post_in_thread("/rank", {"problem": "p", "candidates": ["a", "b"]})
+            assert ranking.wait(10)
+            served.server.handle_exit(signal.SIGTERM, None)
+            ranked["thread"].join(timeout=30)
+            served.thread.join(timeout=30)
+    finally:
+        served.stop()
+    error = ranked["resp"].json()["error"]
+    assert ranked["resp"].status_code == 503 and "SIGTERM" in error, error
+    assert "Ctrl-C" not in error.split("SIGTERM")[0], error  # the signal named is the one sent
+    lines = [r.getMessage() for r in caplog.records if r.name == "densereward.serve.app"]
+    assert len(lines) == 1, lines
+    assert "1 request" in lines[0] and "/rank" in lines[0] and "SIGTERM" in lines[0], lines
+    assert "0 reward call" not in lines[0], lines
+    out = served.out.getvalue()
+    assert "SIGTERM: draining" in out and "SIGTERM or Ctrl-C again" in out, out

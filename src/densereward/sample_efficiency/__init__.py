@@ -35,7 +35,8 @@ Output directory::
 
 Resuming: re-running the same command skips every run whose ``result.json`` exists and was
 produced by the same run config (a fingerprint is stored); the partial directory of a run that
-was interrupted is removed and the run starts again, so a crash loses at most that run.
+was interrupted (and its W&B run, also one under ``wandb.dir``) is removed and the run starts
+afresh, which the dry run and the re-run say, so a crash loses at most that run.
 
 Python API::
 

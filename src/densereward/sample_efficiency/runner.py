@@ -25,7 +25,13 @@ from typing import Any
 import numpy as np
 
 from ..errors import ConfigError, DenseRewardError, Interrupted
-from ..io import append_jsonl, atomic_write_json, atomic_write_text, to_jsonable
+from ..io import (
+    append_jsonl,
+    atomic_write_json,
+    atomic_write_text,
+    earlier_wandb_runs,
+    to_jsonable,
+)
 from ..metrics.curves import curve_arrays
 from ..metrics.format import format_number
 from ..trainers.spec import set_key
@@ -284,6 +290,11 @@ def run_comparison(
                     events, {"event": "skip", "condition": c, "seed": k, "time": time.time()}
                 )
 
+    for c, k in todo:  # said before any run starts; _run_all replaces them
+        partial = _partial_words(cfg, out, c, k)
+        if partial is not None:
+            print(_afresh(c, k, partial), file=sys.stderr)
+
     durations: dict[str, list[float]] = {}
     for (c, _), r in results.items():
         if r.get("wall_s") is not None:
@@ -443,7 +454,7 @@ def dry_run_comparison(
     )
     out = output_dir_of(output_dir, cfg.output_dir, cfg.name)
     order = [(c, f"seed{s}") for s in cfg.seeds for c in cfg.conditions]
-    done, changed, metrics = 0, [], set()
+    done, changed, metrics, partial = 0, [], set(), []
     for c, k in order:
         try:
             r = _load_result(
@@ -454,12 +465,15 @@ def dry_run_comparison(
             changed.append(str(exc))
             continue
         done += r is not None
+        if r is None and (words := _partial_words(cfg, out, c, k)) is not None:
+            partial.append(_afresh(c, k, words))
         if r is not None and r.get("metric"):
             metrics.add(str(r["metric"]))
     lines = [
         f"comparison {cfg.name!r}: trainer {cfg.trainer}, conditions {list(cfg.conditions)}, "
         f"seeds {list(cfg.seeds)}, budget {_get(run_configs[order[0][0]][order[0][1]], spec.budget_key)}",
         f"output directory: {out} ({done} of {len(order)} runs finished there and would be skipped)",
+        *partial,
     ]
     each_run = out / "runs" / "<condition>" / "seed<k>" / "<condition>-seed<k>"
     lines.append(describe_wandb(WandbConfig.from_section(run_wandb(cfg)), each_run))
@@ -486,6 +500,33 @@ def dry_run_comparison(
                 kind = next((k for k in ("!! ", "note: ") if line.startswith(k)), "")
                 lines.append(f"{kind}{cname}: {line[len(kind) :]}")
     return lines
+
+
+def _partial_run(cfg: CompareConfig, out: Path, cname: str, key: str) -> tuple[Path, list[Path]]:
+    """The directory of run ``(cname, key)`` (``<out>/runs/<cname>/<key>/<cname>-<key>``) and
+    the W&B runs of its ``wandb_id.txt`` outside it (under the comparison's ``wandb.dir``):
+    what a stopped earlier attempt left, which the run replaces when it starts again."""
+    run_dir = out / "runs" / cname / key / f"{cname}-{key}"
+    wandb_dir = WandbConfig.from_section(run_wandb(cfg)).dir_for(run_dir)
+    runs = [p for p in earlier_wandb_runs(run_dir, wandb_dir) if not p.is_relative_to(run_dir)]
+    return run_dir, runs
+
+
+def _partial_words(cfg: CompareConfig, out: Path, cname: str, key: str) -> str | None:
+    """What a stopped earlier attempt of run ``(cname, key)`` left, in words: ``"<dir>"`` or
+    ``"<dir> (and its W&B run <path>)"``; ``None`` when it left no directory."""
+    run_dir, runs = _partial_run(cfg, out, cname, key)
+    if not run_dir.exists():
+        return None
+    also = f" (and its W&B run{'s' * (len(runs) > 1)} {', '.join(map(str, runs))})" if runs else ""
+    return f"{run_dir}{also}"
+
+
+def _afresh(cname: str, key: str, partial: str) -> str:
+    """The dry run's and the re-run's line on a run a stopped attempt left ``partial``."""
+    return (
+        f"the stopped run {cname} {key} starts afresh: its partial directory {partial} is replaced"
+    )
 
 
 def _run_all(
@@ -547,8 +588,10 @@ def _run_all(
                 )
                 bar.update(task, advance=1)
                 continue
-            if run_dir.exists():
-                shutil.rmtree(run_dir)  # an interrupted earlier attempt: start this run again
+            if run_dir.exists():  # an interrupted earlier attempt: start this run again
+                for wandb_run in _partial_run(cfg, out, cname, key)[1]:  # under wandb.dir
+                    shutil.rmtree(wandb_run)
+                shutil.rmtree(run_dir)
                 append_jsonl(
                     events,
                     {"event": "cleanup", "condition": cname, "seed": key, "time": time.time()},
@@ -574,11 +617,19 @@ def _run_all(
                         "time": time.time(),
                     },
                 )
+                partial = _partial_words(cfg, out, cname, key)
+                left = (
+                    "the stopped run left no files: re-run the same command to start it and "
+                    "continue the comparison"
+                    if partial is None
+                    else f"the stopped run's partial directory {partial} is replaced when you "
+                    "re-run the same command, which starts that run afresh and continues the "
+                    "comparison"
+                )
                 raise Interrupted.of(
                     exc,
-                    f"{len(results)} of {n_total} runs finished and are kept in {out / 'runs'}; "
-                    f"the run stopped ({cname} {key}) starts again: re-run the same command to "
-                    "continue the comparison",
+                    f"during run {cname} {key}; {len(results)} of {n_total} runs finished and "
+                    f"are kept in {out / 'runs'}; {left}",
                 ) from None
             finally:
                 gc.collect()

@@ -290,17 +290,15 @@ class RewardService:
 
     async def stop(self) -> None:
         """Finish what is queued within the drain's deadline, then stop the worker; reward calls
-        still running then are abandoned (their requests were answered 503)."""
-        if self._queue is not None:
-            try:
+        still running then are abandoned (their requests were answered 503). Logs once what the
+        drain cut off (:meth:`~densereward.serve.lifecycle.Drain.outcome`), if anything."""
+        # wait_for(..., 0) times out even on an empty queue: wait only for work still queued
+        if self._queue is not None and self._queue._unfinished_tasks:  # type: ignore[attr-defined]
+            with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(self._queue.join(), self.drain.left())
-            except asyncio.TimeoutError:
-                logger.warning(
-                    "serve: %d reward call(s) still running after serve.shutdown_timeout_s=%g s; "
-                    "abandoned",
-                    len(self._tasks),
-                    self.config.shutdown_timeout_s,
-                )
+        outcome = self.drain.outcome(sum(not t.done() for t in self._tasks))
+        if outcome is not None:
+            logger.warning("%s", outcome)
         for task in [self._worker, *self._tasks]:
             if task is not None:
                 task.cancel()
@@ -422,12 +420,19 @@ def make_app(service: RewardService, *, on_close: Callable[[], None] | None = No
             check_labels(items, field, service.labels_why)
         return items
 
-    def draining() -> Response:
+    def draining(request: Request) -> Response:
+        service.drain.cut(request.url.path)
         return JSONResponse(
             {
-                "error": "the server is shutting down and stopped waiting for this request (the drain "
-                f"lasts serve.shutdown_timeout_s={cfg.shutdown_timeout_s:g} s; a second Ctrl-C "
-                "ends it at once); send it again"
+                "error": f"the server is shutting down ({service.drain.cause()}) and stopped "
+                "waiting for this request"
+                + (
+                    ""
+                    if service.drain.cut_short
+                    else " at the end of its drain (serve.shutdown_timeout_s="
+                    f"{cfg.shutdown_timeout_s:g} s; a second SIGTERM or Ctrl-C ends it at once)"
+                )
+                + "; send it again"
             },
             status_code=503,
             headers={"Retry-After": "1", "Connection": "close"},
@@ -452,7 +457,7 @@ def make_app(service: RewardService, *, on_close: Callable[[], None] | None = No
                 finished, result = await service.drain.within(answer(request))
                 if not finished:
                     status = 503
-                    return draining()
+                    return draining(request)
                 body, abstained = result
                 if abstained is None:  # /rank: no reward, nothing to flag
                     return JSONResponse(body)
@@ -460,7 +465,7 @@ def make_app(service: RewardService, *, on_close: Callable[[], None] | None = No
                 return JSONResponse(body, headers={ABSTAINED_HEADER: str(abstained)})
             except asyncio.CancelledError:  # uvicorn's force exit: still an answer, not a bare 500
                 status = 503
-                return draining()
+                return draining(request)
             except RequestError as e:
                 status = e.status
                 m.refusals.labels(endpoint=name, reason=e.reason).inc()

@@ -4,9 +4,11 @@
   draining, and gives the requests in flight ``serve.shutdown_timeout_s`` to finish
   (:class:`Drain`). A request still running then is answered ``503`` with a message and
   ``Retry-After`` (the client sends it again, to this server's successor or another replica),
-  never a bare 500; a second Ctrl-C ends the drain at once, the same way. The reward calls
-  still running are abandoned, not awaited: a hung verifier read or Math-Verify check cannot
-  hold the exit (work runs in daemon threads, :class:`DaemonThreads`).
+  never a bare 500; a second SIGTERM or Ctrl-C ends the drain at once, the same way. The 503
+  names the signal; at the end one log line counts and names the requests cut off (``/rank``
+  included) and the reward calls left running. Those calls are abandoned, not awaited: a hung
+  verifier read or Math-Verify check cannot hold the exit (work runs in daemon threads,
+  :class:`DaemonThreads`).
 * **Exit status.** 0 after SIGTERM (a rolling restart), 130 after Ctrl-C (the command's
   "interrupted", docs/configuration.md).
 * **Keep-alive.** An idle connection is kept ``serve.keep_alive_s`` (75 s), longer than the
@@ -18,6 +20,7 @@
 from __future__ import annotations
 
 import asyncio
+import collections
 import concurrent.futures
 import math
 import signal
@@ -27,7 +30,14 @@ import time
 from collections.abc import Callable, Coroutine
 from typing import Any, TextIO, TypeVar
 
-__all__ = ["Drain", "DaemonThreads", "DRAIN_GRACE_S", "uvicorn_config", "run_server"]
+__all__ = [
+    "Drain",
+    "DaemonThreads",
+    "DRAIN_GRACE_S",
+    "signal_words",
+    "uvicorn_config",
+    "run_server",
+]
 
 T = TypeVar("T")
 
@@ -68,8 +78,18 @@ class DaemonThreads(concurrent.futures.ThreadPoolExecutor):
         return None  # nothing to join: the threads are daemons and end with their calls
 
 
+def signal_words(sig: int) -> str:
+    """A signal as the operator sent it: ``"Ctrl-C (SIGINT)"``, ``"SIGTERM"``.
+
+    >>> signal_words(signal.SIGINT), signal_words(signal.SIGTERM)
+    ('Ctrl-C (SIGINT)', 'SIGTERM')
+    """
+    return "Ctrl-C (SIGINT)" if sig == signal.SIGINT else signal.Signals(sig).name
+
+
 class Drain:
-    """The deadline of the requests in flight, set when the server is told to stop.
+    """The deadline of the requests in flight, set when the server is told to stop, and what
+    the drain cut off.
 
     Args:
         timeout_s: ``serve.shutdown_timeout_s``.
@@ -79,6 +99,10 @@ class Drain:
         self.timeout_s = float(timeout_s)
         self.started: float | None = None
         self.deadline = math.inf
+        self.signals: list[int] = []
+        """The signals that began (first) and cut short (second) the drain."""
+        self.cut_off: collections.Counter[str] = collections.Counter()
+        """Requests answered 503 by the drain, by path (``/rank``, ``/score``, ...)."""
         self._loop: asyncio.AbstractEventLoop | None = None
         self._event: asyncio.Event | None = None
 
@@ -97,8 +121,11 @@ class Drain:
             return self.timeout_s
         return max(0.0, self.deadline - time.monotonic())
 
-    def begin(self, timeout_s: float | None = None) -> None:
-        """Start the drain (or shorten it to ``timeout_s``); safe from a signal handler or any thread."""
+    def begin(self, timeout_s: float | None = None, *, sig: int | None = None) -> None:
+        """Start the drain (or shorten it to ``timeout_s``), because of signal ``sig`` when one
+        came; safe from a signal handler or any thread."""
+        if sig is not None:
+            self.signals.append(sig)
         now = time.monotonic()
         t = self.timeout_s if timeout_s is None else max(0.0, float(timeout_s))
         if self.started is None:
@@ -106,6 +133,41 @@ class Drain:
         self.deadline = min(self.deadline, now + t)
         if self._loop is not None and not self._loop.is_closed():
             self._loop.call_soon_threadsafe(self._arm)
+
+    def cause(self) -> str:
+        """Why the server stops, for the 503 and the log: ``"SIGTERM"``, ``"SIGTERM, then a
+        second Ctrl-C (SIGINT) ended the drain at once"``, or ``"told to stop"`` (no signal)."""
+        if not self.signals:
+            return "told to stop"
+        first = signal_words(self.signals[0])
+        if len(self.signals) == 1:
+            return first
+        return f"{first}, then a second {signal_words(self.signals[-1])} ended the drain at once"
+
+    @property
+    def cut_short(self) -> bool:
+        """Whether a second signal ended the drain before ``timeout_s``."""
+        return len(self.signals) > 1
+
+    def cut(self, path: str) -> None:
+        """Count a request answered 503 because the drain ended before it did."""
+        self.cut_off[path] += 1
+
+    def outcome(self, abandoned_calls: int) -> str | None:
+        """The drain's outcome for the log when it cut anything off (``None`` when every request
+        in flight finished): the requests answered 503, by path, and the reward calls (batches
+        of several requests' items) left running in their daemon threads."""
+        if not self.cut_off and not abandoned_calls:
+            return None
+        n = sum(self.cut_off.values())
+        paths = ", ".join(f"{k} x{v}" if v > 1 else k for k, v in sorted(self.cut_off.items()))
+        parts = [f"cut off {n} request(s), answered 503 with Retry-After: {paths}"] if n else []
+        if abandoned_calls:
+            parts.append(f"abandoned {abandoned_calls} reward call(s) still running")
+        return (
+            f"serve: the drain ({self.cause()}; serve.shutdown_timeout_s={self.timeout_s:g} s) "
+            f"{'; '.join(parts)} (work still running is left to its daemon threads)"
+        )
 
     def _arm(self) -> None:
         assert self._event is not None and self._loop is not None
@@ -158,9 +220,9 @@ def _server_class() -> type:
 
     class DrainingServer(uvicorn.Server):
         """uvicorn's server with the drain of this module: a message on the first signal, the
-        503 deadline, a second Ctrl-C that ends the drain now (not uvicorn's force exit, which
-        cancels the requests into bare 500s), and the signals kept for the exit status instead
-        of re-raised."""
+        503 deadline, a second SIGTERM or Ctrl-C that ends the drain now (not uvicorn's force
+        exit, which cancels the requests into bare 500s), and the signals kept for the exit
+        status instead of re-raised."""
 
         def __init__(self, config: Any, drain: Drain, out: TextIO):
             super().__init__(config)
@@ -172,15 +234,17 @@ def _server_class() -> type:
             self.signals.append(sig)
             if not self.should_exit:
                 self.should_exit = True
-                self.drain.begin()
+                self.drain.begin(sig=sig)
                 self._say(
                     f"[serve] {signal.Signals(sig).name}: draining -- no new connections; the "
                     f"requests in flight have {self.drain.timeout_s:g} s (serve.shutdown_timeout_s), "
-                    "then get 503. Ctrl-C again to stop now."
+                    "then get 503. SIGTERM or Ctrl-C again to stop now."
                 )
             elif self.drain.left() > 0:
-                self.drain.begin(0.0)
-                self._say("[serve] stopping now: the requests in flight get 503")
+                self.drain.begin(0.0, sig=sig)
+                self._say(
+                    f"[serve] {signal_words(sig)}: stopping now: the requests in flight get 503"
+                )
             else:
                 self.force_exit = True
 
