@@ -114,3 +114,34 @@ def test_a_missing_split_names_the_splits_and_not_hf_hub_offline(monkeypatch):
     msg = str(err.value)
     assert "Fix: set data.split to one of its splits ('test')" in msg and "\n" not in msg
     assert "unset HF_HUB_OFFLINE" not in msg
+
+
+def test_the_data_line_says_when_data_limit_or_levels_capped_the_rows(data_dir, caplog):
+    """F3: the GRPO dry run said "64 problems loaded" of MATH-500's 500 rows, as if the file held
+    64: the config's ``data.limit: 64`` had capped them without a word. The line names the rows
+    there were, the cap and how the kept ones were chosen; the run's start says it too."""
+    math500 = str(data_dir / "math500" / "test.jsonl")
+    line, _ = check_source(DataConfig(path=math500, limit=64, shuffle=True, seed=0))
+    assert line == (
+        f"data: jsonl {math500!r}: 64 of 500 problems loaded (data.limit=64: the first 64 after "
+        "shuffling with data.seed=0)"
+    )
+    line, _ = check_source(DataConfig(path=math500, limit=64))
+    assert line.endswith(": 64 of 500 problems loaded (data.limit=64: the first 64 in file order)")
+    assert check_source(DataConfig(path=math500, limit=500))[0].endswith(": 500 problems loaded")
+    line, _ = check_source(DataConfig(path=math500, levels=[1], limit=10))
+    lines = Path(math500).read_text(encoding="utf-8").splitlines()
+    n_level_1 = sum(json.loads(r)["level"] == 1 for r in lines)
+    assert line.endswith(
+        f": 10 of 500 problems loaded (data.levels=[1]: {n_level_1} of them; data.limit=10: the "
+        "first 10 of those in file order)"
+    ), line
+    line, _ = check_source(DataConfig(path=math500, levels=[1]))
+    assert line.endswith(f": {n_level_1} of 500 problems loaded (data.levels=[1])"), line
+    with caplog.at_level(logging.INFO, logger="densereward.data"):
+        assert len(load_tasks({"path": math500, "limit": 64})) == 64
+    said = [r.getMessage() for r in caplog.records if "data.limit" in r.getMessage()]
+    assert said == [
+        f"data: jsonl {math500!r}: 64 of 500 problems loaded (data.limit=64: the first 64 in "
+        "file order)"
+    ]

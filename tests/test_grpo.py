@@ -850,17 +850,11 @@ def test_a_resume_drops_the_missing_keys_notice_only_for_tied_weights(tmp_path, 
         emitter.removeHandler(handler)
 
 
-@pytest.mark.slow  # two GRPO starts of two steps each with the embedded model (~2 min)
-def test_a_resume_from_a_weights_only_checkpoint_continues_the_schedule_and_says_so(tmp_path):
-    """F3: ``make demo`` saves weights-only checkpoints (``training.save_only_model: true``: no
-    optimizer.pt, no scheduler.pt). transformers then skips the optimizer and the scheduler
-    without a word and builds the schedule at step 0, so the resumed steps' learning rate
-    jumped back to its peak (the demo: 6e-06 at step 5, 3e-05 at step 6), while the run, its
-    dry run and its summary called it a continuation. The schedule now continues from the
-    checkpoint's step, and the dry run, the start and the summary say that the optimizer's
-    state starts afresh and how to keep it. Through the command line, as a user runs it.
-    F5: the resumed run's wall_s and "finished in" were its own start's alone beside steps 4;
-    F6: "heldout": null came with no reason."""
+def _two_step_cli(tmp_path: Path, run_dir: Path, *, save_only_model: bool):
+    """``cli(*argv)``: ``densereward train grpo`` in a fresh process (exit 0 asserted) of a
+    2-step run of the embedded policy, 4 completions of 8 tokens a step, the sparse reward
+    alone (no verifier to load), a checkpoint at step 2, the linear schedule from 3e-5, in
+    ``run_dir``."""
     import os
     import subprocess
     import sys
@@ -876,15 +870,16 @@ def test_a_resume_from_a_weights_only_checkpoint_continues_the_schedule_and_says
     config["training"].update(
         max_steps=2,
         save_steps=2,
-        save_only_model=True,
+        save_only_model=save_only_model,
         per_device_train_batch_size=4,
         num_generations=2,
         max_completion_length=8,
     )
+    assert config["training"]["learning_rate"] == 3e-5
+    assert config["training"].get("lr_scheduler_type", "linear") == "linear"
     config["wandb"] = {"enabled": False}
     path = tmp_path / "config.yaml"
     path.write_text(yaml.safe_dump(config))
-    run_dir = tmp_path / "run"
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
 
     def cli(*argv: str) -> subprocess.CompletedProcess:
@@ -900,6 +895,73 @@ def test_a_resume_from_a_weights_only_checkpoint_continues_the_schedule_and_says
         assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
         return done
 
+    return cli
+
+
+def _learning_rates(run_dir: Path) -> dict[int, float]:
+    """``{step: the learning rate that step trained at}`` of ``run_dir/trainer_state.json``."""
+    history = json.loads((run_dir / "trainer_state.json").read_text())["log_history"]
+    return {h["step"]: h["learning_rate"] for h in history if "learning_rate" in h}
+
+
+RESPREAD = (
+    "re-spread over max_steps=4 (checkpoint-2 was trained with max_steps=2): step 3 trains at "
+    "learning rate 1.5e-05, the linear schedule's rate over 4 steps at step 2 (over the "
+    "checkpoint's 2 steps: 0)"
+)
+"""What the dry run and the start say of a --resume --max-steps 4 from a 2-step run's
+checkpoint-2: transformers builds the schedule for the new max_steps (3e-5 * (1 - 2/4) at
+step 3), where the checkpoint's own schedule had ended at 0."""
+
+
+@pytest.mark.slow  # a 2-step GRPO start and a resume to 4 steps with the embedded model (~1 min)
+def test_a_resume_with_another_max_steps_says_the_schedule_is_re_spread_over_it(tmp_path):
+    """F6: ``--resume --max-steps 6`` of the 5-step demo said "the learning-rate schedule
+    continues from step 5", but transformers builds the schedule for the new max_steps: step 6
+    trained at 3e-5 * (1 - 5/6), where the 5-step schedule had ended at 0. The dry run and the
+    start say the schedule is re-spread over the new total, with the rate of the first resumed
+    step; a resume with the same max_steps says nothing of it. From a checkpoint with the
+    optimizer and scheduler state, the first resumed step trained at the rate the checkpoint's
+    schedule ended on (0) and only the next one on the re-spread schedule: it trains on the
+    re-spread one now, as a weights-only checkpoint's resume does."""
+    run_dir = tmp_path / "run"
+    cli = _two_step_cli(tmp_path, run_dir, save_only_model=False)
+    cli()
+    assert (run_dir / "checkpoint-2" / "scheduler.pt").is_file()
+    assert _learning_rates(run_dir) == pytest.approx({1: 3e-5, 2: 1.5e-5})
+    same = cli("--resume", "--dry-run").stdout
+    assert f"ok  run directory: {run_dir} (continues from checkpoint-2; the rows" in same, same
+    assert "re-spread" not in same
+    dry = cli("--resume", "--max-steps", "4", "--dry-run").stdout
+    assert (
+        f"ok  run directory: {run_dir} (continues from checkpoint-2; the learning-rate "
+        f"schedule continues from step 2, {RESPREAD}; the rows written after it "
+        "(reward_quality.jsonl) are dropped)"
+    ) in dry, dry
+    resumed = cli("--resume", "--max-steps", "4")
+    said = [line for line in resumed.stderr.splitlines() if "re-spread" in line]
+    assert said == [
+        f"WARNING densereward.trainers.grpo: --resume from {run_dir / 'checkpoint-2'}: the "
+        f"learning-rate schedule continues from step 2, {RESPREAD}"
+    ], resumed.stderr
+    # 3e-5 * (1 - (k - 1) / 4) at steps 3 and 4; step 3 trained at 0 before
+    lr = _learning_rates(run_dir)
+    assert lr[3] == pytest.approx(1.5e-5) and lr[4] == pytest.approx(7.5e-6), lr
+
+
+@pytest.mark.slow  # two GRPO starts of two steps each with the embedded model (~2 min)
+def test_a_resume_from_a_weights_only_checkpoint_continues_the_schedule_and_says_so(tmp_path):
+    """F3: ``make demo`` saves weights-only checkpoints (``training.save_only_model: true``: no
+    optimizer.pt, no scheduler.pt). transformers then skips the optimizer and the scheduler
+    without a word and builds the schedule at step 0, so the resumed steps' learning rate
+    jumped back to its peak (the demo: 6e-06 at step 5, 3e-05 at step 6), while the run, its
+    dry run and its summary called it a continuation. The schedule now continues from the
+    checkpoint's step, and the dry run, the start and the summary say that the optimizer's
+    state starts afresh and how to keep it. Through the command line, as a user runs it.
+    F5: the resumed run's wall_s and "finished in" were its own start's alone beside steps 4;
+    F6: "heldout": null came with no reason."""
+    run_dir = tmp_path / "run"
+    cli = _two_step_cli(tmp_path, run_dir, save_only_model=True)
     first = cli()
     ckpt = run_dir / "checkpoint-2"
     assert not (ckpt / "optimizer.pt").exists() and not (ckpt / "scheduler.pt").exists()
@@ -927,9 +989,17 @@ def test_a_resume_from_a_weights_only_checkpoint_continues_the_schedule_and_says
         "training.save_only_model: false keeps them; the rows written after it "
         "(reward_quality.jsonl) are dropped)"
     ) in dry, dry
+    dry = cli("--resume", "--max-steps", "4", "--dry-run").stdout  # F6: re-spread over 4 steps
+    assert (
+        f"(continues from checkpoint-2, weights only: the learning-rate schedule continues from "
+        f"step 2, {RESPREAD}, the optimizer state (Adam's moments)"
+    ) in dry, dry
     resumed = cli("--resume", "--max-steps", "4")
     said = [line for line in resumed.stderr.splitlines() if "weights only" in line]
     assert len(said) == 1 and "training.save_only_model: false" in said[0], resumed.stderr
+    assert (
+        f"the resume continues the learning-rate schedule from step 2, {RESPREAD}, but" in (said[0])
+    )  # F6: --max-steps 4 of a 2-step run
     assert "random-number state" in said[0] and not (ckpt / "rng_state.pth").exists()
     assert "missing keys" not in resumed.stderr  # F4: the tied lm_head is no missing key
     # F5: after --resume, wall_s covers both starts (up to checkpoint-2, then this one) and
@@ -949,8 +1019,7 @@ def test_a_resume_from_a_weights_only_checkpoint_continues_the_schedule_and_says
     ), done
     later = json.loads((run_dir / "checkpoint-4" / "wall_time.json").read_text())
     assert later["starts"] == 2 and kept["wall_s"] < later["wall_s"] <= result["wall_s"]
-    history = json.loads((run_dir / "trainer_state.json").read_text())["log_history"]
-    lr = {h["step"]: h["learning_rate"] for h in history if "learning_rate" in h}
+    lr = _learning_rates(run_dir)
     # the linear schedule, rebuilt for 4 steps, at its steps 3 and 4: 3e-5 * (1 - (k - 1) / 4);
     # before, it restarted at step 0: 3e-5 and 2.25e-5
     assert lr[3] == pytest.approx(1.5e-5) and lr[4] == pytest.approx(7.5e-6), lr

@@ -126,7 +126,10 @@ def check_source(cfg: DataConfig) -> tuple[str | None, str | None]:
         ``(description, problem)``: ``problem`` is ``None``, or why the run would fail here
         although the config is valid (a Hub id that cannot be reached offline: then
         ``description`` is ``None``, one line per check), or how many rows a local source drops
-        and why (rows without a reference answer).
+        and why (rows without a reference answer). ``description`` says how many problems
+        there are and, when ``data.levels`` or ``data.limit`` kept fewer, of how many and how
+        they were chosen (``"data: jsonl 'x.jsonl': 64 of 500 problems loaded (data.limit=64:
+        the first 64 after shuffling with data.seed=0)"``).
 
     Raises:
         DataError: for a missing or malformed local file, a path-looking value that is not
@@ -135,9 +138,8 @@ def check_source(cfg: DataConfig) -> tuple[str | None, str | None]:
     kind = cfg.kind
     src = cfg.path or cfg.source
     if kind != "hub":
-        rows, dropped = _load_rows(cfg)
-        what = f"reasoning_gym task {cfg.task!r}" if kind == "reasoning_gym" else f"jsonl {src!r}"
-        return f"data: {what}: {len(rows)} problems loaded", dropped
+        rows, dropped, capped = _load_rows(cfg)
+        return f"data: {_what(cfg)}: {capped or f'{len(rows)} problems loaded'}", dropped
     line = f"data: Hub id {src!r} (split {cfg.split!r}) -- NOT downloaded"
     from huggingface_hub import constants
 
@@ -311,8 +313,37 @@ def _read_reasoning_gym(cfg: DataConfig) -> list[dict[str, Any]]:
     return rows
 
 
-def _load_rows(cfg: DataConfig) -> tuple[list[dict[str, Any]], str | None]:
-    """The normalised rows after the filters, and a note on the rows dropped (``None``: none).
+def _what(cfg: DataConfig) -> str:
+    """The source in the data line's words: ``jsonl 'x.jsonl'``, ``reasoning_gym task 'y'``."""
+    kind = cfg.kind
+    if kind == "reasoning_gym":
+        return f"reasoning_gym task {cfg.task!r}"
+    return f"{'jsonl' if kind == 'jsonl' else 'Hub id'} {cfg.path or cfg.source!r}"
+
+
+def _capped(cfg: DataConfig, usable: int, of_levels: int, kept: int) -> str | None:
+    """When ``data.levels`` / ``data.limit`` kept fewer than the ``usable`` rows (those with a
+    reference answer; ``of_levels`` of them of those levels), of how many and how the ``kept``
+    ones were chosen: ``"64 of 500 problems loaded (data.limit=64: the first 64 after
+    shuffling with data.seed=0)"``; ``None`` when all were kept."""
+    if kept == usable:
+        return None
+    why = []
+    if of_levels < usable:
+        why.append(
+            f"data.levels={list(cfg.levels)}"
+            + (f": {of_levels} of them" if kept < of_levels else "")
+        )
+    if kept < of_levels:
+        order = f"after shuffling with data.seed={cfg.seed}" if cfg.shuffle else "in file order"
+        those = " of those" if of_levels < usable else ""
+        why.append(f"data.limit={cfg.limit}: the first {kept}{those} {order}")
+    return f"{kept} of {usable} problems loaded ({'; '.join(why)})"
+
+
+def _load_rows(cfg: DataConfig) -> tuple[list[dict[str, Any]], str | None, str | None]:
+    """The normalised rows after the filters, a note on the rows dropped (``None``: none) and
+    one on the rows the filters left out (:func:`_capped`; ``None``: none).
 
     Raises:
         DataError: when no row is left, naming why (the missing field, or the level filter).
@@ -345,6 +376,7 @@ def _load_rows(cfg: DataConfig) -> tuple[list[dict[str, Any]], str | None]:
     if why_dropped:
         n_dropped = sum(why_dropped.values())
         dropped = f"{src}: {n_dropped} of {len(raw)} rows dropped (no reference answer): {reasons}"
+    usable = len(rows)
     if cfg.levels is not None:
         levels = sorted({r["level"] for r in rows}, key=lambda v: (v is None, v))
         rows = [r for r in rows if r["level"] in cfg.levels]
@@ -353,13 +385,14 @@ def _load_rows(cfg: DataConfig) -> tuple[list[dict[str, Any]], str | None]:
                 f"no rows of data.levels={list(cfg.levels)} in {src!r}: the levels there are "
                 f"{levels} (null = no level field)"
             )
+    of_levels = len(rows)
     if cfg.shuffle:
         import random
 
         random.Random(cfg.seed).shuffle(rows)
     if cfg.limit is not None:
         rows = rows[: cfg.limit]
-    return rows, dropped
+    return rows, dropped, _capped(cfg, usable, of_levels, len(rows))
 
 
 def load_tasks(config: DataConfig | dict[str, Any] | None = None):
@@ -371,7 +404,8 @@ def load_tasks(config: DataConfig | dict[str, Any] | None = None):
     Returns:
         A ``datasets.Dataset`` with columns ``prompt``, ``problem``, ``answer``, ``level``,
         ``source`` (see the module docstring); rows whose reference answer cannot be found
-        are dropped, with a warning that counts them and names the missing field.
+        are dropped, with a warning that counts them and names the missing field; when
+        ``levels`` / ``limit`` keep fewer rows, an INFO line says of how many and how chosen.
 
     Raises:
         DataError: for a missing file, a malformed row, an unreachable Hub id (the message
@@ -388,9 +422,11 @@ def load_tasks(config: DataConfig | dict[str, Any] | None = None):
         cfg = config
     else:
         cfg = from_dict(DataConfig, config, prefix="data.")
-    rows, dropped = _load_rows(cfg)
+    rows, dropped, capped = _load_rows(cfg)
     if dropped:
         logger.warning("%s", dropped)
+    if capped:  # data.levels / data.limit kept fewer than the source has: said once
+        logger.info("data: %s: %s", _what(cfg), capped)
     for r in rows:
         r["prompt"] = to_conversational(r["problem"], cfg.system_prompt)
     features = datasets.Features(

@@ -127,11 +127,15 @@ def _step_of(ckpt: Path) -> int:
 
 def _continue_schedule(scheduler: Any, step: int) -> None:
     """Step a learning-rate schedule built at step 0 on to ``step`` (no optimizer step between:
-    torch's warnings about that order are for training loops, not for this catch-up). A
-    ``ReduceLROnPlateau`` schedule follows an evaluation metric, not the step: left as it is."""
+    torch's warnings about that order are for training loops, not for this catch-up), and give
+    the optimizer the schedule's rate at its step: a schedule loaded from ``scheduler.pt`` and
+    rebuilt for another ``max_steps`` (transformers keeps the step, not the schedule's
+    functions) left the optimizer at the rate the checkpoint's schedule ended on, so the first
+    resumed step trained at it (0 after a linear decay) and only the next on the new schedule.
+    A ``ReduceLROnPlateau`` schedule follows an evaluation metric, not the step: left as it is."""
     import warnings
 
-    from torch.optim.lr_scheduler import ReduceLROnPlateau
+    from torch.optim.lr_scheduler import LambdaLR, ReduceLROnPlateau
 
     if scheduler is None or isinstance(scheduler, ReduceLROnPlateau):
         return
@@ -141,6 +145,65 @@ def _continue_schedule(scheduler: Any, step: int) -> None:
         )
         while scheduler.last_epoch < step:
             scheduler.step()
+    if isinstance(scheduler, LambdaLR):  # transformers' step-following schedules
+        rates = [
+            base * rate(scheduler.last_epoch)
+            for base, rate in zip(scheduler.base_lrs, scheduler.lr_lambdas, strict=True)
+        ]
+        for group, lr in zip(scheduler.optimizer.param_groups, rates, strict=True):
+            group["lr"] = lr
+        scheduler._last_lr = rates
+
+
+def _lr_schedule(args: Any, max_steps: int) -> Any:
+    """``rate(k)``: the learning rate after ``k`` optimizer steps (the rate step ``k + 1`` trains
+    at) of the schedule transformers builds from ``args`` (``lr_scheduler_type``, its warmup and
+    kwargs, ``learning_rate``) for ``max_steps`` steps; ``None`` for a schedule that does not
+    follow the step (``reduce_lr_on_plateau``)."""
+    import torch
+    from torch.optim.lr_scheduler import LambdaLR
+    from transformers import get_scheduler
+
+    optimizer = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=args.learning_rate)
+    scheduler = get_scheduler(
+        args.lr_scheduler_type,
+        optimizer=optimizer,
+        num_warmup_steps=args.get_warmup_steps(max_steps),
+        num_training_steps=max_steps,
+        scheduler_specific_kwargs=args.lr_scheduler_kwargs,
+    )
+    if not isinstance(scheduler, LambdaLR):
+        return None
+    base, rate = scheduler.base_lrs[0], scheduler.lr_lambdas[0]
+    return lambda k: base * rate(k)
+
+
+def _respread(ckpt: Path, args: Any) -> str | None:
+    """What a resume from ``ckpt`` with another ``max_steps`` (``args.max_steps``) than the one
+    it was trained with (its ``trainer_state.json``) does to the learning-rate schedule, in
+    words: transformers builds the schedule for the new total, so it is re-spread over it (the
+    rate of step ``k`` is the new schedule's), with the rate of the first resumed step beside
+    the one the checkpoint's schedule gives there. ``None`` for the same ``max_steps``, an
+    unknown one, a schedule that does not follow the step, or one the change leaves alike."""
+    state = ckpt / _TRAINER_STATE
+    now = int(args.max_steps)
+    if not state.is_file() or now <= 0:
+        return None
+    import json
+
+    before = json.loads(state.read_text(encoding="utf-8")).get("max_steps")
+    if not before or int(before) == now:
+        return None
+    step, before = _step_of(ckpt), int(before)
+    new, old = _lr_schedule(args, now), _lr_schedule(args, before)
+    if new is None or all(new(k) == old(k) for k in range(step, now)):
+        return None
+    kind = getattr(args.lr_scheduler_type, "value", args.lr_scheduler_type)
+    return (
+        f"re-spread over max_steps={now} ({ckpt.name} was trained with max_steps={before}): "
+        f"step {step + 1} trains at learning rate {new(step):.3g}, the {kind} schedule's rate "
+        f"over {now} steps at step {step} (over the checkpoint's {before} steps: {old(step):.3g})"
+    )
 
 
 class _ContinueSchedule:
@@ -148,7 +211,8 @@ class _ContinueSchedule:
     builds the learning-rate schedule at step 0: the resumed steps' rate jumped back to its
     peak (``make demo``: 6e-06 at step 5, 3e-05 at step 6). At the start of training, after the
     schedule is built and the step restored, this steps the schedule on to the restored step,
-    as the saved schedule would have been."""
+    as the saved schedule would have been (:func:`_continue_schedule`; with another
+    ``max_steps``, the first resumed step trains on the re-spread schedule too)."""
 
     def __new__(cls):
         from transformers import TrainerCallback
@@ -326,16 +390,22 @@ def _resume_checkpoint(run_dir: Path, resume: str | None) -> Path | None:
     return _newest_complete(run_dir)[0]
 
 
-def _run_dir_state(run_dir: Path, resume: str | None, wandb_dir: Path | None = None) -> str:
+def _run_dir_state(
+    run_dir: Path, resume: str | None, wandb_dir: Path | None = None, args: Any = None
+) -> str:
     """What the run does with its (checked) run directory, in the dry run's words
-    (``wandb_dir``: where W&B writes its runs; default the run directory)."""
+    (``wandb_dir``: where W&B writes its runs; default the run directory; ``args``: the run's
+    ``GRPOConfig``, whose ``max_steps`` a resume may change: :func:`_respread`)."""
     ckpt = _resume_checkpoint(run_dir, resume)
     if ckpt is not None:
+        respread = _respread(ckpt, args) if args is not None else None
+        schedule = f"the learning-rate schedule continues from step {_step_of(ckpt)}" + (
+            f", {respread}" if respread else ""
+        )
         weights_only = (
-            f", weights only: the learning-rate schedule continues from step {_step_of(ckpt)}, "
-            f"{LOST_BY_WEIGHTS_ONLY}; {KEEP_OPTIMIZER_STATE}"
+            f", weights only: {schedule}, {LOST_BY_WEIGHTS_ONLY}; {KEEP_OPTIMIZER_STATE}"
             if _weights_only(ckpt)
-            else ""
+            else (f"; {schedule}" if respread else "")
         )
         completeness = _completeness(*_newest_complete(run_dir)) if resume == "latest" else ""
         return (
@@ -445,7 +515,10 @@ def run(
         resume: ``"latest"`` (newest checkpoint in the run directory) or a checkpoint path.
             From a weights-only checkpoint (``training.save_only_model: true``) the
             learning-rate schedule continues from its step and the optimizer and
-            random-number states start afresh, with one warning.
+            random-number states start afresh, with one warning. With another
+            ``training.max_steps`` than the checkpoint's run had, the schedule is re-spread
+            over the new total (the rate of step ``k`` is the new schedule's, from the first
+            resumed step on), with one warning that names the first resumed step's rate.
 
     Returns:
         ``{"run_dir", "curve": [{"step", "value"}], "metric": "verifier/pass_rate", "final",
@@ -548,18 +621,27 @@ def run(
         wall_before = _wall_before(ckpt)  # the time up to it, which this start's adds to
         trainer.add_callback(_WallClock(t0, wall_before, known=ckpt is None or bool(wall_before)))
         checkpoint = str(ckpt) if ckpt is not None else (True if resume == "latest" else resume)
-        if ckpt is not None and _weights_only(ckpt):
+        respread = _respread(ckpt, args) if ckpt is not None else None  # another max_steps
+        if ckpt is not None and (_weights_only(ckpt) or respread):
             trainer.add_callback(_ContinueSchedule())
-            if main_process:
-                logger.warning(
-                    "%s holds weights only (no optimizer.pt or scheduler.pt: it was saved with "
-                    "training.save_only_model: true): the resume continues the learning-rate "
-                    "schedule from step %d, but %s. Fix: %s (checkpoints about 3x larger)",
-                    ckpt,
-                    _step_of(ckpt),
-                    LOST_BY_WEIGHTS_ONLY,
-                    KEEP_OPTIMIZER_STATE,
-                )
+        if ckpt is not None and _weights_only(ckpt) and main_process:
+            logger.warning(
+                "%s holds weights only (no optimizer.pt or scheduler.pt: it was saved with "
+                "training.save_only_model: true): the resume continues the learning-rate "
+                "schedule from step %d%s, but %s. Fix: %s (checkpoints about 3x larger)",
+                ckpt,
+                _step_of(ckpt),
+                f", {respread}" if respread else "",
+                LOST_BY_WEIGHTS_ONLY,
+                KEEP_OPTIMIZER_STATE,
+            )
+        elif respread and main_process:
+            logger.warning(
+                "--resume from %s: the learning-rate schedule continues from step %d, %s",
+                ckpt,
+                _step_of(ckpt),
+                respread,
+            )
         try:
             with tied_weights_notice_dropped(trainer.model):  # a tied lm_head is no missing key
                 trainer.train(resume_from_checkpoint=checkpoint)
@@ -806,7 +888,16 @@ def _dry_run(
         check_verifier_server(parts["verifier"]) if _builds_verifier(parts) else (None, None)
     )  # a served verifier is contacted as the run's start contacts it
     run_dir = _run_dir(parts, output_dir, resume)
-    state = _run_dir_state(run_dir, resume, parts["wandb"].dir_for(run_dir))
+    with tempfile.TemporaryDirectory() as tmp:
+        args = build_grpo_args(parts, Path(tmp) / "dry-run", cpu_check=True)
+        funcs, weights = build_reward_funcs(
+            parts["reward"],
+            VerifierFactory(parts["verifier"]),
+            tracker=RewardQualityTracker(None),
+            num_generations=args.num_generations,
+            scale_rewards=args.scale_rewards,
+        )
+    state = _run_dir_state(run_dir, resume, parts["wandb"].dir_for(run_dir), args)
     checks = [
         *([f"{policy_line} ({_dtype_note(parts)}) -- weights NOT loaded"] if policy_line else []),
         *([data_line + _prompt_note(parts["data"])] if data_line else []),  # else its !! line
@@ -817,15 +908,6 @@ def _dry_run(
         *[x for x in verifier_line if x],  # one with a problem: only its !! line
         *([server_line] if server_line else []),
     ]
-    with tempfile.TemporaryDirectory() as tmp:
-        args = build_grpo_args(parts, Path(tmp) / "dry-run", cpu_check=True)
-        funcs, weights = build_reward_funcs(
-            parts["reward"],
-            VerifierFactory(parts["verifier"]),
-            tracker=RewardQualityTracker(None),
-            num_generations=args.num_generations,
-            scale_rewards=args.scale_rewards,
-        )
     checks.append(
         f"training: trl.GRPOConfig ok (use_vllm={args.use_vllm}, vllm_mode={args.vllm_mode}, {bf16_note(parts, args)}, "
         f"num_generations={args.num_generations}, per_device_train_batch_size={args.per_device_train_batch_size}, "
