@@ -1070,3 +1070,59 @@ def test_a_start_resumed_without_a_wall_time_writes_none_into_its_checkpoints(tm
     _WallClock(time.monotonic() - 3, {"wall_s": 10.0, "starts": 1}).on_save(args, state, None)
     kept = json.loads((tmp_path / "checkpoint-6" / WALL_FILE).read_text())
     assert kept["starts"] == 2 and kept["wall_s"] >= 13.0
+
+
+def _saved_schedule(ckpt: Path, *, lr: float, max_steps: int, step: int) -> None:
+    """A checkpoint directory with transformers' ``scheduler.pt`` (the linear schedule from
+    ``lr`` over ``max_steps``, stepped to ``step``) and ``trainer_state.json``."""
+    import torch
+    from transformers import get_scheduler
+
+    ckpt.mkdir(parents=True)
+    optimizer = torch.optim.AdamW([torch.zeros(1, requires_grad=True)], lr=lr)
+    scheduler = get_scheduler(
+        "linear", optimizer=optimizer, num_warmup_steps=0, num_training_steps=max_steps
+    )
+    for _ in range(step):
+        optimizer.step()
+        scheduler.step()
+    torch.save(scheduler.state_dict(), ckpt / "scheduler.pt")
+    (ckpt / "trainer_state.json").write_text(
+        json.dumps({"global_step": step, "max_steps": max_steps})
+    )
+
+
+def test_a_resume_with_another_learning_rate_says_it_peaks_at_the_setting(tmp_path):
+    """A full checkpoint's scheduler.pt restores the peak learning rate it was trained with,
+    so ``training.learning_rate`` changed on --resume was ignored without a word (a resume from
+    a 3e-5 run with 1e-4 trained at 3e-5's schedule). The resume applies the setting now, and
+    the dry run and the start say so with the checkpoint's rate beside it."""
+    from transformers import TrainingArguments
+
+    from densereward.trainers.grpo import _ContinueSchedule, _schedule_change
+
+    ckpt = tmp_path / "checkpoint-2"
+    _saved_schedule(ckpt, lr=3e-5, max_steps=4, step=2)
+    args = TrainingArguments(output_dir=str(tmp_path), learning_rate=1e-4, max_steps=4)
+    assert _schedule_change(ckpt, args) == (
+        "peaking at training.learning_rate=0.0001: step 3 trains at 5e-05 (checkpoint-2's "
+        "scheduler.pt holds 3e-05, which transformers alone would restore over the setting)"
+    )
+    same = TrainingArguments(output_dir=str(tmp_path), learning_rate=3e-5, max_steps=4)
+    assert _schedule_change(ckpt, same) is None
+    # the callback applies it to the restored schedule at the start of training
+    import torch
+    from transformers import TrainerState, get_scheduler
+
+    optimizer = torch.optim.AdamW([torch.zeros(1, requires_grad=True)], lr=3e-5)
+    scheduler = get_scheduler(
+        "linear", optimizer=optimizer, num_warmup_steps=0, num_training_steps=4
+    )
+    scheduler.load_state_dict(torch.load(ckpt / "scheduler.pt", weights_only=True))
+    assert scheduler.base_lrs == [3e-5] and scheduler.last_epoch == 2  # transformers alone
+    state = TrainerState(global_step=2)
+    _ContinueSchedule(1e-4).on_train_begin(args, state, None, lr_scheduler=scheduler)
+    assert optimizer.param_groups[0]["lr"] == pytest.approx(5e-5)
+    optimizer.step()
+    scheduler.step()
+    assert optimizer.param_groups[0]["lr"] == pytest.approx(2.5e-5)

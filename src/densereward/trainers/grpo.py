@@ -125,13 +125,16 @@ def _step_of(ckpt: Path) -> int:
     return int(_CHECKPOINT.fullmatch(ckpt.name).group(1))
 
 
-def _continue_schedule(scheduler: Any, step: int) -> None:
+def _continue_schedule(scheduler: Any, step: int, lr: float | None = None) -> None:
     """Step a learning-rate schedule built at step 0 on to ``step`` (no optimizer step between:
     torch's warnings about that order are for training loops, not for this catch-up), and give
     the optimizer the schedule's rate at its step: a schedule loaded from ``scheduler.pt`` and
     rebuilt for another ``max_steps`` (transformers keeps the step, not the schedule's
     functions) left the optimizer at the rate the checkpoint's schedule ended on, so the first
     resumed step trained at it (0 after a linear decay) and only the next on the new schedule.
+    With ``lr`` (the run's ``training.learning_rate``), a step-following schedule peaks at it:
+    a ``scheduler.pt`` restores the peak the checkpoint was trained with over the configured
+    one (:func:`_lr_change`).
     A ``ReduceLROnPlateau`` schedule follows an evaluation metric, not the step: left as it is."""
     import warnings
 
@@ -139,6 +142,10 @@ def _continue_schedule(scheduler: Any, step: int) -> None:
 
     if scheduler is None or isinstance(scheduler, ReduceLROnPlateau):
         return
+    if lr is not None and isinstance(scheduler, LambdaLR):
+        scheduler.base_lrs = [float(lr) for _ in scheduler.base_lrs]
+        for group in scheduler.optimizer.param_groups:
+            group["initial_lr"] = float(lr)
     with warnings.catch_warnings():
         warnings.filterwarnings(
             "ignore", message=r"(Detected call of `lr_scheduler\.step\(\)`|Seems like `optimizer)"
@@ -155,7 +162,7 @@ def _continue_schedule(scheduler: Any, step: int) -> None:
         scheduler._last_lr = rates
 
 
-def _lr_schedule(args: Any, max_steps: int) -> Any:
+def _lr_schedule(args: Any, max_steps: int, lr: float | None = None) -> Any:
     """``rate(k)``: the learning rate after ``k`` optimizer steps (the rate step ``k + 1`` trains
     at) of the schedule transformers builds from ``args`` (``lr_scheduler_type``, its warmup and
     kwargs, ``learning_rate``) for ``max_steps`` steps; ``None`` for a schedule that does not
@@ -164,7 +171,8 @@ def _lr_schedule(args: Any, max_steps: int) -> Any:
     from torch.optim.lr_scheduler import LambdaLR
     from transformers import get_scheduler
 
-    optimizer = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=args.learning_rate)
+    peak = args.learning_rate if lr is None else lr  # lr: a checkpoint's scheduler.pt's
+    optimizer = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=peak)
     scheduler = get_scheduler(
         args.lr_scheduler_type,
         optimizer=optimizer,
@@ -176,6 +184,54 @@ def _lr_schedule(args: Any, max_steps: int) -> Any:
         return None
     base, rate = scheduler.base_lrs[0], scheduler.lr_lambdas[0]
     return lambda k: base * rate(k)
+
+
+def _restored_lr(ckpt: Path) -> float | None:
+    """The peak learning rate ``ckpt``'s ``scheduler.pt`` holds (its ``base_lrs``), which
+    transformers restores over the configured one; ``None`` without the file (a weights-only
+    checkpoint) or for a schedule without ``base_lrs``."""
+    path = ckpt / "scheduler.pt"
+    if not path.is_file():
+        return None
+    import torch
+
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception:  # noqa: BLE001 - an unreadable file is transformers' to report at load
+        return None
+    base = state.get("base_lrs") if isinstance(state, dict) else None
+    return float(base[0]) if base else None
+
+
+def _lr_change(ckpt: Path, args: Any, *, first_step: bool = True) -> str | None:
+    """What a resume from ``ckpt`` with another ``training.learning_rate`` than the one its
+    ``scheduler.pt`` was built with does, in words (the run applies the configured one:
+    transformers alone would keep the checkpoint's and ignore the setting); ``None`` when they
+    agree, or without ``scheduler.pt``. ``first_step``: name the first resumed step's rate."""
+    import math
+
+    before = _restored_lr(ckpt)
+    now = float(args.learning_rate)
+    if before is None or math.isclose(before, now, rel_tol=1e-9, abs_tol=0.0):
+        return None
+    schedule = (
+        _lr_schedule(args, int(args.max_steps)) if first_step and args.max_steps > 0 else None
+    )
+    step = _step_of(ckpt)
+    first = f": step {step + 1} trains at {schedule(step):.3g}" if schedule is not None else ""
+    return (
+        f"peaking at training.learning_rate={now:.3g}{first} ({ckpt.name}'s scheduler.pt "
+        f"holds {before:.3g}, which transformers alone would restore over the setting)"
+    )
+
+
+def _schedule_change(ckpt: Path, args: Any) -> str | None:
+    """What a resume from ``ckpt`` changes in the learning-rate schedule, in words: another
+    ``max_steps`` (:func:`_respread`) and/or another ``training.learning_rate``
+    (:func:`_lr_change`); ``None`` when neither changed."""
+    respread = _respread(ckpt, args)
+    parts = [x for x in (respread, _lr_change(ckpt, args, first_step=not respread)) if x]
+    return ", ".join(parts) or None
 
 
 def _respread(ckpt: Path, args: Any) -> str | None:
@@ -195,7 +251,7 @@ def _respread(ckpt: Path, args: Any) -> str | None:
     if not before or int(before) == now:
         return None
     step, before = _step_of(ckpt), int(before)
-    new, old = _lr_schedule(args, now), _lr_schedule(args, before)
+    new, old = _lr_schedule(args, now), _lr_schedule(args, before, _restored_lr(ckpt))
     if new is None or all(new(k) == old(k) for k in range(step, now)):
         return None
     kind = getattr(args.lr_scheduler_type, "value", args.lr_scheduler_type)
@@ -214,12 +270,12 @@ class _ContinueSchedule:
     as the saved schedule would have been (:func:`_continue_schedule`; with another
     ``max_steps``, the first resumed step trains on the re-spread schedule too)."""
 
-    def __new__(cls):
+    def __new__(cls, lr: float | None = None):
         from transformers import TrainerCallback
 
         class _Cb(TrainerCallback):
             def on_train_begin(self, args, state, control, lr_scheduler=None, **kwargs):
-                _continue_schedule(lr_scheduler, int(state.global_step))
+                _continue_schedule(lr_scheduler, int(state.global_step), lr)
 
         return _Cb()
 
@@ -395,10 +451,11 @@ def _run_dir_state(
 ) -> str:
     """What the run does with its (checked) run directory, in the dry run's words
     (``wandb_dir``: where W&B writes its runs; default the run directory; ``args``: the run's
-    ``GRPOConfig``, whose ``max_steps`` a resume may change: :func:`_respread`)."""
+    ``GRPOConfig``, whose ``max_steps`` and ``learning_rate`` a resume may change:
+    :func:`_schedule_change`)."""
     ckpt = _resume_checkpoint(run_dir, resume)
     if ckpt is not None:
-        respread = _respread(ckpt, args) if args is not None else None
+        respread = _schedule_change(ckpt, args) if args is not None else None
         schedule = f"the learning-rate schedule continues from step {_step_of(ckpt)}" + (
             f", {respread}" if respread else ""
         )
@@ -621,9 +678,10 @@ def run(
         wall_before = _wall_before(ckpt)  # the time up to it, which this start's adds to
         trainer.add_callback(_WallClock(t0, wall_before, known=ckpt is None or bool(wall_before)))
         checkpoint = str(ckpt) if ckpt is not None else (True if resume == "latest" else resume)
-        respread = _respread(ckpt, args) if ckpt is not None else None  # another max_steps
+        # another max_steps or learning_rate than the checkpoint's
+        respread = _schedule_change(ckpt, args) if ckpt is not None else None
         if ckpt is not None and (_weights_only(ckpt) or respread):
-            trainer.add_callback(_ContinueSchedule())
+            trainer.add_callback(_ContinueSchedule(args.learning_rate))
         if ckpt is not None and _weights_only(ckpt) and main_process:
             logger.warning(
                 "%s holds weights only (no optimizer.pt or scheduler.pt: it was saved with "
