@@ -89,6 +89,67 @@ def test_a_sigterm_after_the_command_finished_exits_with_its_status_and_says_so(
     )
 
 
+def test_a_sigterm_after_command_finished_lets_the_command_end_and_is_named():
+    """After the command's outputs are written (``command_finished``), a SIGTERM inside the
+    block no longer raises: the summary prints, and ``late_stop_signal`` names it."""
+    from densereward.errors import command_finished, late_stop_signal
+
+    with sigterm_interrupts():
+        assert late_stop_signal() is None
+        command_finished()
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(0.5)  # the handler runs at the next bytecode; no Interrupted
+        assert late_stop_signal() == "SIGTERM"
+    with sigterm_interrupts():  # a new block starts unfinished
+        assert late_stop_signal() is None
+
+
+@pytest.mark.slow  # a 300-step SAC run through the console script (~20 s)
+def test_a_sigterm_right_after_train_sac_printed_its_summary_exits_0_and_says_so(tmp_path):
+    """F2 (reruns 8 and 9): a SIGTERM sent the moment ``train sac`` printed its ``plot:``
+    line (the run complete, summary.json written) gave exit 143 and "stopped by SIGTERM"
+    (or nothing), so a scheduler saw a finished run as stopped. It exits 0 now, saying the
+    signal came after the run had finished."""
+    env = {k: v for k, v in os.environ.items() if k != "WANDB_MODE"}
+    densereward = Path(sys.executable).with_name("densereward")
+    argv = [str(densereward)] if densereward.exists() else [sys.executable, "-m", "densereward"]
+    run_dir = tmp_path / "run"
+    proc = subprocess.Popen(
+        [
+            *argv,
+            "train",
+            "sac",
+            "--config",
+            str(REPO / "configs" / "sac_fetchreach_sparse.yaml"),
+            "--total-timesteps",
+            "300",
+            "--output-dir",
+            str(run_dir),
+            "training.eval_every=150",
+            "training.checkpoint_every=300",
+            "sac.learning_starts=100",
+            "wandb.enabled=false",
+        ],
+        cwd=REPO,
+        env={**env, "MUJOCO_GL": "egl", "HF_HUB_OFFLINE": "1"},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        if line.startswith("plot:"):
+            proc.send_signal(signal.SIGTERM)
+            break
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, (proc.returncode, err)
+    assert (run_dir / "summary.json").is_file() and (run_dir / "final_model.zip").is_file()
+    assert err.strip().splitlines()[-1] == (
+        "densereward: SIGTERM arrived after densereward train sac had finished (exit status 0); "
+        "its outputs are complete, so it exits with 0"
+    ), err
+
+
 # --------------------------------------------------------------------------------------------
 # SAC
 # --------------------------------------------------------------------------------------------

@@ -38,6 +38,8 @@ from .errors import (
     DenseRewardError,
     Interrupted,
     finished_before_stop_signal,
+    late_signal_line,
+    late_stop_signal,
     sigterm_interrupts,
 )
 
@@ -445,10 +447,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         with stop:
             status = int(args.func(args) or 0)
+        what = " ".join(filter(None, (args.command, getattr(args, "trainer", None))))
+        if args.command in _STOPPABLE and (late := late_stop_signal()) is not None:
+            print(late_signal_line(late, f"densereward {what}", status), file=sys.stderr)
         if argv is None and args.command in _STOPPABLE:  # this process's own command line
             # the interpreter's shutdown (threads, caches) can take seconds: a SIGTERM then
             # must not turn a finished run into a silent 143
-            what = " ".join(filter(None, (args.command, getattr(args, "trainer", None))))
             finished_before_stop_signal(status, f"densereward {what}")
         return status
     except DenseRewardError as err:

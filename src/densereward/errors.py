@@ -34,7 +34,9 @@ __all__ = [
     "StateError",
     "RegistryError",
     "Interrupted",
+    "command_finished",
     "finished_before_stop_signal",
+    "late_stop_signal",
     "sigterm_interrupts",
 ]
 
@@ -151,11 +153,13 @@ def sigterm_interrupts() -> Iterator[None]:
     after the block, and at once after the first SIGTERM (a second one acts as before: by
     default it ends the process). Outside the main thread, and in a child process forked
     within the block, SIGTERM keeps its default action. ``densereward train`` and
-    ``compare`` run inside it; ``serve`` has its own drain."""
+    ``compare`` run inside it; ``serve`` has its own drain. After :func:`command_finished`
+    a SIGTERM no longer stops the command: :func:`late_stop_signal` says it came."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
     owner = os.getpid()
+    _late.update(finished=False, signal=None)
     previous = signal.getsignal(signal.SIGTERM)
     if previous is None:  # a handler not set from Python: the default action stands for it
         previous = signal.SIG_DFL
@@ -165,6 +169,9 @@ def sigterm_interrupts() -> Iterator[None]:
         if os.getpid() != owner:  # a forked worker: end as SIGTERM ends it by default
             os.kill(os.getpid(), signal.SIGTERM)
             return
+        if _late["finished"]:  # the outputs are complete: only the console lines are left
+            _late["signal"] = "SIGTERM"
+            return
         raise Interrupted(signal_name="SIGTERM")
 
     signal.signal(signal.SIGTERM, handler)
@@ -172,6 +179,31 @@ def sigterm_interrupts() -> Iterator[None]:
         yield
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+_late: dict[str, object] = {"finished": False, "signal": None}
+
+
+def command_finished() -> None:
+    """Mark the command's work done, its outputs written (a trainer's ``main`` calls it once
+    ``run`` returned, before printing its summary): under :func:`sigterm_interrupts`, a
+    SIGTERM from here on lets the summary print instead of stopping a finished run, and
+    :func:`late_stop_signal` names it for the caller to say."""
+    _late["finished"] = True
+
+
+def late_stop_signal() -> str | None:
+    """``"SIGTERM"`` when one arrived after :func:`command_finished` in the current
+    :func:`sigterm_interrupts` block (or after it), else ``None``."""
+    return _late["signal"]  # type: ignore[return-value]
+
+
+def late_signal_line(name: str, command: str, status: int) -> str:
+    """The one stderr line for a signal that arrived after ``command`` had finished."""
+    return (
+        f"densereward: {name} arrived after {command} had finished (exit status {status}); "
+        f"its outputs are complete, so it exits with {status}"
+    )
 
 
 def finished_before_stop_signal(status: int, command: str) -> None:
@@ -191,12 +223,7 @@ def finished_before_stop_signal(status: int, command: str) -> None:
             with contextlib.suppress(Exception):
                 stream.flush()
         with contextlib.suppress(Exception):
-            print(
-                f"densereward: {name} arrived after {command} had finished (exit status "
-                f"{status}); its outputs are complete, so it exits with {status}",
-                file=sys.stderr,
-                flush=True,
-            )
+            print(late_signal_line(name, command, status), file=sys.stderr, flush=True)
         os._exit(status)
 
     signal.signal(signal.SIGTERM, handler)

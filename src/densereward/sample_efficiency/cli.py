@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from ..config_files import add_override_arguments, apply_overrides, load_yaml, overrides_from
-from ..errors import ConfigError
+from ..errors import ConfigError, command_finished
 from .report import console_verdict
 from .runner import dry_run_comparison, output_dir_of, run_comparison
 
@@ -157,6 +157,7 @@ def main(args: argparse.Namespace) -> int:
         progress=not args.no_progress,
         report_only=args.report_only,
     )
+    command_finished()  # its outputs are written: a SIGTERM now lets the summary print
     out = Path(res["output_dir"])
     print(
         f"report: {out / 'report.md'}\nlearning curves: {out / 'learning_curves.png'}\nresults: {out / 'results.json'}"

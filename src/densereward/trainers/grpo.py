@@ -39,7 +39,7 @@ from densereward.config_files import (
     overrides_from,
     parse_command_line,
 )
-from densereward.errors import ConfigError, DenseRewardError, Interrupted
+from densereward.errors import ConfigError, DenseRewardError, Interrupted, command_finished
 from densereward.io import (
     atomic_write_json,
     check_run_dir,
@@ -1122,6 +1122,7 @@ def main(args: argparse.Namespace) -> int:
         return 2
     if result.get("dry_run"):
         return print_dry_run(result["checks"], result["problems"])
+    command_finished()  # its outputs are written: a SIGTERM now lets the summary print
     print(json.dumps({k: v for k, v in result.items() if k != "curve"}, indent=2))
     run_dir = Path(result["run_dir"])
     wandb_runs = (

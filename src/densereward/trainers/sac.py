@@ -74,7 +74,7 @@ from densereward.config_files import (
     overrides_from,
     parse_command_line,
 )
-from densereward.errors import ConfigError, DenseRewardError, Interrupted
+from densereward.errors import ConfigError, DenseRewardError, Interrupted, command_finished
 from densereward.io import (
     atomic_write_json,
     atomic_write_text,
@@ -1030,6 +1030,7 @@ def main(args: argparse.Namespace) -> int:
     if args.dry_run:
         return print_dry_run(dry_run(config, output_dir=run_dir, resume=args.resume))
     summary = run(config, output_dir=run_dir, resume=args.resume)
+    command_finished()  # its outputs are written: a SIGTERM now lets the summary print
     m = summary["metrics"]
     print(
         f"run_dir={summary['run_dir']} env_steps={summary['env_steps']} "
