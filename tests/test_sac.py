@@ -1083,7 +1083,20 @@ def test_a_metrics_window_below_min_episodes_is_said_by_the_dry_run_and_the_star
     assert "\n  note  verifier_dense: training.metrics_window=6 < 10: verifier/tpr" in printed
     assert "!!" not in printed and "sparse: training.metrics_window" not in printed, printed
     assert not (tmp_path / "dry").exists() and not (tmp_path / "cmp").exists()
+    # rerun 9 F4: from 10 to 19 TPR and TNR can be defined, balanced accuracy (both classes
+    # in one window) never: a note names it alone
     config["training"]["metrics_window"] = MIN_EPISODES
+    lines = sac.dry_run(config, output_dir=tmp_path / "dry")
+    said = [line for line in lines if "training.metrics_window=" in line]
+    assert len(said) == 1 and "!!" not in "".join(lines), lines
+    assert said[0].startswith(
+        f"note: training.metrics_window={MIN_EPISODES} < {2 * MIN_EPISODES}: "
+        "verifier/balanced_accuracy needs 10 successful and 10 failed episodes in one window"
+    ), said
+    assert "verifier/voc" not in said[0] and said[0].endswith(
+        f"fix: training.metrics_window={2 * MIN_EPISODES} or more"
+    )
+    config["training"]["metrics_window"] = 2 * MIN_EPISODES
     lines = sac.dry_run(config, output_dir=tmp_path / "dry")
     assert not [line for line in lines if "training.metrics_window=" in line or "!!" in line]
     # the rates are the verifier reward's: a run with another reward is not warned
@@ -1148,3 +1161,20 @@ def test_resume_reports_the_wall_time_of_every_start(tmp_path, caplog, capsys):
     said = [r.getMessage() for r in caplog.records if "sac_wall_time_" in r.getMessage()]
     assert len(said) == 1 and "this start only" in said[0], said
     assert "records no earlier wall time" in sac.wall_words(third)
+
+
+def test_the_evaluation_curve_source_names_vecnormalize_only_where_there_is_one():
+    """Rerun 9 F6: ``curve_source`` said "VecNormalize statistics frozen" on runs with
+    ``env.normalize_obs=false``, which have no VecNormalize."""
+    on = small_config("sac_fetchreach_sparse.yaml", eval_every=100, eval_episodes=2)
+    assert on["env"]["normalize_obs"]
+    assert sac.eval_curve_source(sac.parse_config(on)) == (
+        "deterministic evaluation: 2 episodes every 100 environment steps (and at 0 and the "
+        "end) on a separate environment with the training VecNormalize statistics frozen, no "
+        "verifier calls"
+    )
+    on["env"]["normalize_obs"] = False
+    off = sac.eval_curve_source(sac.parse_config(on))
+    assert "VecNormalize" not in off and off.endswith(
+        "on a separate environment, no verifier calls"
+    )

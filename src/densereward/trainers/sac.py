@@ -141,14 +141,35 @@ def _learning_starts_problem(cfg: SACRunConfig) -> str | None:
     )
 
 
+def eval_curve_source(cfg: SACRunConfig) -> str:
+    """The evaluation curve's ``curve_source``: how its points were measured, in words (the
+    training VecNormalize statistics are named only where ``env.normalize_obs`` made one)."""
+    tc = cfg.training
+    frozen = " with the training VecNormalize statistics frozen" if cfg.env.normalize_obs else ""
+    return (
+        f"deterministic evaluation: {tc.eval_episodes} episodes every {tc.eval_every} "
+        f"environment steps (and at 0 and the end) on a separate environment{frozen}, "
+        "no verifier calls"
+    )
+
+
 def _metrics_window_problem(cfg: SACRunConfig) -> str | None:
     """The message when ``training.metrics_window`` can never hold the episodes the verifier's
-    rates need (:data:`densereward.callbacks.MIN_EPISODES` of a class), else ``None``."""
+    rates need (:data:`densereward.callbacks.MIN_EPISODES` of a class; balanced accuracy needs
+    that many of both classes at once), else ``None``."""
     from densereward.callbacks import MIN_EPISODES
 
     window = cfg.training.metrics_window
-    if cfg.env.reward != "verifier" or window >= MIN_EPISODES:
+    if cfg.env.reward != "verifier" or window >= 2 * MIN_EPISODES:
         return None
+    if window >= MIN_EPISODES:  # one class fits, both at once do not
+        return (
+            f"training.metrics_window={window} < {2 * MIN_EPISODES}: "
+            f"verifier/balanced_accuracy needs {MIN_EPISODES} successful and {MIN_EPISODES} "
+            f"failed episodes in one window, so it can never be defined in this run (null, "
+            f"summary.json's undefined says why; verifier/tpr and verifier/tnr can, each on "
+            f"its own); fix: training.metrics_window={2 * MIN_EPISODES} or more"
+        )
     return (
         f"training.metrics_window={window} < {MIN_EPISODES}: verifier/tpr, verifier/tnr, "
         f"verifier/balanced_accuracy, verifier/voc and verifier/voc_success need "
@@ -915,11 +936,7 @@ def run(config: dict[str, Any], *, output_dir: Path, resume: bool = False) -> di
         train_curve = read_curve("train_curve.jsonl")
         if eval_cb is not None:
             curve, metric = read_curve("eval_curve.jsonl"), eval_cb.metric
-            source = (
-                f"deterministic evaluation: {tc.eval_episodes} episodes every {tc.eval_every} "
-                "environment steps (and at 0 and the end) on a separate environment, "
-                "VecNormalize statistics frozen, no verifier calls"
-            )
+            source = eval_curve_source(cfg)
         else:
             curve, metric = train_curve, curve_cb.metric
             source = (
