@@ -427,6 +427,30 @@ def test_sac_run_directory_rules(tmp_path):
         sac._check_run_dir(failed_start, resume=False)
 
 
+def test_resume_of_a_finished_run_at_its_budget_is_refused_with_the_fix(tmp_path, capsys):
+    """Rerun 9 F1: --resume of a SAC run that had finished (summary.json) at its budget was
+    accepted, called it "the stopped run", trained 0 steps and rewrote summary.json with a
+    zero-step start's counts (verifier_stats all 0, verifier/mean_mass null). The dry run and
+    the run refuse it now, naming the checkpoint's step and the fix; a larger budget resumes."""
+    run = tmp_path / "run"
+    (run / "checkpoints").mkdir(parents=True)
+    (run / "checkpoints" / "sac_400_steps.zip").write_bytes(b"")
+    assert sac._check_run_dir(run, resume=True, total_timesteps=400) == "resume"  # not finished
+    (run / "summary.json").write_text("{}")
+    with pytest.raises(ConfigError) as refused:
+        sac._check_run_dir(run, resume=True, total_timesteps=400)
+    assert str(refused.value) == (
+        f"--resume: {run} holds a finished run (summary.json) whose newest checkpoint "
+        "sac_400_steps.zip is at step 400, and training.total_timesteps=400: there is nothing "
+        "to train; fix: --total-timesteps above 400 (e.g. 800) to continue it"
+    )
+    assert sac._check_run_dir(run, resume=True, total_timesteps=800) == "resume"
+    config = REPO / "configs" / "sac_fetchreach_sparse.yaml"
+    argv = ["--config", str(config), "--output-dir", str(run), "--resume", "--dry-run"]
+    with pytest.raises(ConfigError, match="nothing to train"):
+        sac.main(_sac_args(*argv, "--total-timesteps", "400"))
+
+
 def test_resume_of_a_finished_run_without_checkpoints_gives_one_consistent_choice(tmp_path):
     """A finished run that saved no checkpoint: neither a new run nor --resume may use it, and
     neither message sends the user to the other."""
@@ -967,7 +991,12 @@ def test_resume_continues_the_verifier_dynamics_window_from_the_checkpoint(
     shutil.copytree(run, old)
     config["training"]["total_timesteps"] = 700
     with caplog.at_level(logging.INFO, logger="densereward.trainers.sac"):
-        sac.run(config, output_dir=run, resume=True)
+        summary = sac.run(config, output_dir=run, resume=True)
+    # rerun 9 F2: the verifier's counters are this start's 100 steps, and the summary says so
+    assert summary["verifier_stats"]["n_env_steps"] == 100
+    assert summary["verifier_stats_covers"].startswith(
+        "this start only: environment steps 600-700 after resuming from sac_600_steps.zip"
+    )
     rows = [r for r in read_jsonl(run / "verifier_dynamics.jsonl") if r["step"] > 600]
     assert [r["step"] for r in rows] == [700]
     resumed = rows[0]
@@ -1147,6 +1176,13 @@ def test_resume_reports_the_wall_time_of_every_start(tmp_path, caplog, capsys):
         "2 starts" in second["seconds_covers"] and "sac_200_steps.zip" in second["seconds_covers"]
     )
     assert json.loads((run / "summary.json").read_text())["starts"] == 2
+    # rerun 9 F2: the verifier's counters are this start's, said beside them (none here)
+    assert second["verifier_stats"] is None and second["verifier_stats_covers"] is None
+    assert sac._stats_covers("sac_200_steps.zip", 200, 300) == (
+        "this start only: environment steps 200-300 after resuming from sac_200_steps.zip (the "
+        "verifier's counts restart with each start; env_steps and seconds cover the run)"
+    )
+    assert sac._stats_covers(None, 0, 300) == "the whole run (one start)"
     words = sac.wall_words(second)
     assert words.startswith(f"in {second['seconds']:.0f} s over 2 starts") and "this start" in words
     # a checkpoint saved before the record was kept: this start only, said in the summary

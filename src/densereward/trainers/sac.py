@@ -283,12 +283,32 @@ def _checkpoint_models(ckpt_dir: Path) -> list[tuple[int, Path]]:
     return sorted(found)
 
 
-def _check_run_dir(run_dir: Path, resume: bool) -> str:
-    """:func:`densereward.io.check_run_dir` with SAC's layout (``checkpoints/``, ``summary.json``)."""
-    models = [p for _, p in _checkpoint_models(run_dir / "checkpoints")]
-    return check_run_dir(
-        run_dir, resume=resume, checkpoints=models, finished=run_dir / "summary.json"
+def _check_run_dir(run_dir: Path, resume: bool, total_timesteps: int | None = None) -> str:
+    """:func:`densereward.io.check_run_dir` with SAC's layout (``checkpoints/``, ``summary.json``).
+
+    Raises:
+        ConfigError: also for ``--resume`` of a finished run (``summary.json``) whose newest
+            checkpoint already holds ``total_timesteps``: it would train nothing and rewrite
+            the summary with a zero-step start's counts; the message names the fix (a larger
+            ``--total-timesteps``).
+    """
+    found = _checkpoint_models(run_dir / "checkpoints")
+    state = check_run_dir(
+        run_dir,
+        resume=resume,
+        checkpoints=[p for _, p in found],
+        finished=run_dir / "summary.json",
     )
+    if state == "resume" and total_timesteps is not None and (run_dir / "summary.json").is_file():
+        steps, model = found[-1]
+        if steps >= total_timesteps:
+            raise ConfigError(
+                f"--resume: {run_dir} holds a finished run (summary.json) whose newest checkpoint "
+                f"{model.name} is at step {steps}, and training.total_timesteps={total_timesteps}: "
+                f"there is nothing to train; fix: --total-timesteps above {steps} (e.g. "
+                f"{2 * steps}) to continue it"
+            )
+    return state
 
 
 def _latest_checkpoint(ckpt_dir: Path) -> tuple[Path, Path | None, Path | None] | None:
@@ -442,8 +462,8 @@ class _RunClock:
         sec, eval_s = self._this_start()
         b = self.before or {"seconds": 0.0, "eval_seconds": 0.0, "starts": 0}
         return {
-            "seconds": round(b["seconds"] + sec, 3),
-            "eval_seconds": round(b["eval_seconds"] + eval_s, 3),
+            "seconds": b["seconds"] + sec,
+            "eval_seconds": b["eval_seconds"] + eval_s,
             "starts": int(b["starts"]) + 1,
         }
 
@@ -493,6 +513,18 @@ class _RunClock:
         if resumed_from is not None:
             out["resumed_from"] = resumed_from
         return out
+
+
+def _stats_covers(resumed_from: str | None, start: int, end: int) -> str:
+    """What ``verifier_stats`` and ``verifier_engine_stats`` count, in words: the verifier's
+    (or reward model's) counters live in the process, so after ``--resume`` they cover this
+    start's environment steps alone."""
+    if resumed_from is None:
+        return "the whole run (one start)"
+    return (
+        f"this start only: environment steps {start}-{end} after resuming from {resumed_from} "
+        "(the verifier's counts restart with each start; env_steps and seconds cover the run)"
+    )
 
 
 def _continue_clock(ckpt_dir: Path, steps: int) -> _RunClock:
@@ -599,7 +631,7 @@ def dry_run(config: dict[str, Any], *, output_dir: Path, resume: bool = False) -
     from densereward import envs
 
     cfg = parse_config(copy.deepcopy(config))
-    state = _check_run_dir(Path(output_dir), resume)
+    state = _check_run_dir(Path(output_dir), resume, cfg.training.total_timesteps)
     spec = env_spec(cfg.env.id)
     lines = [
         f"env: {spec.id} (max_episode_steps {spec.max_episode_steps}), reward {cfg.env.reward}, "
@@ -681,7 +713,8 @@ def run(config: dict[str, Any], *, output_dir: Path, resume: bool = False) -> di
         "train_curve", "train_curve_metric", "final", "metrics": {...verifier/* and rollout/* of the last window...},
         "undefined": {metric: why it is null}, "env_steps", "seconds", "eval_seconds",
         "seconds_this_start", "eval_seconds_this_start", "steps_per_second", "starts",
-        "seconds_covers", "resumed_from" (resumed runs), "verifier_stats"}``:
+        "seconds_covers", "resumed_from" (resumed runs), "verifier_stats",
+        "verifier_stats_covers"}``:
         ``curve`` is the evaluation curve (``metric`` ``"eval/success_rate"``, success rate in
         ``[0, 1]`` of deterministic evaluation episodes) when ``training.eval_every > 0``, else
         the training-episode curve (``"rollout/success_rate"``); ``curve_source`` says which in words;
@@ -694,7 +727,7 @@ def run(config: dict[str, Any], *, output_dir: Path, resume: bool = False) -> di
         earlier ones (:data:`WALL_STATE`; ``seconds_covers`` says which span, ``starts`` how
         many), ``steps_per_second`` is environment steps per second of training with
         evaluation excluded over that span, and ``verifier_stats`` count this start's calls
-        (``*_this_start`` are its seconds); ``undefined``
+        (``verifier_stats_covers`` says so; ``*_this_start`` are its seconds); ``undefined``
         holds, for every null (NaN) in ``metrics``, why it is null with the count it rests on
         (:func:`densereward.callbacks.undefined_reasons`: ``"verifier/voc": "6 episodes with a
         defined VOC in the window (verifier/n_voc_episodes), need 10 ..."``).
@@ -725,8 +758,9 @@ def run(config: dict[str, Any], *, output_dir: Path, resume: bool = False) -> di
 
     cfg = parse_config(config)
     run_dir = Path(output_dir)
-    state = _check_run_dir(run_dir, resume)  # created below, once the verifier and env id passed
     tc = cfg.training
+    # created below, once the verifier and env id passed
+    state = _check_run_dir(run_dir, resume, tc.total_timesteps)
     if tc.torch_threads is not None:
         torch.set_num_threads(tc.torch_threads)
     torch.manual_seed(tc.seed)
@@ -793,7 +827,7 @@ def run(config: dict[str, Any], *, output_dir: Path, resume: bool = False) -> di
             if found:
                 logger.warning(
                     "--resume from step %d: monitor.csv keeps the %d episode(s) that ended by the "
-                    "checkpoint (of %d the stopped run wrote; their t is rebased to the new "
+                    "checkpoint (of %d the earlier start wrote; their t is rebased to the new "
                     "t_start) and this run appends its own, so it holds the whole run",
                     model.num_timesteps,
                     len(kept),
@@ -838,7 +872,7 @@ def run(config: dict[str, Any], *, output_dir: Path, resume: bool = False) -> di
     if found and dumps[2]:
         logger.warning(
             "--resume from step %d: %s keeps the %d dump(s) logged by the checkpoint (of %d "
-            "the stopped run wrote) and this run appends its own",
+            "the earlier start wrote) and this run appends its own",
             model.num_timesteps,
             PROGRESS_CSV,
             len(dumps[1]),
@@ -976,6 +1010,9 @@ def run(config: dict[str, Any], *, output_dir: Path, resume: bool = False) -> di
             "threshold_source": dynamics.threshold_source if verifier is not None else None,
             "plot": str(plot) if plot is not None else None,
             "verifier_stats": stats,  # distilled: the reward model's calls and seconds
+            "verifier_stats_covers": _stats_covers(resumed_from, start_steps, model.num_timesteps)
+            if stats is not None
+            else None,
             "verifier_engine_stats": verifier.stats.as_dict()
             if verifier is not None and hasattr(verifier, "stats")
             else None,
