@@ -424,6 +424,12 @@ def test_tracker_state_survives_a_resume_through_json(tmp_path):
         assert got[k] == pytest.approx(expected[k], nan_ok=True), k
     with pytest.raises(DataError, match="not a reward-quality tracker state"):
         resumed.load_state_dict({"version": 0})
+    # rerun 9 F5: time_s went back to 0 after --resume; it continues from the saved state now
+    state = first.state_dict()
+    later = tracker()
+    later.load_state_dict({**state, "time_s": 200.0})
+    update(later, 2)
+    assert 200.0 <= later.records[-1]["time_s"] < 260.0
 
 
 _CHILD: dict = {}  # the rollout child's objects (spawned children import this module)

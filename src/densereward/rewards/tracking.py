@@ -192,7 +192,9 @@ class RewardQualityTracker:
         self.history = history
         self.max_records = max_records
         self.records: list[dict[str, Any]] = []
-        """One record a batch (``step``, ``time_s``, ``threshold_source``, ``window``,
+        """One record a batch (``step``, ``time_s``: seconds since the tracker was made,
+        continued after ``--resume`` from the checkpoint's state (the time a stopped start spent
+        after that checkpoint, and the resumed start's loading, not counted), ``threshold_source``, ``window``,
         ``min_per_class`` and the ``<prefix>`` metrics), as in ``reward_quality.jsonl``, except
         that a metric undefined at that step is NaN in ``tracker.records`` and ``null`` in
         ``reward_quality.jsonl``."""
@@ -474,7 +476,7 @@ class RewardQualityTracker:
 
     def state_dict(self) -> dict[str, Any]:
         """What a resumed run needs to continue: the window, the labelled scores the auto
-        threshold is chosen on, the threshold in force and the alarm (JSON-able)."""
+        threshold is chosen on, the threshold in force, the alarm and ``time_s`` (JSON-able)."""
         with self._lock:
             return {
                 "version": 1,
@@ -484,6 +486,7 @@ class RewardQualityTracker:
                 "alarm": self.alarm.state_dict() if self.alarm is not None else None,
                 "explained": sorted(self._explained),
                 "format_warned": self._format_warned,
+                "time_s": round(time.monotonic() - self._t0, 3),
             }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -514,6 +517,8 @@ class RewardQualityTracker:
                 self.alarm.load_state_dict(state["alarm"])
             self._explained = set(state.get("explained", ()))
             self._format_warned = bool(state.get("format_warned", False))
+            if isinstance(state.get("time_s"), (int, float)):  # time_s continues from the save
+                self._t0 = time.monotonic() - float(state["time_s"])
 
     def plot(self, path: str | Path | None = None) -> Path | None:
         """Plot the recorded metrics against the step; see :func:`plot_reward_quality`."""
