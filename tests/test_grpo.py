@@ -929,7 +929,11 @@ def test_a_resume_with_another_max_steps_says_the_schedule_is_re_spread_over_it(
     cli()
     assert (run_dir / "checkpoint-2" / "scheduler.pt").is_file()
     assert _learning_rates(run_dir) == pytest.approx({1: 3e-5, 2: 1.5e-5})
+    # the same max_steps: a run stopped after its last checkpoint (a finished one is refused:
+    # test_resume_of_a_finished_run_at_max_steps_is_refused_with_the_fix)
+    (run_dir / "result.json").rename(tmp_path / "result.json")
     same = cli("--resume", "--dry-run").stdout
+    (tmp_path / "result.json").rename(run_dir / "result.json")
     assert f"ok  run directory: {run_dir} (continues from checkpoint-2; the rows" in same, same
     assert "re-spread" not in same
     dry = cli("--resume", "--max-steps", "4", "--dry-run").stdout
@@ -981,7 +985,9 @@ def test_a_resume_from_a_weights_only_checkpoint_continues_the_schedule_and_says
     assert first_result["starts"] == 1 and "resumed_from" not in first_result
     kept = json.loads((ckpt / "wall_time.json").read_text())
     assert 0 < kept["wall_s"] <= first_result["wall_s"] and kept["starts"] == 1
+    (run_dir / "result.json").rename(tmp_path / "result.json")  # as if stopped at step 2
     dry = cli("--resume", "--dry-run").stdout
+    (tmp_path / "result.json").rename(run_dir / "result.json")
     assert (
         f"ok  run directory: {run_dir} (continues from checkpoint-2, weights only: the "
         "learning-rate schedule continues from step 2, the optimizer state (Adam's moments) "
@@ -1126,3 +1132,34 @@ def test_a_resume_with_another_learning_rate_says_it_peaks_at_the_setting(tmp_pa
     optimizer.step()
     scheduler.step()
     assert optimizer.param_groups[0]["lr"] == pytest.approx(2.5e-5)
+
+
+def test_resume_of_a_finished_run_at_max_steps_is_refused_with_the_fix(tmp_path, capsys):
+    """The GRPO twin of rerun 9's F1 (SAC): --resume of a run that finished (result.json) with
+    its checkpoint at training.max_steps trained nothing and rewrote its result with a zero-step
+    start's. The dry run and the run refuse it, naming the step and the fix (a larger
+    --max-steps), whether --resume names the checkpoint or takes the newest."""
+    from densereward.cli import main
+    from densereward.rewards.tracking import STATE_FILE
+
+    run = tmp_path / "run"
+    ckpt = run / "checkpoint-5"
+    ckpt.mkdir(parents=True)
+    (ckpt / "trainer_state.json").write_text(json.dumps({"global_step": 5, "max_steps": 5}))
+    (ckpt / STATE_FILE).write_text("{}")
+    (run / "result.json").write_text("{}")
+    config = str(REPO / "configs" / "grpo_demo_cpu.yaml")
+    base = ["train", "grpo", "--config", config, "--output-dir", str(run), "--dry-run"]
+    expected = (
+        f"densereward: error: --resume: {run} holds a finished run (result.json) whose "
+        "checkpoint checkpoint-5 is at step 5, and training.max_steps=5: there is nothing to "
+        "train; fix: --max-steps above 5 (e.g. 10) to continue it"
+    )
+    assert main([*base, "--resume"]) == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1] == expected
+    assert main([*base, "--resume", str(ckpt)]) == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1] == expected.replace(
+        f"{run} holds", f"{run.resolve()} holds"
+    )
+    assert main([*base, "--resume", "--max-steps", "6"]) == 0  # a larger budget continues
+    assert "continues from checkpoint-5" in capsys.readouterr().out

@@ -367,6 +367,7 @@ def _run_dir(parts: dict[str, Any], output_dir: str | Path | None, resume: str |
                 "continues from the newest checkpoint of --output-dir, --resume <run>/checkpoint-<step> "
                 "from that one"
             )
+        _refuse_finished_resume(ckpt.resolve().parent, parts, resume)
         return ckpt.resolve().parent  # .../<run_dir>/checkpoint-N
     if not _is_main_process():  # the main process creates it; the others only need its path
         if output_dir is None and parts["wandb"].name is None:
@@ -383,7 +384,30 @@ def _run_dir(parts: dict[str, Any], output_dir: str | Path | None, resume: str |
     )
     if state == "reuse":
         logger.info("reusing run directory %s: it holds no checkpoint and no result", p)
+    if state == "resume":
+        _refuse_finished_resume(p, parts, resume)
     return p
+
+
+def _refuse_finished_resume(run_dir: Path, parts: dict[str, Any], resume: str | None) -> None:
+    """Refuse ``--resume`` of a finished run (``result.json``) whose checkpoint already holds
+    ``training.max_steps``: transformers would train nothing and the run would rewrite its
+    result with a zero-step start's.
+
+    Raises:
+        ConfigError: naming the checkpoint's step and the fix (a larger ``--max-steps``).
+    """
+    max_steps = parts["training"].get("max_steps")
+    if not (run_dir / "result.json").is_file() or not isinstance(max_steps, int) or max_steps <= 0:
+        return
+    ckpt = _resume_checkpoint(run_dir, resume)
+    if ckpt is not None and _step_of(ckpt) >= max_steps:
+        raise ConfigError(
+            f"--resume: {run_dir} holds a finished run (result.json) whose checkpoint "
+            f"{ckpt.name} is at step {_step_of(ckpt)}, and training.max_steps={max_steps}: there "
+            f"is nothing to train; fix: --max-steps above {_step_of(ckpt)} (e.g. "
+            f"{_step_of(ckpt) + max_steps}) to continue it"
+        )
 
 
 RUN_FILES = ("reward_quality.jsonl", "reward_quality.png", "wandb_id.txt")
