@@ -23,7 +23,7 @@ require("uvicorn", "serve")
 require("prometheus_client", "serve")
 
 import httpx  # noqa: E402
-from servers import Fault, MisbehavingServer, free_port  # noqa: E402
+from servers import Fault, MisbehavingServer, free_port, scripted_verifier  # noqa: E402
 
 from densereward.serve.app import RewardService, ServeConfig, make_app  # noqa: E402
 from densereward.serve.lifecycle import make_server  # noqa: E402
@@ -63,7 +63,7 @@ class SyncHangs(Hangs):
 class Served:
     """A real uvicorn server (this module's lifecycle) in a thread, on a free loopback port."""
 
-    def __init__(self, funcs, service=None, **serve):
+    def __init__(self, funcs, service=None, on_close=None, **serve):
         self.config = ServeConfig(**{"port": free_port(), "batch_wait_ms": 1, **serve})
         if service is not None:
             self.config = service.config = ServeConfig(
@@ -72,7 +72,10 @@ class Served:
         self.service = service or RewardService(funcs, None, VERIFIER, self.config)
         self.out = io.StringIO()
         self.server = make_server(
-            make_app(self.service), self.config, self.service.drain, out=self.out
+            make_app(self.service, on_close=on_close),
+            self.config,
+            self.service.drain,
+            out=self.out,
         )
         self.url = f"http://127.0.0.1:{self.config.port}"
         self.thread = threading.Thread(target=self.server.run, daemon=True)
@@ -667,3 +670,83 @@ def test_the_drain_log_names_the_cut_requests_and_the_503_names_the_signal(caplo
     assert "0 reward call" not in lines[0], lines
     out = served.out.getvalue()
     assert "SIGTERM: draining" in out and "SIGTERM or Ctrl-C again" in out, out
+
+
+@pytest.mark.slow
+def test_the_reads_of_a_rank_the_drain_cut_off_are_not_logged_as_backend_failures(caplog):
+    """F3: after the drain cut a /rank off (logged) and the server closed the in-process
+    verifier, the abandoned rank's next reads hit the closed backend and each logged "verifier
+    backend failed on N prompt(s): the transformers backend was closed", as if the backend had
+    failed. Those reads are the abandoned request's, ended by the server's own close: the drain
+    line says it once, and nothing more is logged as a failure."""
+    import logging
+
+    from densereward.serve.cli import build_service
+
+    service, close = build_service(
+        {
+            "reward": {"type": "sparse", "track": False},
+            "verifier": {
+                "backend": "transformers",  # the embedded SmolLM2-135M on the CPU
+                "calibrate": False,
+                "batch_size": 1,  # one prompt a read: reads left after the close
+                "backend_options": {"device": "cpu", "dtype": "float32"},
+            },
+            "serve": {"shutdown_timeout_s": 0.5},
+        }
+    )
+    stats = service.verifier.stats
+    served = Served([], service=service, on_close=close)
+    try:
+        with caplog.at_level(logging.DEBUG, logger="densereward.verifier"):
+            ranked = served.post_in_thread(
+                "/rank", {"problem": "What is 2+3?", "candidates": ["4", "5", "6"], "pivots": 1}
+            )
+            deadline = time.monotonic() + 60
+            while not stats.n_backend_calls and time.monotonic() < deadline:
+                time.sleep(0.01)  # the rank's first read has begun
+            served.server.handle_exit(signal.SIGTERM, None)
+            ranked["thread"].join(timeout=60)
+            served.thread.join(timeout=60)
+            while not stats.n_failures and time.monotonic() < deadline + 60:
+                time.sleep(0.05)  # the abandoned rank reads on, on the closed backend
+            time.sleep(0.5)  # its failure's log line (after the count)
+    finally:
+        served.stop()
+    assert ranked["resp"].status_code == 503, ranked["resp"].text
+    assert stats.n_failures, stats  # the abandoned reads did end on the closed backend
+    drained = [r.getMessage() for r in caplog.records if "the drain" in r.getMessage()]
+    assert len(drained) == 1 and "cut off 1 request(s)" in drained[0], drained
+    assert "/rank" in drained[0] and "daemon threads" in drained[0], drained
+    failed = [
+        r.getMessage()
+        for r in caplog.records
+        if r.name == "densereward.verifier" and r.levelno >= logging.WARNING
+    ]
+    assert not failed, failed  # was: "verifier backend failed on 1 prompt(s): ... was closed"
+
+
+@pytest.mark.parametrize("abandon", [False, True])
+def test_a_read_after_close_warns_unless_the_closer_abandoned_it(caplog, abandon):
+    """F3's other side: only a close that abandons the reads still running (the server's, after
+    its drain said so) quiets their reads on the closed backend. A read after a plain close is
+    still the "verifier backend failed" warning, with the abstention it always was."""
+    import logging
+
+    from densereward.errors import BackendClosedError
+
+    with MisbehavingServer() as srv:
+        verifier = scripted_verifier(srv.base_url, granularity=20, calibrate=False)
+        verifier.close(abandon=abandon)
+        with caplog.at_level(logging.DEBUG, logger="densereward.verifier"):
+            (got,) = verifier.score_batch(problems=["1+1?"], responses=["2"])
+    assert got.value is None and verifier.stats.n_failures == 1, (got, verifier.stats)
+    closed = [r for r in caplog.records if "is closed" in r.getMessage()]
+    assert len(closed) == 1, [r.getMessage() for r in caplog.records]
+    if abandon:
+        assert closed[0].levelno == logging.DEBUG, closed[0].getMessage()
+    else:
+        assert closed[0].levelno == logging.WARNING, closed[0].getMessage()
+        assert "verifier backend failed on 1 prompt(s)" in closed[0].getMessage()
+    with pytest.raises(BackendClosedError):
+        verifier.backend.next_token_logprobs([], ["A"])

@@ -28,6 +28,7 @@ __all__ = [
     "ScoreTokenError",
     "BackendError",
     "BackendUnavailableError",
+    "BackendClosedError",
     "BackendRefusedError",
     "AbstentionError",
     "DataError",
@@ -55,6 +56,11 @@ class ScoreTokenError(DenseRewardError, ValueError):
 
 class BackendError(DenseRewardError, RuntimeError):
     """A verifier backend failed to answer (after its retries)."""
+
+
+class BackendClosedError(BackendError):
+    """A read on a verifier backend after its owner closed it (``Verifier.close``, the end of
+    ``densereward serve``): the read is never sent."""
 
 
 class BackendUnavailableError(BackendError):

@@ -30,7 +30,13 @@ from typing import Any
 
 from ..backend_options import TransformersOptions
 from ..config import VerifierConfig
-from ..errors import BackendError, BackendUnavailableError, ConfigError, ScoreTokenError
+from ..errors import (
+    BackendClosedError,
+    BackendError,
+    BackendUnavailableError,
+    ConfigError,
+    ScoreTokenError,
+)
 from ..seeding import forked_rng
 from .base import BackendUsage, ChatPrompt, LocalAsyncMixin, TokenLogprobs
 from .dtype import resolve_dtype
@@ -255,7 +261,7 @@ class TransformersBackend(LocalAsyncMixin):
 
     def _check_open(self) -> None:
         if self._closed:
-            raise BackendError("the transformers backend was closed")
+            raise BackendClosedError("the transformers backend was closed")
 
     def render(self, prompt: ChatPrompt) -> list[int]:
         """Token ids of ``prompt`` (see :func:`render_prompt_ids`), ``(T,)``.
@@ -463,6 +469,7 @@ class TransformersBackend(LocalAsyncMixin):
         ids = [self._candidate_ids(c) for c in sets]
         t0 = time.perf_counter()
         with self._lock:
+            self._check_open()  # again: closed while this read waited for the lock
             seqs = [self.render(p) for p in prompts]
             if ends is not None:
                 bad = [i for i, q in enumerate(seqs) if q[-len(ends) :] != list(ends)]
@@ -533,6 +540,7 @@ class TransformersBackend(LocalAsyncMixin):
             return []
         t0 = time.perf_counter()
         with self._lock:
+            self._check_open()  # again: closed while this read waited for the lock
             seqs = [self.render(p) for p in prompts]
             texts: list[str] = [""] * len(seqs)
             gen_kwargs: dict[str, Any] = {

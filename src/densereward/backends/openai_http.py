@@ -45,7 +45,13 @@ from typing import Any, TypeVar
 
 from ..backend_options import OpenAIOptions
 from ..config import VerifierConfig
-from ..errors import BackendError, BackendRefusedError, BackendUnavailableError, ConfigError
+from ..errors import (
+    BackendClosedError,
+    BackendError,
+    BackendRefusedError,
+    BackendUnavailableError,
+    ConfigError,
+)
 from ..io import get_api_key, redact
 from .base import BackendBase, BackendUsage, ChatPrompt, TokenLogprobs
 from .images import chat_messages, frames_of, image_url_part
@@ -233,7 +239,7 @@ class OpenAIBackend(BackendBase):
         if self._closed:
             if asyncio.iscoroutine(coro):
                 coro.close()  # never scheduled: close it so it is not reported as un-awaited
-            raise BackendError(f"{type(self).__name__} for {self.base_url} is closed")
+            raise BackendClosedError(f"{type(self).__name__} for {self.base_url} is closed")
 
     def _wait_s(self, attempt: int, error: BaseException | None) -> float:
         """Backoff before retry ``attempt`` (1-based): ``Retry-After`` or ``base * 2**(attempt-1)`` + jitter."""

@@ -40,7 +40,7 @@ from typing import Any
 
 from ..backend_options import VLLMOptions
 from ..config import VerifierConfig
-from ..errors import BackendError, BackendUnavailableError
+from ..errors import BackendClosedError, BackendError, BackendUnavailableError
 from .base import BackendUsage, ChatPrompt, LocalAsyncMixin, TokenLogprobs
 from .dtype import resolve_dtype
 from .hf import candidate_token_ids, render_prompt_ids, resolve_model_path, template_thinks
@@ -168,7 +168,7 @@ class VLLMBackend(LocalAsyncMixin):
 
     def _check_open(self) -> None:
         if self._closed:
-            raise BackendError("the vllm backend was closed")
+            raise BackendClosedError("the vllm backend was closed")
 
     def render(self, prompt: ChatPrompt) -> list[int]:
         """Token ids of ``prompt`` (same rendering as the transformers backend), ``(T,)``.

@@ -22,7 +22,7 @@ from .. import prompts as P
 from ..backends.base import ChatPrompt, TokenLogprobs, VerifierBackend, capabilities
 from ..cache import ScoreCache, cache_key
 from ..config import VerifierConfig
-from ..errors import BackendError, BackendRefusedError, ConfigError
+from ..errors import BackendClosedError, BackendError, BackendRefusedError, ConfigError
 from .boundary import ReadPlan
 from .reads import VerifierStats
 
@@ -77,6 +77,10 @@ class PlanDriver:
         self.answered = False
         """Whether the backend has answered a read: a refusal (4xx) before that is a
         configuration error (:func:`refusal_error`), after it the item's abstention."""
+        self.abandoned = False
+        """Whether the reads still running were abandoned when the backend was closed
+        (``Verifier.close(abandon=True)``, the end of ``densereward serve``): their reads on the
+        closed backend are not backend failures, and are not logged as such."""
 
     # -------------------------------------------------------------- the reads
     def read(self, prompts: list[ChatPrompt]) -> list[TokenLogprobs]:
@@ -161,7 +165,11 @@ class PlanDriver:
         self.stats.n_failures += n
         if self.config.on_error == "raise":
             raise err
-        logger.warning("verifier backend failed on %d prompt(s): %s", n, err)
+        if isinstance(err, BackendClosedError) and self.abandoned:
+            # its owner closed the backend under reads it had stopped waiting for, and said so
+            logger.debug("abandoned verifier read of %d prompt(s) ended: %s", n, err)
+        else:
+            logger.warning("verifier backend failed on %d prompt(s): %s", n, err)
         return [err] * n
 
     def _io_sync(self, req: tuple) -> list[Any]:

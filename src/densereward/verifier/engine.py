@@ -569,8 +569,18 @@ class Verifier(OneItemVerbs):
         plan = self._score_plan(tasks, trajectories, criteria, None, kind="progress", images=images)
         return await self._driver.arun(plan)
 
-    def close(self) -> None:
-        """Release the backend and the cache. Idempotent."""
+    def close(self, *, abandon: bool = False) -> None:
+        """Release the backend and the cache. Idempotent.
+
+        Args:
+            abandon: the reads still running (in other threads) are abandoned: their caller
+                stopped waiting for them and has said so (``densereward serve``'s shutdown, after
+                its drain cut their requests off). Their reads on the closed backend then end
+                as failures (``stats.n_failures``) without the "verifier backend failed"
+                warning each. Without it, a read after the close warns as a backend failure.
+        """
+        if abandon:
+            self._driver.abandoned = True
         self.backend.close()
         if self._owns_cache and self.cache is not None:
             self.cache.close()
