@@ -60,10 +60,10 @@ def test_a_sigterm_after_the_command_finished_exits_with_its_status_and_says_so(
     written. It now ends it with the command's own status and one line saying so. The shutdown
     is held open here by an atexit hook (as joining threads holds a real one)."""
     marker = tmp_path / "shutting-down"
-    code = (
-        "import atexit, sys, time; "
+    code = (  # the hook comes after densereward's import, as W&B's and torch's do
+        "import atexit, sys, time; from densereward.cli import main; "
         f"atexit.register(lambda: (open({str(marker)!r}, 'w').close(), time.sleep(60))); "
-        "from densereward.cli import main; sys.exit(main())"
+        "sys.exit(main())"
     )
     config = REPO / "configs" / "sac_fetchreach_sparse.yaml"
     env = {k: v for k, v in os.environ.items() if k != "WANDB_MODE"}

@@ -445,15 +445,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     # up and says what it left as after Ctrl-C; serve has its own drain (serve/lifecycle.py)
     stop = sigterm_interrupts() if args.command in _STOPPABLE else contextlib.nullcontext()
     try:
+        what = " ".join(filter(None, (args.command, getattr(args, "trainer", None))))
         with stop:
             status = int(args.func(args) or 0)
-        what = " ".join(filter(None, (args.command, getattr(args, "trainer", None))))
+            if argv is None and args.command in _STOPPABLE:  # this process's own command line
+                # the interpreter's shutdown (threads, caches) can take seconds: a SIGTERM then
+                # must not turn a finished run into a silent 143 (installed inside the block,
+                # which then leaves it in place: no moment with the default action)
+                finished_before_stop_signal(status, f"densereward {what}")
         if args.command in _STOPPABLE and (late := late_stop_signal()) is not None:
             print(late_signal_line(late, f"densereward {what}", status), file=sys.stderr)
-        if argv is None and args.command in _STOPPABLE:  # this process's own command line
-            # the interpreter's shutdown (threads, caches) can take seconds: a SIGTERM then
-            # must not turn a finished run into a silent 143
-            finished_before_stop_signal(status, f"densereward {what}")
         return status
     except DenseRewardError as err:
         print(f"densereward: error: {err}", file=sys.stderr)

@@ -15,6 +15,7 @@ what the stopped run left; :func:`sigterm_interrupts` turns SIGTERM into it.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import os
 import signal
@@ -165,7 +166,7 @@ def sigterm_interrupts() -> Iterator[None]:
         yield
         return
     owner = os.getpid()
-    _late.update(finished=False, signal=None)
+    _late.update(finished=False, signal=None, console_done=False)
     previous = signal.getsignal(signal.SIGTERM)
     if previous is None:  # a handler not set from Python: the default action stands for it
         previous = signal.SIG_DFL
@@ -184,10 +185,11 @@ def sigterm_interrupts() -> Iterator[None]:
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        if not _late["console_done"]:  # else finished_before_stop_signal's handler stays
+            signal.signal(signal.SIGTERM, previous)
 
 
-_late: dict[str, object] = {"finished": False, "signal": None}
+_late: dict[str, object] = {"finished": False, "signal": None, "console_done": False}
 
 
 def command_finished() -> None:
@@ -234,3 +236,23 @@ def finished_before_stop_signal(status: int, command: str) -> None:
 
     signal.signal(signal.SIGTERM, handler)
     signal.signal(signal.SIGINT, handler)
+    _late["console_done"] = True  # the last moments of the exit ignore them (atexit below)
+    for stream in (sys.stdout, sys.stderr):  # the last lines are out while the handler runs
+        with contextlib.suppress(Exception):
+            stream.flush()
+
+
+def _ignore_late_stop_signals() -> None:
+    """At exit, after :func:`finished_before_stop_signal`: ignore SIGTERM and SIGINT for the
+    interpreter's last moments, once Python's handlers no longer run (Python restores the
+    default action of the signals it handled, and a default SIGTERM then ended a finished
+    command with a silent 143). Registered when this module is imported, so it runs after
+    the exit hooks of the libraries imported later (W&B's, torch's), under whose run the
+    handler above still answers."""
+    if _late.get("console_done") and threading.current_thread() is threading.main_thread():
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            with contextlib.suppress(Exception):
+                signal.signal(signum, signal.SIG_IGN)
+
+
+atexit.register(_ignore_late_stop_signals)
