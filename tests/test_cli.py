@@ -555,3 +555,23 @@ def test_a_hugging_face_hub_warning_prints_once_after_the_cli_set_up():
         "hl.get_logger('huggingface_hub.utils._http').warning('Retrying in 1s [Retry 1/5].')"
     )
     assert err.count("Retrying in 1s") == 1, err
+
+
+def test_score_with_a_missing_local_model_path_says_no_such_directory(tmp_path, capsys):
+    """Rerun 10 F3: ``densereward score ... verifier.model=/missing/dir`` was answered as a Hub
+    id ("not in the local Hugging Face cache ... `hf download /missing/dir`", HF_HUB_OFFLINE),
+    none of which fixes it. A path cannot be a Hub id: it says no such directory now."""
+    from densereward.backends.models import resolve_model
+    from densereward.cli import main
+
+    missing = tmp_path / "nonexistent"
+    argv = ["score", "--problem", "What is 7+5?", "--response", "12"]
+    assert main([*argv, f"verifier.model={missing}"]) == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        f"densereward: error: verifier.model={str(missing)!r}: no such file or directory (a "
+        "local model path must exist; or give a Hugging Face id owner/name, or an offline "
+        "model name)"
+    )
+    for text in ("./models/x", "~/no/such/model", "a/b/c"):
+        with pytest.raises(ConfigError, match="no such file or directory"):
+            resolve_model(text, field="verifier.model")

@@ -1163,3 +1163,47 @@ def test_resume_of_a_finished_run_at_max_steps_is_refused_with_the_fix(tmp_path,
     )
     assert main([*base, "--resume", "--max-steps", "6"]) == 0  # a larger budget continues
     assert "continues from checkpoint-5" in capsys.readouterr().out
+
+
+@pytest.mark.slow  # one GRPO start with the embedded model, stopped in its first step (~30 s)
+def test_a_run_stopped_in_its_first_step_keeps_its_directory_and_says_so(
+    tmp_path, monkeypatch, default_model_dir
+):
+    """Rerun 10 F1: a GRPO run stopped by SIGTERM after its first step's rewards were computed
+    but before the step ended printed only "stopped by SIGTERM" and deleted its whole run
+    directory (config.json, the step's reward-quality row, its W&B run), where SAC and the
+    docs say what was left. It keeps the directory now and the stop line says there is nothing
+    to resume from and that the same command starts afresh there. The signal is the exception
+    SIGTERM becomes (densereward.errors.sigterm_interrupts), raised inside the reward."""
+    from densereward.config import load_yaml
+    from densereward.errors import Interrupted
+    from densereward.rewards.math import MathCorrectnessReward
+    from densereward.trainers.grpo import run
+
+    config = load_yaml(REPO / "configs/grpo_dynamics_cpu.yaml")
+    config.pop("heldout")
+    config["reward"]["track"] = False  # the sparse reward alone: no verifier to load
+    config["data"].update(size=8, limit=8)
+    config["training"].update(
+        max_steps=2,
+        save_steps=2,
+        per_device_train_batch_size=4,
+        num_generations=2,
+        max_completion_length=8,
+    )
+    config["wandb"] = {"enabled": False}
+
+    def stopped(self, *args, **kwargs):
+        raise Interrupted(signal_name="SIGTERM")
+
+    monkeypatch.setattr(MathCorrectnessReward, "__call__", stopped)
+    run_dir = tmp_path / "run"
+    with pytest.raises(Interrupted) as stop:
+        run(config, output_dir=run_dir)
+    assert stop.value.exit_code == 143
+    assert stop.value.detail == (
+        f"at step 0 of 2, before its first checkpoint (training.save_steps): {run_dir} holds "
+        "nothing to resume from; the same command starts the run afresh there and replaces "
+        "its files"
+    )
+    assert (run_dir / "config.json").is_file()

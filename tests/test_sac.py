@@ -445,6 +445,14 @@ def test_resume_of_a_finished_run_at_its_budget_is_refused_with_the_fix(tmp_path
         "to train; fix: --total-timesteps above 400 (e.g. 800) to continue it"
     )
     assert sac._check_run_dir(run, resume=True, total_timesteps=800) == "resume"
+    # rerun 10 F2: a fresh run into it said only "add --resume", which the budget then refused
+    with pytest.raises(ConfigError) as fresh:
+        sac._check_run_dir(run, resume=False)
+    assert str(fresh.value) == (
+        f"run directory {run} holds a finished run (summary.json; latest checkpoint "
+        "sac_400_steps.zip). Choices: add --resume with a larger budget (--total-timesteps / "
+        "--max-steps) to continue it, or choose another --output-dir for a new run"
+    )
     config = REPO / "configs" / "sac_fetchreach_sparse.yaml"
     argv = ["--config", str(config), "--output-dir", str(run), "--resume", "--dry-run"]
     with pytest.raises(ConfigError, match="nothing to train"):

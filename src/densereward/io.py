@@ -239,6 +239,13 @@ def check_run_dir(
             "checkpoints"
         )
     if checkpoints:
+        if finished is not None and finished.is_file():  # --resume alone would train nothing
+            raise ConfigError(
+                f"run directory {d} holds a finished run ({finished.name}; latest checkpoint "
+                f"{Path(checkpoints[-1]).name}). Choices: add --resume with a larger budget "
+                f"(--total-timesteps / --max-steps) to continue it, or choose another {flag} "
+                "for a new run"
+            )
         raise ConfigError(
             f"run directory {d} already holds a run with checkpoints (latest: "
             f"{Path(checkpoints[-1]).name}). Choices: add --resume to continue it, or choose "

@@ -341,7 +341,8 @@ def resolve_model(
         field: The config field, for the messages (``"verifier.model"``, ``"model.name"``).
 
     Raises:
-        ConfigError: for a bare word close to an offline name but not one (a typo).
+        ConfigError: for a bare word close to an offline name but not one (a typo), or a
+            path that does not exist.
         BackendUnavailableError: as :func:`ensure_model`; a Hub id that is not in the local
             cache while the Hub cannot be reached (:func:`hub_id_problem`).
     """
@@ -354,6 +355,14 @@ def resolve_model(
         return str(ensure_model(text))
     if "/" not in text and difflib.get_close_matches(text.lower(), MODELS.names(), n=1):
         get_model(text)  # raises, with the suggestion
+    # a path (./x, ../x, /x, ~/x, a/b/c, a backslash) cannot be a Hub id (owner/name)
+    if text.startswith((".", "/", "~")) or "\\" in text or text.count("/") > 1:
+        from ..errors import ConfigError
+
+        raise ConfigError(
+            f"{field}={text!r}: no such file or directory (a local model path must exist; or "
+            "give a Hugging Face id owner/name, or an offline model name)"
+        )
     return resolve_hub_id(text, field)
 
 

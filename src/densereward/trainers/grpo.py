@@ -397,7 +397,7 @@ def _refuse_finished_resume(run_dir: Path, parts: dict[str, Any], resume: str | 
     Raises:
         ConfigError: naming the checkpoint's step and the fix (a larger ``--max-steps``).
     """
-    max_steps = parts["training"].get("max_steps")
+    max_steps = (parts.get("training") or {}).get("max_steps")
     if not (run_dir / "result.json").is_file() or not isinstance(max_steps, int) or max_steps <= 0:
         return
     ckpt = _resume_checkpoint(run_dir, resume)
@@ -728,12 +728,17 @@ def run(
             with tied_weights_notice_dropped(trainer.model):  # a tied lm_head is no missing key
                 trainer.train(resume_from_checkpoint=checkpoint)
         except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM in densereward train
+            # kept even before step 1 ended: its rows and W&B run began, the stop line says
+            # what it left, and the same command replaces its files (as SAC's does)
             step = int(trainer.state.global_step)
-            if main_process and (step or _checkpoints(run_dir) or not created):
-                raise _stopped(exc, run_dir, step, int(trainer.state.max_steps)) from None
-            raise  # before step 1 in a directory this start created: it goes (_drop_unstarted)
+            stopped = _stopped(exc, run_dir, step, int(trainer.state.max_steps))
+            raise (stopped if main_process else exc) from None
         trainer.save_state()
         heldout.evaluate("after", int(trainer.state.global_step))
+    except Interrupted as exc:
+        if not exc.detail:  # stopped before training began: nothing of it to keep
+            _drop_unstarted(run_dir, created, trainer)
+        raise
     except BaseException:
         _drop_unstarted(run_dir, created, trainer)
         raise
