@@ -850,6 +850,26 @@ def test_a_resume_drops_the_missing_keys_notice_only_for_tied_weights(tmp_path, 
         emitter.removeHandler(handler)
 
 
+def _two_step_config() -> dict:
+    """A 2-step GRPO config of the embedded policy: 4 completions of 8 tokens a step, the
+    sparse reward alone (no verifier to load), a checkpoint at step 2, W&B off."""
+    from densereward.config import load_yaml
+
+    config = load_yaml(REPO / "configs/grpo_dynamics_cpu.yaml")
+    config.pop("heldout")
+    config["reward"]["track"] = False  # the sparse reward alone: no verifier to load
+    config["data"].update(size=8, limit=8)
+    config["training"].update(
+        max_steps=2,
+        save_steps=2,
+        per_device_train_batch_size=4,
+        num_generations=2,
+        max_completion_length=8,
+    )
+    config["wandb"] = {"enabled": False}
+    return config
+
+
 def _two_step_cli(tmp_path: Path, run_dir: Path, *, save_only_model: bool):
     """``cli(*argv)``: ``densereward train grpo`` in a fresh process (exit 0 asserted) of a
     2-step run of the embedded policy, 4 completions of 8 tokens a step, the sparse reward
@@ -861,23 +881,10 @@ def _two_step_cli(tmp_path: Path, run_dir: Path, *, save_only_model: bool):
 
     import yaml
 
-    from densereward.config import load_yaml
-
-    config = load_yaml(REPO / "configs/grpo_dynamics_cpu.yaml")
-    config.pop("heldout")
-    config["reward"]["track"] = False  # the sparse reward alone: no verifier to load
-    config["data"].update(size=8, limit=8)
-    config["training"].update(
-        max_steps=2,
-        save_steps=2,
-        save_only_model=save_only_model,
-        per_device_train_batch_size=4,
-        num_generations=2,
-        max_completion_length=8,
-    )
+    config = _two_step_config()
+    config["training"]["save_only_model"] = save_only_model
     assert config["training"]["learning_rate"] == 3e-5
     assert config["training"].get("lr_scheduler_type", "linear") == "linear"
-    config["wandb"] = {"enabled": False}
     path = tmp_path / "config.yaml"
     path.write_text(yaml.safe_dump(config))
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
@@ -1175,23 +1182,11 @@ def test_a_run_stopped_in_its_first_step_keeps_its_directory_and_says_so(
     docs say what was left. It keeps the directory now and the stop line says there is nothing
     to resume from and that the same command starts afresh there. The signal is the exception
     SIGTERM becomes (densereward.errors.sigterm_interrupts), raised inside the reward."""
-    from densereward.config import load_yaml
     from densereward.errors import Interrupted
     from densereward.rewards.math import MathCorrectnessReward
     from densereward.trainers.grpo import run
 
-    config = load_yaml(REPO / "configs/grpo_dynamics_cpu.yaml")
-    config.pop("heldout")
-    config["reward"]["track"] = False  # the sparse reward alone: no verifier to load
-    config["data"].update(size=8, limit=8)
-    config["training"].update(
-        max_steps=2,
-        save_steps=2,
-        per_device_train_batch_size=4,
-        num_generations=2,
-        max_completion_length=8,
-    )
-    config["wandb"] = {"enabled": False}
+    config = _two_step_config()
 
     def stopped(self, *args, **kwargs):
         raise Interrupted(signal_name="SIGTERM")

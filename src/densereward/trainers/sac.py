@@ -436,13 +436,14 @@ class _RunClock:
 
     ``before`` is the :data:`WALL_STATE` of the checkpoint this start resumed from (``None``
     for a fresh start, or for a resume from a checkpoint without the file, ``known=False``:
-    then the earlier starts' time is unknown and no later checkpoint claims to know it).
+    then the earlier starts' time is unknown and no later checkpoint claims to know it); kept
+    as zero seconds over zero starts when ``None``.
     :meth:`start` marks this start's ``t0`` (``time.perf_counter()``); :meth:`state` is the
     record a checkpoint keeps; :meth:`summary` the fields of ``summary.json``.
     """
 
     def __init__(self, before: dict[str, Any] | None = None, *, known: bool = True) -> None:
-        self.before = before
+        self.before = before or {"seconds": 0.0, "eval_seconds": 0.0, "starts": 0}
         self.known = known
         self.t0 = time.perf_counter()
         self.eval_cb: Any = None  # EvaluationCallback: its seconds are this start's
@@ -460,7 +461,7 @@ class _RunClock:
         if not self.known:
             return None
         sec, eval_s = self._this_start()
-        b = self.before or {"seconds": 0.0, "eval_seconds": 0.0, "starts": 0}
+        b = self.before
         return {
             "seconds": b["seconds"] + sec,
             "eval_seconds": b["eval_seconds"] + eval_s,
@@ -492,7 +493,7 @@ class _RunClock:
                 "densereward version)"
             )
         else:
-            b = self.before or {"seconds": 0.0, "eval_seconds": 0.0, "starts": 0}
+            b = self.before
             total = b["seconds"] + seconds
             total_eval = b["eval_seconds"] + eval_s
             steps, starts = steps_total, int(b["starts"]) + 1
