@@ -468,3 +468,28 @@ def test_a_sparse_server_says_once_that_the_verifier_reads_every_labelled_item(c
         assert len(said) == 1 and "reward.track=false" in said[0], said
         assert start({"type": "sparse", "track": False}) == []
         assert start({"type": "gated"}) == []
+
+
+def test_the_served_tracker_counts_batches_and_names_an_abstained_check(caplog):
+    """Rerun 10 F5: a reward server's tracker log said "undefined at step 1" (a server has
+    requests, not training steps), and a request whose label was sent but whose Math-Verify
+    check timed out was told "no completion in the batch has a Math-Verify label"."""
+    from densereward.serve.contracts import Item
+
+    config = {"reward": {"type": "sparse", "math_timeout_s": 1}, "serve": {"math_workers": 1}}
+    service, close = build_service(config)
+    try:
+        huge = "\\boxed{9^{9^{9^{9}}}}"  # Math-Verify cannot decide it within 1 s
+        with caplog.at_level("WARNING", logger="densereward.rewards.tracking"):
+            got = asyncio.run(service.reward_batch([Item("What is 2+3?", huge, "5")]))
+    finally:
+        close()
+    assert got == [None]  # the check abstained: no reward, not a 0
+    said = [r.getMessage() for r in caplog.records if r.name == "densereward.rewards.tracking"]
+    undefined = [m for m in said if m.startswith("undefined at")]
+    assert len(undefined) == 1 and undefined[0].startswith("undefined at batch 1,"), said
+    assert (
+        "verifier/pass_rate: no completion in the batch has a Math-Verify verdict (no "
+        in (undefined[0])
+    )
+    assert "check abstained: timed out" in undefined[0] and "Math-Verify label" not in undefined[0]

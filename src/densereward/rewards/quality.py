@@ -140,6 +140,12 @@ def undefined_reasons(
     return out
 
 
+_NO_VERDICT = (
+    "no reference answer, or its check abstained: timed out, or the reference could not be parsed"
+)
+"""Why a completion has no Math-Verify verdict, in the undefined notice's words."""
+
+
 def _nan(metrics: dict[str, Any], key: str) -> bool:
     v = metrics.get(key)
     return v is None or (isinstance(v, float) and math.isnan(v))
@@ -163,7 +169,7 @@ def _batch_only_reasons(metrics: dict[str, Any], prefix: str) -> dict[str, str]:
         if prefix + key not in metrics or not _nan(metrics, prefix + key):
             continue
         if key == "pass_rate":
-            out[key] = "no completion in the batch has a Math-Verify label"
+            out[key] = f"no completion in the batch has a Math-Verify verdict ({_NO_VERDICT})"
         elif no_read:
             out[key] = _no_read(metrics, prefix, "in the batch")
         elif key == "tie_rate":
@@ -197,7 +203,10 @@ def _scope_reasons(metrics: dict[str, Any], prefix: str, scope: str) -> dict[str
         if not n and unread:
             why = _no_read(metrics, prefix, where)
         elif not n:
-            why = f"no completion {where} has both a verifier score and a Math-Verify label"
+            why = (
+                f"no completion {where} has both a verifier score and a Math-Verify verdict "
+                f"({_NO_VERDICT})"
+            )
         elif key in _RATES and prefix + "threshold" in metrics and nan("threshold"):
             why = "no accept threshold yet (threshold=auto waits for correct and incorrect completions)"
         elif few := [

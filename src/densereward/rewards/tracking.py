@@ -144,6 +144,8 @@ class RewardQualityTracker:
         min_per_class: the fewest read completions of a class a metric that needs it is given
             from, per batch and in the window (:data:`~densereward.rewards.quality.MIN_PER_CLASS`;
             recorded as the record's ``min_per_class``).
+        unit: what the log calls one update: ``"step"`` (a training step) or ``"batch"`` (a
+            reward server's request; its records' ``step`` counts batches).
 
     The window, the auto threshold and the alarm live in memory; :meth:`state_dict` and
     :meth:`load_state_dict` carry them across a resume (the TRL callback saves them in each
@@ -170,6 +172,7 @@ class RewardQualityTracker:
         alarm: Any = True,
         length_setting: str = LENGTH_SETTING,
         min_per_class: int = MIN_PER_CLASS,
+        unit: str = "step",
     ) -> None:
         from ..config import resolve_threshold
         from ..errors import ConfigError
@@ -204,6 +207,7 @@ class RewardQualityTracker:
         self._format_warned = False  # the format warning of format_metrics is said once
         self.length_setting = length_setting
         self.min_per_class = min_per_class
+        self.unit = unit
         self._t0 = time.monotonic()
         # the labelled (score, label) pairs the auto threshold is chosen on (the last `history`)
         self._seen: tuple[deque[float], deque[float]] = (
@@ -310,7 +314,12 @@ class RewardQualityTracker:
             windowed = self._update_window(all_prompts, all_scores, all_correct, groups, all_read)
             if self.alarm is not None:
                 windowed.update(
-                    self.alarm.update(all_scores, all_correct, threshold=self.threshold, step=step)
+                    self.alarm.update(
+                        all_scores,
+                        all_correct,
+                        threshold=self.threshold,
+                        step=step if self.unit == "step" else None,
+                    )
                 )
         metrics = reward_quality_metrics(
             all_scores,
@@ -347,7 +356,8 @@ class RewardQualityTracker:
         if fresh:  # each metric once per run: one message per step, one line per reason
             self._explained.update(fresh)
             logger.warning(
-                "undefined at step %d, not logged while undefined (each said once):\n%s",
+                "undefined at %s %d, not logged while undefined (each said once):\n%s",
+                self.unit,
                 step,
                 "\n".join(
                     f"  {', '.join(self.prefix + k for k in keys)}: {why}"

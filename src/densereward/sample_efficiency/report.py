@@ -106,15 +106,22 @@ def run_final(curve: Sequence[Mapping[str, Any]], final_window: int) -> float:
     """A run's final performance: the mean of the last ``final_window`` points of its curve,
     leaving out a step-0 point (the untrained policy) when later points exist
     (:func:`final_points`; ``NaN`` for an empty curve). The one computation behind the report's
-    table, each run's ``result.json`` and the line printed when a run finishes.
+    table, each run's ``result.json`` and the line printed when a run finishes. Rounded to 12
+    decimals, so that a mean's float noise (``0.15000000000000002`` for 0.1 and 0.2) stays out
+    of ``result.json``.
 
+    >>> run_final([{"step": 1, "value": 0.1}, {"step": 2, "value": 0.2}], 2)
+    0.15
     >>> run_final([{"step": 0, "value": 0.0}, {"step": 1, "value": 0.5}, {"step": 2, "value": 1.0}], 2)
     0.75
     >>> run_final([{"step": 0, "value": 0.9}, {"step": 1, "value": 0.5}, {"step": 2, "value": 1.0}], 3)
     0.75
     """
     pts, _ = final_points(curve, final_window)
-    return final_performance([float(p["value"]) for p in pts], final_window) if pts else NAN
+    if not pts:
+        return NAN
+    value = final_performance([float(p["value"]) for p in pts], final_window)
+    return round(value, 12) if math.isfinite(value) else value
 
 
 COUNT_KEYS = {

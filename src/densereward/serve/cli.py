@@ -63,6 +63,7 @@ def build_service(config: dict[str, Any]) -> tuple[RewardService, Callable[[], N
                 history=serve.quality_history,
                 max_records=serve.quality_history,
                 length_setting=CLIENT_LENGTH_SETTINGS,
+                unit="batch",  # a server has requests, not training steps
             )
             if reward.track
             else None
