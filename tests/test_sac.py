@@ -94,7 +94,7 @@ def small_config(name: str, **training) -> dict:
 
 
 @pytest.mark.slow
-def test_checkpoint_and_resume_continue_the_run(tmp_path):
+def test_checkpoint_and_resume_continue_the_run(tmp_path, caplog):
     config = small_config("sac_fetchreach_sparse.yaml", total_timesteps=100, checkpoint_every=100)
     config["sac"].update({"learning_starts": 60, "batch_size": 32})
     first = sac.run(config, output_dir=tmp_path)
@@ -108,6 +108,12 @@ def test_checkpoint_and_resume_continue_the_run(tmp_path):
     saved = VecNormalize.load(str(norm_pkl), _dummy_venv())
     assert saved.obs_rms["observation"].count > 100  # statistics of the 100 steps, not fresh
     config["training"]["total_timesteps"] = 200
+    # rerun 11 F3: the resume's dry run names the checkpoint it continues from
+    said = "\n".join(sac.dry_run(config, output_dir=tmp_path, resume=True))
+    assert (
+        "continues from its newest checkpoint sac_100_steps.zip (step 100, with its replay "
+        "buffer); the curve rows" in said
+    ), said
     second = sac.run(config, output_dir=tmp_path, resume=True)
     assert second["env_steps"] == 200
     final = VecNormalize.load(str(tmp_path / "vecnormalize.pkl"), _dummy_venv())
@@ -119,6 +125,18 @@ def test_checkpoint_and_resume_continue_the_run(tmp_path):
     assert second["metric"] == "eval/success_rate" and 0.0 <= second["final"] <= 1.0
     with pytest.raises(ConfigError, match="no checkpoint"):
         sac.run(config, output_dir=tmp_path / "empty", resume=True)
+    # a checkpoint whose replay buffer is gone: said in the dry run and at the start, not silent
+    (tmp_path / "checkpoints" / "sac_replay_buffer_200_steps.pkl").unlink()
+    config["training"]["total_timesteps"] = 250
+    said = "\n".join(sac.dry_run(config, output_dir=tmp_path, resume=True))
+    gone = (
+        "no replay buffer beside it (sac_replay_buffer_<steps>_steps.pkl): SAC continues from an "
+        "empty buffer and learns again from new transitions only"
+    )
+    assert f"checkpoint sac_200_steps.zip (step 200, {gone})" in said, said
+    with caplog.at_level("WARNING", logger="densereward.trainers.sac"):
+        assert sac.run(config, output_dir=tmp_path, resume=True)["env_steps"] == 250
+    assert f"--resume from sac_200_steps.zip: {gone}" in caplog.messages, caplog.messages
 
 
 @pytest.mark.slow

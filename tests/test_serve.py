@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import threading
 import time
 import warnings
@@ -471,23 +472,36 @@ def test_a_sparse_server_says_once_that_the_verifier_reads_every_labelled_item(c
 
 
 def test_the_served_tracker_counts_batches_and_names_an_abstained_check(caplog):
-    """Rerun 10 F5: a reward server's tracker log said "undefined at step 1" (a server has
+    """Rerun 10 F5: a reward server's tracker log said "undefined at step 2" (a server has
     requests, not training steps), and a request whose label was sent but whose Math-Verify
-    check timed out was told "no completion in the batch has a Math-Verify label"."""
+    check timed out was told "no completion in the batch has a Math-Verify label". Rerun 11
+    F1: /metrics then still showed the earlier batch's verifier/pass_rate (0.5 beside the
+    latest batch's n_valid 0); it shows NaN for a metric the latest batch left undefined."""
+    from prometheus_client import generate_latest
+
     from densereward.serve.contracts import Item
+
+    def gauge(name: str) -> float:
+        text = generate_latest(service.metrics.registry).decode()
+        key = f'densereward_verifier_metric{{name="{name}"}} '
+        return float(next(ln for ln in text.splitlines() if ln.startswith(key)).split()[-1])
 
     config = {"reward": {"type": "sparse", "math_timeout_s": 1}, "serve": {"math_workers": 1}}
     service, close = build_service(config)
     try:
+        decided = [Item("What is 2+3?", "\\boxed{5}", "5"), Item("What is 2+3?", "\\boxed{6}", "5")]
+        assert asyncio.run(service.reward_batch(decided)) == [1.0, 0.0]
+        assert gauge("verifier/pass_rate") == 0.5
         huge = "\\boxed{9^{9^{9^{9}}}}"  # Math-Verify cannot decide it within 1 s
         with caplog.at_level("WARNING", logger="densereward.rewards.tracking"):
             got = asyncio.run(service.reward_batch([Item("What is 2+3?", huge, "5")]))
+        assert math.isnan(gauge("verifier/pass_rate")) and gauge("verifier/n_valid") == 0
     finally:
         close()
     assert got == [None]  # the check abstained: no reward, not a 0
     said = [r.getMessage() for r in caplog.records if r.name == "densereward.rewards.tracking"]
-    undefined = [m for m in said if m.startswith("undefined at")]
-    assert len(undefined) == 1 and undefined[0].startswith("undefined at batch 1,"), said
+    undefined = [m for m in said if "verifier/pass_rate" in m]
+    assert len(undefined) == 1 and undefined[0].startswith("undefined at batch 2,"), said
     assert (
         "verifier/pass_rate: no completion in the batch has a Math-Verify verdict (no "
         in (undefined[0])

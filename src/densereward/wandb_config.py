@@ -94,9 +94,11 @@ class WandbConfig:
         valid = [f.name for f in dataclasses.fields(cls)]
         unknown = sorted(set(section) - set(valid))
         if unknown:
+            from .sections import unknown_key_hints
+
             raise ConfigError(
-                f"unknown key(s) in section 'wandb': {', '.join(unknown)}; the keys are "
-                f"{', '.join(valid)}"
+                f"unknown key(s) in section 'wandb': {unknown_key_hints(unknown, valid)}; the "
+                f"keys are {', '.join(valid)}"
             )
         return cls(**section)
 

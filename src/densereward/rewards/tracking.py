@@ -283,7 +283,10 @@ class RewardQualityTracker:
             num_generations: GRPO group size, if known.
             trainer_state: TRL's ``TrainerState``; the record's ``step`` is
                 ``global_step + 1`` (the optimizer step these completions train).
-            log_metric: TRL's ``log_metric`` (defined metrics only; NaN is skipped).
+            log_metric: TRL's ``log_metric`` (defined metrics only; NaN is skipped), or a
+                callable with a true ``logs_undefined`` attribute, which gets the undefined
+                ones as NaN too (``densereward serve``'s Prometheus gauges: a gauge shows NaN
+                for a batch that left its metric undefined, not an earlier batch's value).
             log_extra: TRL's ``log_extra`` (adds ``score_name`` and ``ground_truth`` columns).
             score_name: Completions-table column for the scores.
             extra_metrics: further metrics to log and record with the same prefix (e.g. the
@@ -365,8 +368,9 @@ class RewardQualityTracker:
                 ),
             )
         if log_metric is not None:
+            every = getattr(log_metric, "logs_undefined", False)
             for k, v in metrics.items():
-                if not math.isnan(v):
+                if every or not math.isnan(v):
                     log_metric(k, v)
         if log_extra is not None:
             log_extra(score_name, [_nan_if_none(x) for x in scores])

@@ -184,8 +184,12 @@ class _Metrics:
         )
 
     def log_metric(self, name: str, value: float) -> None:
+        """Set the ``densereward_verifier_metric`` gauge of ``name``; NaN for a metric the
+        latest labelled batch left undefined (the tracker sends those too: logs_undefined)."""
         with contextlib.suppress(TypeError, ValueError):
             self.quality.labels(name=name).set(float(value))
+
+    log_metric.logs_undefined = True  # type: ignore[attr-defined]
 
 
 class RewardService:

@@ -350,14 +350,28 @@ CURVE_FILES = ("eval_curve.jsonl", "train_curve.jsonl", "verifier_dynamics.jsonl
 its checkpoint (:func:`densereward.io.drop_rows_after`)."""
 
 
+_NO_BUFFER = (
+    "no replay buffer beside it (sac_replay_buffer_<steps>_steps.pkl): SAC continues from an "
+    "empty buffer and learns again from new transitions only"
+)
+"""The words for a checkpoint whose replay buffer is missing (the dry run's and the start's)."""
+
+
 def _state_text(state: str, run_dir: Path, wandb_dir: Path) -> str:
     """The dry run's words for the run directory: what the run will do with it (``wandb_dir``:
     where W&B writes its runs, ``wandb.dir`` or the run directory)."""
     if state == "new":
         return "created when the run starts"
     if state == "resume":
+        which = "checkpoint"
+        if found := _checkpoint_models(run_dir / "checkpoints"):
+            steps, model = found[-1]
+            buffer = (run_dir / "checkpoints" / f"sac_replay_buffer_{steps}_steps.pkl").is_file()
+            which = f"checkpoint {model.name} (step {steps}, " + (
+                "with its replay buffer)" if buffer else f"{_NO_BUFFER})"
+            )
         return (
-            "continues from its newest checkpoint; the curve rows written after it are dropped, "
+            f"continues from its newest {which}; the curve rows written after it are dropped, "
             "monitor.csv keeps the episodes that ended by it and logs/progress.csv the dumps "
             "logged by it; the training curve's and the verifier's windows continue from it"
         )
@@ -816,6 +830,8 @@ def run(config: dict[str, Any], *, output_dir: Path, resume: bool = False) -> di
             model = SAC.load(latest[0], env=venv, device=tc.device)
             if latest[1] is not None:
                 model.load_replay_buffer(latest[1])
+            else:
+                logger.warning("--resume from %s: %s", latest[0].name, _NO_BUFFER)
             for name in CURVE_FILES:  # rows a stopped run wrote after its checkpoint
                 if dropped := drop_rows_after(run_dir / name, model.num_timesteps):
                     logger.warning(
