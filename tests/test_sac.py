@@ -965,6 +965,8 @@ def test_resume_keeps_the_episodes_before_the_checkpoint_in_monitor_csv_and_the_
     with caplog.at_level(logging.WARNING, logger="densereward.trainers.sac"):
         sac.run(config, output_dir=tmp_path, resume=True)  # from sac_200_steps.zip
     new_header, after = _monitor_rows(tmp_path)
+    # rerun 11: the header names the environment (SB3 wrote "None" for a DummyVecEnv)
+    assert header["env_id"] == new_header["env_id"] == "FetchReach-v4", (header, new_header)
     # the four episodes that ended by step 200, then the resumed run's six (300, 400, 500)
     assert len(after) == 10, after
     assert [r["is_success"] for r in after[:4]] == [r["is_success"] for r in before[:4]]

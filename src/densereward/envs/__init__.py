@@ -274,6 +274,7 @@ def make_vec_env(
         )
 
     venv = DummyVecEnv([thunk(i) for i in range(n_envs)])
+    venv.spec = venv.envs[0].spec  # VecMonitor's monitor.csv header names it ("env_id")
     success = reports_success(venv.envs[0], env_id)  # before the seeded first reset
     venv.seed(seed)
     if reward == VERIFIER_REWARD:
