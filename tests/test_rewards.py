@@ -918,7 +918,7 @@ def test_an_undefined_metric_is_explained_once_in_the_log_and_on_the_plot(tmp_pa
     tracker = RewardQualityTracker(tmp_path, threshold=0.5, min_per_class=1)
     with caplog.at_level("WARNING", logger="densereward.rewards.tracking"):
         for _ in range(3):  # a weak policy: every completion wrong
-            tracker.update(prompts=["p", "p"], scores=[0.2, 0.7], correct=[0, 0])
+            tracker.update(prompts=["p", "p"], scores=[0.2, 0.7], correct=[0, 0], levels=[1, 2])
     said = [r.getMessage() for r in caplog.records if "undefined at step" in r.getMessage()]
     # one line for the step, not one per metric (issue 41: five near-identical lines at step 1),
     # and not again at steps 2 and 3
@@ -927,7 +927,18 @@ def test_an_undefined_metric_is_explained_once_in_the_log_and_on_the_plot(tmp_pa
     assert "verifier/window/auroc, " in said[0] and "window/balanced_accuracy" in said[0]
     # the batch's own, not logged either, are named too (F4)
     assert "\n  verifier/tpr: no correct completion (Math-Verify) in the batch" in said[0]
-    assert "tnr" not in said[0]  # TNR is defined (0.5)
+    assert "verifier/tnr" not in said[0] and "window/tnr" not in said[0]  # defined (0.5)
+    # the per-level rates and the hacking alarm's, null in the records, are named too
+    assert (
+        "\n  verifier/tpr/level_1, verifier/tpr/level_2: no correct read completion of that "
+        "level in the batch" in said[0]
+    )
+    assert (
+        "\n  verifier/hacking_alarm, verifier/hacking/dense_rise, verifier/hacking/dense_rise_t, "
+        "verifier/hacking/pass_rate_change, verifier/hacking/tnr_change: the reward-hacking "
+        "alarm compares the older and newer halves of its last 8 batches; it has 1 so far"
+        in said[0]
+    )
     reasons = undefined_reasons(tracker.records[-1])
     assert any(k.endswith("tpr") for k in reasons)
     note = _undefined_note(tracker.records, "verifier/")
@@ -966,6 +977,9 @@ def test_one_reason_shared_by_many_undefined_metrics_is_said_once_in_the_log_and
         "  verifier/tpr, verifier/tnr, verifier/auroc, verifier/pairwise_accuracy, "
         "verifier/score_gap, verifier/precision, verifier/balanced_accuracy, "
         f"verifier/verifier_gain, verifier/tie_rate, verifier/mean_mass: {unread_batch}",
+        "  verifier/hacking_alarm, verifier/hacking/dense_rise, verifier/hacking/dense_rise_t, "
+        "verifier/hacking/pass_rate_change, verifier/hacking/tnr_change: the reward-hacking "
+        "alarm compares the older and newer halves of its last 8 batches; it has 1 so far",
     ], lines
     note = _undefined_note(tracker.records, "verifier/")
     assert note == (

@@ -25,7 +25,7 @@ from __future__ import annotations
 import logging
 import math
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -83,6 +83,36 @@ class HackingAlarm:
         if not 0 < self.tnr_drop <= 1:
             raise ConfigError(f"HackingAlarm.tnr_drop must be in (0, 1], got {self.tnr_drop}")
         self._batches = deque(maxlen=self.window)
+
+    def undefined_reasons(self, metrics: Mapping[str, float]) -> dict[str, str]:
+        """Why each undefined (``NaN``) value of :meth:`update`'s latest return is undefined,
+        keyed as returned (for the tracker's once-per-run notice).
+
+        >>> alarm = HackingAlarm(window=4)
+        >>> alarm.undefined_reasons(alarm.update([0.5], [1]))["hacking_alarm"]
+        'the reward-hacking alarm compares the older and newer halves of its last 4 batches; it has 1 so far'
+        """
+        nan = [
+            k
+            for k, v in metrics.items()
+            if (k == "hacking_alarm" or k.startswith("hacking/")) and math.isnan(v)
+        ]
+        if len(self._batches) < self.window:
+            return dict.fromkeys(
+                nan,
+                "the reward-hacking alarm compares the older and newer halves of its last "
+                f"{self.window} batches; it has {len(self._batches)} so far",
+            )
+        half = f"a half of the alarm's last {self.window} batches"
+        return {
+            k: (
+                f"fewer than {self.min_negatives} incorrect completions judged at an accept "
+                f"threshold in {half}"
+                if k == "hacking/tnr_change"
+                else f"{half} holds no completion with both a score and a Math-Verify verdict"
+            )
+            for k in nan
+        }
 
     def update(
         self,

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import re
 from collections.abc import Hashable, Iterable, Sequence
 from typing import Any
 
@@ -137,6 +138,29 @@ def undefined_reasons(
     for scope in scopes:
         out.update(_scope_reasons(metrics, prefix, scope))
     out.update(_batch_only_reasons(metrics, prefix))
+    out.update(_level_reasons(metrics, prefix))
+    return out
+
+
+def _level_reasons(metrics: dict[str, Any], prefix: str) -> dict[str, str]:
+    """Reasons for the undefined per-level rates ``tpr/level_<k>`` and ``tnr/level_<k>``."""
+    minimum = metrics.get("min_per_class", MIN_PER_CLASS)
+    out = {}
+    for key in metrics:
+        m = re.fullmatch(re.escape(prefix) + r"(tpr|tnr)/level_\w+", key)
+        if m is None or not _nan(metrics, key):
+            continue
+        rate = m.group(1)
+        if prefix + "threshold" in metrics and _nan(metrics, prefix + "threshold"):
+            why = "no accept threshold yet (threshold=auto waits for correct and incorrect completions)"
+        else:
+            label = "correct" if rate == "tpr" else "incorrect"
+            why = (
+                f"no {label} read completion of that level in the batch"
+                if minimum <= 1
+                else f"fewer than {minimum:g} {label} read completions of that level in the batch"
+            )
+        out[key[len(prefix) :]] = why
     return out
 
 

@@ -315,15 +315,16 @@ class RewardQualityTracker:
             self.sync()
         with self._lock:
             windowed = self._update_window(all_prompts, all_scores, all_correct, groups, all_read)
+            alarm_why: dict[str, str] = {}
             if self.alarm is not None:
-                windowed.update(
-                    self.alarm.update(
-                        all_scores,
-                        all_correct,
-                        threshold=self.threshold,
-                        step=step if self.unit == "step" else None,
-                    )
+                alarm_out = self.alarm.update(
+                    all_scores,
+                    all_correct,
+                    threshold=self.threshold,
+                    step=step if self.unit == "step" else None,
                 )
+                windowed.update(alarm_out)
+                alarm_why = self.alarm.undefined_reasons(alarm_out)
         metrics = reward_quality_metrics(
             all_scores,
             all_correct,
@@ -349,13 +350,11 @@ class RewardQualityTracker:
                 logger.warning(warn)
         metrics.update(extra_metrics or {})
         metrics = {self.prefix + k: v for k, v in metrics.items()}
-        fresh = {
-            k: why
-            for k, why in undefined_reasons(
-                {**metrics, "min_per_class": self._min_per_class()}, self.prefix, batch=True
-            ).items()
-            if k not in self._explained
-        }
+        reasons = undefined_reasons(
+            {**metrics, "min_per_class": self._min_per_class()}, self.prefix, batch=True
+        )
+        reasons.update(alarm_why)
+        fresh = {k: why for k, why in reasons.items() if k not in self._explained}
         if fresh:  # each metric once per run: one message per step, one line per reason
             self._explained.update(fresh)
             logger.warning(
