@@ -248,14 +248,16 @@ def test_the_dry_run_shows_a_system_prompt_that_is_not_the_default(tmp_path, cap
     assert main([*base, f"data.system_prompt={prompt}"]) == 0
     data = [line for line in capsys.readouterr().out.splitlines() if "ok  data:" in line]
     assert data == [
-        f"  ok  data: reasoning_gym task 'basic_arithmetic': 64 problems loaded; system prompt "
-        f"{prompt!r} (data.system_prompt)"
+        "  ok  data: reasoning_gym task 'basic_arithmetic': 64 problems loaded (data.size=64, "
+        f"generated with data.seed=0); system prompt {prompt!r} (data.system_prompt)"
     ]
     assert main([*base, "data.system_prompt=null"]) == 0
     out = capsys.readouterr().out
-    assert "64 problems loaded; no system prompt (data.system_prompt: None)" in out
+    assert "data.seed=0); no system prompt (data.system_prompt: None)" in out
     assert main(base) == 0  # the default prompt: not repeated
-    assert "64 problems loaded\n" in capsys.readouterr().out
+    assert (
+        "64 problems loaded (data.size=64, generated with data.seed=0)\n" in capsys.readouterr().out
+    )
 
 
 def _wandb_only():

@@ -139,7 +139,12 @@ def check_source(cfg: DataConfig) -> tuple[str | None, str | None]:
     src = cfg.path or cfg.source
     if kind != "hub":
         rows, dropped, capped = _load_rows(cfg)
-        return f"data: {_what(cfg)}: {capped or f'{len(rows)} problems loaded'}", dropped
+        made = (
+            f" (data.size={cfg.size}, generated with data.seed={cfg.seed})"
+            if kind == "reasoning_gym" and not capped
+            else ""
+        )
+        return f"data: {_what(cfg)}: {capped or f'{len(rows)} problems loaded{made}'}", dropped
     line = f"data: Hub id {src!r} (split {cfg.split!r}) -- NOT downloaded"
     from huggingface_hub import constants
 
