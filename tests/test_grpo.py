@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
-from test_wandb_config import offline_run
+from test_wandb_config import kill_wandb_core_during, offline_run
 
 from densereward.errors import ConfigError
 
@@ -1207,3 +1207,26 @@ def test_a_run_stopped_in_its_first_step_keeps_its_directory_and_says_so(
         "its files"
     )
     assert (run_dir / "config.json").is_file()
+
+
+@pytest.mark.slow  # a 6-step GRPO run of the embedded policy through the command line (~40 s)
+def test_train_grpo_goes_on_without_wandb_when_its_service_ends_and_says_so_once(tmp_path):
+    """Rerun 11 F2's GRPO twin: W&B's service process (wandb-core) killed during a run made
+    TRL's profiling wandb.log raise ConnectionResetError out of training ("internal error
+    ... This is a bug", exit 1) and W&B's exit hook print a traceback. The run goes on without
+    W&B now, saying so once, and finishes (exit 0, every step in result.json)."""
+    import yaml
+
+    config = _two_step_config()
+    config["training"].update(max_steps=6, save_steps=2, logging_steps=1)
+    config["wandb"] = {"enabled": True, "mode": "offline"}
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(config))
+    run_dir = tmp_path / "run"
+    argv = ["train", "grpo", "--config", str(path), "--output-dir", str(run_dir)]
+    said, _ = kill_wandb_core_during(
+        argv, (run_dir / "checkpoint-2").is_dir, TRANSFORMERS_OFFLINE="1"
+    )
+    assert "the W&B service (wandb-core) ended during the run at step " in said
+    result = json.loads((run_dir / "result.json").read_text())
+    assert result["curve"][-1]["step"] == 6, result["curve"]

@@ -200,22 +200,21 @@ def _train_sac_stopped_by_sigterm(
 ) -> str:
     """Start `densereward train sac` (FetchReach sparse, 100000 steps) in a subprocess with
     ``overrides``, send SIGTERM once ``ready()`` holds, and return its stderr (exit 143)."""
-    import densereward
+    from test_wandb_config import cli_process
 
-    src = str(Path(densereward.__file__).parents[1])  # the densereward under test
-    pythonpath = os.pathsep.join([src, os.environ.get("PYTHONPATH", "")])
-    env = dict(os.environ, PYTHONPATH=pythonpath, **env_vars)
     yaml_path = str(REPO / "configs" / "sac_fetchreach_sparse.yaml")
-    cmd = [sys.executable, "-m", "densereward.cli", "train", "sac", "--config", yaml_path]
-    cmd += [
-        *("--output-dir", str(run_dir), "--total-timesteps", "100000"),
-        "training.curve_every=25",
-        "training.eval_every=0",
-        "sac.learning_starts=40",
-        "sac.batch_size=16",
-        *overrides,
-    ]
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = cli_process(
+        [
+            *("train", "sac", "--config", yaml_path),
+            *("--output-dir", str(run_dir), "--total-timesteps", "100000"),
+            "training.curve_every=25",
+            "training.eval_every=0",
+            "sac.learning_starts=40",
+            "sac.batch_size=16",
+            *overrides,
+        ],
+        **env_vars,
+    )
     try:
         deadline = time.monotonic() + 300
         while time.monotonic() < deadline and proc.poll() is None and not ready():

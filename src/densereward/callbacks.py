@@ -40,6 +40,7 @@ from .io import append_jsonl
 from .metrics.classification import balanced_accuracy, best_threshold, tnr, tpr
 from .metrics.progress import value_order_correlation
 from .progress_reward import VerifierCallStats
+from .wandb_config import WandbService
 
 __all__ = [
     "VerifierDynamicsCallback",
@@ -790,10 +791,15 @@ class WandbOutputFormat(KVWriter):
 
     Args:
         run: an initialised ``wandb`` run (``wandb.init(...)``; offline mode works).
+        service: a :class:`densereward.wandb_config.WandbService` watching the run's W&B
+            service: once it has ended, the values are no longer sent (one warning says so)
+            and the other outputs go on; ``None``: a ``ConnectionError`` of ``run.log``
+            propagates.
     """
 
-    def __init__(self, run: Any) -> None:
+    def __init__(self, run: Any, service: WandbService | None = None) -> None:
         self.run = run
+        self.service = service
 
     def write(
         self, key_values: dict[str, Any], key_excluded: dict[str, Any], step: int = 0
@@ -803,7 +809,9 @@ class WandbOutputFormat(KVWriter):
             for k, v in key_values.items()
             if isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, bool)
         }
-        if data:
+        if data and self.service is not None:
+            self.service.call(int(step), self.run.log, data, step=int(step))
+        elif data:
             self.run.log(data, step=int(step))
 
     def close(self) -> None:

@@ -13,11 +13,19 @@ The earlier shapes are refused with the key to use (:func:`refuse_old_keys`):
 ``wandb.project``, ``wandb`` in ``training.report_to`` (GRPO) -> ``wandb.enabled``. Refused,
 not translated: a translation would keep three shapes alive in the code and the docs, and the
 fix is one line the error names.
+
+W&B writes through a service process it starts beside the run (``wandb-core``). When that
+process ends during a run (killed, crashed, the OOM killer), every W&B call raises
+``ConnectionError`` ("Connection lost"); :class:`WandbService` turns that into one warning and
+a run that goes on without W&B: W&B is the run's observer, not its record (the run's own files,
+its checkpoints and summary stay complete), so losing it must not end hours of training.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import logging
 import os
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
@@ -29,14 +37,22 @@ from .errors import ConfigError
 from .io import configure_wandb, wandb_key_configured
 
 __all__ = [
+    "SERVICE_LOST",
     "WandbConfig",
+    "WandbService",
     "describe_wandb",
     "refuse_old_keys",
     "restored_environ",
     "wandb_environment",
 ]
 
+logger = logging.getLogger(__name__)
+
 MODES = ("auto", "online", "offline", "disabled")
+
+SERVICE_LOST: tuple[type[Exception], ...] = (ConnectionError,)
+"""What a W&B call raises once W&B's service process (``wandb-core``) has ended:
+``ConnectionResetError`` ("Connection lost") or ``BrokenPipeError`` on the socket to it."""
 
 
 @dataclass(frozen=True)
@@ -207,3 +223,114 @@ def describe_wandb(w: WandbConfig, run_dir: str | Path) -> str:
         f"{w.group or '(none)'}, name {w.name or run_dir.name}, tags {list(w.tags)}, mode {mode}, "
         f"dir {w.dir_for(run_dir)}"
     )
+
+
+class WandbService:
+    """One run's W&B calls, watched for the end of W&B's service process (``wandb-core``).
+
+    When a call raises :data:`SERVICE_LOST` (the service was killed, crashed or met the OOM
+    killer), :meth:`lost` warns once (the service, the step, what the run keeps), tears W&B
+    down quietly (its exit hook, which would print a 30-line traceback at exit, is removed)
+    and every later call is skipped: the run goes on without W&B.
+
+    Args:
+        run_dir: the run directory (named in the warning as what stays complete).
+        wandb_dir: where W&B writes this run's files (``WANDB_DIR``: ``wandb.dir`` or the run
+            directory).
+        unit: what a step counts, in words (``"environment step"``, ``"step"``).
+
+    Attributes:
+        lost_at: the step at which the service was found gone, ``None`` while it answers.
+    """
+
+    def __init__(self, run_dir: str | Path, wandb_dir: str | Path, *, unit: str = "step") -> None:
+        self.run_dir = Path(run_dir)
+        self.wandb_dir = Path(wandb_dir)
+        self.unit = unit
+        self.lost_at: int | None = None
+        self._finishing = False
+
+    def call(self, step: int, fn: Any, /, *args: Any, **kwargs: Any) -> bool:
+        """Run ``fn(*args, **kwargs)`` (a W&B call, at the run's ``step``) unless the service
+        is gone; ``False`` when it was gone or went now (then :meth:`lost` said so)."""
+        if self.lost_at is not None:
+            return False
+        try:
+            fn(*args, **kwargs)
+        except SERVICE_LOST as exc:
+            self.lost(exc, step)
+            return False
+        return True
+
+    def lost(self, exc: BaseException, step: int) -> None:
+        """Say once that the service ended (found at ``step``) and tear W&B down quietly."""
+        if self.lost_at is not None:
+            return
+        self.lost_at = int(step)
+        when, then = (
+            ("before the run could finish its W&B run, found", "that W&B run stays unfinished")
+            if self._finishing
+            else ("during the run", "W&B logging stops there and the run goes on without W&B")
+        )
+        logger.warning(
+            "the W&B service (wandb-core) ended %s at %s %d (%s: %s): %s; the run's own files "
+            "in %s stay complete, W&B's files for this run (under %s) end at that step and may "
+            "be incomplete (wandb.enabled=false runs without W&B)",
+            when,
+            self.unit,
+            self.lost_at,
+            type(exc).__name__,
+            exc,
+            then,
+            self.run_dir,
+            self.wandb_dir / "wandb",
+        )
+        _drop_dead_service()
+
+    def guard_log(self, step: Any) -> None:
+        """Route W&B's module-level ``wandb.log`` of the current run (TRL's profiling, its
+        completion tables and transformers' ``WandbCallback`` call it) through :meth:`call`;
+        ``step()`` gives the run's step. Finishing the run (``wandb.finish``, or the teardown
+        after a lost service) puts W&B's own back."""
+        import wandb
+
+        log = wandb.log
+
+        def guarded(*args: Any, **kwargs: Any) -> None:
+            self.call(int(step()), log, *args, **kwargs)
+
+        wandb.log = guarded
+
+    def finish(self, run: Any, *, step: int) -> None:
+        """Finish ``run`` (``None``: W&B's current run, if any) and reset W&B's process-wide
+        state for a next run in this process (``wandb.teardown``); nothing after a lost
+        service (:meth:`lost` did the reset). A service found gone here is said once too."""
+        import wandb
+
+        self._finishing = True
+        if self.lost_at is None:
+            run = run if run is not None else wandb.run
+            if run is not None and not self.call(step, run.finish):
+                return  # lost() tore W&B down
+            self.call(step, wandb.teardown)
+
+
+def _drop_dead_service() -> None:
+    """Tear down W&B's connection to a service that has ended: ``wandb.teardown`` removes W&B's
+    exit hook first and then fails to reach the service (quiet), the dead run's capture of
+    stdout and stderr (each line sent to the service) is removed, and the dead run stops being
+    W&B's current run (``wandb.run``), so TRL's and a next run's ``wandb.run`` checks skip it.
+    The private parts are guarded: another W&B version loses only the extra quiet."""
+    import wandb
+
+    run = wandb.run
+    with contextlib.suppress(*SERVICE_LOST):
+        wandb.teardown()
+    with contextlib.suppress(Exception):
+        run._restore()  # what run.finish() would have done with the console capture
+    try:
+        from wandb.sdk.lib import module
+
+        module.unset_globals()
+    except (ImportError, AttributeError):  # another W&B layout: at least no current run
+        wandb.run = None

@@ -52,7 +52,12 @@ from densereward.io import (
     wandb_run_id,
 )
 from densereward.verifier import VerifierFactory
-from densereward.wandb_config import describe_wandb, restored_environ, wandb_environment
+from densereward.wandb_config import (
+    WandbService,
+    describe_wandb,
+    restored_environ,
+    wandb_environment,
+)
 
 from .checks import check_models, check_verifier_server, name_base_model, print_dry_run
 from .grpo_config import (  # noqa: F401  (re-exported: the config is part of this trainer's API)
@@ -676,6 +681,8 @@ def run(
 
     # W&B (offline without a key) and the policy.
     trainer, wandb_env = None, contextlib.ExitStack()
+    # W&B's service process ending mid-run: one warning, and the run goes on without W&B
+    wandb_service = WandbService(run_dir, parts["wandb"].dir_for(run_dir))
     try:
         if wandb_env.enter_context(wandb_environment(parts["wandb"], run_dir)) is not None:
             wandb_env.enter_context(_wandb_run_id(run_dir, resume, main_process))
@@ -691,7 +698,8 @@ def run(
             if (error := training_error(exc, parts["training"])) is None:
                 raise
             raise error from exc
-        trainer.add_callback(_ConfigToWandb(redact(config, secrets)))
+        _guard_wandb_callbacks(trainer, wandb_service)
+        trainer.add_callback(_ConfigToWandb(redact(config, secrets), wandb_service))
         name_base_model(trainer, parts["model"].name)  # the model card names the embedded model
         trainer.add_callback(RewardQualityCallback(tracker))  # writes the plot when training ends
         heldout = HeldoutEvaluator(parts["heldout"], args, dataset["problem"], trainer)
@@ -752,7 +760,7 @@ def run(
             and reward_funcs[0].checker is not None
         ):
             reward_funcs[0].checker.close()
-        _finish_wandb()
+        _finish_wandb(wandb_service, int(trainer.state.global_step) if trainer is not None else 0)
         wandb_env.close()
 
     plot = tracker.plot_path if tracker.plot_path and tracker.plot_path.is_file() else None
@@ -907,23 +915,58 @@ def _curve(records: list[dict[str, Any]], trainer: Any) -> list[dict[str, Any]]:
     ]
 
 
-def _finish_wandb() -> None:
+def _finish_wandb(service: WandbService, step: int) -> None:
+    """Finish W&B's current run, if any, and reset W&B's process-wide settings, so a next run
+    in this process (densereward compare, tests) reads its own WANDB_DIR / mode instead of this
+    run's; after W&B's service ended (``service.lost_at``) only the reset, quietly."""
     try:
-        import wandb
-
-        if wandb.run is not None:
-            wandb.finish()
-        # Reset W&B's process-wide settings, so a next run in this process (densereward compare,
-        # tests) reads its own WANDB_DIR / mode instead of this run's.
-        wandb.teardown()
+        import wandb  # noqa: F401 - without W&B there is nothing to finish
     except ImportError:
-        pass
+        return
+    service.finish(None, step=step)
+
+
+class _GuardedCallback:
+    """A W&B ``TrainerCallback`` (transformers' ``WandbCallback``) whose events go through
+    ``service`` (:class:`~densereward.wandb_config.WandbService`): once W&B's service process
+    has ended, an event's ``ConnectionError`` is said once and the later events are skipped,
+    instead of ending the training. Other attributes are the callback's own."""
+
+    def __init__(self, callback: Any, service: WandbService) -> None:
+        self.callback = callback
+        self.service = service
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self.callback, name)
+        if not (name.startswith("on_") and callable(attr)):
+            return attr
+
+        def event(args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            done = self.service.call(int(state.global_step), attr, args, state, control, **kwargs)
+            if name == "on_train_begin" and done:
+                import wandb
+
+                if wandb.run is not None:  # the callback started it: TRL's wandb.log goes too
+                    self.service.guard_log(lambda: state.global_step)
+
+        return event
+
+
+def _guard_wandb_callbacks(trainer: Any, service: WandbService) -> None:
+    """Route the events of ``trainer``'s W&B callback (``report_to`` with ``wandb``) through
+    ``service``, so a run goes on without W&B when W&B's service process ends."""
+    from transformers.integrations import WandbCallback
+
+    callbacks = trainer.callback_handler.callbacks
+    for i, callback in enumerate(callbacks):
+        if isinstance(callback, WandbCallback):
+            callbacks[i] = _GuardedCallback(callback, service)
 
 
 class _ConfigToWandb:
     """Adds the (redacted) densereward config to the W&B run beside TRL's GRPOConfig."""
 
-    def __new__(cls, config: dict[str, Any]):
+    def __new__(cls, config: dict[str, Any], service: WandbService):
         from transformers import TrainerCallback
 
         class _Cb(TrainerCallback):
@@ -932,7 +975,9 @@ class _ConfigToWandb:
                     import wandb
 
                     if wandb.run is not None:
-                        wandb.config.update({"densereward": config}, allow_val_change=True)
+                        update = wandb.config.update
+                        step = int(state.global_step)
+                        service.call(step, update, {"densereward": config}, allow_val_change=True)
                 except ImportError:
                     pass
 

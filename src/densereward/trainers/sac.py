@@ -87,7 +87,7 @@ from densereward.io import (
 )
 
 from ..backend_options import loads_model
-from ..wandb_config import describe_wandb, wandb_environment
+from ..wandb_config import WandbService, describe_wandb, wandb_environment
 from .checks import check_model, check_verifier_server, print_dry_run, verifier_reads_images
 from .sac_config import (  # noqa: F401  (re-exported: the config is part of this trainer's API)
     EVAL_REWARD_LABELS,
@@ -898,13 +898,15 @@ def run(config: dict[str, Any], *, output_dir: Path, resume: bool = False) -> di
     if tc.verbose:
         formats.append(make_output_format("stdout", str(run_dir / "logs")))
     wandb_run, wandb_env = None, contextlib.ExitStack()
+    # W&B's service process ending mid-run: one warning, and the run goes on without W&B
+    wandb_service = WandbService(run_dir, cfg.wandb.dir_for(run_dir), unit="environment step")
     if wandb_env.enter_context(wandb_environment(cfg.wandb, run_dir)) is not None:
         import wandb
 
         run_id = wandb_run_id(run_dir, reuse=True)  # a fresh start removed the file
         # project, entity, group, name, tags, mode and dir come from the environment just set
         wandb_run = wandb.init(id=run_id, resume="allow", config=config)
-        formats.append(WandbOutputFormat(wandb_run))
+        formats.append(WandbOutputFormat(wandb_run, wandb_service))
     model.set_logger(Logger(str(run_dir / "logs"), formats))
 
     # 5. callbacks: reward quality (threshold auto: Youden's J of earlier episodes), replay
@@ -1036,17 +1038,15 @@ def run(config: dict[str, Any], *, output_dir: Path, resume: bool = False) -> di
         }
         atomic_write_json(run_dir / "summary.json", summary)
         if wandb_run is not None:
-            wandb_run.summary.update({k: v for k, v in metrics.items() if v == v})
+            summary_values = {k: v for k, v in metrics.items() if v == v}
+            wandb_service.call(model.num_timesteps, wandb_run.summary.update, summary_values)
         return summary
     finally:
         venv.close()
         if eval_venv is not None:
             eval_venv.close()
-        if wandb_run is not None:
-            wandb_run.finish()
-            import wandb
-
-            wandb.teardown()  # reset process-wide W&B settings for the next run in this process
+        if wandb_run is not None:  # and reset W&B's process-wide settings for a next run
+            wandb_service.finish(wandb_run, step=model.num_timesteps)
         wandb_env.close()  # W&B's environment as it was before this run
         if verifier is not None and hasattr(verifier, "close"):
             verifier.close()
