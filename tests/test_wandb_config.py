@@ -7,6 +7,7 @@ project, group, name and tags."""
 from __future__ import annotations
 
 import os
+import re
 import struct
 from pathlib import Path
 
@@ -50,7 +51,11 @@ def test_the_section_is_validated_in_one_place():
     w = WandbConfig.from_section({"project": "p", "group": "g", "tags": ["a", "b"]})
     assert (w.project, w.group, w.tags, w.enabled, w.mode) == ("p", "g", ("a", "b"), True, "auto")
     with pytest.raises(
-        ConfigError, match=f"unknown key\\(s\\) in section 'wandb': projekt; the keys are {W_KEYS}"
+        ConfigError,
+        match=re.escape(
+            "unknown key(s) in section 'wandb': 'projekt' (did you mean 'project'?); the keys are "
+            f"{W_KEYS}"
+        ),
     ):
         WandbConfig.from_section({"projekt": "p"})
     with pytest.raises(
