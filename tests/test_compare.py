@@ -186,7 +186,14 @@ def test_analyze_and_report_on_synthetic_curves(tmp_path):
         and "not reached (0/4 reached >= 0.8)" in md
         and "dense beats flat" in md
     )
-    assert "dense beats flat (AUC)" in md and "; final: P(dense > flat) = " in md
+    assert "dense beats flat (AUC)" in md  # rerun 13 F1: the final P says it is not the verdict's
+    assert (
+        "; final performance (shown, not the verdict's score: primary=auc): P(dense > flat) = "
+        in md
+    )
+    assert "The verdict is on one score, the comparison's `primary` (auc: the area under" in md
+    # rerun 13 F2: "the last 3 points" while a run with step 0 left out rests on fewer
+    assert "points (`final_window`) of each run's" in md and "fewer where a curve has fewer" in md
     # a verdict on final performance states its P once (the report repeated it)
     a3 = C.analyze(
         {"flat": _synthetic_runs(5000), "dense": _synthetic_runs(200)},

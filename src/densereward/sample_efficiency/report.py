@@ -701,6 +701,16 @@ def curve_points_are(run_metrics: Iterable[str]) -> str:
     return kinds.pop() if len(kinds) == 1 else "curve points"
 
 
+def _primary_words(analysis: Mapping[str, Any]) -> str:
+    """The verdicts' score in words, from the analysis' pairs (``"auc: the area under the
+    learning curve"``)."""
+    score = next((p["score"] for p in analysis.get("pairs", [])), "auc")
+    return {
+        "auc": "auc: the area under the learning curve",
+        "final": "final: final performance",
+    }.get(score, score)
+
+
 def render_report(
     analysis: Mapping[str, Any],
     *,
@@ -793,7 +803,8 @@ def render_report(
         also = (  # the verdict states its own score; the final-performance P only if it is another
             ""
             if p["score"] == "final" or not p.get("enough_runs", True)
-            else f"; final: P({p['a']} > {p['b']}) = {_ci_text(p['p_improvement']['final'], 2)}"
+            else f"; final performance (shown, not the verdict's score: primary={p['score']}): "
+            f"P({p['a']} > {p['b']}) = {_ci_text(p['p_improvement']['final'], 2)}"
         )
         lines.append(f"- {p['verdict']}{also}")
     if missing:
@@ -843,8 +854,9 @@ def render_report(
         "## Method",
         "",
         *[f"- Curve (`{metric}`): {src}." for src in curve_sources],
-        f"- Final performance: mean of the last {final_window} points of each run's `{metric}` curve; "
-        "a step-0 point (the untrained policy) is left out when a later point exists, and a run "
+        f"- Final performance: mean of the last {final_window} points (`final_window`) of each "
+        f"run's `{metric}` curve, fewer where a curve has fewer: a step-0 point (the untrained "
+        "policy) is left out when a later point exists, and a run "
         "with only a step-0 point rests on the untrained policy, which the table says "
         '("final rests on": the steps of those points and the completions or episodes behind '
         "them, where the curve counts them, summed over the condition's runs"
@@ -869,7 +881,9 @@ def render_report(
         "`rliable.metrics.probability_of_improvement`) with rliable's independent stratified "
         "bootstrap (`StratifiedIndependentBootstrap`); "
         f"X beats Y when the CI's lower bound is above 0.5, given at least {MIN_RUNS_FOR_A_VERDICT} "
-        "runs a side (with fewer no ordering of the runs is significant at 5 %: no verdict).",
+        "runs a side (with fewer no ordering of the runs is significant at 5 %: no verdict). "
+        f"The verdict is on one score, the comparison's `primary` ({_primary_words(analysis)}); "
+        "the other score's P is shown beside it, without a verdict.",
         f"- Steps to threshold: the first {point} at or above the threshold; the median counts "
         "runs that never reached it as infinite."
         + (
