@@ -1656,3 +1656,35 @@ def test_the_reach_rule_takes_the_whole_window_when_it_is_smaller():
     a = C.analyze({"x": [{"seed": 0, "curve": evals}]}, budget=300, threshold=0.5, n_bootstrap=50)
     st = a["conditions"]["x"]["steps_to_threshold"]
     assert st["per_seed"] == {"0": 100.0} and st["min_episodes"] is None and st["set_aside"] == []
+
+
+def test_curves_that_meet_on_a_stretch_are_both_visible(tmp_path, monkeypatch):
+    """Rerun 13 F3: two conditions whose curves are equal on a stretch (both 0 until one
+    rises) were drawn with one width, so the later line hid the earlier one there and the
+    earlier condition seemed to start where they part. Each later solid line is thinner now,
+    so the earlier one's edges stay visible where they meet."""
+    import matplotlib.axes
+
+    a = C.analyze(
+        {
+            "sparse": _synthetic_runs(5000),
+            "env": _synthetic_runs(600),
+            "dense": _synthetic_runs(200),
+        },
+        budget=1000,
+        threshold=0.8,
+        n_bootstrap=50,
+    )
+    assert not a["coinciding"]  # equal on a stretch only: not drawn dashed
+    widths = []
+    real_plot = matplotlib.axes.Axes.plot
+
+    def plot(ax, *args, **kwargs):
+        if "label" in kwargs:  # a condition's mean line (markers and held stretches have none)
+            widths.append((kwargs["label"].split(" ")[0], kwargs.get("linewidth")))
+        return real_plot(ax, *args, **kwargs)
+
+    monkeypatch.setattr(matplotlib.axes.Axes, "plot", plot)
+    C.plot_curves(a, tmp_path / "c.png", metric="m", x_label="steps", threshold=None, title="t")
+    assert [name for name, _ in widths] == ["sparse", "env", "dense"]
+    assert widths[0][1] > widths[1][1] > widths[2][1] >= 1.2, widths

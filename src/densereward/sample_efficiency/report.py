@@ -921,7 +921,9 @@ def plot_curves(
     A condition whose runs have at most :data:`MAX_POINTS_MARKED` points each is marked at its
     measured steps; conditions with identical mean curves (``analysis["coinciding"]``) are said
     to coincide in the title and the later ones drawn dashed (markers ``x``) over the first, so
-    none hides under another; a plot with a condition of fewer than :data:`MIN_RUNS_FOR_A_VERDICT` runs
+    none hides under another; each later solid line is drawn thinner than the ones before it,
+    so a stretch where two curves meet shows both colours (a later line leaves the earlier
+    one's edges visible); a plot with a condition of fewer than :data:`MIN_RUNS_FOR_A_VERDICT` runs
     carries a red "too few runs for a verdict" banner (the console and the report say the same).
     Needs matplotlib (``pip install densereward[plots]``).
     """
@@ -938,6 +940,7 @@ def plot_curves(
         for g in analysis.get("coinciding") or []
         for name in g["conditions"][1:]
     }
+    n_solid = 0  # solid lines drawn so far: each later one thinner (rerun 13 F3)
     for cname, c in analysis["conditions"].items():
         if c.get("curve") is None:
             continue
@@ -952,8 +955,9 @@ def plot_curves(
             mean[measured],
             label=label,
             linestyle="--" if cname in under else "-",
-            linewidth=1.5 if cname in under else 2.0,
+            linewidth=1.5 if cname in under else max(1.2, 4.0 - 1.3 * n_solid),
         )
+        n_solid += cname not in under
         if (
             0
             < max((int(r.get("n_points") or 0) for r in c["runs"]), default=0)
@@ -968,7 +972,7 @@ def plot_curves(
                 np.interp(at, grid, mean),
                 "x" if cname in under else "o",
                 color=line.get_color(),
-                markersize=6 if cname in under else 5,
+                markersize=6 if cname in under else line.get_linewidth() + 3,
             )
         if 0 < c["n_runs"] < MIN_RUNS_FOR_A_VERDICT:
             few.append(f"{cname} n={c['n_runs']}")
