@@ -291,6 +291,11 @@ def _serve_command(tmp_path, verifier_url: str, port: int, shutdown_timeout_s: f
         f"{{base_url: [{verifier_url}], timeout_s: 30, max_retries: 0}}}}\n"
         f"serve: {{shutdown_timeout_s: {shutdown_timeout_s}, require_labels: false}}\n"
     )
+    return _start_serve(cfg, port)
+
+
+def _start_serve(cfg, port: int, wait_s: float = 120):
+    """``densereward serve --config cfg --port port`` in a subprocess, once /health answers."""
     proc = subprocess.Popen(
         [
             sys.executable,
@@ -307,7 +312,7 @@ def _serve_command(tmp_path, verifier_url: str, port: int, shutdown_timeout_s: f
         text=True,
         env={**os.environ, "HF_HUB_OFFLINE": "1"},
     )
-    deadline = time.monotonic() + 120
+    deadline = time.monotonic() + wait_s
     while time.monotonic() < deadline:
         try:
             if httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200:
@@ -750,3 +755,47 @@ def test_a_read_after_close_warns_unless_the_closer_abandoned_it(caplog, abandon
         assert "verifier backend failed on 1 prompt(s)" in closed[0].getMessage()
     with pytest.raises(BackendClosedError):
         verifier.backend.next_token_logprobs([], ["A"])
+
+
+@pytest.mark.slow  # the embedded SmolLM2 loaded in a served subprocess (~30 s)
+def test_sigterm_during_an_in_process_read_ends_the_command_with_0_not_an_abort(tmp_path):
+    """Rerun 14 F1: ``serve`` with the in-process verifier, SIGTERMed 3 s into a 12-candidate
+    /rank with serve.shutdown_timeout_s=1: the drain cut the rank off (503) and closing the
+    verifier waited out its 5 s while the cut-off forward pass ran on; the interpreter's
+    teardown under it then aborted ("terminate called without an active exception", exit 134,
+    2 of 2). The command ends at once instead, its logs flushed, with status 0."""
+    cfg = tmp_path / "serve.yaml"
+    cfg.write_text(
+        "reward: {type: sparse, track: false}\n"
+        "verifier: {backend: transformers, calibrate: false, batch_size: 12, backend_options: "
+        "{device: cpu, dtype: float32}}\n"
+        "serve: {shutdown_timeout_s: 1, require_labels: false}\n"
+    )
+    port = free_port()
+    proc = _start_serve(cfg, port, wait_s=180)
+    try:
+        out: dict = {}
+        long = " ".join(["First add the two numbers, then check the sum carefully."] * 12)
+        body = {
+            "problem": "What is 7+5?",
+            "candidates": [f"{long} The answer is \\boxed{{{k}}}." for k in range(6, 18)],
+            "pivots": 3,
+        }
+
+        def send() -> None:
+            out["resp"] = httpx.post(f"http://127.0.0.1:{port}/rank", json=body, timeout=120)
+
+        t = threading.Thread(target=send, daemon=True)
+        t.start()
+        time.sleep(3)  # the rank's reads run in the backend
+        proc.send_signal(signal.SIGTERM)
+        rc = proc.wait(timeout=120)
+        t.join(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    text = proc.stdout.read() if proc.stdout else ""
+    assert rc == 0, (rc, text)
+    assert "terminate called" not in text and "Traceback" not in text, text
+    assert out["resp"].status_code == 503, out["resp"].text
+    assert "SIGTERM: draining" in text and "cut off 1 request(s)" in text, text

@@ -455,6 +455,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                 finished_before_stop_signal(status, f"densereward {what}")
         if args.command in _STOPPABLE and (late := late_stop_signal()) is not None:
             print(late_signal_line(late, f"densereward {what}", status), file=sys.stderr)
+        if argv is None and getattr(args, "end_at_once", False):  # serve left a call running
+            logging.shutdown()
+            for stream in (sys.stdout, sys.stderr):
+                with contextlib.suppress(Exception):
+                    stream.flush()
+            os._exit(status)
         return status
     except DenseRewardError as err:
         print(f"densereward: error: {err}", file=sys.stderr)

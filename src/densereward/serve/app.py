@@ -218,6 +218,10 @@ class RewardService:
         self.verifier = verifier
         self.config = config
         self.labels_why = "serve.require_labels=true"
+        self.left_running = False
+        """True once the shutdown stopped waiting for the verifier's close (a call the drain
+        cut off still runs in the backend): the console command then ends the process at once,
+        since tearing the runtime down under a running forward pass aborts it (SIGABRT)."""
         """Why labels are required, for the refusal's message (set by the CLI's build)."""
         self.metrics = _Metrics()
         self.drain = Drain(config.shutdown_timeout_s)
@@ -510,8 +514,12 @@ def make_app(service: RewardService, *, on_close: Callable[[], None] | None = No
                     await asyncio.wait_for(
                         asyncio.to_thread(on_close), max(service.drain.left(), 5.0)
                     )
-                except asyncio.TimeoutError:
-                    logger.warning("serve: closing the verifier did not finish; left behind")
+                except asyncio.TimeoutError:  # a cut-off call still runs in the backend
+                    service.left_running = True
+                    logger.warning(
+                        "serve: closing the verifier did not finish: a call the drain cut off "
+                        "still runs in it; the server ends without waiting for it"
+                    )
 
     routes = [
         Route(path, endpoint(name, protocol), methods=["POST"])

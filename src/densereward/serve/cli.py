@@ -249,4 +249,9 @@ def main(args: argparse.Namespace) -> int:
         "(POST /get_reward /slime /score /rank; GET /health /metrics)",
         flush=True,
     )
-    return run_server(app, serve, app.state.service.drain)
+    status = run_server(app, serve, app.state.service.drain)
+    # a forward pass the drain cut off still runs: the interpreter's teardown under it aborts
+    # the process ("terminate called without an active exception", exit 134), so the console
+    # command ends it at once, its logs flushed (densereward.cli.main)
+    args.end_at_once = app.state.service.left_running
+    return status
