@@ -454,6 +454,17 @@ def test_resume_of_a_finished_run_at_its_budget_is_refused_with_the_fix(tmp_path
     (run / "checkpoints").mkdir(parents=True)
     (run / "checkpoints" / "sac_400_steps.zip").write_bytes(b"")
     assert sac._check_run_dir(run, resume=True, total_timesteps=400) == "resume"  # not finished
+    # rerun 15 F1: a stopped run resumed with a budget below its checkpoint trained nothing and
+    # wrote summary.json, so the next command called the stopped run finished
+    with pytest.raises(ConfigError) as below:
+        sac._check_run_dir(run, resume=True, total_timesteps=300)
+    assert str(below.value) == (
+        f"--resume: the newest checkpoint of {run}, sac_400_steps.zip, is at step 400, beyond "
+        "training.total_timesteps=300: there is nothing to train, and the run would be marked "
+        "finished at step 400; fix: --total-timesteps 400 or more (the budget the stopped run "
+        "was given, in its config.yaml)"
+    )
+    assert not (run / "summary.json").exists()
     (run / "summary.json").write_text("{}")
     with pytest.raises(ConfigError) as refused:
         sac._check_run_dir(run, resume=True, total_timesteps=400)

@@ -290,7 +290,9 @@ def _check_run_dir(run_dir: Path, resume: bool, total_timesteps: int | None = No
         ConfigError: also for ``--resume`` of a finished run (``summary.json``) whose newest
             checkpoint already holds ``total_timesteps``: it would train nothing and rewrite
             the summary with a zero-step start's counts; the message names the fix (a larger
-            ``--total-timesteps``).
+            ``--total-timesteps``), and for ``--resume`` of a stopped run whose newest
+            checkpoint is beyond ``total_timesteps`` (it would train nothing and write a
+            summary that marks the stopped run finished at the checkpoint's step).
     """
     found = _checkpoint_models(run_dir / "checkpoints")
     state = check_run_dir(
@@ -308,6 +310,14 @@ def _check_run_dir(run_dir: Path, resume: bool, total_timesteps: int | None = No
                 f"there is nothing to train; fix: --total-timesteps above {steps} (e.g. "
                 f"{2 * steps}) to continue it"
             )
+    if state == "resume" and total_timesteps is not None and found[-1][0] > total_timesteps:
+        steps, model = found[-1]
+        raise ConfigError(
+            f"--resume: the newest checkpoint of {run_dir}, {model.name}, is at step {steps}, "
+            f"beyond training.total_timesteps={total_timesteps}: there is nothing to train, and "
+            f"the run would be marked finished at step {steps}; fix: --total-timesteps {steps} "
+            "or more (the budget the stopped run was given, in its config.yaml)"
+        )
     return state
 
 
