@@ -218,11 +218,11 @@ class RewardService:
         self.verifier = verifier
         self.config = config
         self.labels_why = "serve.require_labels=true"
+        """Why labels are required, for the refusal's message (set by the CLI's build)."""
         self.left_running = False
         """True once the shutdown stopped waiting for the verifier's close (a call the drain
         cut off still runs in the backend): the console command then ends the process at once,
         since tearing the runtime down under a running forward pass aborts it (SIGABRT)."""
-        """Why labels are required, for the refusal's message (set by the CLI's build)."""
         self.metrics = _Metrics()
         self.drain = Drain(config.shutdown_timeout_s)
         self.n_calls = 0

@@ -374,9 +374,9 @@ def _state_text(state: str, run_dir: Path, wandb_dir: Path) -> str:
         return "created when the run starts"
     if state == "resume":
         which = "checkpoint"
-        if found := _checkpoint_models(run_dir / "checkpoints"):
-            steps, model = found[-1]
-            buffer = (run_dir / "checkpoints" / f"sac_replay_buffer_{steps}_steps.pkl").is_file()
+        if latest := _latest_checkpoint(run_dir / "checkpoints"):
+            model, buffer, _ = latest
+            steps = _checkpoint_models(run_dir / "checkpoints")[-1][0]
             which = f"checkpoint {model.name} (step {steps}, " + (
                 "with its replay buffer)" if buffer else f"{_NO_BUFFER})"
             )
