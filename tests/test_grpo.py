@@ -946,13 +946,13 @@ def test_a_resume_with_another_max_steps_says_the_schedule_is_re_spread_over_it(
     (run_dir / "result.json").rename(tmp_path / "result.json")
     same = cli("--resume", "--dry-run").stdout
     (tmp_path / "result.json").rename(run_dir / "result.json")
-    assert f"ok  run directory: {run_dir} (continues from checkpoint-2; the rows" in same, same
+    assert f"ok  run directory: {run_dir} (continues from checkpoint-2; no row was" in same, same
     assert "re-spread" not in same
     dry = cli("--resume", "--max-steps", "4", "--dry-run").stdout
     assert (
         f"ok  run directory: {run_dir} (continues from checkpoint-2; the learning-rate "
-        f"schedule continues from step 2, {RESPREAD}; the rows written after it "
-        "(reward_quality.jsonl) are dropped)"
+        f"schedule continues from step 2, {RESPREAD}; no row was written after it "
+        "(reward_quality.jsonl): none to drop)"
     ) in dry, dry
     resumed = cli("--resume", "--max-steps", "4")
     said = [line for line in resumed.stderr.splitlines() if "re-spread" in line]
@@ -1004,8 +1004,8 @@ def test_a_resume_from_a_weights_only_checkpoint_continues_the_schedule_and_says
         f"ok  run directory: {run_dir} (continues from checkpoint-2, weights only: the "
         "learning-rate schedule continues from step 2, the optimizer state (Adam's moments) "
         "and the random-number state (rng_state.pth: completion sampling) start afresh; "
-        "training.save_only_model: false keeps them; the rows written after it "
-        "(reward_quality.jsonl) are dropped)"
+        "training.save_only_model: false keeps them; no row was written after it "
+        "(reward_quality.jsonl): none to drop)"
     ) in dry, dry
     dry = cli("--resume", "--max-steps", "4", "--dry-run").stdout  # F6: re-spread over 4 steps
     assert (
@@ -1174,6 +1174,19 @@ def test_resume_of_a_finished_run_at_max_steps_is_refused_with_the_fix(tmp_path,
         f"{run} holds", f"{run.resolve()} holds"
     )
     assert main([*base, "--resume", "--max-steps", "6"]) == 0  # a larger budget continues
+    assert "continues from checkpoint-5" in capsys.readouterr().out
+    # the twin of rerun 15 F1 (SAC): a stopped run (no result.json) resumed with a budget below
+    # its checkpoint would train nothing and write a result.json marking it finished at step 5
+    (run / "result.json").unlink()
+    assert main([*base, "--resume", "--max-steps", "3"]) == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        f"densereward: error: --resume: checkpoint-5 of {run} is at step 5, beyond "
+        "training.max_steps=3: there is nothing to train, and the run would be marked finished "
+        "at step 5; fix: --max-steps 5 or more (the budget the stopped run was given, in its "
+        "config.json)"
+    )
+    assert not (run / "result.json").exists()
+    assert main([*base, "--resume"]) == 0  # at max_steps: finishes a run stopped after step 5
     assert "continues from checkpoint-5" in capsys.readouterr().out
 
 

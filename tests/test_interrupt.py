@@ -351,10 +351,15 @@ def test_grpo_dry_run_says_a_stopped_starts_files_are_replaced_and_resume_drops_
     )
     _checkpoint(run_dir, 2)
     assert _run_dir_state(run_dir, "latest") == (
-        "continues from checkpoint-2; the rows written after it (reward_quality.jsonl) are dropped"
+        "continues from checkpoint-2; the 1 row written after it (reward_quality.jsonl) is dropped"
     )
     _create_run_dir(run_dir, "latest")
     assert _steps(run_dir / "reward_quality.jsonl") == [1, 2]
+    # rerun 14 F2: with none written after the checkpoint, the dry run no longer says rows go
+    assert _run_dir_state(run_dir, "latest") == (
+        "continues from checkpoint-2; no row was written after it (reward_quality.jsonl): "
+        "none to drop"
+    )
     _create_run_dir(run_dir, str(run_dir / "checkpoint-2"))
     assert _steps(run_dir / "reward_quality.jsonl") == [1, 2]
 
@@ -492,8 +497,8 @@ def test_grpo_resume_skips_a_checkpoint_stopped_mid_save(tmp_path, caplog):
     assert _resume_checkpoint(run_dir, "latest") == run_dir / "checkpoint-1"
     assert _run_dir_state(run_dir, "latest") == (
         "continues from checkpoint-1, the newest complete checkpoint (checkpoint-2 is "
-        "incomplete: no reward_quality_state.json: stopped mid-save); the rows written after "
-        "it (reward_quality.jsonl) are dropped"
+        "incomplete: no reward_quality_state.json: stopped mid-save); the 2 rows written "
+        "after it (reward_quality.jsonl) are dropped"
     )
     stopped = _stopped(KeyboardInterrupt(), run_dir, 2, 5)
     assert stopped.detail == (

@@ -112,7 +112,7 @@ def test_checkpoint_and_resume_continue_the_run(tmp_path, caplog):
     said = "\n".join(sac.dry_run(config, output_dir=tmp_path, resume=True))
     assert (
         "continues from its newest checkpoint sac_100_steps.zip (step 100, with its replay "
-        "buffer); the curve rows" in said
+        "buffer); no curve row was written after it: none to drop, monitor.csv keeps" in said
     ), said
     second = sac.run(config, output_dir=tmp_path, resume=True)
     assert second["env_steps"] == 200
@@ -486,6 +486,34 @@ def test_resume_of_a_finished_run_at_its_budget_is_refused_with_the_fix(tmp_path
     argv = ["--config", str(config), "--output-dir", str(run), "--resume", "--dry-run"]
     with pytest.raises(ConfigError, match="nothing to train"):
         sac.main(_sac_args(*argv, "--total-timesteps", "400"))
+
+
+def test_the_resume_dry_run_counts_the_curve_rows_it_drops(tmp_path):
+    """Rerun 14 F2: the resume dry run said "the curve rows written after it are dropped" when
+    none had been written after the checkpoint. It counts them per file now (what
+    ``drop_rows_after`` will drop), and says when there are none; the files are not changed."""
+    from densereward.io import append_jsonl
+
+    run = tmp_path / "run"
+    (run / "checkpoints").mkdir(parents=True)
+    (run / "checkpoints" / "sac_100_steps.zip").write_bytes(b"")
+    for step in (0, 100):
+        append_jsonl(run / "eval_curve.jsonl", {"step": step})
+    said = sac._state_text("resume", run, run)
+    assert said.startswith(
+        "continues from its newest checkpoint sac_100_steps.zip (step 100, "
+        f"{sac._NO_BUFFER}); no curve row was written after it: none to drop, monitor.csv"
+    ), said
+    append_jsonl(run / "eval_curve.jsonl", {"step": 200})
+    for step in (100, 200, 300):
+        append_jsonl(run / "train_curve.jsonl", {"step": step})
+    before = (run / "eval_curve.jsonl").read_text()
+    said = sac._state_text("resume", run, run)
+    assert (
+        "; the curve rows written after it are dropped (eval_curve.jsonl: 1, "
+        "train_curve.jsonl: 2), monitor.csv keeps"
+    ) in said, said
+    assert (run / "eval_curve.jsonl").read_text() == before
 
 
 def test_resume_of_a_finished_run_without_checkpoints_gives_one_consistent_choice(tmp_path):

@@ -148,6 +148,21 @@ def read_jsonl(path: str | Path, *, strict: bool = False) -> Iterator[dict[str, 
         yield record
 
 
+def rows_after(path: str | Path, step: int, *, key: str = "step") -> int:
+    """How many rows of the JSONL file ``path`` have a ``key`` above ``step``: the rows
+    :func:`drop_rows_after` would drop (a dry run's count; the file is not changed). A missing
+    file has none; a torn last line is not counted."""
+    path = Path(path)
+    if not path.is_file():
+        return 0
+    return sum(_after(r, step, key) for r in read_jsonl(path))
+
+
+def _after(row: dict[str, Any], step: int, key: str) -> bool:
+    """Whether ``row``'s ``key`` is a number above ``step`` (a row without one is kept)."""
+    return isinstance(row.get(key), (int, float)) and row[key] > step
+
+
 def drop_rows_after(path: str | Path, step: int, *, key: str = "step") -> int:
     """Keep only the rows of the JSONL file ``path`` whose ``key`` is at most ``step``.
 
@@ -163,7 +178,7 @@ def drop_rows_after(path: str | Path, step: int, *, key: str = "step") -> int:
     if not path.is_file():
         return 0
     rows = list(read_jsonl(path))
-    kept = [r for r in rows if not (isinstance(r.get(key), (int, float)) and r[key] > step)]
+    kept = [r for r in rows if not _after(r, step, key)]
     text = "".join(json.dumps(r, allow_nan=False) + "\n" for r in kept)
     if len(kept) != len(rows) or text != path.read_text(encoding="utf-8"):
         atomic_write_text(path, text)

@@ -49,6 +49,7 @@ from densereward.io import (
     redact,
     replace_earlier_files,
     reuse_words,
+    rows_after,
     wandb_run_id,
 )
 from densereward.verifier import VerifierFactory
@@ -397,16 +398,31 @@ def _run_dir(parts: dict[str, Any], output_dir: str | Path | None, resume: str |
 def _refuse_finished_resume(run_dir: Path, parts: dict[str, Any], resume: str | None) -> None:
     """Refuse ``--resume`` of a finished run (``result.json``) whose checkpoint already holds
     ``training.max_steps``: transformers would train nothing and the run would rewrite its
-    result with a zero-step start's.
+    result with a zero-step start's; and of a stopped run whose checkpoint is beyond
+    ``training.max_steps``: it would train nothing and write a ``result.json`` that marks the
+    stopped run finished at the checkpoint's step (a checkpoint at ``max_steps`` itself still
+    resumes: it finishes a run stopped after its last checkpoint).
 
     Raises:
         ConfigError: naming the checkpoint's step and the fix (a larger ``--max-steps``).
     """
     max_steps = (parts.get("training") or {}).get("max_steps")
-    if not (run_dir / "result.json").is_file() or not isinstance(max_steps, int) or max_steps <= 0:
+    if not isinstance(max_steps, int) or max_steps <= 0:
         return
     ckpt = _resume_checkpoint(run_dir, resume)
-    if ckpt is not None and _step_of(ckpt) >= max_steps:
+    if ckpt is None:
+        return
+    if not (run_dir / "result.json").is_file():
+        if _step_of(ckpt) > max_steps:
+            raise ConfigError(
+                f"--resume: {ckpt.name} of {run_dir} is at step {_step_of(ckpt)}, beyond "
+                f"training.max_steps={max_steps}: there is nothing to train, and the run would "
+                f"be marked finished at step {_step_of(ckpt)}; fix: --max-steps "
+                f"{_step_of(ckpt)} or more (the budget the stopped run was given, in its "
+                "config.json)"
+            )
+        return
+    if _step_of(ckpt) >= max_steps:
         raise ConfigError(
             f"--resume: {run_dir} holds a finished run (result.json) whose checkpoint "
             f"{ckpt.name} is at step {_step_of(ckpt)}, and training.max_steps={max_steps}: there "
@@ -494,10 +510,14 @@ def _run_dir_state(
             else (f"; {schedule}" if respread else "")
         )
         completeness = _completeness(*_newest_complete(run_dir)) if resume == "latest" else ""
-        return (
-            f"continues from {ckpt.name}{completeness}{weights_only}; the rows written after it "
-            "(reward_quality.jsonl) are dropped"
+        n = rows_after(run_dir / "reward_quality.jsonl", _step_of(ckpt))
+        later = (
+            f"the {n} row{'s' if n > 1 else ''} written after it (reward_quality.jsonl) "
+            f"{'are' if n > 1 else 'is'} dropped"
+            if n
+            else "no row was written after it (reward_quality.jsonl): none to drop"
         )
+        return f"continues from {ckpt.name}{completeness}{weights_only}; {later}"
     if not (run_dir.is_dir() and any(run_dir.iterdir())):
         return "created when the run starts"
     return reuse_words(run_dir, RUN_FILES, wandb_dir=wandb_dir)

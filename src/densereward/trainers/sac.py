@@ -83,6 +83,7 @@ from densereward.io import (
     read_jsonl,
     replace_earlier_files,
     reuse_words,
+    rows_after,
     wandb_run_id,
 )
 
@@ -373,16 +374,23 @@ def _state_text(state: str, run_dir: Path, wandb_dir: Path) -> str:
     if state == "new":
         return "created when the run starts"
     if state == "resume":
-        which = "checkpoint"
+        which, later = "checkpoint", "the curve rows written after it are dropped"
         if latest := _latest_checkpoint(run_dir / "checkpoints"):
             model, buffer, _ = latest
             steps = _checkpoint_models(run_dir / "checkpoints")[-1][0]
             which = f"checkpoint {model.name} (step {steps}, " + (
                 "with its replay buffer)" if buffer else f"{_NO_BUFFER})"
             )
+            counts = {name: rows_after(run_dir / name, steps) for name in CURVE_FILES}
+            later = (
+                "the curve rows written after it are dropped ("
+                + ", ".join(f"{name}: {n}" for name, n in counts.items() if n)
+                + ")"
+                if any(counts.values())
+                else "no curve row was written after it: none to drop"
+            )
         return (
-            f"continues from its newest {which}; the curve rows written after it are dropped, "
-            "monitor.csv keeps the episodes that ended by it and logs/progress.csv the dumps "
+            f"continues from its newest {which}; {later}, monitor.csv keeps the episodes that ended by it and logs/progress.csv the dumps "
             "logged by it; the training curve's and the verifier's windows continue from it"
         )
     return reuse_words(run_dir, RUN_FILES, wandb_dir=wandb_dir)
