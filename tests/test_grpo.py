@@ -989,6 +989,18 @@ def test_a_resume_from_a_weights_only_checkpoint_continues_the_schedule_and_says
     # F6: "heldout": null (no heldout: section) comes with its reason, in the file and the console
     first_result = json.loads((run_dir / "result.json").read_text())
     assert first_result["heldout"] is None
+    # reward.track: false with the sparse reward: no reward_quality.jsonl, and the result and
+    # the summary said its path (a missing file) and "None"; the curve is the 0/1 reward's mean
+    assert not (run_dir / "reward_quality.jsonl").exists()
+    assert first_result["reward_quality"] is None and first_result["plot"] is None
+    assert first_result["reward_quality_reason"] == (
+        "off: reward.track: false and the reward reads no verifier, so no verifier/* "
+        "reward-quality metric was measured; reward.track: true measures them"
+    )
+    assert first_result["metric"] == "verifier/pass_rate" and len(first_result["curve"]) == 2
+    off = "none (off: reward.track: false and the reward reads no verifier)"
+    assert f"  reward-quality metrics (verifier/* per step): {off}" in first.stdout
+    assert f"  reward-quality dynamics plot:                 {off}" in first.stdout
     assert first_result["heldout_reason"].startswith("off: the config has no heldout: section")
     (held,) = [line for line in first.stdout.splitlines() if "held-out pass rate" in line]
     assert held.endswith("off (no heldout: section in the config; docs/grpo.md)"), held
@@ -1243,3 +1255,22 @@ def test_train_grpo_goes_on_without_wandb_when_its_service_ends_and_says_so_once
     assert "the W&B service (wandb-core) ended during the run at step " in said
     result = json.loads((run_dir / "result.json").read_text())
     assert result["curve"][-1]["step"] == 6, result["curve"]
+
+
+def test_a_curve_without_tracked_rows_is_named_by_what_it_is():
+    """Without reward_quality.jsonl rows (reward.track: false, a reward that reads no
+    verifier) the run's curve is TRL's mean reward per step: the pass rate of the 0/1
+    ``sparse`` reward, but for a reward kind of one's own it was labelled
+    verifier/pass_rate all the same."""
+    from types import SimpleNamespace
+
+    from densereward.trainers.grpo import _curve
+
+    trainer = SimpleNamespace(state=SimpleNamespace(log_history=[{"step": 1, "reward": 0.25}]))
+    assert _curve([], trainer, True) == ([{"step": 1, "value": 0.25}], "verifier/pass_rate")
+    assert _curve([], trainer, False) == ([{"step": 1, "value": 0.25}], "train/reward")
+    rows = [{"step": 1, "verifier/pass_rate": 0.5, "verifier/n": 4}]
+    assert _curve(rows, trainer, False) == (
+        [{"step": 1, "value": 0.5, "n_completions": 4}],
+        "verifier/pass_rate",
+    )

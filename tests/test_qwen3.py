@@ -383,7 +383,7 @@ def test_grpo_two_processes_with_a_served_qwen3_verifier(
     assert all("verifier/advantage/wrong_up_share" in h for h in logged)  # the audit, gathered
 
     # only the main process wrote: rank 1 has no reward-quality file to report
-    assert '"reward_quality": "None"' in logs[1] and '"reward_quality": "None"' not in logs[0]
+    assert '"reward_quality": null' in logs[1] and '"reward_quality": null' not in logs[0]
 
     files = [p for p in run_dir.rglob("*") if p.is_file()]
     by_dir: dict[str, int] = {}

@@ -785,7 +785,10 @@ def run(
 
     plot = tracker.plot_path if tracker.plot_path and tracker.plot_path.is_file() else None
     records = _records(run_dir)  # reward_quality.jsonl, read once for the curve and the counts
-    curve, metric = _curve(records, trainer), "verifier/pass_rate"
+    rows = run_dir / "reward_quality.jsonl"
+    kind = parts["reward"].kind
+    curve, metric = _curve(records, trainer, kind.checks_answer and not kind.continuous)
+    train_curve = None
     summary = heldout.summary(run_dir, write=main_process)
     if summary is not None and parts["heldout"].every_steps:  # the held-out curve is the run's
         metric = f"heldout/pass_rate_{heldout.curve[-1]['mode']}"
@@ -809,17 +812,34 @@ def run(
         "final_rests_on": _final_rests_on(records, metric, curve, summary),
         "steps": int(trainer.state.global_step),
         **_wall_fields(time.monotonic() - t0, ckpt, wall_before),
-        "reward_quality": str(tracker.jsonl_path),
+        # only the main process writes the file; the others report none
+        "reward_quality": str(rows) if main_process and rows.is_file() else None,
+        **(
+            {"reward_quality_reason": _untracked(parts)}
+            if main_process and not rows.is_file()
+            else {}
+        ),
         "plot": str(plot) if plot else None,
         "heldout": summary,
         **({"heldout_reason": HELDOUT_OFF} if summary is None else {}),
         "verifier_reads": _verifier_reads(records, parts, args.max_completion_length),
     }
-    if metric != "verifier/pass_rate":
+    if train_curve is not None:
         result["train_curve"] = train_curve
     if main_process:
         atomic_write_json(run_dir / "result.json", result)
     return result
+
+
+def _untracked(parts: dict[str, Any]) -> str:
+    """Why a run wrote no ``reward_quality.jsonl`` (``result.json``'s ``reward_quality_reason``
+    beside ``"reward_quality": null``)."""
+    if not parts["reward"].track and not parts["reward"].kind.uses_verifier:
+        return (
+            "off: reward.track: false and the reward reads no verifier, so no verifier/* "
+            "reward-quality metric was measured; reward.track: true measures them"
+        )
+    return "no training step wrote a row"
 
 
 def _builds_verifier(parts: dict[str, Any]) -> bool:
@@ -907,10 +927,15 @@ def _final_rests_on(
     return f"{n:.0f} completions of step {step}" if n else None
 
 
-def _curve(records: list[dict[str, Any]], trainer: Any) -> list[dict[str, Any]]:
-    """The pass-rate curve, each point with ``n_completions`` (the completions it is the pass
-    rate of) where the records count them (``densereward compare`` reports what a final
-    value rests on)."""
+def _curve(
+    records: list[dict[str, Any]], trainer: Any, zero_one: bool
+) -> tuple[list[dict[str, Any]], str]:
+    """``(curve, metric)``: the ``verifier/pass_rate`` curve, each point with
+    ``n_completions`` (the completions it is the pass rate of) where the records count them
+    (``densereward compare`` reports what a final value rests on). Without a tracked pass rate
+    (``reward.track: false`` and a reward that reads no verifier), TRL's mean reward per step:
+    the pass rate for a 0/1 Math-Verify reward (``zero_one``: ``sparse``), else
+    ``train/reward``."""
     by_step: dict[int, list[float]] = {}
     n_by_step: dict[int, float] = {}
     for r in records:
@@ -927,12 +952,12 @@ def _curve(records: list[dict[str, Any]], trainer: Any) -> list[dict[str, Any]]:
                 **({"n_completions": int(n_by_step[s])} if n_by_step.get(s) else {}),
             }
             for s, v in sorted(by_step.items())
-        ]
+        ], "verifier/pass_rate"
     return [
         {"step": int(h["step"]), "value": h["reward"]}
         for h in trainer.state.log_history
         if "reward" in h
-    ]
+    ], ("verifier/pass_rate" if zero_one else "train/reward")
 
 
 def _finish_wandb(service: WandbService, step: int) -> None:
@@ -1225,8 +1250,10 @@ def main(args: argparse.Namespace) -> int:
         else []
     )
     print(f"\nGRPO run finished in {_finished_in(result)}. Results are in {run_dir}/:")
-    print(f"  reward-quality metrics (verifier/* per step): {result.get('reward_quality')}")
-    print(f"  reward-quality dynamics plot:                 {result.get('plot')}")
+    reason = result.get("reward_quality_reason")
+    off = f"none ({reason.split(', so ')[0]})" if reason else "none"
+    print(f"  reward-quality metrics (verifier/* per step): {result.get('reward_quality') or off}")
+    print(f"  reward-quality dynamics plot:                 {result.get('plot') or off}")
     table = f"{run_dir}/completions/, " if (run_dir / "completions").is_dir() else ""
     label = ("completions table, " if table else "") + "config, result:"
     print(f"  {label:<46}{table}config.json, result.json")
