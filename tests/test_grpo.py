@@ -941,13 +941,13 @@ def test_a_resume_with_another_max_steps_says_the_schedule_is_re_spread_over_it(
     cli()
     assert (run_dir / "checkpoint-2" / "scheduler.pt").is_file()
     assert _learning_rates(run_dir) == pytest.approx({1: 3e-5, 2: 1.5e-5})
-    # the same max_steps: a run stopped after its last checkpoint (a finished one is refused:
+    # the same max_steps says nothing of a re-spread (a resume at max_steps is refused:
     # test_resume_of_a_finished_run_at_max_steps_is_refused_with_the_fix)
-    (run_dir / "result.json").rename(tmp_path / "result.json")
-    same = cli("--resume", "--dry-run").stdout
-    (tmp_path / "result.json").rename(run_dir / "result.json")
-    assert f"ok  run directory: {run_dir} (continues from checkpoint-2; no row was" in same, same
-    assert "re-spread" not in same
+    from types import SimpleNamespace
+
+    from densereward.trainers.grpo import _respread
+
+    assert _respread(run_dir / "checkpoint-2", SimpleNamespace(max_steps=2)) is None
     dry = cli("--resume", "--max-steps", "4", "--dry-run").stdout
     assert (
         f"ok  run directory: {run_dir} (continues from checkpoint-2; the learning-rate "
@@ -1009,20 +1009,13 @@ def test_a_resume_from_a_weights_only_checkpoint_continues_the_schedule_and_says
     assert first_result["starts"] == 1 and "resumed_from" not in first_result
     kept = json.loads((ckpt / "wall_time.json").read_text())
     assert 0 < kept["wall_s"] <= first_result["wall_s"] and kept["starts"] == 1
-    (run_dir / "result.json").rename(tmp_path / "result.json")  # as if stopped at step 2
-    dry = cli("--resume", "--dry-run").stdout
-    (tmp_path / "result.json").rename(run_dir / "result.json")
-    assert (
-        f"ok  run directory: {run_dir} (continues from checkpoint-2, weights only: the "
-        "learning-rate schedule continues from step 2, the optimizer state (Adam's moments) "
-        "and the random-number state (rng_state.pth: completion sampling) start afresh; "
-        "training.save_only_model: false keeps them; no row was written after it "
-        "(reward_quality.jsonl): none to drop)"
-    ) in dry, dry
     dry = cli("--resume", "--max-steps", "4", "--dry-run").stdout  # F6: re-spread over 4 steps
     assert (
-        f"(continues from checkpoint-2, weights only: the learning-rate schedule continues from "
-        f"step 2, {RESPREAD}, the optimizer state (Adam's moments)"
+        f"ok  run directory: {run_dir} (continues from checkpoint-2, weights only: the "
+        f"learning-rate schedule continues from step 2, {RESPREAD}, the optimizer state (Adam's "
+        "moments) and the random-number state (rng_state.pth: completion sampling) start "
+        "afresh; training.save_only_model: false keeps them; no row was written after it "
+        "(reward_quality.jsonl): none to drop)"
     ) in dry, dry
     resumed = cli("--resume", "--max-steps", "4")
     said = [line for line in resumed.stderr.splitlines() if "weights only" in line]
@@ -1187,18 +1180,21 @@ def test_resume_of_a_finished_run_at_max_steps_is_refused_with_the_fix(tmp_path,
     )
     assert main([*base, "--resume", "--max-steps", "6"]) == 0  # a larger budget continues
     assert "continues from checkpoint-5" in capsys.readouterr().out
-    # the twin of rerun 15 F1 (SAC): a stopped run (no result.json) resumed with a budget below
-    # its checkpoint would train nothing and write a result.json marking it finished at step 5
+    # the twin of rerun 15 F1 (SAC): a stopped run (no result.json) resumed with a budget at or
+    # below its checkpoint: transformers checks the budget only after a step, so it trained one
+    # step past it (measured: checkpoint-2 with --max-steps 1 or 2 trained step 3) and wrote a
+    # result.json marking the run finished there
     (run / "result.json").unlink()
-    assert main([*base, "--resume", "--max-steps", "3"]) == 2
-    assert capsys.readouterr().err.strip().splitlines()[-1] == (
-        f"densereward: error: --resume: checkpoint-5 of {run} is at step 5, beyond "
-        "training.max_steps=3: there is nothing to train, and the run would be marked finished "
-        "at step 5; fix: --max-steps 5 or more (the budget the stopped run was given, in its "
-        "config.json)"
-    )
+    for max_steps, where in ((3, "beyond"), (5, "at")):
+        assert main([*base, "--resume", "--max-steps", str(max_steps)]) == 2
+        assert capsys.readouterr().err.strip().splitlines()[-1] == (
+            f"densereward: error: --resume: checkpoint-5 of {run} is at step 5, {where} "
+            f"training.max_steps={max_steps}: its budget is spent, yet transformers would train "
+            "one more step (to step 6) and mark the run finished there; fix: --max-steps above "
+            "5 to train on (the stopped run's budget is in its config.json)"
+        )
     assert not (run / "result.json").exists()
-    assert main([*base, "--resume"]) == 0  # at max_steps: finishes a run stopped after step 5
+    assert main([*base, "--resume", "--max-steps", "6"]) == 0
     assert "continues from checkpoint-5" in capsys.readouterr().out
 
 

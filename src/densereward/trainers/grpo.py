@@ -398,10 +398,10 @@ def _run_dir(parts: dict[str, Any], output_dir: str | Path | None, resume: str |
 def _refuse_finished_resume(run_dir: Path, parts: dict[str, Any], resume: str | None) -> None:
     """Refuse ``--resume`` of a finished run (``result.json``) whose checkpoint already holds
     ``training.max_steps``: transformers would train nothing and the run would rewrite its
-    result with a zero-step start's; and of a stopped run whose checkpoint is beyond
-    ``training.max_steps``: it would train nothing and write a ``result.json`` that marks the
-    stopped run finished at the checkpoint's step (a checkpoint at ``max_steps`` itself still
-    resumes: it finishes a run stopped after its last checkpoint).
+    result with a zero-step start's; and of a stopped run whose checkpoint is at or beyond
+    ``training.max_steps``: transformers checks the budget only after a step, so it would
+    train one step past it (measured: checkpoint-2 with ``max_steps`` 1 or 2 trained step 3)
+    and mark the run finished there.
 
     Raises:
         ConfigError: naming the checkpoint's step and the fix (a larger ``--max-steps``).
@@ -413,13 +413,14 @@ def _refuse_finished_resume(run_dir: Path, parts: dict[str, Any], resume: str | 
     if ckpt is None:
         return
     if not (run_dir / "result.json").is_file():
-        if _step_of(ckpt) > max_steps:
+        step = _step_of(ckpt)
+        if step >= max_steps:
             raise ConfigError(
-                f"--resume: {ckpt.name} of {run_dir} is at step {_step_of(ckpt)}, beyond "
-                f"training.max_steps={max_steps}: there is nothing to train, and the run would "
-                f"be marked finished at step {_step_of(ckpt)}; fix: --max-steps "
-                f"{_step_of(ckpt)} or more (the budget the stopped run was given, in its "
-                "config.json)"
+                f"--resume: {ckpt.name} of {run_dir} is at step {step}, "
+                f"{'at' if step == max_steps else 'beyond'} training.max_steps={max_steps}: "
+                "its budget is spent, yet transformers would train one more step (to step "
+                f"{step + 1}) and mark the run finished there; fix: --max-steps above {step} "
+                "to train on (the stopped run's budget is in its config.json)"
             )
         return
     if _step_of(ckpt) >= max_steps:
