@@ -741,23 +741,29 @@ def _hand_made_file(tmp_path):
     responses.write_text("".join(json.dumps(r) + "\n" for r in rows))
     loaded = E.load_responses(responses)
     scores = tmp_path / "scores.jsonl"
-    scores.write_text(
+    _write_scores(scores, loaded, [(s, why) for *_, s, why in spec])
+    return responses, scores
+
+
+def _write_scores(path: Path, loaded: list, values: list) -> None:
+    """A scores.jsonl for the loaded rows: ``values[i]`` is row i's score, or its
+    ``(score, reason)``."""
+    path.write_text(
         "".join(
             json.dumps(
                 {
                     "problem_id": key[0],
                     "generator": key[1],
                     "response_index": key[2],
-                    "is_correct": ok,
-                    "score": s,
-                    "reason": why,
+                    "is_correct": row["is_correct"],
+                    "score": v[0] if isinstance(v, tuple) else v,
+                    **({"reason": v[1]} if isinstance(v, tuple) else {}),
                 }
             )
             + "\n"
-            for key, (_, _, ok, s, why) in zip(row_keys(loaded), spec, strict=True)
+            for key, row, v in zip(row_keys(loaded), loaded, values, strict=True)
         )
     )
-    return responses, scores
 
 
 def test_the_report_counts_unread_zeros_and_shows_no_filler(tmp_path, capsys):
@@ -813,7 +819,7 @@ def test_the_report_counts_unread_zeros_and_shows_no_filler(tmp_path, capsys):
     )
     # the accept threshold: auto chose the in-sample best, so one row says both
     table = report[report.index("## Accept threshold") : report.index("## Per generator")]
-    assert table.count(f"| {m['threshold']:.3f} |") == 1
+    assert table.count(f"| {m['threshold_text']} |") == 1
     assert (
         "best on these data (in-sample, optimistic); the accept threshold of this report" in table
     )
@@ -1541,3 +1547,36 @@ def test_an_invalid_score_names_the_scores_file_line_and_what_a_score_is(tmp_pat
         "number, or null for an abstention"
     ]
     assert not out.exists()
+
+
+def test_the_advised_threshold_reproduces_the_reports_rates(tmp_path, capsys):
+    """Rerun 16 F1: the auto threshold was a score, 0.14998714, printed as `score >= 0.1500`,
+    and the report advised `verifier.threshold=0.1500`, which rejects that score: the advised
+    run had TPR 0.833 where the report had 1.000 under the same words. The threshold is now
+    written with the decimals that accept the same scores (here 0.14998), in the console,
+    the report and its advice, and the advised value reproduces the rates."""
+    p = tmp_path / "labelled.jsonl"
+    rows = [
+        {"problem": f"q{i}", "response": f"r{i}", "is_correct": i < 6, "generator": "g"}
+        for i in range(12)
+    ]
+    p.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    loaded = E.load_responses(p)
+    values = [0.14998714440278324, 0.3, 0.4, 0.5, 0.6, 0.7, 0.1, 0.12, 0.13, 0.14, 0.145, 0.1499]
+    scores = tmp_path / "scores.jsonl"
+    _write_scores(scores, loaded, [values[int(row["response"][1:])] for row in loaded])
+    base = ["--responses", str(p), "--scores", str(scores), "--bootstrap", "0", "--no-plots"]
+    assert _cli(*base, "--out", str(tmp_path / "auto")) == 0
+    said = capsys.readouterr().out
+    m = json.loads((tmp_path / "auto" / "metrics.json").read_text())
+    assert m["threshold"] == 0.14998714440278324 and m["threshold_text"] == "0.14998"
+    assert m["overall"]["tpr"] == 1.0 and m["overall"]["tnr"] == 1.0
+    assert "accept threshold: score >= 0.14998 (auto: 0.14998, Youden's J" in said, said
+    report = (tmp_path / "auto" / "report.md").read_text()
+    assert "- accept threshold: score >= 0.14998 (auto: 0.14998" in report
+    assert "To accept at it in training or evaluation: `verifier.threshold=0.14998`." in report
+    assert "0.1500" not in report and "0.1500" not in said
+    assert _cli(*base, "--out", str(tmp_path / "advised"), "verifier.threshold=0.14998") == 0
+    advised = json.loads((tmp_path / "advised" / "metrics.json").read_text())
+    assert advised["overall"]["tpr"] == 1.0 and advised["overall"]["tnr"] == 1.0
+    assert "accept threshold: score >= 0.14998 (fixed 0.14998)" in capsys.readouterr().out

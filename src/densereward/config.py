@@ -364,10 +364,10 @@ def resolve_threshold(threshold: float | str) -> tuple[float | None, str]:
             raise ConfigError(
                 f"{path}: threshold_calibration.threshold is {value!r}, not a number in [0, 1]"
             )
-        return float(value), f"{float(value):.4g} from {path}"
+        return float(value), f"{float(value):.10g} from {path}"
     if not 0.0 <= float(threshold) <= 1.0:
         raise ConfigError(f"threshold must be in [0, 1], got {threshold}")
-    return float(threshold), f"fixed {float(threshold):.4g}"
+    return float(threshold), f"fixed {float(threshold):.10g}"
 
 
 def check_model_name(field: str, model: str | None) -> None:

@@ -37,7 +37,7 @@ from .evaluation import (
     evidence_notes,
     read_only_text,
 )
-from .report import _prompt_description, write_outputs
+from .report import _prompt_description, threshold_text, write_outputs
 from .scoring import (
     PROMPT_KINDS,
     check_references,
@@ -490,7 +490,7 @@ def main(args: argparse.Namespace) -> int:
         )
     )
     print(  # the rates are read at it: say which (a one-class file falls back to 0.5)
-        f"accept threshold: score >= {format_number(metrics['threshold'], 4)} "
+        f"accept threshold: score >= {threshold_text(metrics)} "
         f"({metrics.get('threshold_source', 'configured')})"
     )
     print(f"{rates}  ({c['n_scored']} scored{unread}, {c['n_abstained']} abstained)")
@@ -499,7 +499,7 @@ def main(args: argparse.Namespace) -> int:
     cal = metrics["threshold_calibration"]
     if not metrics["evidence"]["one_class"]:  # else the note above says why there is none
         print(
-            f"best accept threshold {format_number(cal['threshold'], 4)}: balanced accuracy "
+            f"best accept threshold {threshold_text(cal)}: balanced accuracy "
             f"{format_number(cal['in_sample']['balanced_accuracy'])} in-sample, "
             f"{format_number(cal['cross_validated']['balanced_accuracy'])} cross-validated over problems"
             + (f" ({why})" if (why := cross_validation_reason(metrics)) else "")

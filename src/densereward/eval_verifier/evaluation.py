@@ -17,7 +17,7 @@ from ..abstentions import count_reasons
 from ..config import resolve_threshold
 from ..errors import DataError
 from ..io import to_jsonable
-from ..metrics.format import format_number
+from ..metrics.format import format_number, format_threshold
 from ..results import UNREAD_REASONS
 
 __all__ = [
@@ -456,11 +456,13 @@ def evaluate(
     gen_names = list(dict.fromkeys(gens_all))  # every generator of the file
 
     calibration = M.calibrate_threshold(s, y, pids)
+    # written so that a copied value accepts the same scores (format_threshold)
+    calibration["threshold_text"] = format_threshold(calibration["threshold"], s)
     threshold, threshold_source = resolve_threshold(threshold)
     if threshold is None:
         threshold = calibration["threshold"]
         threshold_source = (
-            f"auto: {threshold:.4g}, Youden's J on these {len(keep)} scored responses; rates at it "
+            f"auto: {calibration['threshold_text']}, Youden's J on these {len(keep)} scored responses; rates at it "
             "are in-sample, the cross-validated ones are under 'Accept threshold'"
             if not math.isnan(threshold)
             else "0.5 (auto could not calibrate: one class only)"
@@ -512,6 +514,7 @@ def evaluate(
     abstained_by_gen = {g: summary["per_generator"][g]["n_abstained"] for g in gen_names}
     out: dict[str, Any] = {
         "threshold": threshold,
+        "threshold_text": format_threshold(threshold, s),
         "threshold_source": threshold_source,
         "counts": {
             "n_responses": len(rows),

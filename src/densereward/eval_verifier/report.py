@@ -147,7 +147,7 @@ def render_report(
         return "\n".join([*parts, ""])
     o = metrics["overall"]
     parts += [
-        f"- accept threshold: score >= {format_number(metrics['threshold'], 4)} "
+        f"- accept threshold: score >= {threshold_text(metrics)} "
         f"({metrics.get('threshold_source', 'configured')})",
         "",
         "## Overall",
@@ -211,7 +211,7 @@ def render_report(
             else f"not estimable ({cross_validation_reason(metrics)})"
         )
         best = [
-            format_number(cal["threshold"]),
+            threshold_text(cal),
             format_number(ins["tpr"]),
             format_number(ins["tnr"]),
             format_number(ins["balanced_accuracy"]),
@@ -223,7 +223,7 @@ def render_report(
         else:
             rows = [
                 [
-                    format_number(metrics["threshold"]),
+                    threshold_text(metrics),
                     format_number(o.get("tpr")),
                     format_number(o.get("tnr")),
                     format_number(o.get("balanced_accuracy")),
@@ -247,7 +247,7 @@ def render_report(
             markdown_table(["threshold", "TPR", "TNR", "balanced accuracy", "estimate"], rows),
             "",
             "The best threshold maximises balanced accuracy (Youden's J). "
-            + _threshold_advice(cal["threshold"], abst),
+            + _threshold_advice(cal["threshold"], abst, threshold_text(cal)),
             "",
         ]
 
@@ -531,11 +531,29 @@ def _k_text(tts: Mapping[str, Any], *, bare: bool = False) -> str:
     return text if bare else f"K = {text}"
 
 
-def _threshold_advice(threshold: float | None, abstentions: Mapping[str, Any]) -> str:
-    """The sentence after the threshold table: the setting to use, or why there is none.
+def threshold_text(metrics: Mapping[str, Any]) -> str:
+    """``metrics["threshold_text"]`` (:func:`~densereward.metrics.format.format_threshold`:
+    a copied value accepts the same scores), or for metrics of an earlier version the
+    threshold with 4 decimals.
+
+    >>> threshold_text({"threshold": 0.14998714, "threshold_text": "0.1499"})
+    '0.1499'
+    >>> threshold_text({"threshold": 0.61234})
+    '0.6123'
+    """
+    return metrics.get("threshold_text") or format_number(metrics.get("threshold"), 4)
+
+
+def _threshold_advice(
+    threshold: float | None, abstentions: Mapping[str, Any], text: str | None = None
+) -> str:
+    """The sentence after the threshold table: the setting to use (``text``: the threshold as
+    :func:`threshold_text` writes it), or why there is none.
 
     >>> _threshold_advice(0.61234, {})
     'To accept at it in training or evaluation: `verifier.threshold=0.6123`.'
+    >>> _threshold_advice(0.14998714, {}, "0.1499")
+    'To accept at it in training or evaluation: `verifier.threshold=0.1499`.'
     >>> _threshold_advice(float("nan"), {})[:40]
     'No threshold can be calibrated on these '
     """
@@ -552,7 +570,7 @@ def _threshold_advice(threshold: float | None, abstentions: Mapping[str, Any]) -
         )
     return (
         "To accept at it in training or evaluation: "
-        f"`verifier.threshold={format_number(threshold, 4)}`."
+        f"`verifier.threshold={text or format_number(threshold, 4)}`."
     )
 
 
