@@ -1085,11 +1085,19 @@ def test_the_console_verdict_carries_its_run_counts_and_the_few_runs_caveat(tmp_
         path.write_text(yaml.safe_dump(five))
         assert main(["compare", "--config", str(path), "--no-progress"]) == 0
         last = capsys.readouterr().out.splitlines()[-1]
-        assert last.startswith("fast beats slow (AUC)") and last.endswith(" (5 vs 5 runs)")
+        assert last.startswith("fast beats slow (AUC)") and " (5 vs 5 runs); " in last
+        # rerun 13 F1: the console gave the verdict's P only; the report's final P too now
         results = json.loads((tmp_path / "five" / "results.json").read_text())
-        assert results["pairs"][0]["enough_runs"] is True
+        (pair,) = results["pairs"]
+        assert pair["enough_runs"] is True
+        final = pair["p_improvement"]["final"]
+        assert last.endswith(
+            "; final performance (shown, not the verdict's score: primary=auc): P(fast > slow) = "
+            f"{final['value']:.2f} [{final['low']:.2f}, {final['high']:.2f}]"
+        ), last
         report = (tmp_path / "five" / "report.md").read_text()
         assert "- fast beats slow (AUC)" in report and "Too few runs" not in report
+        assert last.split(" (5 vs 5 runs)")[1] in report
     finally:
         C.TRAINERS._entries.pop(name, None)
 
@@ -1688,3 +1696,32 @@ def test_curves_that_meet_on_a_stretch_are_both_visible(tmp_path, monkeypatch):
     C.plot_curves(a, tmp_path / "c.png", metric="m", x_label="steps", threshold=None, title="t")
     assert [name for name, _ in widths] == ["sparse", "env", "dense"]
     assert widths[0][1] > widths[1][1] > widths[2][1] >= 1.2, widths
+
+
+def test_an_auc_verdict_on_one_point_curves_says_it_is_the_final_value():
+    """Rerun 15 F2: with every curve one point (a curve interval at the budget), the AUC
+    verdict was given as a sample-efficiency verdict although each run's AUC equals its final
+    value. The verdict says so now (results.json's pair: one_point_curves); curves of two
+    points or more, and a verdict on final performance, say nothing of it."""
+    one = {
+        c: [{"seed": k, "curve": [{"step": 300, "value": v + 0.1 * k}]} for k in range(4)]
+        for c, v in (("sparse", 0.1), ("dense", 0.2))
+    }
+    (pair,) = C.analyze(one, budget=300, n_bootstrap=200)["pairs"]
+    assert pair["one_point_curves"] is True
+    assert pair["verdict"].endswith(
+        "; every curve of both has one point, so each run's AUC is its final value: this says "
+        "nothing of sample efficiency (more points: a smaller curve interval than the budget)"
+    ), pair["verdict"]
+    assert pair["verdict"].startswith("no significant difference between dense and sparse (AUC)")
+    (final,) = C.analyze(one, budget=300, n_bootstrap=200, primary="final")["pairs"]
+    assert "one_point_curves" not in final and "one point" not in final["verdict"]
+    two = {
+        c: [
+            {"seed": k, **r, "curve": [{"step": 150, "value": 0.0}, *r["curve"]]}
+            for k, r in enumerate(runs)
+        ]
+        for c, runs in one.items()
+    }
+    (pair,) = C.analyze(two, budget=300, n_bootstrap=200)["pairs"]
+    assert "one_point_curves" not in pair and "one point" not in pair["verdict"]

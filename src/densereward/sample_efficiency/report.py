@@ -366,6 +366,13 @@ def title_of(conditions: Mapping[str, Mapping[str, Any]]) -> str:
     )
 
 
+ONE_POINT = (
+    "; every curve of both has one point, so each run's AUC is its final value: this says "
+    "nothing of sample efficiency (more points: a smaller curve interval than the budget)"
+)
+"""Appended to an AUC verdict whose runs' curves each have one point (``one_point_curves``)."""
+
+
 def verdict(
     a: str, b: str, poi: Mapping[str, float], *, score: str = "AUC", n_a: int = 2, n_b: int = 2
 ) -> str:
@@ -413,6 +420,8 @@ def console_verdict(pair: Mapping[str, Any]) -> str:
     :data:`MIN_RUNS_FOR_A_VERDICT` a side the line is the "too few runs" one, which has its
     counts already (the report and ``results.json`` say the same).
 
+    The final-performance P follows an AUC verdict, as in the report (:func:`final_also`).
+
     >>> console_verdict({"verdict": "a beats b (AUC): P(a > b) = 0.95 [0.80, 1.00]",
     ...                  "n_runs": [5, 5], "enough_runs": True})
     'a beats b (AUC): P(a > b) = 0.95 [0.80, 1.00] (5 vs 5 runs)'
@@ -420,7 +429,20 @@ def console_verdict(pair: Mapping[str, Any]) -> str:
     n = pair.get("n_runs")
     if not n or not pair.get("enough_runs", True):  # the line already says too few, with counts
         return str(pair["verdict"])
-    return f"{pair['verdict']} ({n[0]} vs {n[1]} runs)"
+    return f"{pair['verdict']} ({n[0]} vs {n[1]} runs){final_also(pair)}"
+
+
+def final_also(pair: Mapping[str, Any]) -> str:
+    """What follows a pair's verdict when its score is not final performance: the
+    final-performance P, shown beside it without a verdict (``""`` for a verdict on final
+    performance, one without enough runs, or a pair without that P)."""
+    final = (pair.get("p_improvement") or {}).get("final")
+    if pair.get("score") == "final" or not pair.get("enough_runs", True) or not final:
+        return ""
+    return (
+        f"; final performance (shown, not the verdict's score: primary={pair['score']}): "
+        f"P({pair['a']} > {pair['b']}) = {_ci_text(final, 2)}"
+    )
 
 
 def analyze(
@@ -573,6 +595,11 @@ def analyze(
                 }
             )
             continue
+        # one point a curve: its AUC (held over the budget) is its final value, so a verdict
+        # on AUC says nothing of sample efficiency (rerun 15 F2)
+        one_point = primary == "auc" and all(
+            int(x["n_points"]) <= 1 for c in (a, b) for x in conditions[c]["runs"]
+        )
         pairs.append(
             {
                 "a": a,
@@ -589,7 +616,9 @@ def analyze(
                     score="AUC" if primary == "auc" else "final performance",
                     n_a=n_a,
                     n_b=n_b,
-                ),
+                )
+                + (ONE_POINT if one_point else ""),
+                **({"one_point_curves": True} if one_point else {}),
             }
         )
     return {"grid": grid, "conditions": conditions, "pairs": pairs, "coinciding": coinciding}
@@ -800,13 +829,7 @@ def render_report(
     ]
     lines += ["", "## Verdicts", ""]
     for p in analysis["pairs"]:
-        also = (  # the verdict states its own score; the final-performance P only if it is another
-            ""
-            if p["score"] == "final" or not p.get("enough_runs", True)
-            else f"; final performance (shown, not the verdict's score: primary={p['score']}): "
-            f"P({p['a']} > {p['b']}) = {_ci_text(p['p_improvement']['final'], 2)}"
-        )
-        lines.append(f"- {p['verdict']}{also}")
+        lines.append(f"- {p['verdict']}{final_also(p)}")
     if missing:
         lines += ["", f"**Incomplete:** {len(missing)} run(s) not finished: {', '.join(missing)}."]
     n_min = min((c["n_runs"] for c in analysis["conditions"].values()), default=0)
