@@ -72,6 +72,11 @@ def _config(argv: list[str]) -> dict:
         ),
         (["train", "sac", "--config", SAC_SPARSE], "training.seed=5", lambda c: c["training"].seed),
         (["compare", "--config", COMPARE], "budget=5", lambda c: c["budget"]),
+        (  # a run setting of compare: the last entry of common (fresh-user trial F2)
+            ["compare", "--config", COMPARE],
+            "training.eval_every=5",
+            lambda c: int(c["common"][-1].removeprefix("training.eval_every=")),
+        ),
     ],
 )
 def test_every_command_takes_bare_and_set_overrides_alike(command, override, get):

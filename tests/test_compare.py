@@ -1016,7 +1016,10 @@ def test_every_example_of_compare_help_parses_and_dry_runs(monkeypatch, capsys):
             assert config["budget"] == args.budget
         for override in args.overrides:
             key, value = override.split("=", 1)
-            assert str(config[key]) == value, (argv, key)
+            if "." in key:  # a run setting: the last entry of common
+                assert config["common"][-1] == override, (argv, key)
+            else:
+                assert str(config[key]) == value, (argv, key)
         if not args.report_only:
             assert main([*argv, "--dry-run"]) == 0, (argv, capsys.readouterr().out)
 
@@ -1725,3 +1728,175 @@ def test_an_auc_verdict_on_one_point_curves_says_it_is_the_final_value():
     }
     (pair,) = C.analyze(two, budget=300, n_bootstrap=200)["pairs"]
     assert "one_point_curves" not in pair and "one point" not in pair["verdict"]
+
+
+# ------------------------------------------------------------------------------------------
+# run settings on compare's command line (fresh-user trial F2)
+# ------------------------------------------------------------------------------------------
+
+FETCHREACH = str(REPO / "configs" / "compare_fetchreach.yaml")
+SMALL = ["--conditions", "sparse", "env_dense", "--seeds", "0", "--budget", "500"]
+
+
+def _compare_config(*argv: str) -> dict:
+    from densereward.cli import build_parser
+    from densereward.config_files import parse_command_line
+    from densereward.sample_efficiency.cli import config_from_args
+
+    args = parse_command_line(build_parser(), ["compare", "--config", *argv])
+    return config_from_args(args)
+
+
+def test_compare_takes_run_settings_on_the_command_line_after_the_files_common(tmp_path, capsys):
+    """Fresh-user trial F2: configuration.md says every command takes ``section.field=value``
+    overrides, but compare refused ``training.eval_every=250`` ("unknown key(s) in the config
+    (CompareConfig): 'training' (did you mean 'trainer'?)"), ``sac.learning_rate=1e-3`` and
+    ``verifier.threshold=0.4``. A dotted key whose section is not the comparison's is a run
+    setting now: added to ``common`` after the file's entries (so it wins over them), given to
+    every condition, and listed, marked, in the dry run's ``common`` line."""
+    from densereward.cli import main
+
+    out = str(tmp_path / "cmp")
+    first = [*SMALL, "training.eval_every=250", "--output-dir", out, "--dry-run"]
+    later = [*SMALL[:-4], "--budget", "500", "--output-dir", out, "--dry-run", "--seeds", "0"]
+    # the three commands as the user gave them (the last two after --seeds 0)
+    for argv in (first, [*later, "sac.learning_rate=1e-3"], [*later, "verifier.threshold=0.4"]):
+        assert main(["compare", "--config", FETCHREACH, *argv]) == 0, argv
+        captured = capsys.readouterr()
+        given = next(a for a in argv if "=" in a)
+        common = [line for line in captured.out.splitlines() if "ok  common" in line]
+        assert len(common) == 1, captured.out
+        assert common[0].startswith(
+            "  ok  common (every condition, before its own): sac.learning_starts=250, "
+        ), common[0]
+        assert common[0].endswith(f", verifier.threshold=0.5, {given} (command line)"), common[0]
+        assert not (tmp_path / "cmp").exists()
+    # the runs' configs carry the values, with the file's common kept and overridden
+    config = _compare_config(
+        FETCHREACH,
+        *SMALL,
+        "training.eval_every=250",
+        "sac.learning_rate=1e-3",
+        "verifier.threshold=0.4",
+    )
+    assert config["common"][-3:] == [
+        "training.eval_every=250",
+        "sac.learning_rate=1e-3",
+        "verifier.threshold=0.4",
+    ]
+    runs = C.build_run_configs(C.parse_compare_config(config), base_dir=REPO / "configs")
+    for cname in ("sparse", "env_dense"):
+        run = runs[cname]["seed0"]
+        assert run["training"]["eval_every"] == 250  # the file's common said 500
+        assert run["sac"]["learning_rate"] == 1e-3 and run["verifier"]["threshold"] == 0.4
+        assert run["sac"]["learning_starts"] == 250  # the file's common is still applied
+    # a mapping common gets the setting applied onto it; none becomes the list
+    config = _compare_config(
+        FETCHREACH,
+        *SMALL,
+        "common={training: {eval_every: 500, eval_episodes: 3}}",
+        "training.eval_every=250",
+    )
+    assert config["common"] == {"training": {"eval_every": 250, "eval_episodes": 3}}
+    config = _compare_config(FETCHREACH, *SMALL, "common=null", "training.eval_every=250")
+    assert config["common"] == ["training.eval_every=250"]
+    # common=[...] on the command line replaces the file's list; run settings follow it
+    config = _compare_config(
+        FETCHREACH, *SMALL, "common=[sac.learning_starts=100]", "training.eval_every=250"
+    )
+    assert config["common"] == ["sac.learning_starts=100", "training.eval_every=250"]
+
+
+def test_a_run_setting_a_condition_sets_itself_is_refused_naming_the_condition(tmp_path, capsys):
+    """The condition's own value would silently win over a run setting of the command line
+    (conditions are applied after common): refused with one line naming the condition and the
+    fix. A condition not in the run (--conditions) does not count."""
+    from densereward.cli import main
+
+    whole = tmp_path / "whole_env.yaml"  # a condition that sets a whole section
+    whole.write_text(
+        yaml.safe_dump(
+            {
+                **load_yaml(FETCHREACH),
+                "base": str(REPO / "configs" / "sac_fetchreach_sparse.yaml"),
+                "conditions": {
+                    "sparse": {},
+                    "env_dense": ["env={id: FetchReachDense-v4, reward: env}"],
+                },
+            }
+        )
+    )
+    for config, given, cname, key in (
+        (FETCHREACH, "env.reward=verifier", "env_dense", "env.reward"),
+        (str(whole), "env.max_episode_steps=40", "env_dense", "env"),  # a key in its section
+        (FETCHREACH, "verifier.granularity=10", "verifier_dense", "verifier.granularity"),
+    ):
+        conditions = ["--conditions", "sparse", cname]
+        assert main(["compare", "--config", config, *conditions, given, "--dry-run"]) == 2
+        err = capsys.readouterr().err.strip()
+        assert err == (
+            f"densereward: error: {given}: condition '{cname}' sets {key} itself, which would "
+            f"win over the command line's value; change it in the config's conditions.{cname} "
+            "(or leave the condition out with --conditions)"
+        ), err
+    config = _compare_config(
+        FETCHREACH, "--conditions", "sparse", "sparse_her", "env.id=FetchReach-v4"
+    )
+    assert config["common"][-1] == "env.id=FetchReach-v4"
+
+
+def test_report_only_refuses_run_settings(tmp_path, capsys):
+    """--report-only re-analyses recorded runs (their common comes from compare_config.yaml):
+    a run setting would change the runs, so it is refused with the reason, not reported as
+    'unknown key(s) in the config (CompareConfig)'."""
+    from densereward.cli import main
+
+    argv = ["compare", "--config", FETCHREACH, "--output-dir", str(tmp_path / "cmp")]
+    assert main([*argv, "--report-only", "training.eval_every=250"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == (
+        "densereward: error: --report-only re-analyses the recorded runs; run settings "
+        "(training.eval_every=250) would change the runs: run the comparison without "
+        "--report-only (into a new --output-dir) to train with them"
+    ), err
+
+
+def test_misspelt_run_settings_and_comparison_keys_get_their_own_hints(tmp_path, capsys):
+    """A misspelt run section is named by the trainer's validation (not 'did you mean
+    trainer'); a bare misspelt key stays the comparison's, with its hint; a key the comparison
+    sets for every run names common and the flag."""
+    from densereward.cli import main
+
+    argv = ["compare", "--config", FETCHREACH, *SMALL, "--output-dir", str(tmp_path), "--dry-run"]
+    assert main([*argv, "trainng.eval_every=1"]) == 2
+    err = capsys.readouterr().err
+    assert "condition 'sparse': unknown section(s) 'trainng' (did you mean 'training'?)" in err
+    assert main([*argv, "budgte=5"]) == 2
+    assert "'budgte' (did you mean 'budget'?)" in capsys.readouterr().err
+    assert main([*argv, "training.seed=3"]) == 2
+    err = capsys.readouterr().err
+    assert "common: training.seed is set by the comparison for every run" in err, err
+    assert "--seeds" in err and "conditions." not in err, err
+
+
+def test_a_run_section_among_the_comparisons_keys_is_sent_to_common(tmp_path, capsys):
+    """Fresh-user trial F2: a train config's section given where a comparison key goes (the
+    file's top level, or a bare key on the command line) was 'unknown key(s) ...: 'training'
+    (did you mean 'trainer'?)', sending the user the wrong way; it names the fix now."""
+    from densereward.cli import main
+
+    path = tmp_path / "top.yaml"
+    path.write_text(yaml.safe_dump({**load_yaml(FETCHREACH), "training": {"eval_every": 250}}))
+    argv = ["compare", "--config", str(path), *SMALL, "--output-dir", str(tmp_path), "--dry-run"]
+    expected = (
+        "densereward: error: unknown key(s) in the config (CompareConfig): 'training' is a "
+        "section of each run's train config, not a comparison key: put it under common: (every "
+        "condition) or a condition, or give training.FIELD=VALUE on the command line"
+    )
+    assert main(argv) == 2
+    assert capsys.readouterr().err.strip() == expected
+    argv[2] = FETCHREACH
+    assert main([*argv, "training={eval_every: 250}"]) == 2
+    assert capsys.readouterr().err.strip() == expected
+    assert main([*argv, "trainr=sac"]) == 2  # a misspelt comparison key keeps its hint
+    assert "'trainr' (did you mean 'trainer'?)" in capsys.readouterr().err

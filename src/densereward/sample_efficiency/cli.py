@@ -10,6 +10,7 @@ from typing import Any
 
 from ..config_files import add_override_arguments, apply_overrides, load_yaml, overrides_from
 from ..errors import ConfigError, command_finished
+from .config import add_run_settings, split_run_settings
 from .report import console_verdict
 from .runner import dry_run_comparison, output_dir_of, run_comparison
 
@@ -19,9 +20,15 @@ EPILOG = """\
 examples:
   densereward compare --config configs/compare_fetchreach.yaml
   densereward compare --config configs/compare_fetchreach.yaml --seeds 0 1 --budget 2000 --output-dir runs/cmp-small
-  densereward compare --config configs/compare_fetchreach.yaml threshold=0.9 --seeds 0 1   # overrides before options taking lists
+  densereward compare --config configs/compare_fetchreach.yaml threshold=0.9 --seeds 0 1   # a comparison key (threshold:)
+  densereward compare --config configs/compare_fetchreach.yaml training.eval_every=250 --seeds 0 1   # a run setting, added to common:
   densereward compare --config configs/compare_grpo_cpu.yaml --conditions sparse dense
   densereward compare --config configs/compare_fetchreach.yaml --report-only   # statistics of finished runs
+
+Overrides: a bare key (threshold=0.9) or one under a comparison key (wandb.group=g) sets the
+comparison; section.field=value of any other section (training., sac., verifier., ...) is a run
+setting, added to common: after the file's entries (it wins over them; a key a condition sets
+itself is refused). common=[...] replaces the file's common:.
 
 Re-running the same command resumes: finished runs (runs/<condition>/seed<k>/result.json) are
 skipped and an interrupted run starts again. Outputs: report.md, learning_curves.png, results.json, curves.json.
@@ -39,7 +46,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--config", required=True, help="comparison YAML, e.g. configs/compare_fetchreach.yaml"
     )
-    add_override_arguments(parser, "budget=2000 threshold=0.9 (keys of the comparison config)")
+    add_override_arguments(
+        parser,
+        "threshold=0.9 (a comparison key) or training.eval_every=250 (a run setting: added to "
+        "common:, for every condition)",
+    )
     parser.add_argument(
         "--output-dir", default=None, help="output directory (overrides output_dir:)"
     )
@@ -81,10 +92,24 @@ def config_from_args(args: argparse.Namespace) -> dict[str, Any]:
     ``metric``, bootstrap settings) still come from ``--config``, and overrides and flags
     still win.
 
+    An override ``section.field=value`` whose section is not a comparison key
+    (``training.eval_every=250``; :func:`~.config.split_run_settings`) is a run setting: it is
+    added to ``common`` after the file's entries (:func:`~.config.add_run_settings`), after the
+    comparison's own overrides (so ``common=[...]``, which replaces the file's list, comes
+    first) and ``--conditions``.
+
     Raises:
-        ConfigError: for a missing config file, a malformed override, or ``--conditions``
-            naming a condition the config does not have (or one twice).
+        ConfigError: for a missing config file, a malformed override, ``--conditions``
+            naming a condition the config does not have (or one twice), a run setting whose
+            key a condition sets itself, or a run setting with ``--report-only``.
     """
+    comparison, run_settings = split_run_settings(overrides_from(args))
+    if run_settings and getattr(args, "report_only", False):
+        raise ConfigError(
+            f"--report-only re-analyses the recorded runs; run settings ({' '.join(run_settings)}) "
+            "would change the runs: run the comparison without --report-only (into a new "
+            "--output-dir) to train with them"
+        )
     config = load_yaml(args.config)
     if getattr(args, "report_only", False):
         out = output_dir_of(
@@ -101,7 +126,7 @@ def config_from_args(args: argparse.Namespace) -> dict[str, Any]:
                 else:
                     config.pop(key, None)
             print(f"report-only: runs as recorded in {stored_path}", file=sys.stderr)
-    apply_overrides(config, overrides_from(args))
+    apply_overrides(config, comparison)
     if args.seeds is not None:
         config["seeds"] = list(args.seeds)
     if args.budget is not None:
@@ -120,7 +145,7 @@ def config_from_args(args: argparse.Namespace) -> dict[str, Any]:
                 f"(got {args.conditions[0]})"
             )
         config["conditions"] = {c: conds[c] for c in args.conditions}
-    return config
+    return add_run_settings(config, run_settings)
 
 
 def main(args: argparse.Namespace) -> int:
@@ -135,6 +160,7 @@ def main(args: argparse.Namespace) -> int:
             output_dir=args.output_dir,
             base_dir=cfg_path.resolve().parent,
             name=cfg_path.stem,
+            common_given=split_run_settings(overrides_from(args))[1],
         )
         n_problems = sum(line.startswith("!! ") for line in lines)
         print(

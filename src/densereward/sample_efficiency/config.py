@@ -30,7 +30,7 @@ from ..config_files import apply_overrides, from_dict, load_yaml, parse_override
 from ..errors import ConfigError, DataError, RegistryError
 from ..io import to_jsonable
 from ..registry import Registry, entry_point_group, instances_of
-from ..sections import refuse_other_command
+from ..sections import COMMAND_SECTIONS, refuse_other_command, unknown_key_hints
 from ..trainers.spec import Keys, TrainerSpec, set_key
 from ..wandb_config import WandbConfig
 
@@ -39,10 +39,13 @@ __all__ = [
     "CompareConfig",
     "CompareWandbConfig",
     "TrainerSpec",
+    "add_run_settings",
     "build_run_configs",
+    "describe_common",
     "fingerprint",
     "parse_compare_config",
     "register_trainer",
+    "split_run_settings",
     "trainer_spec",
 ]
 
@@ -194,6 +197,31 @@ class CompareConfig:
     run is named after its run directory (``<condition>-seed<k>``), its job type is its
     condition."""
 
+    @staticmethod
+    def refuse_unknown_keys(unknown: list[str], prefix: str, names: set[str]) -> None:
+        """:func:`~densereward.config_files.from_dict`'s hook: a section of a run's train config
+        (``training``, ``sac``, ``verifier``, ...) given as a comparison key is sent to
+        ``common:`` (its closest comparison key, ``trainer`` for ``training``, was no help).
+
+        Raises:
+            ConfigError: when ``unknown`` holds one of them (else returns).
+        """
+        run = [k for k in unknown if k in _RUN_SECTIONS]
+        if not run:
+            return
+        rest = [k for k in unknown if k not in run]
+        also = f"; {unknown_key_hints(rest, names)}" if rest else ""
+        what = (
+            "is a section of each run's train config, not a comparison key: put it"
+            if len(run) == 1
+            else "are sections of each run's train config, not comparison keys: put them"
+        )
+        raise ConfigError(
+            f"unknown key(s) in the config (CompareConfig): {', '.join(map(repr, run))} {what} "
+            f"under common: (every condition) or a condition, or give {run[0]}.FIELD=VALUE on "
+            f"the command line{also}"
+        )
+
     def __post_init__(self) -> None:
         if not isinstance(self.trainer, str) or not self.trainer:
             raise ConfigError(f"trainer={self.trainer!r}; use one of {TRAINERS.names()}")
@@ -237,6 +265,14 @@ class CompareConfig:
             raise ConfigError(f"confidence must be in (0, 1), got {self.confidence}")
         if self.primary not in ("auc", "final"):
             raise ConfigError(f"primary={self.primary!r}; use auc | final")
+
+
+_RUN_SECTIONS = frozenset(
+    {*COMMAND_SECTIONS["train grpo"][0], *COMMAND_SECTIONS["train sac"][0]}
+    | {"reward", "verifier", "training"}
+)
+"""Top-level sections of ``train grpo`` and ``train sac`` configs that a comparison does not
+have (its ``wandb:`` is its own)."""
 
 
 def _check_override_form(ov: Any, where: str) -> None:
@@ -319,6 +355,110 @@ def _override_keys(ov: Any) -> list[Keys]:
     return [tuple(parse_override(x)[0]) for x in ov]
 
 
+def _related(a: Keys, b: Keys) -> bool:
+    """Whether setting key ``a`` and setting key ``b`` touch the same value (one is the other
+    or a section above it)."""
+    n = min(len(a), len(b))
+    return tuple(a[:n]) == tuple(b[:n])
+
+
+def split_run_settings(overrides: Sequence[str]) -> tuple[list[str], list[str]]:
+    """Split ``densereward compare``'s command-line overrides into the comparison's own and the
+    run settings.
+
+    A run setting is a dotted ``section.field=value`` whose section is not a
+    :class:`CompareConfig` field (``training.eval_every=250``, ``sac.learning_rate=1e-3``); a
+    bare key (``threshold=0.9``) or one under a comparison field (``wandb.group=x``,
+    ``conditions.sparse=[...]``, ``base.reward.rate=1`` of an inline base mapping) is the
+    comparison's.
+
+    Returns:
+        ``(comparison overrides, run settings)``, each in the order given.
+
+    Raises:
+        ConfigError: for an override without ``=``.
+
+    >>> split_run_settings(["threshold=0.9", "training.eval_every=250", "wandb.group=g"])
+    (['threshold=0.9', 'wandb.group=g'], ['training.eval_every=250'])
+    """
+    own = {f.name for f in dataclasses.fields(CompareConfig)}
+    comparison: list[str] = []
+    run: list[str] = []
+    for text in overrides:
+        keys, _ = parse_override(text)
+        (run if len(keys) > 1 and keys[0] not in own else comparison).append(text)
+    return comparison, run
+
+
+def add_run_settings(config: dict[str, Any], settings: Sequence[str]) -> dict[str, Any]:
+    """Add run settings (``section.field=value`` of the train config) to ``config["common"]``
+    after its entries, in place, so they apply to every condition and win over the file's
+    ``common``: a list of strings is appended to, a mapping has them applied onto it
+    (:func:`~densereward.config_files.apply_overrides`), none becomes the list.
+
+    Returns:
+        ``config``.
+
+    Raises:
+        ConfigError: when a condition of ``config`` sets a key a setting sets (the same key, or
+            a section above or below it), since the condition's own value would win (it is
+            applied after ``common``), naming the condition and the fix; or when ``common`` or
+            a condition is malformed (as :func:`parse_compare_config` says).
+    """
+    if not settings:
+        return config
+    common = config.get("common")
+    _check_override_form(common, "common")
+    conditions = config.get("conditions")
+    for cname, ov in conditions.items() if isinstance(conditions, Mapping) else ():
+        _check_override_form(ov, f"conditions.{cname}")
+        theirs = _override_keys(ov)
+        for text in settings:
+            keys = tuple(parse_override(text)[0])
+            clash = next((k for k in theirs if _related(keys, k)), None)
+            if clash is not None:
+                raise ConfigError(
+                    f"{text}: condition {cname!r} sets {'.'.join(clash)} itself, which would win "
+                    f"over the command line's value; change it in the config's conditions.{cname} "
+                    "(or leave the condition out with --conditions)"
+                )
+    if common is None:
+        config["common"] = list(settings)
+    elif isinstance(common, Mapping):
+        config["common"] = apply_overrides(copy.deepcopy(dict(common)), list(settings))
+    else:
+        config["common"] = [*common, *settings]
+    return config
+
+
+def describe_common(common: Any, given: Sequence[str] = ()) -> str:
+    """The dry run's line of ``common``: every entry in order, ``given`` (the command line's
+    run settings, added last by :func:`add_run_settings`) marked ``(command line)``.
+
+    >>> describe_common(["sac.tau=0.01", "training.eval_every=250"], ["training.eval_every=250"])
+    'common (every condition, before its own): sac.tau=0.01, training.eval_every=250 (command line)'
+    >>> describe_common({"training": {"eval_every": 250}, "sac": {"tau": 0.01}}, ["sac.tau=0.01"])
+    'common (every condition, before its own): training.eval_every=250, sac.tau=0.01 (command line)'
+    """
+    head = "common (every condition, before its own): "
+    if not common:
+        return head + "none"
+    if isinstance(common, Mapping):
+        marked = [tuple(parse_override(g)[0]) for g in given]
+        entries = []
+        for keys in _override_keys(common):
+            value = _get(common, keys)
+            text = value if isinstance(value, str) else json.dumps(to_jsonable(value))
+            mine = any(keys[: len(m)] == m for m in marked)
+            entries.append(f"{'.'.join(keys)}={text}" + (" (command line)" if mine else ""))
+        return head + ", ".join(entries)
+    entries = [str(x) for x in common]
+    n_given = len(given) if list(given) == entries[len(entries) - len(given) :] else 0
+    for i in range(len(entries) - n_given, len(entries)):
+        entries[i] += " (command line)"
+    return head + ", ".join(entries)
+
+
 def _apply(config: dict[str, Any], ov: Any) -> dict[str, Any]:
     if ov is None:
         return config
@@ -375,10 +515,17 @@ def build_run_configs(
     if budget is None:
         raise ConfigError(f"set budget: (or {'.'.join(spec.budget_key)} in the base config)")
     wandb = run_wandb(cfg)
+    for keys in _override_keys(cfg.common):  # named as common's (the file's or the command line's)
+        if any(_related(keys, r) for r in spec.reserved):
+            raise ConfigError(
+                f"common: {'.'.join(keys)} is set by the comparison for every run: use its "
+                "budget: / seeds: / wandb: / output_dir: (on the command line --budget, --seeds, "
+                "wandb.KEY=VALUE, --output-dir)"
+            )
     out: dict[str, dict[str, dict[str, Any]]] = {}
     for cname, ov in cfg.conditions.items():
-        for keys in _override_keys(cfg.common) + _override_keys(ov):
-            if any(keys == r[: len(keys)] or r == keys[: len(r)] for r in spec.reserved):
+        for keys in _override_keys(ov):
+            if any(_related(keys, r) for r in spec.reserved):
                 raise ConfigError(
                     f"conditions.{cname}: {'.'.join(keys)} is set by the comparison for every run "
                     "(use the comparison's budget: / seeds: / wandb:); conditions must differ only in "

@@ -43,6 +43,7 @@ from .config import (
     TrainerSpec,
     _get,
     build_run_configs,
+    describe_common,
     fingerprint,
     parse_compare_config,
     run_wandb,
@@ -428,6 +429,7 @@ def dry_run_comparison(
     base_dir: str | Path | None = None,
     name: str | None = None,
     trainers: Trainers = TRAINERS,
+    common_given: Sequence[str] = (),
 ) -> list[str]:
     """Validate a comparison without running or creating anything (``--dry-run``).
 
@@ -436,6 +438,10 @@ def dry_run_comparison(
     run (the spec's ``dry_run``, e.g. ``densereward.trainers.sac.dry_run``) in a scratch
     directory; the output directory is read to say which runs are already finished and would
     be skipped.
+
+    Args:
+        common_given: the run settings of the command line, the last entries of ``common``;
+            its line (every entry of ``common`` in order) marks them ``(command line)``.
 
     Returns:
         One line per check; a problem a run would hit although the config is valid starts
@@ -477,6 +483,7 @@ def dry_run_comparison(
     ]
     each_run = out / "runs" / "<condition>" / "seed<k>" / "<condition>-seed<k>"
     lines.append(describe_wandb(WandbConfig.from_section(run_wandb(cfg)), each_run))
+    lines.append(describe_common(cfg.common, common_given))
     lines += [f"!! a finished run has a different config: {c}" for c in changed[:1]]
     n_seeds = len(cfg.seeds)
     if len(cfg.conditions) >= 2 and n_seeds < MIN_RUNS_FOR_A_VERDICT:  # fresh-user trial F13
