@@ -1580,3 +1580,48 @@ def test_the_advised_threshold_reproduces_the_reports_rates(tmp_path, capsys):
     advised = json.loads((tmp_path / "advised" / "metrics.json").read_text())
     assert advised["overall"]["tpr"] == 1.0 and advised["overall"]["tnr"] == 1.0
     assert "accept threshold: score >= 0.14998 (fixed 0.14998)" in capsys.readouterr().out
+
+
+def test_two_score_rows_for_one_response_are_refused_naming_both_lines_and_scores(tmp_path, capsys):
+    """Rerun 17 F1: a scores file holding each response's row twice (a run's scores.jsonl with
+    another run's appended: 24 rows for 12 responses, other scores) was read with no word, the
+    later row winning (AUROC 0.500 became 1.000 by file order), and 12 score rows vanished
+    uncounted. Refused now (exit 2, one line, nothing written): naming the file, both lines,
+    the response and the two scores, and the fix; an exact copy of a row is refused the same
+    way, as the responses file refuses one."""
+    twelve = _twelve(tmp_path)
+    scores = _scored_run(tmp_path, twelve)
+    lines = scores.read_text().splitlines(keepends=True)
+    first = json.loads(lines[0])
+    other = [json.loads(line) | {"score": 0.25} for line in lines]
+    conf = tmp_path / "scores_conf.jsonl"
+    conf.write_text("".join([*lines, *(json.dumps(r) + "\n" for r in other)]))
+    capsys.readouterr()
+    base = ["--responses", str(twelve), "--bootstrap", "0", "--no-plots"]
+    out = tmp_path / "conf"
+    assert _cli(*base, "--scores", str(conf), "--out", str(out)) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1, err
+    key = f"problem_id={first['problem_id']!r} generator={first['generator']!r} #0"
+    assert f"{conf}:13: " in err[0] and f"{conf}:1 " in err[0] and key in err[0], err
+    assert f"score {first['score']!r} there and 0.25 here" in err[0], err
+    assert "one score row per response" in err[0], err
+    assert not out.exists()
+    # the same score but another reason: a conflict too
+    reason = tmp_path / "scores_reason.jsonl"
+    reason.write_text("".join([*lines, json.dumps(first | {"reason": "no final answer"}) + "\n"]))
+    assert _cli(*base, "--scores", str(reason), "--out", str(out)) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"{reason}:13: " in err[0] and "reason" in err[0], err
+    assert not out.exists()
+    # an exact double: refused as the responses file refuses a copied row
+    dup = tmp_path / "scores_dup.jsonl"
+    dup.write_text("".join([*lines, *lines]))
+    assert _cli(*base, "--scores", str(dup), "--out", str(out)) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"{dup}:13: the same score row as {dup}:1 " in err[0], err
+    assert key in err[0] and "one score row per response" in err[0], err
+    assert not out.exists()
+    # the library refuses it too, not only the command
+    with pytest.raises(DataError, match=r":13: .*one score row per response"):
+        E.align_scores(E.load_responses(twelve), E.load_scores(conf))

@@ -337,7 +337,9 @@ def align_scores(
     Raises:
         DataError: if a row has no score record, or the stored ``response_sha1`` shows the
             record was computed for a different response text (naming the row's and the score
-            record's ``file:line``, the key and ``changed_fix``).
+            record's ``file:line``, the key and ``changed_fix``), or two score records are for
+            one response (an exact copy or two different scores: naming both lines,
+            the key, the two scores and the fix: one score row per response).
     """
     index = _score_index(score_records)
     out = []
@@ -378,11 +380,52 @@ def _score_index(
     score_records: Sequence[Mapping[str, Any]],
 ) -> dict[tuple[str, str, int], Mapping[str, Any]]:
     """Score records by ``(problem_id, generator, response_index)`` (the occurrence of the pair
-    when a record has no ``response_index``)."""
+    when a record has no ``response_index``).
+
+    Raises:
+        DataError: two records for one response (:func:`_second_score_row`).
+    """
     index: dict[tuple[str, str, int], Mapping[str, Any]] = {}
     for key, rec in zip(_keys(score_records), score_records, strict=True):
-        index[(key[0], key[1], int(rec.get("response_index", key[2])))] = rec
+        key = (key[0], key[1], int(rec.get("response_index", key[2])))
+        if key in index:
+            raise _second_score_row(key, index[key], rec)
+        index[key] = rec
     return index
+
+
+def _second_score_row(
+    key: tuple[str, str, int], first: Mapping[str, Any], second: Mapping[str, Any]
+) -> DataError:
+    """The error for a second score record of the response ``key``: which of the two is meant
+    is not known (read in file order, the later would win unsaid), so neither is taken. An exact
+    copy is named as one (as :func:`load_responses` names a copied row); two that differ name
+    the two scores, or the fields they differ in."""
+    here = second.get("source") or "the scores file"
+    there = first.get("source") or "the scores file"
+    what = f"problem_id={key[0]!r} generator={key[1]!r} #{key[2]}"
+    a = {k: v for k, v in first.items() if k != "source"}
+    b = {k: v for k, v in second.items() if k != "source"}
+    if a == b:
+        return DataError(
+            f"{here}: the same score row as {there} ({what}): remove the copy (one score row per "
+            "response; a scores.jsonl written by eval-verifier has one)"
+        )
+
+    def shown(score: Any) -> str:
+        return "null (abstained)" if score is None else repr(score)
+
+    if a.get("score") != b.get("score"):
+        differ = f"score {shown(a.get('score'))} there and {shown(b.get('score'))} here"
+    else:
+        fields = sorted(k for k in a.keys() | b.keys() if a.get(k) != b.get(k))
+        differ = f"score {shown(a.get('score'))} in both but another {', '.join(fields)}"
+    return DataError(
+        f"{here}: a second score row for {what}, which has one at {there} already: {differ}; "
+        "which is meant is not known, so neither is used: keep one score row per response (a "
+        "scores.jsonl written by eval-verifier has one; two runs' scores joined into one file "
+        "hold each response twice)"
+    )
 
 
 def score_coverage(
@@ -394,6 +437,9 @@ def score_coverage(
     Returns:
         ``(missing, unmatched)``: the ``(problem_id, generator, index)`` keys of the rows without
         a score record, and of the score records without a row, each in file order.
+
+    Raises:
+        DataError: two score records for one response, as :func:`align_scores`.
     """
     index = _score_index(score_records)
     keys = _keys(rows)
