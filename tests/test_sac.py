@@ -783,6 +783,40 @@ def test_sac_on_an_env_without_is_success_trains_with_success_metrics_off(tmp_pa
     assert not (tmp_path / "refused").exists()
 
 
+@pytest.mark.slow
+def test_the_final_line_names_each_metric_once(tmp_path, capsys):
+    """Rerun 17 F4: `train sac` on Pendulum-v1 with env.reward=env and evaluation off ended
+    "... rollout/ep_env_rew_mean=-1108.585 rollout/ep_env_rew_mean=-1108.585": the learning
+    curve's metric (the training episodes' env return, with no evaluation and no is_success)
+    is also one of the last window's metrics. Each metric is named once."""
+    out = tmp_path / "run"
+    args = _sac_args(
+        "--config",
+        str(REPO / "configs" / "sac_fetchreach_verifier.yaml"),
+        "--total-timesteps",
+        "400",
+        "--output-dir",
+        str(out),
+        "env.id=Pendulum-v1",
+        "env.reward=env",
+        "sac.learning_starts=100",
+        "sac.batch_size=32",
+        "sac.policy_kwargs.net_arch=[16,16]",
+        "training.checkpoint_every=0",
+        "training.eval_every=0",
+        "training.curve_every=100",
+        "training.metrics_window=5",
+        "wandb.enabled=false",
+    )
+    assert sac.main(args) == 0
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("run_dir="))
+    names = re.findall(r" ([\w/]+)=", line)
+    assert "rollout/ep_env_rew_mean" in names and len(names) == len(set(names)), line
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["metric"] == "rollout/ep_env_rew_mean"
+    assert f"rollout/ep_env_rew_mean={summary['final']:.3f}" in line, line
+
+
 def test_training_curves_give_a_constant_curve_a_sane_axis_and_say_the_episode_count(
     tmp_path, monkeypatch
 ):

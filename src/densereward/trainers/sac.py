@@ -1120,19 +1120,30 @@ def main(args: argparse.Namespace) -> int:
         return print_dry_run(dry_run(config, output_dir=run_dir, resume=args.resume))
     summary = run(config, output_dir=run_dir, resume=args.resume)
     command_finished()  # its outputs are written: a SIGTERM now lets the summary print
-    m = summary["metrics"]
-    print(
-        f"run_dir={summary['run_dir']} env_steps={summary['env_steps']} "
-        f"steps/s={summary['steps_per_second']:.1f} ({wall_words(summary)}) "
-        f"{summary['metric']}={summary['final']:.3f} "
-        + " ".join(f"{k}={v:.3f}" for k, v in sorted(m.items()) if v == v)
-    )
+    print(final_line(summary))
     for k, why in summary["undefined"].items():  # a null is never left out without its reason
         print(f"{k}: undefined, {why}")
     if summary["eval_reward"] and summary["curve"]:
         print(evaluation_line(summary))
     print(f"plot: {summary['plot']}")
     return 0
+
+
+def final_line(summary: dict[str, Any]) -> str:
+    """The console's last line of a run (``summary`` of :func:`run`): the run directory, its
+    environment steps and rate, the learning curve's final value, then the last window's
+    defined metrics, each named once (with evaluation off the curve's metric,
+    ``rollout/success_rate`` or ``rollout/ep_env_rew_mean``, is one of them too: the curve's
+    final value stands for it)."""
+    m = summary["metrics"]
+    return (
+        f"run_dir={summary['run_dir']} env_steps={summary['env_steps']} "
+        f"steps/s={summary['steps_per_second']:.1f} ({wall_words(summary)}) "
+        f"{summary['metric']}={summary['final']:.3f}"
+        + "".join(
+            f" {k}={v:.3f}" for k, v in sorted(m.items()) if v == v and k != summary["metric"]
+        )
+    )
 
 
 def wall_words(summary: dict[str, Any]) -> str:
