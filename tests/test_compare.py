@@ -1071,13 +1071,15 @@ def test_the_console_verdict_carries_its_run_counts_and_the_few_runs_caveat(tmp_
         printed = capsys.readouterr()
         last = printed.out.splitlines()[-1]
         assert C.report.MIN_RUNS_FOR_A_VERDICT == 4
+        # rerun 17 F5: the descriptive line gave the AUC's P only; the final's follows it now
         assert last == (
             "too few runs for a verdict between fast and slow (AUC): 2 and 2 finished, >= 4 each "
-            "needed; descriptive only: P(fast > slow) = 1.00 over 2 vs 2 runs"
+            "needed; descriptive only: P(fast > slow) = 1.00 over 2 vs 2 runs; final performance "
+            "(descriptive only): P(fast > slow) = 1.00"
         )
         results = json.loads((tmp_path / "cmp" / "results.json").read_text())
         (pair,) = results["pairs"]
-        assert pair["enough_runs"] is False and pair["verdict"] == last
+        assert pair["enough_runs"] is False and last.startswith(pair["verdict"] + "; final")
         report = (tmp_path / "cmp" / "report.md").read_text()
         assert f"- {last}\n" in report and "fast beats" not in report and "indicative" not in report
         # each run's progress line is one line (rich wrapped them at 80 columns mid-sentence)

@@ -676,10 +676,13 @@ def test_the_final_value_says_what_it_rests_on(tmp_path):
             tmp_path / "curve" / "reward_quality.jsonl",
             {"step": step, "verifier/n": n, "verifier/pass_rate": rate},
         )
-    assert _curve(_records(tmp_path / "curve"), None) == [
-        {"step": 1, "value": 0.0, "n_completions": 8},
-        {"step": 2, "value": 0.125, "n_completions": 16},
-    ]
+    assert _curve(_records(tmp_path / "curve"), None, True) == (
+        [
+            {"step": 1, "value": 0.0, "n_completions": 8},
+            {"step": 2, "value": 0.125, "n_completions": 16},
+        ],
+        "verifier/pass_rate",
+    )
 
 
 @pytest.mark.slow  # imports trl
@@ -951,9 +954,8 @@ def test_a_resume_with_another_max_steps_says_the_schedule_is_re_spread_over_it(
     dry = cli("--resume", "--max-steps", "4", "--dry-run").stdout
     assert (
         f"ok  run directory: {run_dir} (continues from checkpoint-2; the learning-rate "
-        f"schedule continues from step 2, {RESPREAD}; no row was written after it "
-        "(reward_quality.jsonl): none to drop)"
-    ) in dry, dry
+        f"schedule continues from step 2, {RESPREAD})"
+    ) in dry, dry  # rerun 17 F3: no rows to speak of (reward.track: false writes none)
     resumed = cli("--resume", "--max-steps", "4")
     said = [line for line in resumed.stderr.splitlines() if "re-spread" in line]
     assert said == [
@@ -994,10 +996,15 @@ def test_a_resume_from_a_weights_only_checkpoint_continues_the_schedule_and_says
     assert not (run_dir / "reward_quality.jsonl").exists()
     assert first_result["reward_quality"] is None and first_result["plot"] is None
     assert first_result["reward_quality_reason"] == (
-        "off: reward.track: false and the reward reads no verifier, so no verifier/* "
-        "reward-quality metric was measured; reward.track: true measures them"
+        "off: reward.track: false and the reward reads no verifier, so the verifier's "
+        "reward-quality metrics (TPR, TNR, AUROC, ...) were not measured; the curve "
+        "(verifier/pass_rate) is TRL's mean 0/1 reward per step, the Math-Verify pass rate of "
+        "the training completions; reward.track: true measures them"
     )
     assert first_result["metric"] == "verifier/pass_rate" and len(first_result["curve"]) == 2
+    # rerun 17 F2: final_rests_on was null without a reason; 4 completions a step (4 x 1 x 1)
+    assert first_result["final_rests_on"] == "4 completions of step 2"
+    assert first_result["curve"][-1]["n_completions"] == 4
     off = "none (off: reward.track: false and the reward reads no verifier)"
     assert f"  reward-quality metrics (verifier/* per step): {off}" in first.stdout
     assert f"  reward-quality dynamics plot:                 {off}" in first.stdout
@@ -1014,9 +1021,14 @@ def test_a_resume_from_a_weights_only_checkpoint_continues_the_schedule_and_says
         f"ok  run directory: {run_dir} (continues from checkpoint-2, weights only: the "
         f"learning-rate schedule continues from step 2, {RESPREAD}, the optimizer state (Adam's "
         "moments) and the random-number state (rng_state.pth: completion sampling) start "
-        "afresh; training.save_only_model: false keeps them; no row was written after it "
-        "(reward_quality.jsonl): none to drop)"
+        "afresh; training.save_only_model: false keeps them)"
     ) in dry, dry
+    # rerun 17 F3: the dry run listed the verifier as if it would be used; the run loads none
+    assert (
+        "ok  verifier: not used (reward.type=sparse reads no verifier and reward.track: false): "
+        "no verifier model is loaded or checked"
+    ) in dry, dry
+    assert "VerifierConfig ok" not in dry and "ok  verifier.model" not in dry
     resumed = cli("--resume", "--max-steps", "4")
     said = [line for line in resumed.stderr.splitlines() if "weights only" in line]
     assert len(said) == 1 and "training.save_only_model: false" in said[0], resumed.stderr
@@ -1265,6 +1277,8 @@ def test_a_curve_without_tracked_rows_is_named_by_what_it_is():
     trainer = SimpleNamespace(state=SimpleNamespace(log_history=[{"step": 1, "reward": 0.25}]))
     assert _curve([], trainer, True) == ([{"step": 1, "value": 0.25}], "verifier/pass_rate")
     assert _curve([], trainer, False) == ([{"step": 1, "value": 0.25}], "train/reward")
+    # rerun 17 F2: with the completions a logged step holds, the points count them
+    assert _curve([], trainer, True, 16)[0] == [{"step": 1, "value": 0.25, "n_completions": 16}]
     rows = [{"step": 1, "verifier/pass_rate": 0.5, "verifier/n": 4}]
     assert _curve(rows, trainer, False) == (
         [{"step": 1, "value": 0.5, "n_completions": 4}],

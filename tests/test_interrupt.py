@@ -362,6 +362,16 @@ def test_grpo_dry_run_says_a_stopped_starts_files_are_replaced_and_resume_drops_
     )
     _create_run_dir(run_dir, str(run_dir / "checkpoint-2"))
     assert _steps(run_dir / "reward_quality.jsonl") == [1, 2]
+    # rerun 17 F3: a run that tracks no reward quality (reward.track: false) has no such file;
+    # its dry run and its stop line spoke of rows in it all the same
+    from densereward.trainers.grpo import _stopped
+
+    (run_dir / "reward_quality.jsonl").unlink()
+    assert _run_dir_state(run_dir, "latest") == "continues from checkpoint-2"
+    assert _stopped(KeyboardInterrupt(), run_dir, 3, 5).detail == (
+        f"at step 3 of 5; {run_dir} keeps checkpoint-2: add --resume to the same command "
+        f"(--output-dir {run_dir}) to continue from it"
+    )
 
 
 def test_a_fresh_grpo_start_replaces_the_wandb_run_of_a_stopped_start(tmp_path, monkeypatch):

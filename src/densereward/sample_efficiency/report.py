@@ -428,17 +428,31 @@ def console_verdict(pair: Mapping[str, Any]) -> str:
     """
     n = pair.get("n_runs")
     if not n or not pair.get("enough_runs", True):  # the line already says too few, with counts
-        return str(pair["verdict"])
+        return f"{pair['verdict']}{final_also(pair)}"
     return f"{pair['verdict']} ({n[0]} vs {n[1]} runs){final_also(pair)}"
 
 
 def final_also(pair: Mapping[str, Any]) -> str:
     """What follows a pair's verdict when its score is not final performance: the
-    final-performance P, shown beside it without a verdict (``""`` for a verdict on final
-    performance, one without enough runs, or a pair without that P)."""
+    final-performance P, shown beside it without a verdict; beside a "too few runs" line that
+    gives its P as descriptive (2 runs a side or more), the final P likewise, without an
+    interval (``""`` for a verdict on final performance, fewer than 2 runs a side, curves that
+    are not comparable, or a pair without that P).
+
+    >>> final_also({"a": "x", "b": "y", "score": "auc", "enough_runs": False, "n_runs": [2, 3],
+    ...             "p_improvement": {"final": {"value": 0.75, "low": 0.5, "high": 1.0}}})
+    '; final performance (descriptive only): P(x > y) = 0.75'
+    """
     final = (pair.get("p_improvement") or {}).get("final")
-    if pair.get("score") == "final" or not pair.get("enough_runs", True) or not final:
-        return ""
+    if pair.get("score") == "final" or not final or pair.get("not_comparable"):
+        return ""  # not comparable: no P of either score is shown
+    if not pair.get("enough_runs", True):
+        if min(pair.get("n_runs") or [0]) < 2 or not math.isfinite(final.get("value", NAN)):
+            return ""
+        return (
+            f"; final performance (descriptive only): P({pair['a']} > {pair['b']}) = "
+            f"{format_number(final['value'], 2)}"
+        )
     return (
         f"; final performance (shown, not the verdict's score: primary={pair['score']}): "
         f"P({pair['a']} > {pair['b']}) = {_ci_text(final, 2)}"

@@ -92,7 +92,8 @@ def check_models(
 
     Args:
         policy: The policy's ``model.name``.
-        verifier: The :class:`~densereward.config.VerifierConfig`.
+        verifier: The :class:`~densereward.config.VerifierConfig`; ``None`` for a run that
+            builds no verifier (its model is not checked).
         refuse_problems: Raise the problems instead of returning them (a run's start).
 
     Returns:
@@ -104,7 +105,7 @@ def check_models(
         ConfigError: as :func:`check_model`; with ``refuse_problems``, also for the problems.
     """
     checked = [(policy, "model.name")]
-    if loads_model(verifier.backend):
+    if verifier is not None and loads_model(verifier.backend):
         checked.append((verifier.model, "verifier.model"))
     lines, problems = [], []
     for value, field in checked:

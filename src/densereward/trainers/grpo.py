@@ -513,12 +513,14 @@ def _run_dir_state(
         completeness = _completeness(*_newest_complete(run_dir)) if resume == "latest" else ""
         n = rows_after(run_dir / "reward_quality.jsonl", _step_of(ckpt))
         later = (
-            f"the {n} row{'s' if n > 1 else ''} written after it (reward_quality.jsonl) "
+            f"; the {n} row{'s' if n > 1 else ''} written after it (reward_quality.jsonl) "
             f"{'are' if n > 1 else 'is'} dropped"
             if n
-            else "no row was written after it (reward_quality.jsonl): none to drop"
+            else "; no row was written after it (reward_quality.jsonl): none to drop"
+            if (run_dir / "reward_quality.jsonl").is_file()
+            else ""  # a run that tracks no reward quality (reward.track: false) writes none
         )
-        return f"continues from {ckpt.name}{completeness}{weights_only}; {later}"
+        return f"continues from {ckpt.name}{completeness}{weights_only}{later}"
     if not (run_dir.is_dir() and any(run_dir.iterdir())):
         return "created when the run starts"
     return reuse_words(run_dir, RUN_FILES, wandb_dir=wandb_dir)
@@ -576,8 +578,12 @@ def _stopped(exc: BaseException, run_dir: Path, step: int, max_steps: int) -> In
             exc,
             f"{where}; {run_dir} keeps {chosen.name}{_completeness(chosen, skipped)}: add "
             f"--resume to the same command (--output-dir {run_dir}) to continue from "
-            f"{chosen.name if skipped else 'it'} (the reward-quality rows written after it "
-            "are dropped then)",
+            f"{chosen.name if skipped else 'it'}"
+            + (
+                " (the reward-quality rows written after it are dropped then)"
+                if (run_dir / "reward_quality.jsonl").is_file()
+                else ""
+            ),
         )
     return Interrupted.of(
         exc,
@@ -667,7 +673,8 @@ def run(
     t0 = time.monotonic()
     run_dir = _run_dir(parts, output_dir, resume)  # checked; created below, once all passed
     args = build_grpo_args(parts, run_dir)  # TRL's config and the generation settings first
-    check_models(parts["model"].name, parts["verifier"], refuse_problems=True)
+    builds = _builds_verifier(parts)  # else verifier.model is never loaded: not checked
+    check_models(parts["model"].name, parts["verifier"] if builds else None, refuse_problems=True)
     key_env = getattr(parts["verifier"].options, "api_key_env", None)
     secrets = [(get_api_key(key_env) if key_env else None) or ""]
     main_process = _is_main_process()
@@ -788,7 +795,9 @@ def run(
     records = _records(run_dir)  # reward_quality.jsonl, read once for the curve and the counts
     rows = run_dir / "reward_quality.jsonl"
     kind = parts["reward"].kind
-    curve, metric = _curve(records, trainer, kind.checks_answer and not kind.continuous)
+    curve, metric = _curve(
+        records, trainer, kind.checks_answer and not kind.continuous, _completions_per_log(args)
+    )
     train_curve = None
     summary = heldout.summary(run_dir, write=main_process)
     if summary is not None and parts["heldout"].every_steps:  # the held-out curve is the run's
@@ -816,7 +825,7 @@ def run(
         # only the main process writes the file; the others report none
         "reward_quality": str(rows) if main_process and rows.is_file() else None,
         **(
-            {"reward_quality_reason": _untracked(parts)}
+            {"reward_quality_reason": _untracked(parts, metric)}
             if main_process and not rows.is_file()
             else {}
         ),
@@ -832,15 +841,41 @@ def run(
     return result
 
 
-def _untracked(parts: dict[str, Any]) -> str:
+def _untracked(parts: dict[str, Any], metric: str) -> str:
     """Why a run wrote no ``reward_quality.jsonl`` (``result.json``'s ``reward_quality_reason``
-    beside ``"reward_quality": null``)."""
+    beside ``"reward_quality": null``), and what its curve (``metric``) is then."""
     if not parts["reward"].track and not parts["reward"].kind.uses_verifier:
+        curve = (
+            "the curve (verifier/pass_rate) is TRL's mean 0/1 reward per step, the Math-Verify "
+            "pass rate of the training completions"
+            if metric == "verifier/pass_rate"
+            else f"the curve is TRL's mean reward per step ({metric})"
+        )
         return (
-            "off: reward.track: false and the reward reads no verifier, so no verifier/* "
-            "reward-quality metric was measured; reward.track: true measures them"
+            "off: reward.track: false and the reward reads no verifier, so the verifier's "
+            f"reward-quality metrics (TPR, TNR, AUROC, ...) were not measured; {curve}; "
+            "reward.track: true measures them"
         )
     return "no training step wrote a row"
+
+
+def _completions_per_log(args: Any) -> int | None:
+    """The completions behind each value TRL logs when it logs every step
+    (``logging_steps`` 1): ``per_device_train_batch_size * gradient_accumulation_steps *
+    world_size`` (one generation batch per optimizer step); ``None`` otherwise."""
+    if getattr(args, "logging_steps", None) != 1:
+        return None
+    return int(args.per_device_train_batch_size * args.gradient_accumulation_steps) * int(
+        getattr(args, "world_size", 1) or 1
+    )
+
+
+def _no_verifier(parts: dict[str, Any]) -> str:
+    """Why a run builds no verifier (:func:`_builds_verifier` is False), in a dry run's words."""
+    reward = parts["reward"]
+    if reward.judge == "process_oracle":
+        return "reward.judge=process_oracle reads no model"
+    return f"reward.type={reward.type} reads no verifier and reward.track: false"
 
 
 def _builds_verifier(parts: dict[str, Any]) -> bool:
@@ -925,18 +960,20 @@ def _final_rests_on(
         return f"{n} held-out problems" if n else None
     step = curve[-1]["step"]
     n = sum(r.get("verifier/n") or 0 for r in records if r.get("step") == step)
+    n = n or curve[-1].get("n_completions") or 0  # untracked: the completions TRL logged over
     return f"{n:.0f} completions of step {step}" if n else None
 
 
 def _curve(
-    records: list[dict[str, Any]], trainer: Any, zero_one: bool
+    records: list[dict[str, Any]], trainer: Any, zero_one: bool, per_log: int | None = None
 ) -> tuple[list[dict[str, Any]], str]:
     """``(curve, metric)``: the ``verifier/pass_rate`` curve, each point with
     ``n_completions`` (the completions it is the pass rate of) where the records count them
     (``densereward compare`` reports what a final value rests on). Without a tracked pass rate
     (``reward.track: false`` and a reward that reads no verifier), TRL's mean reward per step:
     the pass rate for a 0/1 Math-Verify reward (``zero_one``: ``sparse``), else
-    ``train/reward``."""
+    ``train/reward``, each point with ``per_log`` completions when given
+    (:func:`_completions_per_log`)."""
     by_step: dict[int, list[float]] = {}
     n_by_step: dict[int, float] = {}
     for r in records:
@@ -955,7 +992,11 @@ def _curve(
             for s, v in sorted(by_step.items())
         ], "verifier/pass_rate"
     return [
-        {"step": int(h["step"]), "value": h["reward"]}
+        {
+            "step": int(h["step"]),
+            "value": h["reward"],
+            **({"n_completions": per_log} if per_log else {}),
+        }
         for h in trainer.state.log_history
         if "reward" in h
     ], ("verifier/pass_rate" if zero_one else "train/reward")
@@ -1060,7 +1101,7 @@ def _dry_run(
 
     data_line, data_problem = check_source(parts["data"])
     (policy_line, *verifier_line), model_problems = check_models(
-        parts["model"].name, parts["verifier"]
+        parts["model"].name, parts["verifier"] if _builds_verifier(parts) else None
     )
     server_line, server_problem = (
         check_verifier_server(parts["verifier"]) if _builds_verifier(parts) else (None, None)
@@ -1082,7 +1123,9 @@ def _dry_run(
         f"run directory: {run_dir} ({state})",
         f"verifier: VerifierConfig ok (backend {parts['verifier'].backend}, G={parts['verifier'].granularity}, "
         f"K={parts['verifier'].n_repeats}, style {parts['verifier'].style}, "
-        f"batch_size {parts['verifier'].batch_size}, options {parts['verifier'].options})",
+        f"batch_size {parts['verifier'].batch_size}, options {parts['verifier'].options})"
+        if _builds_verifier(parts)
+        else f"verifier: not used ({_no_verifier(parts)}): no verifier model is loaded or checked",
         *[x for x in verifier_line if x],  # one with a problem: only its !! line
         *([server_line] if server_line else []),
     ]
