@@ -1315,3 +1315,27 @@ def test_the_evaluation_curve_source_names_vecnormalize_only_where_there_is_one(
     assert "VecNormalize" not in off and off.endswith(
         "on a separate environment, no verifier calls"
     )
+
+
+@pytest.mark.slow  # a 100-step FetchReach run that trains nothing (learning_starts 100), ~10 s
+def test_a_run_without_the_verifier_reports_its_training_success_rate(tmp_path):
+    """Rerun 18 F2: a sparse run with evaluation off had train_curve_metric
+    rollout/success_rate but no rollout/success_rate in summary.json's metrics and no reason
+    in undefined (only verifier episodes carried the success); every training episode's
+    info["is_success"] counts now, over the same window as rollout/ep_env_rew_mean."""
+    config = small_config(
+        "sac_fetchreach_sparse.yaml", total_timesteps=100, checkpoint_every=0, eval_every=0
+    )
+    config["sac"].update({"learning_starts": 100, "batch_size": 32})
+    config["env"]["n_envs"] = 1
+    summary = sac.run(config, output_dir=tmp_path / "run")
+    assert summary["train_curve_metric"] == "rollout/success_rate"
+    m = summary["metrics"]
+    assert "rollout/success_rate" in m and 0.0 <= m["rollout/success_rate"] <= 1.0, m
+    assert "rollout/success_rate" not in summary["undefined"]
+    saved = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert saved["metrics"]["rollout/success_rate"] == m["rollout/success_rate"]
+    # the episodes' own is_success (monitor.csv): 100 steps of 50-step episodes
+    rows = (tmp_path / "run" / "monitor.csv").read_text().splitlines()[2:]
+    success = [float(r.split(",")[3]) for r in rows]
+    assert len(success) == 2 and m["rollout/success_rate"] == pytest.approx(np.mean(success))

@@ -273,6 +273,8 @@ class VerifierDynamicsCallback(BaseCallback):
         self.window = window
         self.episodes: deque[dict[str, Any]] = deque(maxlen=window)
         self.true_returns: deque[float] = deque(maxlen=window)
+        # every training episode's info["is_success"] (None: not reported), verifier or not
+        self.successes: deque[bool | None] = deque(maxlen=window)
         self.n_episodes = 0
         self._true_sum: np.ndarray | None = None
         self._stats: list[VerifierCallStats] = []
@@ -293,6 +295,8 @@ class VerifierDynamicsCallback(BaseCallback):
             if not dones[i]:
                 continue
             self.true_returns.append(float(self._true_sum[i]))
+            success = info.get("is_success")
+            self.successes.append(None if success is None else bool(success))
             self._true_sum[i] = 0.0
             self.n_episodes += 1
             ep = info.get("verifier_episode")
@@ -341,6 +345,7 @@ class VerifierDynamicsCallback(BaseCallback):
             "version": 1,
             "episodes": [{k: v for k, v in e.items() if k != "rewards"} for e in self.episodes],
             "true_returns": list(self.true_returns),
+            "successes": list(self.successes),
             "n_episodes": self.n_episodes,
             "judged": [list(self._judged[0]), list(self._judged[1])],
             "threshold": self.threshold,
@@ -362,6 +367,8 @@ class VerifierDynamicsCallback(BaseCallback):
         self.true_returns = deque(
             (nan if r is None else float(r) for r in state["true_returns"]), maxlen=self.window
         )
+        # a state written before "successes" was kept: the window's success starts afresh
+        self.successes = deque(state.get("successes") or (), maxlen=self.window)
         self.n_episodes = int(state["n_episodes"])
         self._judged = tuple([float(x) for x in xs] for xs in state["judged"])  # type: ignore[assignment]
         if self._fixed_threshold is None:
@@ -371,6 +378,9 @@ class VerifierDynamicsCallback(BaseCallback):
     def metrics(self) -> dict[str, float]:
         """The current window's metrics (keys as logged; NaN where undefined)."""
         out: dict[str, float] = {"rollout/ep_env_rew_mean": _mean(self.true_returns)}
+        reported = [float(x) for x in self.successes if x is not None]
+        if reported:  # a run without the verifier has no verifier episodes to take it from
+            out["rollout/success_rate"] = _mean(reported)
         eps = list(self.episodes)
         vocs = [value_order_correlation(e["progress"], steps=e["scored_steps"]) for e in eps]
         if eps:
