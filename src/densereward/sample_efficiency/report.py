@@ -432,27 +432,37 @@ def console_verdict(pair: Mapping[str, Any]) -> str:
     return f"{pair['verdict']} ({n[0]} vs {n[1]} runs){final_also(pair)}"
 
 
-def final_also(pair: Mapping[str, Any]) -> str:
-    """What follows a pair's verdict when its score is not final performance: the
-    final-performance P, shown beside it without a verdict; beside a "too few runs" line that
-    gives its P as descriptive (2 runs a side or more), the final P likewise, without an
-    interval (``""`` for a verdict on final performance, fewer than 2 runs a side, curves that
-    are not comparable, or a pair without that P).
+def _descriptive_final(pair: Mapping[str, Any]) -> str:
+    """What follows a "too few runs" verdict that gives its P as descriptive (2 runs a side or
+    more) when its score is not final performance: the final P likewise, without an interval
+    (``""`` otherwise). Part of the verdict itself (``results.json`` too).
 
-    >>> final_also({"a": "x", "b": "y", "score": "auc", "enough_runs": False, "n_runs": [2, 3],
-    ...             "p_improvement": {"final": {"value": 0.75, "low": 0.5, "high": 1.0}}})
+    >>> _descriptive_final({"a": "x", "b": "y", "score": "auc", "n_runs": [2, 3],
+    ...                     "p_improvement": {"final": {"value": 0.75, "low": 0.5, "high": 1.0}}})
     '; final performance (descriptive only): P(x > y) = 0.75'
     """
+    final = (pair.get("p_improvement") or {}).get("final")
+    if pair.get("score") == "final" or not final or min(pair.get("n_runs") or [0]) < 2:
+        return ""
+    if not math.isfinite(final.get("value", NAN)):
+        return ""
+    return (
+        f"; final performance (descriptive only): P({pair['a']} > {pair['b']}) = "
+        f"{format_number(final['value'], 2)}"
+    )
+
+
+def final_also(pair: Mapping[str, Any]) -> str:
+    """What follows a pair's verdict when its score is not final performance: the
+    final-performance P, shown beside it without a verdict (``""`` for a verdict on final
+    performance, one without enough runs, whose verdict carries its descriptive final P
+    itself (:func:`_descriptive_final`), curves that are not comparable, or a pair without
+    that P)."""
     final = (pair.get("p_improvement") or {}).get("final")
     if pair.get("score") == "final" or not final or pair.get("not_comparable"):
         return ""  # not comparable: no P of either score is shown
     if not pair.get("enough_runs", True):
-        if min(pair.get("n_runs") or [0]) < 2 or not math.isfinite(final.get("value", NAN)):
-            return ""
-        return (
-            f"; final performance (descriptive only): P({pair['a']} > {pair['b']}) = "
-            f"{format_number(final['value'], 2)}"
-        )
+        return ""
     return (
         f"; final performance (shown, not the verdict's score: primary={pair['score']}): "
         f"P({pair['a']} > {pair['b']}) = {_ci_text(final, 2)}"
@@ -635,6 +645,8 @@ def analyze(
                 **({"one_point_curves": True} if one_point else {}),
             }
         )
+        if not pairs[-1]["enough_runs"]:  # its descriptive final P is part of the line itself
+            pairs[-1]["verdict"] += _descriptive_final(pairs[-1])
     return {"grid": grid, "conditions": conditions, "pairs": pairs, "coinciding": coinciding}
 
 
