@@ -1339,3 +1339,27 @@ def test_a_run_without_the_verifier_reports_its_training_success_rate(tmp_path):
     rows = (tmp_path / "run" / "monitor.csv").read_text().splitlines()[2:]
     success = [float(r.split(",")[3]) for r in rows]
     assert len(success) == 2 and m["rollout/success_rate"] == pytest.approx(np.mean(success))
+
+
+def test_resume_finds_the_run_directory_of_a_named_run(tmp_path, capsys):
+    """Rerun 19 F1: a run started with training.run_name and training.output_dir (no
+    --output-dir) was refused on a re-run with "add --resume to continue it"; adding --resume
+    then gave "--resume needs --output-dir" without naming the directory. --resume now
+    continues <training.output_dir>/<run_name>; without a run name the error names both ways."""
+    run = tmp_path / "out" / "k1"
+    (run / "checkpoints").mkdir(parents=True)
+    (run / "checkpoints" / "sac_100_steps.zip").write_bytes(b"")
+    config = str(REPO / "configs" / "sac_fetchreach_sparse.yaml")
+    named = ["--config", config, f"training.output_dir={tmp_path / 'out'}", "training.run_name=k1"]
+    with pytest.raises(ConfigError, match="already holds a run with checkpoints"):
+        sac.main(_sac_args(*named, "--dry-run"))
+    assert sac.main(_sac_args(*named, "--resume", "--dry-run", "--total-timesteps", "1000")) == 0
+    out = capsys.readouterr().out
+    assert f"run directory: {run} (continues from its newest checkpoint sac_100_steps.zip" in out
+    with pytest.raises(ConfigError) as unnamed:
+        sac.main(_sac_args("--config", config, "--resume", "--dry-run"))
+    assert str(unnamed.value) == (
+        "--resume needs the run directory to continue: --output-dir DIR (the directory the stop "
+        "line and the refusal named), or training.run_name (the run is then "
+        "<training.output_dir>/<run_name>)"
+    )

@@ -1086,7 +1086,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--seed", type=int, default=None, help="overrides training.seed")
     parser.add_argument(
-        "--resume", action="store_true", help="continue from the latest checkpoint in --output-dir"
+        "--resume",
+        action="store_true",
+        help="continue from the latest checkpoint in --output-dir (or in "
+        "<training.output_dir>/<training.run_name>)",
     )
     parser.add_argument(
         "--dry-run",
@@ -1111,9 +1114,13 @@ def main(args: argparse.Namespace) -> int:
     cfg = parse_config(copy.deepcopy(config))  # fail fast, before creating a directory
     if args.output_dir is not None:
         run_dir = Path(args.output_dir)
-    elif args.resume:
-        raise ConfigError("--resume needs --output-dir (the run directory to continue)")
-    else:
+    elif args.resume and not cfg.training.run_name:  # the default name is a new timestamp
+        raise ConfigError(
+            "--resume needs the run directory to continue: --output-dir DIR (the directory the "
+            "stop line and the refusal named), or training.run_name (the run is then "
+            "<training.output_dir>/<run_name>)"
+        )
+    else:  # with --resume and training.run_name: the directory the stopped run had
         name = cfg.training.run_name or time.strftime("run-%Y%m%d-%H%M%S")
         run_dir = Path(cfg.training.output_dir) / name
     if args.dry_run:
