@@ -52,7 +52,18 @@ MODES = ("auto", "online", "offline", "disabled")
 
 SERVICE_LOST: tuple[type[Exception], ...] = (ConnectionError,)
 """What a W&B call raises once W&B's service process (``wandb-core``) has ended:
-``ConnectionResetError`` ("Connection lost") or ``BrokenPipeError`` on the socket to it."""
+``ConnectionResetError`` ("Connection lost") or ``BrokenPipeError`` on the socket to it; and
+:func:`service_lost` adds W&B's ``HandleAbandonedError`` (``run.finish()`` waiting on a reply
+the dead service will not send, seen under load)."""
+
+
+def service_lost() -> tuple[type[Exception], ...]:
+    """:data:`SERVICE_LOST` and W&B's ``HandleAbandonedError`` where this W&B version has it."""
+    try:
+        from wandb.sdk.mailbox.mailbox_handle import HandleAbandonedError
+    except ImportError:
+        return SERVICE_LOST
+    return (*SERVICE_LOST, HandleAbandonedError)
 
 
 @dataclass(frozen=True)
@@ -257,7 +268,7 @@ class WandbService:
             return False
         try:
             fn(*args, **kwargs)
-        except SERVICE_LOST as exc:
+        except service_lost() as exc:
             self.lost(exc, step)
             return False
         return True
@@ -280,7 +291,7 @@ class WandbService:
             self.unit,
             self.lost_at,
             type(exc).__name__,
-            exc,
+            str(exc) or "no reply from it",  # HandleAbandonedError says nothing
             then,
             self.run_dir,
             self.wandb_dir / "wandb",
@@ -324,7 +335,7 @@ def _drop_dead_service() -> None:
     import wandb
 
     run = wandb.run
-    with contextlib.suppress(*SERVICE_LOST):
+    with contextlib.suppress(*service_lost()):
         wandb.teardown()
     with contextlib.suppress(Exception):
         run._restore()  # what run.finish() would have done with the console capture
