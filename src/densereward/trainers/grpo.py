@@ -693,7 +693,7 @@ def run(
     # a picklable recipe (TRL's async rollout worker ships reward functions to a spawned
     # process; a closure would not go): built here to fail early, pickled as the recipe
     verifier = VerifierFactory(parts["verifier"])
-    if _builds_verifier(parts):
+    if builds:
         verifier = verifier()
     reward_funcs, _ = build_reward_funcs(
         parts["reward"],
@@ -1100,11 +1100,12 @@ def _dry_run(
     from densereward.rewards import RewardQualityTracker, build_reward_funcs
 
     data_line, data_problem = check_source(parts["data"])
+    builds = _builds_verifier(parts)  # else no verifier model is loaded, checked or contacted
     (policy_line, *verifier_line), model_problems = check_models(
-        parts["model"].name, parts["verifier"] if _builds_verifier(parts) else None
+        parts["model"].name, parts["verifier"] if builds else None
     )
     server_line, server_problem = (
-        check_verifier_server(parts["verifier"]) if _builds_verifier(parts) else (None, None)
+        check_verifier_server(parts["verifier"]) if builds else (None, None)
     )  # a served verifier is contacted as the run's start contacts it
     run_dir = _run_dir(parts, output_dir, resume)
     with tempfile.TemporaryDirectory() as tmp:
@@ -1124,7 +1125,7 @@ def _dry_run(
         f"verifier: VerifierConfig ok (backend {parts['verifier'].backend}, G={parts['verifier'].granularity}, "
         f"K={parts['verifier'].n_repeats}, style {parts['verifier'].style}, "
         f"batch_size {parts['verifier'].batch_size}, options {parts['verifier'].options})"
-        if _builds_verifier(parts)
+        if builds
         else f"verifier: not used ({_no_verifier(parts)}): no verifier model is loaded or checked",
         *[x for x in verifier_line if x],  # one with a problem: only its !! line
         *([server_line] if server_line else []),
